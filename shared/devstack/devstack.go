@@ -1,0 +1,184 @@
+// Package devstack starts throwaway redis-server and PostgreSQL processes on free
+// loopback ports for tests, the demo and the load harness, and cleans them up.
+//
+// Every process it starts is a direct child that the kernel kills with SIGKILL when the
+// parent goes away (Pdeathsig), so a crashed test binary leaves no server running. Tests
+// use RedisURL and PostgresURL (one server per test binary, or $REDIS_URL and
+// $DATABASE_URL when set) and NewRedis or NewPostgres when they need a server of their
+// own to kill and restart.
+package devstack
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"runtime"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// FreePort returns a loopback TCP port that was free a moment ago. Another process may take
+// it before the caller binds it, so starters retry on "address in use".
+func FreePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, fmt.Errorf("free port: %w", err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// errAddrInUse marks a start that failed because another process took the port.
+var errAddrInUse = errors.New("address already in use")
+
+// startAttempts bounds retries when a free port is taken between FreePort and bind.
+const startAttempts = 3
+
+// proc is a running child process whose exit any number of goroutines can wait for.
+type proc struct {
+	cmd  *exec.Cmd
+	done chan struct{} // closed once the process has exited and been reaped
+	err  error         // what Wait returned; read only after done is closed
+}
+
+// startProc starts cmd as a child that is killed when this process dies.
+func startProc(cmd *exec.Cmd) (*proc, error) {
+	if cmd.SysProcAttr == nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{}
+	}
+	cmd.SysProcAttr.Pdeathsig = syscall.SIGKILL
+	p := &proc{cmd: cmd, done: make(chan struct{})}
+	started := make(chan error, 1)
+	go func() {
+		// Linux sends Pdeathsig when the thread that forked the child exits, not the
+		// process. Go may retire idle threads, so the forking thread is held until the
+		// child is gone.
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		if err := cmd.Start(); err != nil {
+			started <- err
+			return
+		}
+		started <- nil
+		p.err = cmd.Wait()
+		close(p.done)
+	}()
+	if err := <-started; err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// run runs cmd to completion as a child process and returns its combined output.
+func run(cmd *exec.Cmd) ([]byte, error) {
+	var out strings.Builder
+	cmd.Stdout = &out
+	cmd.Stderr = &out
+	p, err := startProc(cmd)
+	if err != nil {
+		return nil, err
+	}
+	<-p.done
+	return []byte(out.String()), p.err
+}
+
+// running reports whether the process has not exited yet.
+func (p *proc) running() bool {
+	if p == nil {
+		return false
+	}
+	select {
+	case <-p.done:
+		return false
+	default:
+		return true
+	}
+}
+
+// pid returns the child's process id.
+func (p *proc) pid() int { return p.cmd.Process.Pid }
+
+// stop sends sig, waits up to grace for the exit and then kills the process. It reports
+// an error only when the process had to be killed; an exit status after sig is expected.
+func (p *proc) stop(sig os.Signal, grace time.Duration) error {
+	if !p.running() {
+		return nil
+	}
+	if err := p.cmd.Process.Signal(sig); err != nil && !errors.Is(err, os.ErrProcessDone) {
+		return fmt.Errorf("signal %d: %w", p.pid(), err)
+	}
+	select {
+	case <-p.done:
+		return nil
+	case <-time.After(grace):
+	}
+	p.kill()
+	return fmt.Errorf("pid %d ignored %v for %s and was killed", p.pid(), sig, grace)
+}
+
+// kill sends SIGKILL and waits until the process is reaped.
+func (p *proc) kill() {
+	if !p.running() {
+		return
+	}
+	_ = p.cmd.Process.Kill() // only fails when the process is already gone
+	<-p.done
+}
+
+// waitReady polls ready until it succeeds, the process exits or timeout passes.
+func waitReady(p *proc, timeout time.Duration, ready func() error) error {
+	deadline := time.Now().Add(timeout)
+	delay := 10 * time.Millisecond
+	for {
+		err := ready()
+		if err == nil {
+			return nil
+		}
+		if !p.running() {
+			return fmt.Errorf("exited before it was ready (%v)", p.err)
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("not ready after %s: %w", timeout, err)
+		}
+		time.Sleep(delay)
+		delay = min(2*delay, 100*time.Millisecond)
+	}
+}
+
+// logSize returns the size of the log at path, so a failed start can show only what the
+// latest attempt wrote.
+func logSize(path string) int64 {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return 0
+	}
+	return fi.Size()
+}
+
+// logTail returns the last lines of the log at path written after byte offset from.
+func logTail(path string, from int64) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Sprintf("(no log: %v)", err)
+	}
+	if from > 0 && from <= int64(len(b)) {
+		b = b[from:]
+	}
+	return lastLines(string(b), 25)
+}
+
+// lastLines returns the last n lines of s, or "(empty log)".
+func lastLines(s string, n int) string {
+	s = strings.TrimRight(s, "\n")
+	if s == "" {
+		return "(empty log)"
+	}
+	lines := strings.Split(s, "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}

@@ -1,0 +1,175 @@
+package devstack
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+const (
+	serviceReadyTimeout = 15 * time.Second
+	serviceStopGrace    = 10 * time.Second
+	serviceTailLines    = 50
+)
+
+// Service is one of the project's own binaries (bin/ledger, bin/proxy) running as a
+// child process.
+type Service struct {
+	Name string
+
+	binary    string
+	env       []string
+	healthURL string
+	out       *prefixWriter
+
+	mu   sync.Mutex
+	proc *proc
+}
+
+// StartService runs binary with os.Environ() plus env, copies its output to os.Stderr
+// with each line prefixed "[name] ", and waits until GET healthURL answers 200.
+func StartService(name, binary string, env []string, healthURL string) (*Service, error) {
+	s := &Service{
+		Name:      name,
+		binary:    binary,
+		env:       env,
+		healthURL: healthURL,
+		out:       &prefixWriter{prefix: "[" + name + "] ", w: os.Stderr},
+	}
+	if err := s.start(); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// Stop sends SIGTERM, waits up to 10s for a graceful exit and then kills the process.
+// Stop is idempotent.
+func (s *Service) Stop() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.proc == nil {
+		return nil
+	}
+	if err := s.proc.stop(syscall.SIGTERM, serviceStopGrace); err != nil {
+		return fmt.Errorf("stop %s: %w", s.Name, err)
+	}
+	return nil
+}
+
+// Kill sends SIGKILL, as a crash would, and waits for the exit.
+func (s *Service) Kill() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.proc != nil {
+		s.proc.kill()
+	}
+	return nil
+}
+
+// Restart stops the service if it is running, starts it again with the same binary and
+// environment, and waits until it is healthy.
+func (s *Service) Restart() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.proc != nil {
+		if err := s.proc.stop(syscall.SIGTERM, serviceStopGrace); err != nil {
+			return fmt.Errorf("restart %s: %w", s.Name, err)
+		}
+	}
+	return s.start()
+}
+
+// Logs returns the last lines the service wrote, across restarts.
+func (s *Service) Logs() string { return s.out.tail() }
+
+// start runs the binary and waits until it is healthy. s.mu is held or s is unshared.
+func (s *Service) start() error {
+	cmd := exec.Command(s.binary)
+	cmd.Env = append(os.Environ(), s.env...)
+	cmd.Stdout = s.out
+	cmd.Stderr = s.out
+	// A grandchild holding the output pipe must not block Wait forever.
+	cmd.WaitDelay = time.Second
+	p, err := startProc(cmd)
+	if err != nil {
+		return fmt.Errorf("start %s: %w", s.Name, err)
+	}
+	client := &http.Client{Timeout: time.Second}
+	if err := waitReady(p, serviceReadyTimeout, func() error { return checkHealth(client, s.healthURL) }); err != nil {
+		p.kill()
+		return fmt.Errorf("start %s (%s): %w\noutput:\n%s", s.Name, s.binary, err, s.out.tail())
+	}
+	s.proc = p
+	return nil
+}
+
+func checkHealth(client *http.Client, url string) error {
+	resp, err := client.Get(url)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	_, _ = io.Copy(io.Discard, resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("GET %s: %s", url, resp.Status)
+	}
+	return nil
+}
+
+// prefixWriter writes each complete line to w behind prefix and keeps the last lines so
+// a failed start can show them.
+type prefixWriter struct {
+	prefix string
+	w      io.Writer
+
+	mu      sync.Mutex
+	partial []byte
+	lines   []string // ring of the last serviceTailLines lines
+}
+
+func (pw *prefixWriter) Write(b []byte) (int, error) {
+	pw.mu.Lock()
+	defer pw.mu.Unlock()
+	pw.partial = append(pw.partial, b...)
+	var buf bytes.Buffer
+	for {
+		i := bytes.IndexByte(pw.partial, '\n')
+		if i < 0 {
+			break
+		}
+		line := string(pw.partial[:i])
+		pw.partial = pw.partial[i+1:]
+		buf.WriteString(pw.prefix)
+		buf.WriteString(line)
+		buf.WriteByte('\n')
+		pw.lines = append(pw.lines, line)
+		if len(pw.lines) > serviceTailLines {
+			pw.lines = pw.lines[len(pw.lines)-serviceTailLines:]
+		}
+	}
+	if buf.Len() > 0 {
+		// Losing a copy of the output must not make the service's writes fail.
+		_, _ = pw.w.Write(buf.Bytes())
+	}
+	return len(b), nil
+}
+
+func (pw *prefixWriter) tail() string {
+	pw.mu.Lock()
+	defer pw.mu.Unlock()
+	lines := pw.lines
+	if len(pw.partial) > 0 {
+		lines = append(lines[:len(lines):len(lines)], string(pw.partial))
+	}
+	if len(lines) == 0 {
+		return "(no output)"
+	}
+	return strings.Join(lines, "\n")
+}

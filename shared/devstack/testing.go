@@ -1,0 +1,122 @@
+package devstack
+
+import (
+	"os"
+	"sync"
+	"testing"
+)
+
+// sharedServer is a server started at most once per test binary and stopped by RunTests.
+// A failed start is remembered so that every later test fails fast with the same error.
+type sharedServer[T interface{ Stop() error }] struct {
+	mu     sync.Mutex
+	server T
+	url    string
+	err    error
+}
+
+func (s *sharedServer[T]) get(start func() (T, error), url func(T) string) (string, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.url == "" && s.err == nil {
+		srv, err := start()
+		if err != nil {
+			s.err = err
+		} else {
+			s.server, s.url = srv, url(srv)
+		}
+	}
+	return s.url, s.err
+}
+
+func (s *sharedServer[T]) stop() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.url != "" {
+		_ = s.server.Stop() // the test binary is exiting; Pdeathsig covers a stuck server
+	}
+	var zero T
+	s.server, s.url, s.err = zero, "", nil
+}
+
+var (
+	sharedRedis    sharedServer[*Redis]
+	sharedPostgres sharedServer[*Postgres]
+)
+
+// RedisURL returns $REDIS_URL, or the URL of a redis-server shared by this test binary.
+// Tests sharing it must use their own keys. Use RunTests in TestMain so it is stopped.
+func RedisURL(tb testing.TB) string {
+	tb.Helper()
+	if url := os.Getenv("REDIS_URL"); url != "" {
+		return url
+	}
+	url, err := sharedRedis.get(
+		func() (*Redis, error) { return StartRedis(RedisOptions{}) },
+		(*Redis).URL,
+	)
+	if err != nil {
+		tb.Fatalf("devstack: no REDIS_URL set and starting a redis-server failed: %v", err)
+	}
+	return url
+}
+
+// PostgresURL returns $DATABASE_URL, or the URL of a PostgreSQL shared by this test
+// binary. Tests sharing it must use their own rows. Use RunTests in TestMain so it is
+// stopped.
+func PostgresURL(tb testing.TB) string {
+	tb.Helper()
+	if url := os.Getenv("DATABASE_URL"); url != "" {
+		return url
+	}
+	url, err := sharedPostgres.get(
+		func() (*Postgres, error) { return StartPostgres(PostgresOptions{}) },
+		(*Postgres).URL,
+	)
+	if err != nil {
+		tb.Fatalf("devstack: no DATABASE_URL set and starting PostgreSQL failed: %v", err)
+	}
+	return url
+}
+
+// NewRedis starts a dedicated redis-server that the test may stop, kill and restart. It
+// is stopped when the test ends.
+func NewRedis(tb testing.TB, opts RedisOptions) *Redis {
+	tb.Helper()
+	r, err := StartRedis(opts)
+	if err != nil {
+		tb.Fatalf("devstack: %v", err)
+	}
+	tb.Cleanup(func() {
+		if err := r.Stop(); err != nil {
+			tb.Logf("devstack: %v", err)
+		}
+	})
+	return r
+}
+
+// NewPostgres starts a dedicated PostgreSQL that the test may stop, kill and restart. It
+// is stopped when the test ends.
+func NewPostgres(tb testing.TB, opts PostgresOptions) *Postgres {
+	tb.Helper()
+	p, err := StartPostgres(opts)
+	if err != nil {
+		tb.Fatalf("devstack: %v", err)
+	}
+	tb.Cleanup(func() {
+		if err := p.Stop(); err != nil {
+			tb.Logf("devstack: %v", err)
+		}
+	})
+	return p
+}
+
+// RunTests runs m and then stops the servers shared by the test binary. Use it as
+//
+//	func TestMain(m *testing.M) { os.Exit(devstack.RunTests(m)) }
+func RunTests(m *testing.M) int {
+	code := m.Run()
+	sharedRedis.stop()
+	sharedPostgres.stop()
+	return code
+}

@@ -1,0 +1,99 @@
+#!lua
+-- reconcile.lua: bring one voucher's Redis state into agreement with the
+-- database's active reservations (the money truth), in one atomic step.
+--
+-- KEYS[1] voucher:{CODE}:remaining  set to max(0, totalLimit - HLEN orders)
+-- KEYS[2] voucher:{CODE}:users      rebuilt from orders
+-- KEYS[3] voucher:{CODE}:orders     hanging orders removed, missing ones added
+-- KEYS[4] voucher:{CODE}:meta       reads totalLimit
+-- ARGV[1]    grace, millis: a Redis-only order younger than this is kept, its
+--            database write may still be in flight
+-- ARGV[2..]  orderId, customerId pairs: every reservation the database holds a
+--            use for
+--
+-- Returns {0} when not loaded (nothing changed), otherwise
+-- {1, remainingBefore, remainingAfter, restored, releasedOrderId1, ...}.
+-- Errors (before any write) on a bad ARGV layout or a corrupt remaining/meta.
+
+if #ARGV < 1 or (#ARGV - 1) % 2 ~= 0 then
+  return redis.error_reply('ERR reconcile: bad ARGV layout')
+end
+local grace = tonumber(ARGV[1])
+if not grace then
+  return redis.error_reply('ERR reconcile: grace is not a number')
+end
+local raw = redis.call('GET', KEYS[1])
+if not raw then
+  return {0}
+end
+local before = tonumber(raw)
+if not before then
+  return redis.error_reply('ERR reconcile: ' .. KEYS[1] .. ' is not a number')
+end
+local total = tonumber(redis.call('HGET', KEYS[4], 'totalLimit'))
+if not total then
+  return redis.error_reply('ERR reconcile: ' .. KEYS[4] .. ' has no totalLimit')
+end
+
+local t = redis.call('TIME')
+local nowText = t[1] .. string.format('%03d', math.floor(tonumber(t[2]) / 1000))
+local now = tonumber(nowText)
+
+local db = {}
+for i = 2, #ARGV, 2 do
+  db[ARGV[i]] = ARGV[i + 1]
+end
+
+-- Hanging admissions: in Redis, not in the database, older than grace. An
+-- unreadable admission time counts as old: nothing we wrote looks like that.
+local out = {1, before, 0, 0}
+local held = redis.call('HGETALL', KEYS[3])
+for i = 1, #held, 2 do
+  local order, value = held[i], held[i + 1]
+  if not db[order] then
+    local at = tonumber(string.match(value, ':(%d+)$')) or 0
+    if now - at > grace then
+      redis.call('HDEL', KEYS[3], order)
+      out[#out + 1] = order
+    end
+  end
+end
+
+-- Reservations the database holds but Redis lost. The database also decides the
+-- customer when the two disagree; the admission time is kept then.
+local restored = 0
+for i = 2, #ARGV, 2 do
+  local order, customer = ARGV[i], ARGV[i + 1]
+  local value = redis.call('HGET', KEYS[3], order)
+  if not value then
+    redis.call('HSET', KEYS[3], order, customer .. ':' .. nowText)
+    restored = restored + 1
+  elseif string.match(value, '^([^:]*)') ~= customer then
+    local at = string.match(value, ':(%d+)$') or nowText
+    redis.call('HSET', KEYS[3], order, customer .. ':' .. at)
+  end
+end
+
+redis.call('DEL', KEYS[2])
+held = redis.call('HGETALL', KEYS[3])
+for i = 2, #held, 2 do
+  redis.call('HINCRBY', KEYS[2], string.match(held[i], '^([^:]*)'), 1)
+end
+
+local after = total - #held / 2
+if after < 0 then after = 0 end
+redis.call('SET', KEYS[1], after, 'KEEPTTL')
+
+-- users was just recreated and orders may have been; both follow the counter's TTL.
+local at = redis.call('PEXPIRETIME', KEYS[1])
+if at > 0 then
+  for k = 2, 3 do
+    if redis.call('PEXPIRETIME', KEYS[k]) == -1 then
+      redis.call('PEXPIREAT', KEYS[k], at)
+    end
+  end
+end
+
+out[3] = after
+out[4] = restored
+return out

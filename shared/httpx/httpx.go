@@ -1,0 +1,273 @@
+// Package httpx holds what both gin servers share: the map from error code to
+// HTTP status, the one function that writes an error, strict JSON binding, bearer
+// auth, body limits, health routes and server timeouts.
+package httpx
+
+import (
+	"bytes"
+	"context"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/flashgate/flashgate/shared/voucher"
+)
+
+// MaxBodyBytes bounds every request body.
+const MaxBodyBytes = 16 << 10
+
+// RetryAfter is the Retry-After sent with 503s, in seconds.
+const RetryAfter = "1"
+
+var statusOf = map[string]int{
+	voucher.CodeInvalidRequest:      http.StatusBadRequest,
+	voucher.CodeUnauthorized:        http.StatusUnauthorized,
+	voucher.CodeVoucherExists:       http.StatusConflict,
+	voucher.CodeVoucherNotFound:     http.StatusNotFound,
+	voucher.CodeOutOfStock:          http.StatusConflict,
+	voucher.CodeAlreadyUsed:         http.StatusConflict,
+	voucher.CodeOrderConflict:       http.StatusConflict,
+	voucher.CodeReservationReleased: http.StatusConflict,
+	voucher.CodeNotEligible:         http.StatusUnprocessableEntity,
+	voucher.CodeReservationExpired:  http.StatusConflict,
+	voucher.CodeReservationNotFound: http.StatusNotFound,
+	voucher.CodeAlreadyConfirmed:    http.StatusConflict,
+	voucher.CodeNotFound:            http.StatusNotFound,
+	voucher.CodeMethodNotAllowed:    http.StatusMethodNotAllowed,
+	voucher.CodeUnavailable:         http.StatusServiceUnavailable,
+}
+
+// Status returns the HTTP status for an error code; unknown codes are 503, since
+// a caller may always retry with the same orderId.
+func Status(code string) int {
+	if s, ok := statusOf[code]; ok {
+		return s
+	}
+	return http.StatusServiceUnavailable
+}
+
+// ErrorBody is the body of every error response.
+type ErrorBody struct {
+	Error   string `json:"error"`
+	Message string `json:"message"`
+	Reason  string `json:"reason,omitempty"`
+}
+
+// WriteError writes err as {"error", "message"[, "reason"]}. Errors without a
+// voucher code are faults: they are logged and answered 503 UNAVAILABLE, never
+// with their internal text.
+func WriteError(c *gin.Context, err error) {
+	var e *voucher.Error
+	if !errors.As(err, &e) {
+		slog.Error("request failed", "method", c.Request.Method, "path", c.FullPath(), "err", err)
+		e = voucher.ErrUnavailable
+	}
+	status := Status(e.Code)
+	if status == http.StatusServiceUnavailable {
+		c.Header("Retry-After", RetryAfter)
+	}
+	c.AbortWithStatusJSON(status, ErrorBody{Error: e.Code, Message: e.Message, Reason: e.Reason})
+}
+
+// BindJSON decodes the request body into dst strictly: one JSON object, no
+// unknown fields, no trailing data, at most MaxBodyBytes. Errors name the field.
+func BindJSON(c *gin.Context, dst any) error {
+	if ct := c.ContentType(); ct != "" && ct != "application/json" {
+		return voucher.Errorf(voucher.CodeInvalidRequest, "Content-Type must be application/json")
+	}
+	body, err := io.ReadAll(io.LimitReader(c.Request.Body, MaxBodyBytes+1))
+	if err != nil {
+		return voucher.Errorf(voucher.CodeInvalidRequest, "cannot read the request body")
+	}
+	if len(body) > MaxBodyBytes {
+		return voucher.Errorf(voucher.CodeInvalidRequest, "request body is larger than %d bytes", MaxBodyBytes)
+	}
+	return DecodeJSON(body, dst)
+}
+
+// DecodeJSON is the decoding half of BindJSON, separate so that it can be fuzzed.
+func DecodeJSON(body []byte, dst any) error {
+	trimmed := bytes.TrimSpace(body)
+	if len(trimmed) == 0 || trimmed[0] != '{' {
+		return voucher.Errorf(voucher.CodeInvalidRequest, "request body must be a JSON object")
+	}
+	dec := json.NewDecoder(bytes.NewReader(trimmed))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(dst); err != nil {
+		return voucher.Errorf(voucher.CodeInvalidRequest, "%s", describeJSONError(err))
+	}
+	if dec.More() {
+		return voucher.Errorf(voucher.CodeInvalidRequest, "request body has data after the JSON object")
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return voucher.Errorf(voucher.CodeInvalidRequest, "request body has data after the JSON object")
+	}
+	return nil
+}
+
+func describeJSONError(err error) string {
+	var typeErr *json.UnmarshalTypeError
+	var syntaxErr *json.SyntaxError
+	var timeErr *time.ParseError
+	switch {
+	case errors.As(err, &typeErr):
+		if typeErr.Field != "" {
+			return fmt.Sprintf("%s: wrong type or out of range (got %s)", typeErr.Field, typeErr.Value)
+		}
+		return fmt.Sprintf("request body must be a JSON object (got %s)", typeErr.Value)
+	case errors.As(err, &syntaxErr):
+		return fmt.Sprintf("malformed JSON at byte %d", syntaxErr.Offset)
+	case errors.As(err, &timeErr):
+		return "times must be RFC 3339, e.g. 2026-12-01T10:00:00Z"
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return "malformed JSON: unexpected end"
+	case strings.HasPrefix(err.Error(), "json: unknown field "):
+		return "unknown field " + strings.TrimPrefix(err.Error(), "json: unknown field ")
+	}
+	return "malformed JSON"
+}
+
+// Auth requires "Authorization: Bearer <token>" on every route but the open
+// ones. An empty token turns auth off.
+func Auth(token string, open ...string) gin.HandlerFunc {
+	want := []byte("Bearer " + token)
+	return func(c *gin.Context) {
+		if token == "" {
+			return
+		}
+		for _, p := range open {
+			if c.Request.URL.Path == p {
+				return
+			}
+		}
+		got := []byte(c.GetHeader("Authorization"))
+		if subtle.ConstantTimeCompare(got, want) != 1 {
+			WriteError(c, voucher.Errorf(voucher.CodeUnauthorized, "a valid bearer token is required"))
+		}
+	}
+}
+
+// OpenPaths are the routes that never require a token.
+var OpenPaths = []string{"/healthz", "/readyz", "/metrics"}
+
+// Health registers GET /healthz (the process is up) and GET /readyz (200 only
+// while ready answers nil).
+func Health(r gin.IRoutes, ready func(*gin.Context) error) {
+	r.GET("/healthz", func(c *gin.Context) { c.JSON(http.StatusOK, gin.H{"status": "ok"}) })
+	r.GET("/readyz", func(c *gin.Context) {
+		if err := ready(c); err != nil {
+			slog.Warn("not ready", "err", err)
+			c.Header("Retry-After", RetryAfter)
+			c.JSON(http.StatusServiceUnavailable, ErrorBody{Error: voucher.CodeUnavailable, Message: "not ready"})
+			return
+		}
+		c.JSON(http.StatusOK, gin.H{"status": "ready"})
+	})
+}
+
+// NewEngine returns a gin engine with flashgate's defaults: release mode,
+// recovery, JSON 404 and 405 answers, and no trusted proxies.
+func NewEngine() *gin.Engine {
+	gin.SetMode(gin.ReleaseMode)
+	r := gin.New()
+	// Handlers pass the gin.Context on as their context: let it carry the
+	// request's cancellation and deadline.
+	r.ContextWithFallback = true
+	r.Use(gin.CustomRecovery(func(c *gin.Context, recovered any) {
+		slog.Error("panic in handler", "path", c.FullPath(), "panic", recovered)
+		WriteError(c, voucher.ErrUnavailable)
+	}))
+	r.HandleMethodNotAllowed = true
+	r.NoRoute(func(c *gin.Context) {
+		WriteError(c, voucher.Errorf(voucher.CodeNotFound, "no such route"))
+	})
+	r.NoMethod(func(c *gin.Context) {
+		WriteError(c, voucher.Errorf(voucher.CodeMethodNotAllowed, "method not allowed on this route"))
+	})
+	_ = r.SetTrustedProxies(nil)
+	return r
+}
+
+// NewServer returns an http.Server with timeouts set, so that slow clients
+// cannot hold connections open.
+func NewServer(addr string, h http.Handler) *http.Server {
+	return &http.Server{
+		Addr:              addr,
+		Handler:           h,
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       10 * time.Second,
+		WriteTimeout:      15 * time.Second,
+		IdleTimeout:       120 * time.Second,
+		MaxHeaderBytes:    32 << 10,
+	}
+}
+
+// CodeParam returns the validated :code path parameter.
+func CodeParam(c *gin.Context) (string, error) {
+	code := c.Param("code")
+	if !voucher.ValidCode(code) {
+		return "", voucher.Errorf(voucher.CodeInvalidRequest, "code must match ^[A-Za-z0-9_-]{1,32}$")
+	}
+	return code, nil
+}
+
+// OrderParams returns the validated :code and :orderId path parameters.
+func OrderParams(c *gin.Context) (code, orderID string, err error) {
+	if code, err = CodeParam(c); err != nil {
+		return "", "", err
+	}
+	orderID = c.Param("orderId")
+	if !voucher.ValidOrderID(orderID) {
+		return "", "", voucher.Errorf(voucher.CodeInvalidRequest, "orderId must match ^[A-Za-z0-9_.:-]{1,64}$")
+	}
+	return code, orderID, nil
+}
+
+// RequestIDHeader carries one request's id from the proxy to the ledger, so
+// that their log lines can be joined.
+const RequestIDHeader = "X-Request-ID"
+
+const requestIDKey = "flashgate.requestID"
+
+// RequestID takes the caller's X-Request-ID (when it is short and printable) or
+// makes one, echoes it in the response, and keeps it on the context.
+func RequestID() gin.HandlerFunc {
+	var seq atomic.Uint64
+	prefix := strconv.FormatInt(time.Now().UnixNano()%1e9, 36)
+	return func(c *gin.Context) {
+		id := c.GetHeader(RequestIDHeader)
+		if !validRequestID(id) {
+			id = prefix + "-" + strconv.FormatUint(seq.Add(1), 36)
+		}
+		c.Set(requestIDKey, id)
+		c.Header(RequestIDHeader, id)
+	}
+}
+
+// RequestIDFrom returns the request id stored by RequestID, or "".
+func RequestIDFrom(ctx context.Context) string {
+	id, _ := ctx.Value(requestIDKey).(string)
+	return id
+}
+
+func validRequestID(id string) bool {
+	if id == "" || len(id) > 64 {
+		return false
+	}
+	for i := 0; i < len(id); i++ {
+		if c := id[i]; c <= ' ' || c > '~' {
+			return false
+		}
+	}
+	return true
+}

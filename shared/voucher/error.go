@@ -1,0 +1,82 @@
+package voucher
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Error codes are part of the public API: order services and payment callbacks
+// branch on them, so they never change once published.
+const (
+	CodeInvalidRequest      = "INVALID_REQUEST"
+	CodeUnauthorized        = "UNAUTHORIZED"
+	CodeVoucherExists       = "VOUCHER_EXISTS"
+	CodeVoucherNotFound     = "VOUCHER_NOT_FOUND"
+	CodeOutOfStock          = "OUT_OF_STOCK"
+	CodeAlreadyUsed         = "ALREADY_USED"
+	CodeOrderConflict       = "ORDER_CONFLICT"
+	CodeReservationReleased = "RESERVATION_RELEASED"
+	CodeNotEligible         = "NOT_ELIGIBLE"
+	CodeReservationExpired  = "RESERVATION_EXPIRED"
+	CodeReservationNotFound = "RESERVATION_NOT_FOUND"
+	CodeAlreadyConfirmed    = "ALREADY_CONFIRMED"
+	CodeNotFound            = "NOT_FOUND"
+	CodeMethodNotAllowed    = "METHOD_NOT_ALLOWED"
+	CodeUnavailable         = "UNAVAILABLE"
+)
+
+// Reasons given with NOT_ELIGIBLE.
+const (
+	ReasonNotStarted    = "NOT_STARTED"
+	ReasonExpired       = "EXPIRED"
+	ReasonOrderTooSmall = "ORDER_TOO_SMALL"
+)
+
+// Error is the one error type that crosses package boundaries with a code a
+// client can act on. Message is safe to show to the caller; internal details
+// stay in the logs.
+type Error struct {
+	Code    string
+	Message string
+	Reason  string // only with NOT_ELIGIBLE
+}
+
+func (e *Error) Error() string {
+	if e.Reason != "" {
+		return fmt.Sprintf("%s (%s): %s", e.Code, e.Reason, e.Message)
+	}
+	return e.Code + ": " + e.Message
+}
+
+// Errorf returns an *Error with the given code and a formatted message.
+func Errorf(code, format string, args ...any) *Error {
+	return &Error{Code: code, Message: fmt.Sprintf(format, args...)}
+}
+
+// NotEligible returns the NOT_ELIGIBLE error for a reason.
+func NotEligible(reason, message string) *Error {
+	return &Error{Code: CodeNotEligible, Reason: reason, Message: message}
+}
+
+// ErrorCode returns the code of the *Error in err's chain, or "" if there is none.
+func ErrorCode(err error) string {
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Code
+	}
+	return ""
+}
+
+// Common errors, shared so that both services word them the same way.
+var (
+	ErrOutOfStock          = &Error{Code: CodeOutOfStock, Message: "the voucher has no uses left"}
+	ErrAlreadyUsed         = &Error{Code: CodeAlreadyUsed, Message: "the customer has reached the voucher's per-customer limit"}
+	ErrOrderConflict       = &Error{Code: CodeOrderConflict, Message: "this orderId is already used with another voucher or customer"}
+	ErrReservationReleased = &Error{Code: CodeReservationReleased, Message: "this orderId's reservation was released: a new order needs a new orderId"}
+	ErrReservationExpired  = &Error{Code: CodeReservationExpired, Message: "the reservation expired or was released and no use is left"}
+	ErrReservationNotFound = &Error{Code: CodeReservationNotFound, Message: "no reservation with this orderId for this voucher"}
+	ErrAlreadyConfirmed    = &Error{Code: CodeAlreadyConfirmed, Message: "the reservation is confirmed and cannot be released"}
+	ErrVoucherNotFound     = &Error{Code: CodeVoucherNotFound, Message: "no voucher with this code"}
+	ErrVoucherExists       = &Error{Code: CodeVoucherExists, Message: "a voucher with this code already exists"}
+	ErrUnavailable         = &Error{Code: CodeUnavailable, Message: "temporarily unavailable, retry with the same orderId"}
+)
