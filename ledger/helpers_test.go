@@ -1,0 +1,219 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"regexp"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/gin-gonic/gin"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/flashgate/flashgate/migrations"
+	"github.com/flashgate/flashgate/shared/devstack"
+	"github.com/flashgate/flashgate/shared/gate"
+)
+
+func TestMain(m *testing.M) { os.Exit(devstack.RunTests(m)) }
+
+// testLedger is a ledger served over real HTTP on a real Postgres and Redis.
+type testLedger struct {
+	URL   string
+	Token string
+	pool  *pgxpool.Pool
+	store *Store
+	gate  *gate.Gate
+	jobs  *Jobs
+	led   *Ledger
+}
+
+type ledgerOptions struct {
+	token   string
+	ttl     time.Duration
+	grace   time.Duration
+	noRedis bool
+	redis   string // URL; default the shared test server
+	db      string // URL; default the shared test server
+}
+
+func newTestLedger(tb testing.TB, o ledgerOptions) *testLedger {
+	tb.Helper()
+	if o.ttl == 0 {
+		o.ttl = 15 * time.Minute
+	}
+	if o.grace == 0 {
+		o.grace = 30 * time.Second
+	}
+	if o.db == "" {
+		o.db = devstack.PostgresURL(tb)
+	}
+	ctx := context.Background()
+	require.NoError(tb, migrations.MigrateURL(ctx, o.db))
+	cfg, err := pgxpool.ParseConfig(o.db)
+	require.NoError(tb, err)
+	cfg.MaxConns = 32
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	require.NoError(tb, err)
+	tb.Cleanup(pool.Close)
+
+	var g *gate.Gate
+	if !o.noRedis {
+		if o.redis == "" {
+			o.redis = devstack.RedisURL(tb)
+		}
+		rdb, err := gate.NewClient(o.redis, gate.ClientOptions{Timeout: time.Second})
+		require.NoError(tb, err)
+		tb.Cleanup(func() { rdb.Close() })
+		g = gate.New(rdb)
+	}
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	store := NewStore(pool, o.ttl)
+	led := NewLedger(store, g, log)
+	jobs := NewJobs(led, JobsConfig{ExpiryInterval: time.Hour, ReconcileInterval: time.Hour, HangingGrace: o.grace})
+	srv := &Server{ledger: led, jobs: jobs, token: o.token, ready: func(c *gin.Context) error { return store.Ping(c) }}
+	hs := httptest.NewServer(srv.Handler())
+	tb.Cleanup(hs.Close)
+	return &testLedger{URL: hs.URL, Token: o.token, pool: pool, store: store, gate: g, jobs: jobs, led: led}
+}
+
+var codeCounter atomic.Int64
+
+var nonCode = regexp.MustCompile(`[^A-Za-z0-9]`)
+
+// newCode returns a voucher code unique to this test run.
+func newCode(tb testing.TB) string {
+	tb.Helper()
+	name := nonCode.ReplaceAllString(tb.Name(), "")
+	if len(name) > 18 {
+		name = name[len(name)-18:]
+	}
+	return fmt.Sprintf("%s-%d-%d", name, time.Now().UnixNano()%1_000_000, codeCounter.Add(1))
+}
+
+// voucherSpec builds a POST /admin/vouchers body valid now.
+type voucherSpec struct {
+	Code           string    `json:"code"`
+	DiscountAmount int64     `json:"discountAmount"`
+	MinOrderAmount int64     `json:"minOrderAmount"`
+	TotalLimit     int       `json:"totalLimit"`
+	PerUserLimit   int       `json:"perUserLimit"`
+	StartsAt       time.Time `json:"startsAt"`
+	EndsAt         time.Time `json:"endsAt"`
+	FlashSale      bool      `json:"flashSale"`
+}
+
+func spec(code string, limit, perUser int, flash bool) voucherSpec {
+	return voucherSpec{
+		Code: code, DiscountAmount: 100_000, MinOrderAmount: 1_000, TotalLimit: limit, PerUserLimit: perUser,
+		StartsAt: time.Now().Add(-time.Hour), EndsAt: time.Now().Add(time.Hour), FlashSale: flash,
+	}
+}
+
+// createVoucher creates a voucher through the admin route.
+func (l *testLedger) createVoucher(tb testing.TB, s voucherSpec) {
+	tb.Helper()
+	st, body := l.do(tb, http.MethodPost, "/admin/vouchers", s)
+	require.Equal(tb, http.StatusCreated, st, "create voucher: %s", body)
+}
+
+// reply is a decoded response.
+type reply struct {
+	Status int
+	Body   map[string]any
+	Raw    string
+}
+
+func (r reply) code() string { s, _ := r.Body["error"].(string); return s }
+
+var httpClient = &http.Client{
+	Timeout:   30 * time.Second,
+	Transport: &http.Transport{MaxIdleConnsPerHost: 512, MaxConnsPerHost: 512},
+}
+
+// call sends body (a string is sent as is, anything else as JSON).
+func call(tb testing.TB, method, url, token string, body any) reply {
+	tb.Helper()
+	var rd io.Reader
+	switch b := body.(type) {
+	case nil:
+	case string:
+		rd = strings.NewReader(b)
+	case []byte:
+		rd = bytes.NewReader(b)
+	default:
+		buf, err := json.Marshal(b)
+		if err != nil {
+			tb.Errorf("marshal: %v", err)
+			return reply{}
+		}
+		rd = bytes.NewReader(buf)
+	}
+	req, err := http.NewRequest(method, url, rd)
+	if err != nil {
+		tb.Errorf("request: %v", err)
+		return reply{}
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := httpClient.Do(req)
+	if err != nil {
+		tb.Errorf("%s %s: %v", method, url, err)
+		return reply{}
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(resp.Body)
+	r := reply{Status: resp.StatusCode, Raw: string(raw)}
+	if len(raw) > 0 {
+		_ = json.Unmarshal(raw, &r.Body)
+	}
+	return r
+}
+
+func (l *testLedger) do(tb testing.TB, method, path string, body any) (int, string) {
+	tb.Helper()
+	r := call(tb, method, l.URL+path, l.Token, body)
+	return r.Status, r.Raw
+}
+
+func (l *testLedger) call(tb testing.TB, method, path string, body any) reply {
+	tb.Helper()
+	return call(tb, method, l.URL+path, l.Token, body)
+}
+
+func claimBody(customer int64, order string, amount int64) map[string]any {
+	return map[string]any{"customerId": customer, "orderId": order, "orderAmount": amount}
+}
+
+// counts reads a voucher's counters straight from the database.
+type dbCounts struct {
+	Used, Rows, Active, MaxPerCustomer int
+}
+
+func (l *testLedger) counts(tb testing.TB, code string) dbCounts {
+	tb.Helper()
+	var c dbCounts
+	err := l.pool.QueryRow(context.Background(), `
+		SELECT v.used_count,
+		       (SELECT count(*) FROM voucher_redemption WHERE voucher_code = v.code),
+		       (SELECT count(*) FROM voucher_redemption WHERE voucher_code = v.code AND status IN ('RESERVED','CONFIRMED')),
+		       coalesce((SELECT max(n) FROM (SELECT count(*) AS n FROM voucher_redemption
+		                 WHERE voucher_code = v.code AND status IN ('RESERVED','CONFIRMED') GROUP BY customer_id) x), 0)
+		FROM voucher v WHERE v.code = $1`, code).Scan(&c.Used, &c.Rows, &c.Active, &c.MaxPerCustomer)
+	require.NoError(tb, err)
+	return c
+}

@@ -1,0 +1,73 @@
+package main
+
+import (
+	"context"
+	"log/slog"
+	"time"
+)
+
+// JobsConfig sets how often the background jobs run.
+type JobsConfig struct {
+	ExpiryInterval    time.Duration
+	ReconcileInterval time.Duration
+	HangingGrace      time.Duration // an admission younger than this may still be on its way to the DB
+	ExpiryBatch       int           // rows per sweep transaction; default 500
+}
+
+// Jobs are the ledger's background work: the expiry sweeper, the reconciler and
+// the Redis reload at start. Every job is safe with several ledgers running.
+type Jobs struct {
+	ledger *Ledger
+	cfg    JobsConfig
+	log    *slog.Logger
+}
+
+// NewJobs returns the jobs over l.
+func NewJobs(l *Ledger, cfg JobsConfig) *Jobs {
+	if cfg.ExpiryBatch <= 0 {
+		cfg.ExpiryBatch = 500
+	}
+	return &Jobs{ledger: l, cfg: cfg, log: l.log}
+}
+
+// Run reloads live flash vouchers that Redis lacks, then sweeps and reconciles
+// on their intervals until ctx ends.
+func (j *Jobs) Run(ctx context.Context) {
+	j.WarmAll(ctx)
+	sweep := time.NewTicker(j.cfg.ExpiryInterval)
+	defer sweep.Stop()
+	reconcile := time.NewTicker(j.cfg.ReconcileInterval)
+	defer reconcile.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-sweep.C:
+			if n, err := j.Sweep(ctx); err != nil {
+				j.log.Error("expiry sweep failed", "released", n, "err", err)
+			} else {
+				j.log.Info("expiry sweep", "released", n)
+			}
+		case <-reconcile.C:
+			j.ReconcileAll(ctx)
+		}
+	}
+}
+
+// WarmAll loads every live flash voucher that Redis does not hold (Load never
+// overwrites one it holds).
+func (j *Jobs) WarmAll(ctx context.Context) {
+	if j.ledger.gate == nil {
+		return
+	}
+	codes, err := j.ledger.store.LiveFlashVouchers(ctx)
+	if err != nil {
+		j.log.Error("warm flash vouchers", "err", err)
+		return
+	}
+	for _, code := range codes {
+		if err := j.ledger.Warmup(ctx, code); err != nil {
+			j.log.Error("warm flash voucher", "code", code, "err", err)
+		}
+	}
+}

@@ -1,0 +1,186 @@
+package main
+
+import (
+	"net/http"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/flashgate/flashgate/shared/httpx"
+	"github.com/flashgate/flashgate/shared/voucher"
+)
+
+// Server is the ledger's HTTP face: admin routes, the public reservation routes
+// the proxy serves too, and the internal route for admitted writes.
+type Server struct {
+	ledger *Ledger
+	jobs   *Jobs // nil in tests that do not run the background jobs
+	ready  func(*gin.Context) error
+	token  string
+}
+
+// Handler returns the gin engine with every route registered.
+func (s *Server) Handler() *gin.Engine {
+	r := httpx.NewEngine()
+	r.Use(httpx.RequestID(), httpx.Auth(s.token, httpx.OpenPaths...))
+	httpx.Health(r, s.ready)
+
+	r.POST("/admin/vouchers", s.createVoucher)
+	r.GET("/admin/vouchers/:code", s.getVoucher)
+	r.POST("/admin/vouchers/:code/warmup", s.warmup)
+	r.POST("/admin/vouchers/:code/reconcile", s.reconcile)
+
+	r.POST("/vouchers/:code/reservations", s.reserve)
+	r.GET("/vouchers/:code/reservations/:orderId", s.getReservation)
+	r.POST("/vouchers/:code/reservations/:orderId/confirm", s.confirm)
+	r.DELETE("/vouchers/:code/reservations/:orderId", s.release)
+
+	r.POST("/internal/vouchers/:code/reservations", s.writeAdmitted)
+	return r
+}
+
+func (s *Server) createVoucher(c *gin.Context) {
+	var req voucher.NewVoucher
+	if err := httpx.BindJSON(c, &req); err != nil {
+		httpx.WriteError(c, err)
+		return
+	}
+	v, err := req.Validate()
+	if err != nil {
+		httpx.WriteError(c, err)
+		return
+	}
+	v, err = s.ledger.CreateVoucher(c, v)
+	if err != nil {
+		httpx.WriteError(c, err)
+		return
+	}
+	c.JSON(http.StatusCreated, v)
+}
+
+func (s *Server) getVoucher(c *gin.Context) {
+	code, err := httpx.CodeParam(c)
+	if err != nil {
+		httpx.WriteError(c, err)
+		return
+	}
+	v, err := s.ledger.Voucher(c, code)
+	if err != nil {
+		httpx.WriteError(c, err)
+		return
+	}
+	c.JSON(http.StatusOK, v)
+}
+
+func (s *Server) warmup(c *gin.Context) {
+	code, err := httpx.CodeParam(c)
+	if err != nil {
+		httpx.WriteError(c, err)
+		return
+	}
+	if err := s.ledger.Warmup(c, code); err != nil {
+		httpx.WriteError(c, err)
+		return
+	}
+	c.JSON(http.StatusOK, gin.H{"code": code, "loaded": true})
+}
+
+func (s *Server) reconcile(c *gin.Context) {
+	code, err := httpx.CodeParam(c)
+	if err != nil {
+		httpx.WriteError(c, err)
+		return
+	}
+	if s.jobs == nil {
+		httpx.WriteError(c, voucher.ErrUnavailable)
+		return
+	}
+	rep, err := s.jobs.Reconcile(c, code)
+	if err != nil {
+		httpx.WriteError(c, err)
+		return
+	}
+	c.JSON(http.StatusOK, rep)
+}
+
+// bindClaim reads the voucher code from the path and the claim from the body.
+func bindClaim(c *gin.Context) (string, voucher.Claim, error) {
+	code, err := httpx.CodeParam(c)
+	if err != nil {
+		return "", voucher.Claim{}, err
+	}
+	var req voucher.ReserveRequest
+	if err := httpx.BindJSON(c, &req); err != nil {
+		return "", voucher.Claim{}, err
+	}
+	cl, err := req.Validate()
+	return code, cl, err
+}
+
+func (s *Server) reserve(c *gin.Context) {
+	code, cl, err := bindClaim(c)
+	if err != nil {
+		httpx.WriteError(c, err)
+		return
+	}
+	r, err := s.ledger.Reserve(c, code, cl)
+	if err != nil {
+		httpx.WriteError(c, err)
+		return
+	}
+	c.JSON(http.StatusCreated, voucher.Receipt{OrderID: r.OrderID, DiscountAmount: r.DiscountAmount})
+}
+
+func (s *Server) writeAdmitted(c *gin.Context) {
+	code, cl, err := bindClaim(c)
+	if err != nil {
+		httpx.WriteError(c, err)
+		return
+	}
+	r, err := s.ledger.WriteAdmitted(c, code, cl)
+	if err != nil {
+		httpx.WriteError(c, err)
+		return
+	}
+	c.JSON(http.StatusCreated, voucher.Receipt{OrderID: r.OrderID, DiscountAmount: r.DiscountAmount})
+}
+
+func (s *Server) getReservation(c *gin.Context) {
+	code, orderID, err := httpx.OrderParams(c)
+	if err != nil {
+		httpx.WriteError(c, err)
+		return
+	}
+	r, err := s.ledger.Reservation(c, code, orderID)
+	if err != nil {
+		httpx.WriteError(c, err)
+		return
+	}
+	c.JSON(http.StatusOK, r)
+}
+
+func (s *Server) confirm(c *gin.Context) {
+	code, orderID, err := httpx.OrderParams(c)
+	if err != nil {
+		httpx.WriteError(c, err)
+		return
+	}
+	r, err := s.ledger.Confirm(c, code, orderID)
+	if err != nil {
+		httpx.WriteError(c, err)
+		return
+	}
+	c.JSON(http.StatusOK, voucher.Confirmation{OrderID: r.OrderID, Status: r.Status, DiscountAmount: r.DiscountAmount})
+}
+
+func (s *Server) release(c *gin.Context) {
+	code, orderID, err := httpx.OrderParams(c)
+	if err != nil {
+		httpx.WriteError(c, err)
+		return
+	}
+	if err := s.ledger.Release(c, code, orderID); err != nil {
+		httpx.WriteError(c, err)
+		return
+	}
+	c.Status(http.StatusNoContent)
+}
