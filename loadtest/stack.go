@@ -1,0 +1,130 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/flashgate/flashgate/shared/devstack"
+)
+
+// StackOptions configures a local flashgate stack.
+type StackOptions struct {
+	BinDir      string   // where bin/ledger and bin/proxy are
+	Token       string   // LEDGER_TOKEN shared by ledger and proxy
+	DurablePG   bool     // fsync on, as in production
+	RedisAOF    bool     // appendonly yes, appendfsync everysec
+	LedgerEnv   []string // extra env for the ledger
+	ProxyEnv    []string // extra env for the proxy
+	LedgerAddr  string   // default a free port
+	ProxyAddr   string   // default a free port
+	ExternalDB  string   // use this DATABASE_URL instead of a throwaway server
+	ExternalRDB string   // use this REDIS_URL instead of a throwaway server
+}
+
+// Stack is a throwaway Redis and Postgres with a ledger and a proxy on them.
+type Stack struct {
+	Redis                *devstack.Redis    // nil when external
+	Postgres             *devstack.Postgres // nil when external
+	Ledger, Proxy        *devstack.Service
+	RedisURL, DBURL      string
+	LedgerURL, ProxyURL  string
+	LedgerAddr, ProxyAdd string
+	Token                string
+}
+
+// StartStack starts everything and waits until both services answer.
+func StartStack(o StackOptions) (s *Stack, err error) {
+	s = &Stack{Token: o.Token}
+	defer func() {
+		if err != nil {
+			s.Stop()
+		}
+	}()
+	if s.RedisURL = o.ExternalRDB; s.RedisURL == "" {
+		if s.Redis, err = devstack.StartRedis(devstack.RedisOptions{AOF: o.RedisAOF}); err != nil {
+			return s, err
+		}
+		s.RedisURL = s.Redis.URL()
+	}
+	if s.DBURL = o.ExternalDB; s.DBURL == "" {
+		if s.Postgres, err = devstack.StartPostgres(devstack.PostgresOptions{Durable: o.DurablePG}); err != nil {
+			return s, err
+		}
+		s.DBURL = s.Postgres.URL()
+	}
+	if s.LedgerAddr, err = addrOr(o.LedgerAddr); err != nil {
+		return s, err
+	}
+	if s.ProxyAdd, err = addrOr(o.ProxyAddr); err != nil {
+		return s, err
+	}
+	s.LedgerURL, s.ProxyURL = "http://"+s.LedgerAddr, "http://"+s.ProxyAdd
+	ledgerBin, proxyBin, err := binaries(o.BinDir)
+	if err != nil {
+		return s, err
+	}
+	env := append([]string{"LEDGER_ADDR=" + s.LedgerAddr, "DATABASE_URL=" + s.DBURL,
+		"REDIS_URL=" + s.RedisURL, "LEDGER_TOKEN=" + o.Token}, o.LedgerEnv...)
+	if s.Ledger, err = devstack.StartService("ledger", ledgerBin, env, s.LedgerURL+"/healthz"); err != nil {
+		return s, err
+	}
+	env = append([]string{"PROXY_ADDR=" + s.ProxyAdd, "REDIS_URL=" + s.RedisURL,
+		"LEDGER_URL=" + s.LedgerURL, "LEDGER_TOKEN=" + o.Token}, o.ProxyEnv...)
+	if s.Proxy, err = devstack.StartService("proxy", proxyBin, env, s.ProxyURL+"/healthz"); err != nil {
+		return s, err
+	}
+	return s, nil
+}
+
+// Stop stops the services and the servers and removes their data.
+func (s *Stack) Stop() {
+	for _, svc := range []*devstack.Service{s.Proxy, s.Ledger} {
+		if svc != nil {
+			svc.Stop()
+		}
+	}
+	if s.Postgres != nil {
+		s.Postgres.Stop()
+	}
+	if s.Redis != nil {
+		s.Redis.Stop()
+	}
+}
+
+func addrOr(addr string) (string, error) {
+	if addr != "" {
+		return addr, nil
+	}
+	port, err := devstack.FreePort()
+	if err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("127.0.0.1:%d", port), nil
+}
+
+// binaries finds bin/ledger and bin/proxy: in dir if given, else beside this
+// executable, else in ./bin.
+func binaries(dir string) (ledger, proxy string, err error) {
+	var dirs []string
+	if dir != "" {
+		dirs = append(dirs, dir)
+	}
+	if exe, err := os.Executable(); err == nil {
+		dirs = append(dirs, filepath.Dir(exe))
+	}
+	dirs = append(dirs, "bin")
+	for _, d := range dirs {
+		l, p := filepath.Join(d, "ledger"), filepath.Join(d, "proxy")
+		if isFile(l) && isFile(p) {
+			return l, p, nil
+		}
+	}
+	return "", "", errors.New("bin/ledger and bin/proxy not found: run `make build` first")
+}
+
+func isFile(p string) bool {
+	st, err := os.Stat(p)
+	return err == nil && !st.IsDir()
+}

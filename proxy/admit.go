@@ -1,0 +1,305 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"sync/atomic"
+	"time"
+
+	"github.com/dgraph-io/ristretto/v2"
+	"github.com/sony/gobreaker/v2"
+	"golang.org/x/sync/singleflight"
+
+	"github.com/flashgate/flashgate/shared/batch"
+	"github.com/flashgate/flashgate/shared/gate"
+	"github.com/flashgate/flashgate/shared/voucher"
+)
+
+// AdmitConfig tunes the admission path.
+type AdmitConfig struct {
+	SoldOutTTL      time.Duration // how long a local "sold out" flag answers for Redis
+	VoucherCacheTTL time.Duration // how long a voucher's cached terms are used
+	RedisTimeout    time.Duration // deadline of one script call
+	Coalesce        bool          // batch waiting requests per voucher into one script call
+	MaxBatch        int           // largest batch per script call
+}
+
+// Admitter decides, without touching Postgres, whether a reserve may go to the
+// ledger: cached voucher terms for eligibility, a short-lived sold-out flag,
+// then the atomic Redis reserve script, one call per voucher per round.
+type Admitter struct {
+	gate   *gate.Gate
+	ledger *LedgerClient
+	cfg    AdmitConfig
+	now    func() time.Time
+	log    *slog.Logger
+	base   context.Context
+
+	vouchers *ristretto.Cache[string, cachedVoucher]
+	soldOut  *ristretto.Cache[string, *soldOutFlag]
+	batcher  *batch.Batcher[string, gate.Item, gate.Result]
+	breaker  *gobreaker.CircuitBreaker[any]
+
+	metaFlight, warmFlight, soldOutFlight singleflight.Group
+
+	flagHits atomic.Int64 // requests answered by the sold-out flag
+}
+
+// cachedVoucher is a cache entry; found false caches "no such voucher" briefly
+// so that a flood of requests for an unknown code does not reach the ledger.
+type cachedVoucher struct {
+	v     voucher.Voucher
+	found bool
+}
+
+// soldOutFlag marks a voucher sold out. orders are the orders holding a use
+// when the flag was set: their retries still go through (and get their 201),
+// everyone else gets OUT_OF_STOCK at once.
+type soldOutFlag struct {
+	orders map[string]int64
+}
+
+// negativeTTL bounds how long an unknown voucher code is remembered.
+const negativeTTL = time.Second
+
+// NewAdmitter wires the admission path. base is the service's lifetime: batched
+// script calls run under it, not under any one request.
+func NewAdmitter(base context.Context, g *gate.Gate, ledger *LedgerClient, cfg AdmitConfig, log *slog.Logger) (*Admitter, error) {
+	vouchers, err := ristretto.NewCache(&ristretto.Config[string, cachedVoucher]{
+		NumCounters: 100_000, MaxCost: 10_000, BufferItems: 64,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("voucher cache: %w", err)
+	}
+	soldOut, err := ristretto.NewCache(&ristretto.Config[string, *soldOutFlag]{
+		NumCounters: 100_000, MaxCost: 10_000, BufferItems: 64,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("sold-out cache: %w", err)
+	}
+	a := &Admitter{
+		gate: g, ledger: ledger, cfg: cfg, now: time.Now, log: log, base: base,
+		vouchers: vouchers, soldOut: soldOut,
+	}
+	a.breaker = gobreaker.NewCircuitBreaker[any](gobreaker.Settings{
+		Name:        "redis",
+		MaxRequests: 1,
+		Timeout:     time.Second, // open for 1s, then one trial call
+		ReadyToTrip: func(c gobreaker.Counts) bool { return c.ConsecutiveFailures >= 5 },
+		IsExcluded:  func(err error) bool { return errors.Is(err, context.Canceled) },
+		OnStateChange: func(name string, from, to gobreaker.State) {
+			log.Warn("redis circuit breaker", "from", from.String(), "to", to.String())
+		},
+	})
+	a.batcher = batch.New(base, cfg.MaxBatch, a.reserveBatch)
+	return a, nil
+}
+
+// Close frees the caches.
+func (a *Admitter) Close() {
+	a.vouchers.Close()
+	a.soldOut.Close()
+}
+
+// Reserve runs a validated claim through the edge and, if admitted, through the
+// ledger, whose answer is relayed as it is. It never answers 201 unless the
+// script said RESERVED or DUPLICATE and the ledger wrote the reservation.
+func (a *Admitter) Reserve(ctx context.Context, code string, cl voucher.Claim) (Reply, error) {
+	v, err := a.Voucher(ctx, code)
+	if err != nil {
+		return Reply{}, err
+	}
+	if err := v.Eligible(a.now(), cl.OrderAmount); err != nil {
+		return Reply{}, err
+	}
+	path := "/vouchers/" + url.PathEscape(code) + "/reservations"
+	if !v.FlashSale {
+		// Standard vouchers: the ledger's guarded UPDATE is all they need.
+		return a.ledger.Do(ctx, http.MethodPost, path, cl)
+	}
+	if a.flagged(code, cl.OrderID) {
+		a.flagHits.Add(1)
+		return Reply{}, voucher.ErrOutOfStock
+	}
+	res, err := a.admit(ctx, code, cl)
+	if err == nil && res == gate.NotLoaded {
+		// Redis lost the voucher (restart, flush, eviction): have the ledger
+		// load it from the database, once for all waiting requests, and retry.
+		if err = a.warmup(ctx, code); err == nil {
+			res, err = a.admit(ctx, code, cl)
+		}
+	}
+	if err != nil {
+		return Reply{}, err
+	}
+	switch res {
+	case gate.Reserved, gate.Duplicate:
+		return a.ledger.Do(ctx, http.MethodPost, "/internal"+path, cl)
+	case gate.OutOfStock:
+		return Reply{}, voucher.ErrOutOfStock
+	case gate.AlreadyUsed:
+		return Reply{}, voucher.ErrAlreadyUsed
+	case gate.OrderConflict:
+		return Reply{}, voucher.ErrOrderConflict
+	}
+	return Reply{}, fmt.Errorf("reserve %s: gate answered %s: %w", code, res, voucher.ErrUnavailable)
+}
+
+// admit runs the reserve script for one claim, batched with its neighbours
+// when coalescing is on.
+func (a *Admitter) admit(ctx context.Context, code string, cl voucher.Claim) (gate.Result, error) {
+	item := gate.Item{CustomerID: cl.CustomerID, OrderID: cl.OrderID}
+	if a.cfg.Coalesce {
+		res, err := a.batcher.Do(ctx, code, item)
+		if err != nil && !errors.Is(err, voucher.ErrUnavailable) {
+			err = fmt.Errorf("reserve %s: %v: %w", code, err, voucher.ErrUnavailable)
+		}
+		return res, err
+	}
+	rs, err := a.reserveBatch(ctx, code, []gate.Item{item})
+	if err != nil {
+		return 0, err
+	}
+	return rs[0], nil
+}
+
+// reserveBatch is one script call for a batch of one voucher's items, under a
+// deadline and the circuit breaker, so that a dead or slow Redis costs a fast
+// 503 rather than a pile of waiting requests.
+func (a *Admitter) reserveBatch(ctx context.Context, code string, items []gate.Item) ([]gate.Result, error) {
+	ctx, cancel := context.WithTimeout(ctx, a.cfg.RedisTimeout)
+	defer cancel()
+	var remaining int64
+	out, err := a.breaker.Execute(func() (any, error) {
+		rs, rem, err := a.gate.Reserve(ctx, code, items)
+		remaining = rem
+		return rs, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("reserve %s in redis: %v: %w", code, err, voucher.ErrUnavailable)
+	}
+	rs := out.([]gate.Result)
+	if remaining <= 0 && len(rs) > 0 && rs[0] != gate.NotLoaded {
+		a.flagSoldOut(code)
+	}
+	return rs, nil
+}
+
+// flagged reports whether the sold-out flag answers for this order.
+func (a *Admitter) flagged(code, orderID string) bool {
+	f, ok := a.soldOut.Get(code)
+	if !ok {
+		return false
+	}
+	_, holds := f.orders[orderID]
+	return !holds
+}
+
+// flagSoldOut sets the sold-out flag, with the orders that hold uses now so
+// that their retries are still answered with their 201. One caller per voucher
+// does the work; a failure only leaves the flag unset (it is a hint).
+func (a *Admitter) flagSoldOut(code string) {
+	if _, ok := a.soldOut.Get(code); ok {
+		return
+	}
+	_, _, _ = a.soldOutFlight.Do(code, func() (any, error) {
+		ctx, cancel := context.WithTimeout(a.base, a.cfg.RedisTimeout)
+		defer cancel()
+		st, loaded, err := a.gate.State(ctx, code)
+		if err != nil || !loaded || st.Remaining > 0 {
+			return nil, err
+		}
+		f := &soldOutFlag{orders: make(map[string]int64, len(st.Orders))}
+		for _, o := range st.Orders {
+			f.orders[o.OrderID] = o.CustomerID
+		}
+		a.soldOut.SetWithTTL(code, f, 1, a.cfg.SoldOutTTL)
+		a.soldOut.Wait()
+		return nil, nil
+	})
+}
+
+// Unflag drops the sold-out flag of a voucher, as when a release passed
+// through this proxy and gave a use back.
+func (a *Admitter) Unflag(code string) { a.soldOut.Del(code) }
+
+// Voucher returns a voucher's terms: from the local cache, else from Redis's
+// copy, else from the ledger. Concurrent misses for one code share one lookup.
+func (a *Admitter) Voucher(ctx context.Context, code string) (voucher.Voucher, error) {
+	if cv, ok := a.vouchers.Get(code); ok {
+		if !cv.found {
+			return voucher.Voucher{}, voucher.ErrVoucherNotFound
+		}
+		return cv.v, nil
+	}
+	out, err, _ := a.metaFlight.Do(code, func() (any, error) {
+		if v, ok := a.metaFromRedis(ctx, code); ok {
+			a.cacheVoucher(code, cachedVoucher{v: v, found: true}, a.cfg.VoucherCacheTTL)
+			return v, nil
+		}
+		v, err := a.ledger.Voucher(ctx, code)
+		if voucher.ErrorCode(err) == voucher.CodeVoucherNotFound {
+			a.cacheVoucher(code, cachedVoucher{}, min(negativeTTL, a.cfg.VoucherCacheTTL))
+			return nil, err
+		}
+		if err != nil {
+			return nil, err
+		}
+		a.cacheVoucher(code, cachedVoucher{v: v, found: true}, a.cfg.VoucherCacheTTL)
+		return v, nil
+	})
+	if err != nil {
+		return voucher.Voucher{}, err
+	}
+	return out.(voucher.Voucher), nil
+}
+
+func (a *Admitter) cacheVoucher(code string, cv cachedVoucher, ttl time.Duration) {
+	a.vouchers.SetWithTTL(code, cv, 1, ttl)
+	a.vouchers.Wait()
+}
+
+// metaFromRedis reads the voucher's terms from Redis's copy; any failure just
+// sends the caller to the ledger.
+func (a *Admitter) metaFromRedis(ctx context.Context, code string) (voucher.Voucher, bool) {
+	ctx, cancel := context.WithTimeout(ctx, a.cfg.RedisTimeout)
+	defer cancel()
+	out, err := a.breaker.Execute(func() (any, error) {
+		m, _, ok, err := a.gate.Meta(ctx, code)
+		if err != nil || !ok {
+			return nil, err
+		}
+		return m, nil
+	})
+	if err != nil || out == nil {
+		return voucher.Voucher{}, false
+	}
+	m := out.(gate.Meta)
+	return voucher.Voucher{
+		Code: code, DiscountAmount: m.DiscountAmount, MinOrderAmount: m.MinOrderAmount,
+		TotalLimit: m.TotalLimit, PerUserLimit: m.PerUserLimit,
+		StartsAt: m.StartsAt, EndsAt: m.EndsAt, FlashSale: m.FlashSale,
+	}, true
+}
+
+// warmup asks the ledger to load a voucher into Redis, one call per voucher at
+// a time however many requests saw NOT_LOADED.
+func (a *Admitter) warmup(ctx context.Context, code string) error {
+	_, err, _ := a.warmFlight.Do(code, func() (any, error) {
+		a.log.Info("voucher not loaded in redis: asking the ledger to load it", "code", code)
+		return nil, a.ledger.Warmup(ctx, code)
+	})
+	return err
+}
+
+// Ready reports whether Redis answers (through the breaker's eyes).
+func (a *Admitter) Ready() error {
+	if a.breaker.State() == gobreaker.StateOpen {
+		return errors.New("redis circuit breaker is open")
+	}
+	return nil
+}

@@ -1,0 +1,213 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/flashgate/flashgate/shared/devstack"
+	"github.com/flashgate/flashgate/shared/gate"
+)
+
+func TestMain(m *testing.M) { os.Exit(devstack.RunTests(m)) }
+
+var (
+	buildOnce   sync.Once
+	ledgerBin   string
+	buildErr    error
+	buildOutput []byte
+)
+
+// ledgerBinary builds bin/ledger once per test binary: the proxy is tested
+// against the real ledger process.
+func ledgerBinary(tb testing.TB) string {
+	tb.Helper()
+	buildOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "flashgate-ledger-bin-")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		ledgerBin = filepath.Join(dir, "ledger")
+		cmd := exec.Command("go", "build", "-o", ledgerBin, "../ledger")
+		buildOutput, buildErr = cmd.CombinedOutput()
+	})
+	require.NoError(tb, buildErr, "build ledger: %s", buildOutput)
+	return ledgerBin
+}
+
+// stack is a real ledger process and an in-process proxy over real servers.
+type stack struct {
+	ProxyURL  string
+	LedgerURL string
+	Ledger    *devstack.Service
+	admit     *Admitter
+	gate      *gate.Gate
+	rdb       redis.UniversalClient
+	pool      *pgxpool.Pool
+}
+
+type stackOptions struct {
+	redisURL, dbURL string
+	soldOutTTL      time.Duration
+	coalesce        bool
+	ledgerEnv       []string
+}
+
+func newStack(tb testing.TB, o stackOptions) *stack {
+	tb.Helper()
+	if o.redisURL == "" {
+		o.redisURL = devstack.RedisURL(tb)
+	}
+	if o.dbURL == "" {
+		o.dbURL = devstack.PostgresURL(tb)
+	}
+	if o.soldOutTTL == 0 {
+		o.soldOutTTL = 2 * time.Second
+	}
+	port, err := devstack.FreePort()
+	require.NoError(tb, err)
+	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	env := append([]string{
+		"LEDGER_ADDR=" + addr, "DATABASE_URL=" + o.dbURL, "REDIS_URL=" + o.redisURL,
+		"LEDGER_TOKEN=test-token", "EXPIRY_INTERVAL=1h", "RECONCILE_INTERVAL=1h",
+	}, o.ledgerEnv...)
+	led, err := devstack.StartService("ledger", ledgerBinary(tb), env, "http://"+addr+"/healthz")
+	require.NoError(tb, err)
+	tb.Cleanup(func() { led.Stop() })
+
+	rdb, err := gate.NewClient(o.redisURL, gate.ClientOptions{Timeout: 250 * time.Millisecond})
+	require.NoError(tb, err)
+	tb.Cleanup(func() { rdb.Close() })
+	ctx, cancel := context.WithCancel(context.Background())
+	tb.Cleanup(cancel)
+	g := gate.New(rdb)
+	lc := NewLedgerClient("http://"+addr, "test-token", 10*time.Second)
+	admit, err := NewAdmitter(ctx, g, lc, AdmitConfig{
+		SoldOutTTL: o.soldOutTTL, VoucherCacheTTL: 5 * time.Second, RedisTimeout: 250 * time.Millisecond,
+		Coalesce: o.coalesce, MaxBatch: 256,
+	}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	require.NoError(tb, err)
+	tb.Cleanup(admit.Close)
+	srv := &Server{admit: admit, ledger: lc, ready: func(context.Context) error { return nil }}
+	hs := httptest.NewServer(srv.Handler())
+	tb.Cleanup(hs.Close)
+
+	pool, err := pgxpool.New(context.Background(), o.dbURL)
+	require.NoError(tb, err)
+	tb.Cleanup(pool.Close)
+	return &stack{ProxyURL: hs.URL, LedgerURL: "http://" + addr, Ledger: led, admit: admit, gate: g, rdb: rdb, pool: pool}
+}
+
+var codeSeq atomic.Int64
+var nonAlnum = regexp.MustCompile(`[^A-Za-z0-9]`)
+
+func newCode(tb testing.TB) string {
+	name := nonAlnum.ReplaceAllString(tb.Name(), "")
+	if len(name) > 16 {
+		name = name[len(name)-16:]
+	}
+	return fmt.Sprintf("%s-%d-%d", name, time.Now().UnixNano()%1_000_000, codeSeq.Add(1))
+}
+
+// createVoucher creates a voucher through the ledger's admin route.
+func (s *stack) createVoucher(tb testing.TB, code string, limit, perUser int, flash bool) {
+	tb.Helper()
+	r := call(tb, "POST", s.LedgerURL+"/admin/vouchers", "test-token", map[string]any{
+		"code": code, "discountAmount": 100_000, "minOrderAmount": 1_000, "totalLimit": limit,
+		"perUserLimit": perUser, "flashSale": flash,
+		"startsAt": time.Now().Add(-time.Hour).Format(time.RFC3339), "endsAt": time.Now().Add(time.Hour).Format(time.RFC3339),
+	})
+	require.Equal(tb, 201, r.Status, r.Raw)
+}
+
+func (s *stack) reserve(tb testing.TB, code string, customer int64, order string) reply {
+	return call(tb, "POST", s.ProxyURL+"/vouchers/"+code+"/reservations", "",
+		map[string]any{"customerId": customer, "orderId": order, "orderAmount": 5_000})
+}
+
+type reply struct {
+	Status int
+	Body   map[string]any
+	Raw    string
+	Header http.Header
+}
+
+func (r reply) code() string { s, _ := r.Body["error"].(string); return s }
+
+var client = &http.Client{
+	Timeout:   30 * time.Second,
+	Transport: &http.Transport{MaxIdleConnsPerHost: 1024},
+}
+
+func call(tb testing.TB, method, url, token string, body any) reply {
+	var rd io.Reader
+	if body != nil {
+		buf, _ := json.Marshal(body)
+		rd = bytes.NewReader(buf)
+	}
+	req, err := http.NewRequest(method, url, rd)
+	if err != nil {
+		tb.Errorf("request: %v", err)
+		return reply{}
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		tb.Errorf("%s %s: %v", method, url, err)
+		return reply{}
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(resp.Body)
+	r := reply{Status: resp.StatusCode, Raw: string(raw), Header: resp.Header}
+	_ = json.Unmarshal(raw, &r.Body)
+	return r
+}
+
+// dbState is a voucher as the database sees it.
+type dbState struct {
+	Used, Active, MaxPerCustomer, Remaining int
+}
+
+func (s *stack) db(tb testing.TB, code string) dbState {
+	tb.Helper()
+	var d dbState
+	require.NoError(tb, s.pool.QueryRow(context.Background(), `
+		SELECT v.used_count, v.total_limit - v.used_count,
+		       (SELECT count(*) FROM voucher_redemption WHERE voucher_code = v.code AND status IN ('RESERVED','CONFIRMED')),
+		       coalesce((SELECT max(n) FROM (SELECT count(*) AS n FROM voucher_redemption
+		                 WHERE voucher_code = v.code AND status IN ('RESERVED','CONFIRMED') GROUP BY customer_id) x), 0)
+		FROM voucher v WHERE v.code = $1`, code).Scan(&d.Used, &d.Remaining, &d.Active, &d.MaxPerCustomer))
+	return d
+}
+
+// redisRemaining reads the gate's counter.
+func (s *stack) redisRemaining(tb testing.TB, code string) int64 {
+	tb.Helper()
+	st, loaded, err := s.gate.State(context.Background(), code)
+	require.NoError(tb, err)
+	require.True(tb, loaded, "voucher %s not loaded in redis", code)
+	return st.Remaining
+}

@@ -1,0 +1,118 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"time"
+
+	"github.com/flashgate/flashgate/shared/httpx"
+	"github.com/flashgate/flashgate/shared/voucher"
+)
+
+// LedgerClient calls the ledger. Any failure to get an answer (refused,
+// timed out, cut) is voucher.ErrUnavailable for the client: it retries with the
+// same orderId, which is always safe.
+type LedgerClient struct {
+	base  string
+	token string
+	http  *http.Client
+}
+
+// NewLedgerClient returns a client for the ledger at base (http://host:port).
+func NewLedgerClient(base, token string, timeout time.Duration) *LedgerClient {
+	return &LedgerClient{
+		base:  base,
+		token: token,
+		http: &http.Client{
+			Timeout: timeout,
+			Transport: &http.Transport{
+				MaxIdleConns:        1024,
+				MaxIdleConnsPerHost: 1024,
+				IdleConnTimeout:     90 * time.Second,
+			},
+		},
+	}
+}
+
+// Reply is a ledger answer relayed as it is: the proxy serves the same bodies.
+type Reply struct {
+	Status int
+	Body   []byte
+}
+
+// Do sends one request to the ledger and returns its answer.
+func (l *LedgerClient) Do(ctx context.Context, method, path string, body any) (Reply, error) {
+	var rd io.Reader
+	if body != nil {
+		buf, err := json.Marshal(body)
+		if err != nil {
+			return Reply{}, fmt.Errorf("encode %s: %w", path, err)
+		}
+		rd = bytes.NewReader(buf)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, l.base+path, rd)
+	if err != nil {
+		return Reply{}, fmt.Errorf("ledger request %s: %w", path, err)
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if l.token != "" {
+		req.Header.Set("Authorization", "Bearer "+l.token)
+	}
+	if id := httpx.RequestIDFrom(ctx); id != "" {
+		req.Header.Set(httpx.RequestIDHeader, id)
+	}
+	resp, err := l.http.Do(req)
+	if err != nil {
+		return Reply{}, fmt.Errorf("ledger %s %s: %v: %w", method, path, err, voucher.ErrUnavailable)
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if err != nil {
+		return Reply{}, fmt.Errorf("ledger %s %s: read: %v: %w", method, path, err, voucher.ErrUnavailable)
+	}
+	return Reply{Status: resp.StatusCode, Body: raw}, nil
+}
+
+// Voucher reads a voucher from the ledger's admin route.
+func (l *LedgerClient) Voucher(ctx context.Context, code string) (voucher.Voucher, error) {
+	rep, err := l.Do(ctx, http.MethodGet, "/admin/vouchers/"+url.PathEscape(code), nil)
+	if err != nil {
+		return voucher.Voucher{}, err
+	}
+	if rep.Status != http.StatusOK {
+		return voucher.Voucher{}, rep.err()
+	}
+	var v voucher.Voucher
+	if err := json.Unmarshal(rep.Body, &v); err != nil {
+		return voucher.Voucher{}, fmt.Errorf("decode voucher %s: %v: %w", code, err, voucher.ErrUnavailable)
+	}
+	return v, nil
+}
+
+// Warmup asks the ledger to load a flash voucher into Redis.
+func (l *LedgerClient) Warmup(ctx context.Context, code string) error {
+	rep, err := l.Do(ctx, http.MethodPost, "/admin/vouchers/"+url.PathEscape(code)+"/warmup", nil)
+	if err != nil {
+		return err
+	}
+	if rep.Status != http.StatusOK {
+		return rep.err()
+	}
+	return nil
+}
+
+// err turns a ledger error answer back into the domain error it carries.
+func (r Reply) err() error {
+	var body struct{ Error, Message, Reason string }
+	if json.Unmarshal(r.Body, &body) != nil || body.Error == "" {
+		return fmt.Errorf("ledger answered %d: %w", r.Status, voucher.ErrUnavailable)
+	}
+	return &voucher.Error{Code: body.Error, Message: body.Message, Reason: body.Reason}
+}

@@ -1,0 +1,155 @@
+// Command proxy is flashgate's edge: it answers every reserve that will not be
+// admitted without touching Postgres (validation, eligibility, a sold-out flag
+// and the atomic Redis script, batched per voucher) and forwards only the
+// admitted ones to the ledger.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"os"
+	"os/signal"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/flashgate/flashgate/shared/gate"
+	"github.com/flashgate/flashgate/shared/httpx"
+)
+
+// Config is everything the proxy reads from its environment, read once in main.
+type Config struct {
+	Addr            string        // PROXY_ADDR
+	RedisURL        string        // REDIS_URL
+	LedgerURL       string        // LEDGER_URL
+	LedgerToken     string        // LEDGER_TOKEN: sent to the ledger
+	Token           string        // PROXY_TOKEN: required from clients when set
+	SoldOutTTL      time.Duration // SOLDOUT_TTL
+	VoucherCacheTTL time.Duration // VOUCHER_CACHE_TTL
+	RedisTimeout    time.Duration // REDIS_TIMEOUT
+	LedgerTimeout   time.Duration // LEDGER_TIMEOUT
+	Coalesce        bool          // PROXY_COALESCE (on|off)
+	MaxBatch        int           // PROXY_MAX_BATCH
+}
+
+func configFromEnv() (Config, error) {
+	c := Config{
+		Addr:        env("PROXY_ADDR", "127.0.0.1:8080"),
+		RedisURL:    os.Getenv("REDIS_URL"),
+		LedgerURL:   env("LEDGER_URL", "http://127.0.0.1:8081"),
+		LedgerToken: os.Getenv("LEDGER_TOKEN"),
+		Token:       os.Getenv("PROXY_TOKEN"),
+	}
+	var err error
+	durations := []struct {
+		name string
+		def  time.Duration
+		dst  *time.Duration
+	}{
+		{"SOLDOUT_TTL", 2 * time.Second, &c.SoldOutTTL},
+		{"VOUCHER_CACHE_TTL", 5 * time.Second, &c.VoucherCacheTTL},
+		{"REDIS_TIMEOUT", 250 * time.Millisecond, &c.RedisTimeout},
+		{"LEDGER_TIMEOUT", 10 * time.Second, &c.LedgerTimeout},
+	}
+	for _, d := range durations {
+		if *d.dst, err = envDuration(d.name, d.def); err != nil {
+			return c, err
+		}
+	}
+	switch v := env("PROXY_COALESCE", "on"); v {
+	case "on":
+		c.Coalesce = true
+	case "off":
+	default:
+		return c, fmt.Errorf("PROXY_COALESCE must be on or off, not %q", v)
+	}
+	if c.MaxBatch, err = strconv.Atoi(env("PROXY_MAX_BATCH", "256")); err != nil || c.MaxBatch < 1 {
+		return c, errors.New("PROXY_MAX_BATCH must be a positive integer")
+	}
+	if c.RedisURL == "" {
+		return c, errors.New("REDIS_URL is required")
+	}
+	return c, nil
+}
+
+func env(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
+}
+
+func envDuration(name string, def time.Duration) (time.Duration, error) {
+	v := os.Getenv(name)
+	if v == "" {
+		return def, nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d <= 0 {
+		return 0, fmt.Errorf("%s must be a positive duration such as 2s or 250ms", name)
+	}
+	return d, nil
+}
+
+func main() {
+	log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
+	slog.SetDefault(log)
+	cfg, err := configFromEnv()
+	if err != nil {
+		log.Error("bad configuration", "err", err)
+		os.Exit(2)
+	}
+	if err := run(cfg, log); err != nil {
+		log.Error("proxy stopped", "err", err)
+		os.Exit(1)
+	}
+}
+
+func run(cfg Config, log *slog.Logger) error {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+
+	rdb, err := gate.NewClient(cfg.RedisURL, gate.ClientOptions{Timeout: cfg.RedisTimeout})
+	if err != nil {
+		return err
+	}
+	defer rdb.Close()
+	ledger := NewLedgerClient(cfg.LedgerURL, cfg.LedgerToken, cfg.LedgerTimeout)
+	admit, err := NewAdmitter(ctx, gate.New(rdb), ledger, AdmitConfig{
+		SoldOutTTL: cfg.SoldOutTTL, VoucherCacheTTL: cfg.VoucherCacheTTL, RedisTimeout: cfg.RedisTimeout,
+		Coalesce: cfg.Coalesce, MaxBatch: cfg.MaxBatch,
+	}, log)
+	if err != nil {
+		return err
+	}
+	defer admit.Close()
+	srv := &Server{admit: admit, ledger: ledger, token: cfg.Token, ready: func(c context.Context) error {
+		if err := rdb.Ping(c).Err(); err != nil {
+			return fmt.Errorf("redis: %w", err)
+		}
+		if _, err := ledger.Do(c, http.MethodGet, "/readyz", nil); err != nil {
+			return fmt.Errorf("ledger: %w", err)
+		}
+		return nil
+	}}
+
+	httpSrv := httpx.NewServer(cfg.Addr, srv.Handler())
+	errc := make(chan error, 1)
+	go func() { errc <- httpSrv.ListenAndServe() }()
+	log.Info("proxy listening", "addr", cfg.Addr, "ledger", cfg.LedgerURL, "coalesce", cfg.Coalesce)
+
+	select {
+	case err := <-errc:
+		if !errors.Is(err, http.ErrServerClosed) {
+			return err
+		}
+	case <-ctx.Done():
+	}
+	log.Info("proxy shutting down")
+	shutCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	return httpSrv.Shutdown(shutCtx)
+}

@@ -1,0 +1,139 @@
+// Package batch is "natural batching": while one call for a key is in flight,
+// new items for that key queue; when it returns, the whole queue (up to a cap)
+// goes in the next call. There is no timer, so a lone item goes at once and pays
+// no added latency, and under load the batches grow by themselves. The proxy
+// batches reserve-script calls per voucher with it, the ledger its writes.
+package batch
+
+import (
+	"context"
+	"fmt"
+	"sync"
+)
+
+// Func runs one batch for key and returns one result per item, in order. An
+// error fails every item of the batch.
+type Func[K comparable, T, R any] func(ctx context.Context, key K, items []T) ([]R, error)
+
+// Batcher runs Func over queued items, one call in flight per key.
+type Batcher[K comparable, T, R any] struct {
+	fn   Func[K, T, R]
+	max  int
+	base context.Context
+
+	mu     sync.Mutex
+	queues map[K]*queue[T, R]
+	sizes  func(int) // observes each batch's size; may be nil
+}
+
+type queue[T, R any] struct {
+	waiting []*waiter[T, R]
+}
+
+type waiter[T, R any] struct {
+	ctx  context.Context
+	item T
+	done chan result[R]
+}
+
+type result[R any] struct {
+	r   R
+	err error
+}
+
+// New returns a Batcher that calls fn with at most max items at a time. Calls
+// run under base (the service's lifetime), not under any one caller's context,
+// since a batch serves many callers; fn sets its own deadline.
+func New[K comparable, T, R any](base context.Context, max int, fn Func[K, T, R]) *Batcher[K, T, R] {
+	if max < 1 {
+		max = 1
+	}
+	return &Batcher[K, T, R]{fn: fn, max: max, base: base, queues: map[K]*queue[T, R]{}}
+}
+
+// ObserveSizes makes the Batcher report each batch's size to f (for metrics).
+func (b *Batcher[K, T, R]) ObserveSizes(f func(int)) { b.sizes = f }
+
+// Do queues item for key and waits for its result. If ctx ends first, Do
+// returns ctx's error; an item whose batch already started still runs, and an
+// item still queued is dropped from its batch.
+func (b *Batcher[K, T, R]) Do(ctx context.Context, key K, item T) (R, error) {
+	w := &waiter[T, R]{ctx: ctx, item: item, done: make(chan result[R], 1)}
+	b.mu.Lock()
+	q, running := b.queues[key]
+	if !running {
+		q = &queue[T, R]{}
+		b.queues[key] = q
+	}
+	q.waiting = append(q.waiting, w)
+	b.mu.Unlock()
+	if !running {
+		go b.drain(key, q)
+	}
+	select {
+	case res := <-w.done:
+		return res.r, res.err
+	case <-ctx.Done():
+		var zero R
+		return zero, ctx.Err()
+	}
+}
+
+// drain runs batches for key until its queue is empty, then retires the queue.
+func (b *Batcher[K, T, R]) drain(key K, q *queue[T, R]) {
+	for {
+		b.mu.Lock()
+		n := min(len(q.waiting), b.max)
+		if n == 0 {
+			delete(b.queues, key)
+			b.mu.Unlock()
+			return
+		}
+		taken := q.waiting[:n:n]
+		q.waiting = q.waiting[n:]
+		b.mu.Unlock()
+		b.run(key, taken)
+	}
+}
+
+func (b *Batcher[K, T, R]) run(key K, taken []*waiter[T, R]) {
+	live := taken[:0:0]
+	items := make([]T, 0, len(taken))
+	for _, w := range taken {
+		if err := w.ctx.Err(); err != nil {
+			w.done <- result[R]{err: err}
+			continue
+		}
+		live = append(live, w)
+		items = append(items, w.item)
+	}
+	if len(live) == 0 {
+		return
+	}
+	if b.sizes != nil {
+		b.sizes(len(items))
+	}
+	rs, err := b.call(key, items)
+	for i, w := range live {
+		if err != nil {
+			w.done <- result[R]{err: err}
+			continue
+		}
+		w.done <- result[R]{r: rs[i]}
+	}
+}
+
+// call runs fn, turning a panic or a wrong result count into an error so that
+// no waiter is left hanging.
+func (b *Batcher[K, T, R]) call(key K, items []T) (rs []R, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("batch for %v panicked: %v", key, p)
+		}
+	}()
+	rs, err = b.fn(b.base, key, items)
+	if err == nil && len(rs) != len(items) {
+		err = fmt.Errorf("batch for %v: %d results for %d items", key, len(rs), len(items))
+	}
+	return rs, err
+}
