@@ -15,16 +15,18 @@ import (
 // Ledger is the ledger's use cases: the Postgres store, and for flash vouchers
 // the Redis gate kept in step with it. Postgres decides; Redis is told after.
 type Ledger struct {
-	store *Store
-	gate  *gate.Gate // nil when no Redis is configured: flash vouchers are then unavailable
-	log   *slog.Logger
+	store  *Store
+	writer *Writer
+	gate   *gate.Gate // nil when no Redis is configured: flash vouchers are then unavailable
+	log    *slog.Logger
 
 	warming singleflight.Group
 }
 
-// NewLedger returns a Ledger over store and g (g may be nil).
-func NewLedger(store *Store, g *gate.Gate, log *slog.Logger) *Ledger {
-	return &Ledger{store: store, gate: g, log: log}
+// NewLedger returns a Ledger over store, writing admitted reservations with w,
+// and g (g may be nil).
+func NewLedger(store *Store, w *Writer, g *gate.Gate, log *slog.Logger) *Ledger {
+	return &Ledger{store: store, writer: w, gate: g, log: log}
 }
 
 // errNoGate answers flash-voucher operations when the ledger has no Redis.
@@ -184,26 +186,10 @@ func (l *Ledger) WriteAdmitted(ctx context.Context, code string, cl voucher.Clai
 }
 
 func (l *Ledger) writeAdmitted(ctx context.Context, code string, cl voucher.Claim) (voucher.Reservation, error) {
-	v, err := l.store.Terms(ctx, code)
-	if err != nil {
-		return voucher.Reservation{}, err
+	if r, found, err := l.store.Existing(ctx, code, cl); found || err != nil {
+		return r, err // a retry: answered without joining a write batch
 	}
-	if !v.FlashSale {
-		return voucher.Reservation{}, voucher.Errorf(voucher.CodeInvalidRequest, "voucher %s is not a flash-sale voucher", code)
-	}
-	for {
-		if r, found, err := l.store.Existing(ctx, code, cl); found || err != nil {
-			return r, err
-		}
-		if cl.OrderAmount < v.MinOrderAmount {
-			return voucher.Reservation{}, voucher.NotEligible(voucher.ReasonOrderTooSmall, "the order amount is below the voucher's minimum")
-		}
-		r, err := l.store.Insert(ctx, v, cl)
-		if errors.Is(err, errOrderTaken) {
-			continue
-		}
-		return r, err
-	}
+	return l.writer.Write(ctx, code, cl)
 }
 
 // Confirm confirms a reservation (idempotent). A late payment takes a use again

@@ -35,6 +35,7 @@ type Config struct {
 	ReconcileInterval time.Duration // RECONCILE_INTERVAL
 	HangingGrace      time.Duration // HANGING_GRACE
 	MaxConns          int32         // DB_MAX_CONNS
+	WriteBatch        int           // WRITE_MAX_BATCH: most admitted writes per transaction
 }
 
 func configFromEnv() (Config, error) {
@@ -65,6 +66,9 @@ func configFromEnv() (Config, error) {
 		return c, fmt.Errorf("DB_MAX_CONNS must be an integer >= 2")
 	}
 	c.MaxConns = int32(n)
+	if c.WriteBatch, err = strconv.Atoi(env("WRITE_MAX_BATCH", "256")); err != nil || c.WriteBatch < 1 {
+		return c, fmt.Errorf("WRITE_MAX_BATCH must be a positive integer")
+	}
 	if c.DatabaseURL == "" {
 		return c, errors.New("DATABASE_URL is required")
 	}
@@ -138,7 +142,8 @@ func run(cfg Config, log *slog.Logger) error {
 	}
 
 	store := NewStore(pool, cfg.ReservationTTL)
-	ledger := NewLedger(store, g, log)
+	writer := NewWriter(ctx, store, cfg.WriteBatch, 10*time.Second)
+	ledger := NewLedger(store, writer, g, log)
 	jobs := NewJobs(ledger, JobsConfig{
 		ExpiryInterval: cfg.ExpiryInterval, ReconcileInterval: cfg.ReconcileInterval, HangingGrace: cfg.HangingGrace,
 	})

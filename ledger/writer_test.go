@@ -1,0 +1,128 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/flashgate/flashgate/shared/voucher"
+)
+
+// newWriter returns a Writer over l's store that records batch sizes.
+func newWriter(tb testing.TB, l *testLedger) (*Writer, *[]int) {
+	ctx, cancel := context.WithCancel(context.Background())
+	tb.Cleanup(cancel)
+	w := NewWriter(ctx, l.store, 256, 10*time.Second)
+	var mu sync.Mutex
+	sizes := &[]int{}
+	w.ObserveSizes(func(n int) { mu.Lock(); *sizes = append(*sizes, n); mu.Unlock() })
+	return w, sizes
+}
+
+// Many concurrent admitted writes for one voucher: exact counts, grouped into
+// few transactions, and the ones past the stock fail alone with OUT_OF_STOCK.
+func TestWriterGroupCommitExact(t *testing.T) {
+	t.Parallel()
+	l := newTestLedger(t, ledgerOptions{noRedis: true})
+	code := newCode(t)
+	l.createVoucher(t, spec(code, 300, 2, true))
+	w, sizes := newWriter(t, l)
+
+	const n = 400 // 100 more than the stock: the database's guards refuse them
+	var ok, soldOut, other atomic.Int64
+	var wg sync.WaitGroup
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			cl := voucher.Claim{CustomerID: int64(i/2 + 1), OrderID: fmt.Sprintf("%s-%d", code, i), OrderAmount: 5_000}
+			r, err := w.Write(context.Background(), code, cl)
+			switch {
+			case err == nil && r.OrderID == cl.OrderID && r.Status == voucher.Reserved:
+				ok.Add(1)
+			case voucher.ErrorCode(err) == voucher.CodeOutOfStock:
+				soldOut.Add(1)
+			default:
+				other.Add(1)
+				t.Errorf("Write(%v) = %v, %v", cl, r, err)
+			}
+		}()
+	}
+	wg.Wait()
+	assert.EqualValues(t, 300, ok.Load())
+	assert.EqualValues(t, 100, soldOut.Load())
+	assert.Equal(t, dbCounts{Used: 300, Rows: 300, Active: 300, MaxPerCustomer: 2}, l.counts(t, code))
+	t.Logf("%d writes in %d batches %v", n, len(*sizes), *sizes)
+	assert.Less(t, len(*sizes), n/2, "writes were not grouped")
+}
+
+// A batch holding an item that breaks a guard falls back to item by item:
+// only that item fails.
+func TestWriterOneBadItemFailsAlone(t *testing.T) {
+	t.Parallel()
+	l := newTestLedger(t, ledgerOptions{noRedis: true})
+	code := newCode(t)
+	l.createVoucher(t, spec(code, 100, 1, true))
+	w, _ := newWriter(t, l)
+	// Customer 1 already holds its one use.
+	_, err := w.Write(context.Background(), code, voucher.Claim{CustomerID: 1, OrderID: code + "-first", OrderAmount: 5_000})
+	require.NoError(t, err)
+
+	claims := []voucher.Claim{
+		{CustomerID: 2, OrderID: code + "-a", OrderAmount: 5_000},
+		{CustomerID: 1, OrderID: code + "-b", OrderAmount: 5_000}, // over its limit
+		{CustomerID: 3, OrderID: code + "-c", OrderAmount: 5_000},
+		{CustomerID: 4, OrderID: code + "-d", OrderAmount: 10},        // too small
+		{CustomerID: 1, OrderID: code + "-first", OrderAmount: 5_000}, // a retry
+		{CustomerID: 5, OrderID: code + "-first", OrderAmount: 5_000}, // someone else's order
+	}
+	out, err := w.writeBatch(context.Background(), code, claims)
+	require.NoError(t, err)
+	want := []string{"", voucher.CodeAlreadyUsed, "", voucher.CodeNotEligible, "", voucher.CodeOrderConflict}
+	for i, o := range out {
+		assert.Equal(t, want[i], voucher.ErrorCode(o.err), "writeBatch item %d (%v) = %v", i, claims[i], o.err)
+	}
+	assert.Equal(t, dbCounts{Used: 3, Rows: 3, Active: 3, MaxPerCustomer: 1}, l.counts(t, code))
+}
+
+// The same new orderId twice in one batch is written once.
+func TestWriterSameOrderTwiceInBatch(t *testing.T) {
+	t.Parallel()
+	l := newTestLedger(t, ledgerOptions{noRedis: true})
+	code := newCode(t)
+	l.createVoucher(t, spec(code, 10, 1, true))
+	w, _ := newWriter(t, l)
+	cl := voucher.Claim{CustomerID: 1, OrderID: code + "-x", OrderAmount: 5_000}
+	out, err := w.writeBatch(context.Background(), code, []voucher.Claim{cl, cl})
+	require.NoError(t, err)
+	for _, o := range out {
+		require.NoError(t, o.err)
+		assert.Equal(t, cl.OrderID, o.r.OrderID)
+	}
+	assert.Equal(t, dbCounts{Used: 1, Rows: 1, Active: 1, MaxPerCustomer: 1}, l.counts(t, code))
+}
+
+func BenchmarkWriter(b *testing.B) {
+	l := newTestLedger(b, ledgerOptions{noRedis: true})
+	code := newCode(b)
+	l.createVoucher(b, spec(code, 10_000_000, 1, true))
+	w, sizes := newWriter(b, l)
+	var seq atomic.Int64
+	b.SetParallelism(64)
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			i := seq.Add(1)
+			if _, err := w.Write(context.Background(), code, voucher.Claim{CustomerID: i, OrderID: fmt.Sprintf("%s-%d", code, i), OrderAmount: 5_000}); err != nil {
+				b.Error(err)
+			}
+		}
+	})
+	b.ReportMetric(float64(b.N)/float64(max(len(*sizes), 1)), "writes/tx")
+}

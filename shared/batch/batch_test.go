@@ -1,0 +1,151 @@
+package batch
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// Many goroutines, one key: every item gets its own result, calls never
+// overlap for a key, and waiting items are batched.
+func TestBatchesUnderLoad(t *testing.T) {
+	var inFlight, overlaps, calls, items atomic.Int64
+	var maxBatch atomic.Int64
+	b := New(context.Background(), 64, func(ctx context.Context, key string, xs []int) ([]int, error) {
+		if inFlight.Add(1) > 1 {
+			overlaps.Add(1)
+		}
+		defer inFlight.Add(-1)
+		calls.Add(1)
+		items.Add(int64(len(xs)))
+		for old := maxBatch.Load(); int64(len(xs)) > old && !maxBatch.CompareAndSwap(old, int64(len(xs))); old = maxBatch.Load() {
+		}
+		time.Sleep(time.Millisecond) // a round trip
+		out := make([]int, len(xs))
+		for i, x := range xs {
+			out[i] = x * 2
+		}
+		return out, nil
+	})
+	const n = 2000
+	var wg sync.WaitGroup
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			got, err := b.Do(context.Background(), "k", i)
+			if err != nil || got != i*2 {
+				t.Errorf("Do(%d) = %d, %v, want %d", i, got, err, i*2)
+			}
+		}()
+	}
+	wg.Wait()
+	assert.Zero(t, overlaps.Load(), "two calls in flight for one key")
+	assert.EqualValues(t, n, items.Load())
+	assert.Less(t, calls.Load(), int64(n/4), "items were not batched")
+	assert.LessOrEqual(t, maxBatch.Load(), int64(64), "cap exceeded")
+}
+
+// A lone item goes at once: no timer holds it back.
+func TestLoneItemGoesAtOnce(t *testing.T) {
+	b := New(context.Background(), 10, func(ctx context.Context, key string, xs []int) ([]int, error) {
+		return xs, nil
+	})
+	start := time.Now()
+	for i := 0; i < 100; i++ {
+		got, err := b.Do(context.Background(), "k", i)
+		require.NoError(t, err)
+		require.Equal(t, i, got)
+	}
+	assert.Less(t, time.Since(start), time.Second)
+}
+
+// Keys batch independently: a slow key does not hold another back.
+func TestKeysAreIndependent(t *testing.T) {
+	release := make(chan struct{})
+	b := New(context.Background(), 10, func(ctx context.Context, key string, xs []int) ([]int, error) {
+		if key == "slow" {
+			<-release
+		}
+		return xs, nil
+	})
+	go b.Do(context.Background(), "slow", 1)
+	got, err := b.Do(context.Background(), "fast", 2)
+	require.NoError(t, err)
+	assert.Equal(t, 2, got)
+	close(release)
+}
+
+// An error fails every item of its batch; a wrong result count and a panic
+// are errors too, never a hang.
+func TestErrorsReachEveryWaiter(t *testing.T) {
+	boom := errors.New("boom")
+	for name, fn := range map[string]Func[string, int, int]{
+		"error": func(context.Context, string, []int) ([]int, error) { return nil, boom },
+		"short": func(context.Context, string, []int) ([]int, error) { return []int{}, nil },
+		"panic": func(context.Context, string, []int) ([]int, error) { panic("bad") },
+	} {
+		t.Run(name, func(t *testing.T) {
+			b := New(context.Background(), 10, fn)
+			var wg sync.WaitGroup
+			for i := 0; i < 20; i++ {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					_, err := b.Do(context.Background(), "k", i)
+					assert.Error(t, err)
+				}()
+			}
+			wg.Wait()
+		})
+	}
+}
+
+// A caller whose context ends stops waiting; an item still queued when its
+// caller left is dropped from the batch.
+func TestCancelledCallers(t *testing.T) {
+	gate := make(chan struct{})
+	var seen sync.Map
+	b := New(context.Background(), 10, func(ctx context.Context, key string, xs []int) ([]int, error) {
+		for _, x := range xs {
+			seen.Store(x, true)
+		}
+		if xs[0] == 0 {
+			<-gate
+		}
+		return xs, nil
+	})
+	first := make(chan error)
+	go func() { _, err := b.Do(context.Background(), "k", 0); first <- err }()
+	time.Sleep(20 * time.Millisecond) // item 0's call is in flight
+	ctx, cancel := context.WithCancel(context.Background())
+	queued := make(chan error)
+	go func() { _, err := b.Do(ctx, "k", 1); queued <- err }()
+	time.Sleep(20 * time.Millisecond)
+	cancel()
+	assert.ErrorIs(t, <-queued, context.Canceled)
+	close(gate)
+	require.NoError(t, <-first)
+	got, err := b.Do(context.Background(), "k", 2)
+	require.NoError(t, err)
+	assert.Equal(t, 2, got)
+	_, ran := seen.Load(1)
+	assert.False(t, ran, "a cancelled queued item was still run")
+}
+
+func BenchmarkDo(b *testing.B) {
+	bt := New(context.Background(), 256, func(ctx context.Context, key string, xs []int) ([]int, error) {
+		return xs, nil
+	})
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			_, _ = bt.Do(context.Background(), "k", 1)
+		}
+	})
+}
