@@ -79,7 +79,9 @@ func newTestLedger(tb testing.TB, o ledgerOptions) *testLedger {
 	}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	store := NewStore(pool, o.ttl)
-	led := NewLedger(store, g, log)
+	wctx, cancel := context.WithCancel(context.Background())
+	tb.Cleanup(cancel)
+	led := NewLedger(store, NewWriter(wctx, store, 256, 10*time.Second), g, log)
 	jobs := NewJobs(led, JobsConfig{ExpiryInterval: time.Hour, ReconcileInterval: time.Hour, HangingGrace: o.grace})
 	srv := &Server{ledger: led, jobs: jobs, token: o.token, ready: func(c *gin.Context) error { return store.Ping(c) }}
 	hs := httptest.NewServer(srv.Handler())
