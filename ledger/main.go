@@ -11,7 +11,6 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
-	"strconv"
 	"syscall"
 	"time"
 
@@ -20,6 +19,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/flashgate/flashgate/migrations"
+	"github.com/flashgate/flashgate/shared/envconf"
 	"github.com/flashgate/flashgate/shared/gate"
 	"github.com/flashgate/flashgate/shared/httpx"
 )
@@ -34,64 +34,35 @@ type Config struct {
 	ExpiryInterval    time.Duration // EXPIRY_INTERVAL
 	ReconcileInterval time.Duration // RECONCILE_INTERVAL
 	HangingGrace      time.Duration // HANGING_GRACE
-	MaxConns          int32         // DB_MAX_CONNS
+	MaxConns          int           // DB_MAX_CONNS
 	WriteBatch        int           // WRITE_MAX_BATCH: most admitted writes per transaction
+	MaxClientConns    int           // MAX_CONNS: open client connections
+	DebugAddr         string        // DEBUG_ADDR: pprof listener, off when empty
 }
 
 func configFromEnv() (Config, error) {
+	e := envconf.New()
 	c := Config{
-		Addr:        env("LEDGER_ADDR", "127.0.0.1:8081"),
-		DatabaseURL: os.Getenv("DATABASE_URL"),
-		RedisURL:    os.Getenv("REDIS_URL"),
-		Token:       os.Getenv("LEDGER_TOKEN"),
+		Addr:              e.String("LEDGER_ADDR", "127.0.0.1:8081"),
+		DatabaseURL:       e.String("DATABASE_URL", ""),
+		RedisURL:          e.String("REDIS_URL", ""),
+		Token:             e.String("LEDGER_TOKEN", ""),
+		ReservationTTL:    e.Duration("RESERVATION_TTL", 15*time.Minute),
+		ExpiryInterval:    e.Duration("EXPIRY_INTERVAL", time.Minute),
+		ReconcileInterval: e.Duration("RECONCILE_INTERVAL", time.Minute),
+		HangingGrace:      e.Duration("HANGING_GRACE", 30*time.Second),
+		MaxConns:          e.Int("DB_MAX_CONNS", 32, 2),
+		WriteBatch:        e.Int("WRITE_MAX_BATCH", 256, 1),
+		MaxClientConns:    e.Int("MAX_CONNS", 10_000, 1),
+		DebugAddr:         e.String("DEBUG_ADDR", ""),
 	}
-	var err error
-	durations := []struct {
-		name string
-		def  time.Duration
-		dst  *time.Duration
-	}{
-		{"RESERVATION_TTL", 15 * time.Minute, &c.ReservationTTL},
-		{"EXPIRY_INTERVAL", time.Minute, &c.ExpiryInterval},
-		{"RECONCILE_INTERVAL", time.Minute, &c.ReconcileInterval},
-		{"HANGING_GRACE", 30 * time.Second, &c.HangingGrace},
-	}
-	for _, d := range durations {
-		if *d.dst, err = envDuration(d.name, d.def); err != nil {
-			return c, err
-		}
-	}
-	n, err := strconv.Atoi(env("DB_MAX_CONNS", "32"))
-	if err != nil || n < 2 {
-		return c, fmt.Errorf("DB_MAX_CONNS must be an integer >= 2")
-	}
-	c.MaxConns = int32(n)
-	if c.WriteBatch, err = strconv.Atoi(env("WRITE_MAX_BATCH", "256")); err != nil || c.WriteBatch < 1 {
-		return c, fmt.Errorf("WRITE_MAX_BATCH must be a positive integer")
+	if err := e.Err(); err != nil {
+		return c, err
 	}
 	if c.DatabaseURL == "" {
 		return c, errors.New("DATABASE_URL is required")
 	}
 	return c, nil
-}
-
-func env(name, def string) string {
-	if v := os.Getenv(name); v != "" {
-		return v
-	}
-	return def
-}
-
-func envDuration(name string, def time.Duration) (time.Duration, error) {
-	v := os.Getenv(name)
-	if v == "" {
-		return def, nil
-	}
-	d, err := time.ParseDuration(v)
-	if err != nil || d <= 0 {
-		return 0, fmt.Errorf("%s must be a positive duration such as 15m or 30s", name)
-	}
-	return d, nil
 }
 
 func main() {
@@ -119,7 +90,7 @@ func run(cfg Config, log *slog.Logger) error {
 	if err != nil {
 		return fmt.Errorf("DATABASE_URL: %w", err)
 	}
-	poolCfg.MaxConns = cfg.MaxConns
+	poolCfg.MaxConns = int32(cfg.MaxConns)
 	pool, err := pgxpool.NewWithConfig(ctx, poolCfg)
 	if err != nil {
 		return fmt.Errorf("connect to postgres: %w", err)
@@ -161,7 +132,8 @@ func run(cfg Config, log *slog.Logger) error {
 
 	httpSrv := httpx.NewServer(cfg.Addr, srv.Handler())
 	errc := make(chan error, 1)
-	go func() { errc <- httpSrv.ListenAndServe() }()
+	go func() { errc <- httpx.Serve(httpSrv, cfg.MaxClientConns) }()
+	httpx.ServeDebug(cfg.DebugAddr)
 	go jobs.Run(ctx)
 	log.Info("ledger listening", "addr", cfg.Addr, "reservation_ttl", cfg.ReservationTTL.String())
 

@@ -12,10 +12,10 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
-	"strconv"
 	"syscall"
 	"time"
 
+	"github.com/flashgate/flashgate/shared/envconf"
 	"github.com/flashgate/flashgate/shared/gate"
 	"github.com/flashgate/flashgate/shared/httpx"
 )
@@ -33,65 +33,36 @@ type Config struct {
 	LedgerTimeout   time.Duration // LEDGER_TIMEOUT
 	Coalesce        bool          // PROXY_COALESCE (on|off)
 	MaxBatch        int           // PROXY_MAX_BATCH
+	RedisPool       int           // REDIS_POOL_SIZE; 0: go-redis's default
+	MaxClientConns  int           // MAX_CONNS: open client connections
+	DebugAddr       string        // DEBUG_ADDR: pprof listener, off when empty
 }
 
 func configFromEnv() (Config, error) {
+	e := envconf.New()
 	c := Config{
-		Addr:        env("PROXY_ADDR", "127.0.0.1:8080"),
-		RedisURL:    os.Getenv("REDIS_URL"),
-		LedgerURL:   env("LEDGER_URL", "http://127.0.0.1:8081"),
-		LedgerToken: os.Getenv("LEDGER_TOKEN"),
-		Token:       os.Getenv("PROXY_TOKEN"),
+		Addr:            e.String("PROXY_ADDR", "127.0.0.1:8080"),
+		RedisURL:        e.String("REDIS_URL", ""),
+		LedgerURL:       e.String("LEDGER_URL", "http://127.0.0.1:8081"),
+		LedgerToken:     e.String("LEDGER_TOKEN", ""),
+		Token:           e.String("PROXY_TOKEN", ""),
+		SoldOutTTL:      e.Duration("SOLDOUT_TTL", 2*time.Second),
+		VoucherCacheTTL: e.Duration("VOUCHER_CACHE_TTL", 5*time.Second),
+		RedisTimeout:    e.Duration("REDIS_TIMEOUT", 250*time.Millisecond),
+		LedgerTimeout:   e.Duration("LEDGER_TIMEOUT", 10*time.Second),
+		Coalesce:        e.Switch("PROXY_COALESCE", true),
+		MaxBatch:        e.Int("PROXY_MAX_BATCH", 256, 1),
+		RedisPool:       e.Int("REDIS_POOL_SIZE", 0, 0),
+		MaxClientConns:  e.Int("MAX_CONNS", 10_000, 1),
+		DebugAddr:       e.String("DEBUG_ADDR", ""),
 	}
-	var err error
-	durations := []struct {
-		name string
-		def  time.Duration
-		dst  *time.Duration
-	}{
-		{"SOLDOUT_TTL", 2 * time.Second, &c.SoldOutTTL},
-		{"VOUCHER_CACHE_TTL", 5 * time.Second, &c.VoucherCacheTTL},
-		{"REDIS_TIMEOUT", 250 * time.Millisecond, &c.RedisTimeout},
-		{"LEDGER_TIMEOUT", 10 * time.Second, &c.LedgerTimeout},
-	}
-	for _, d := range durations {
-		if *d.dst, err = envDuration(d.name, d.def); err != nil {
-			return c, err
-		}
-	}
-	switch v := env("PROXY_COALESCE", "on"); v {
-	case "on":
-		c.Coalesce = true
-	case "off":
-	default:
-		return c, fmt.Errorf("PROXY_COALESCE must be on or off, not %q", v)
-	}
-	if c.MaxBatch, err = strconv.Atoi(env("PROXY_MAX_BATCH", "256")); err != nil || c.MaxBatch < 1 {
-		return c, errors.New("PROXY_MAX_BATCH must be a positive integer")
+	if err := e.Err(); err != nil {
+		return c, err
 	}
 	if c.RedisURL == "" {
 		return c, errors.New("REDIS_URL is required")
 	}
 	return c, nil
-}
-
-func env(name, def string) string {
-	if v := os.Getenv(name); v != "" {
-		return v
-	}
-	return def
-}
-
-func envDuration(name string, def time.Duration) (time.Duration, error) {
-	v := os.Getenv(name)
-	if v == "" {
-		return def, nil
-	}
-	d, err := time.ParseDuration(v)
-	if err != nil || d <= 0 {
-		return 0, fmt.Errorf("%s must be a positive duration such as 2s or 250ms", name)
-	}
-	return d, nil
 }
 
 func main() {
@@ -112,7 +83,7 @@ func run(cfg Config, log *slog.Logger) error {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 
-	rdb, err := gate.NewClient(cfg.RedisURL, gate.ClientOptions{Timeout: cfg.RedisTimeout})
+	rdb, err := gate.NewClient(cfg.RedisURL, gate.ClientOptions{Timeout: cfg.RedisTimeout, PoolSize: cfg.RedisPool})
 	if err != nil {
 		return err
 	}
@@ -138,7 +109,8 @@ func run(cfg Config, log *slog.Logger) error {
 
 	httpSrv := httpx.NewServer(cfg.Addr, srv.Handler())
 	errc := make(chan error, 1)
-	go func() { errc <- httpSrv.ListenAndServe() }()
+	go func() { errc <- httpx.Serve(httpSrv, cfg.MaxClientConns) }()
+	httpx.ServeDebug(cfg.DebugAddr)
 	log.Info("proxy listening", "addr", cfg.Addr, "ledger", cfg.LedgerURL, "coalesce", cfg.Coalesce)
 
 	select {

@@ -12,13 +12,16 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
+	"net/http/pprof"
 	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
 
 	"github.com/gin-gonic/gin"
+	"golang.org/x/net/netutil"
 
 	"github.com/flashgate/flashgate/shared/voucher"
 )
@@ -270,4 +273,37 @@ func validRequestID(id string) bool {
 		}
 	}
 	return true
+}
+
+// Serve listens on srv.Addr with at most maxConns connections open at once
+// (the rest wait in the accept queue) and serves until Shutdown.
+func Serve(srv *http.Server, maxConns int) error {
+	ln, err := net.Listen("tcp", srv.Addr)
+	if err != nil {
+		return err
+	}
+	if maxConns > 0 {
+		ln = netutil.LimitListener(ln, maxConns)
+	}
+	return srv.Serve(ln)
+}
+
+// ServeDebug serves net/http/pprof on addr (loopback only, for profiling under
+// load); it returns at once when addr is empty.
+func ServeDebug(addr string) {
+	if addr == "" {
+		return
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	srv := &http.Server{Addr: addr, Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go func() {
+		if err := srv.ListenAndServe(); err != nil {
+			slog.Warn("pprof listener stopped", "addr", addr, "err", err)
+		}
+	}()
 }

@@ -1,0 +1,30 @@
+package envconf
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+)
+
+func TestReader(t *testing.T) {
+	r := NewFrom(map[string]string{"A": "x", "D": "2s", "N": "7", "S": "off", "E": ""})
+	assert.Equal(t, "x", r.String("A", "d"))
+	assert.Equal(t, "d", r.String("E", "d"), "empty means unset")
+	assert.Equal(t, 2*time.Second, r.Duration("D", time.Minute))
+	assert.Equal(t, time.Minute, r.Duration("MISSING", time.Minute))
+	assert.Equal(t, 7, r.Int("N", 1, 1))
+	assert.False(t, r.Switch("S", true))
+	assert.NoError(t, r.Err())
+
+	for name, read := range map[string]func(*Reader){
+		"bad duration": func(r *Reader) { r.Duration("V", time.Second) },
+		"bad int":      func(r *Reader) { r.Int("V", 1, 1) },
+		"int too low":  func(r *Reader) { r.Int("Z", 1, 1) },
+		"bad switch":   func(r *Reader) { r.Switch("V", true) },
+	} {
+		r := NewFrom(map[string]string{"V": "nope", "Z": "0"})
+		read(r)
+		assert.Error(t, r.Err(), name)
+	}
+}
