@@ -168,9 +168,15 @@ func admissionError(res gate.Result) error {
 // mapped error (see Drop for the out-of-stock case); Postgres's constraints stay
 // the last guard whatever Redis said.
 func (l *Ledger) WriteAdmitted(ctx context.Context, code string, cl voucher.Claim) (voucher.Reservation, error) {
-	r, err := l.writeAdmitted(ctx, code, cl)
+	r, err := l.writer.Write(ctx, code, cl)
 	if err == nil || l.gate == nil {
 		return r, err
+	}
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		// The caller left or time ran out while its write may still commit:
+		// ambiguous, so the use stays held. The reconciler frees it after the
+		// grace period if no row appears.
+		return r, fmt.Errorf("write %s/%s: %w (%v)", code, cl.OrderID, voucher.ErrUnavailable, err)
 	}
 	giveBack := l.gate.Release
 	if voucher.ErrorCode(err) == voucher.CodeOutOfStock {
@@ -183,13 +189,6 @@ func (l *Ledger) WriteAdmitted(ctx context.Context, code string, cl voucher.Clai
 		l.log.Error("give back after failed write", "code", code, "order", cl.OrderID, "err", rerr)
 	}
 	return r, err
-}
-
-func (l *Ledger) writeAdmitted(ctx context.Context, code string, cl voucher.Claim) (voucher.Reservation, error) {
-	if r, found, err := l.store.Existing(ctx, code, cl); found || err != nil {
-		return r, err // a retry: answered without joining a write batch
-	}
-	return l.writer.Write(ctx, code, cl)
 }
 
 // Confirm confirms a reservation (idempotent). A late payment takes a use again
