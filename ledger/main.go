@@ -113,12 +113,16 @@ func run(cfg Config, log *slog.Logger) error {
 	}
 
 	store := NewStore(pool, cfg.ReservationTTL)
+	metrics := httpx.NewMetrics("ledger")
+	lm := newLedgerMetrics(metrics.Registry)
 	writer := NewWriter(ctx, store, cfg.WriteBatch, 10*time.Second)
+	writer.ObserveSizes(func(n int) { lm.writeBatch.Observe(float64(n)) })
+	writer.ObserveCommits(func(d time.Duration) { lm.commitLatency.Observe(d.Seconds()) })
 	ledger := NewLedger(store, writer, g, log)
 	jobs := NewJobs(ledger, JobsConfig{
 		ExpiryInterval: cfg.ExpiryInterval, ReconcileInterval: cfg.ReconcileInterval, HangingGrace: cfg.HangingGrace,
 	})
-	srv := &Server{ledger: ledger, jobs: jobs, token: cfg.Token, ready: func(c *gin.Context) error {
+	srv := &Server{ledger: ledger, jobs: jobs, token: cfg.Token, metrics: metrics, ready: func(c *gin.Context) error {
 		if err := store.Ping(c); err != nil {
 			return fmt.Errorf("postgres: %w", err)
 		}

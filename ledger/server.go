@@ -14,13 +14,18 @@ import (
 type Server struct {
 	ledger *Ledger
 	jobs   *Jobs // nil in tests that do not run the background jobs
-	ready  func(*gin.Context) error
-	token  string
+	ready   func(*gin.Context) error
+	token   string
+	metrics *httpx.Metrics // nil: no /metrics
 }
 
 // Handler returns the gin engine with every route registered.
 func (s *Server) Handler() *gin.Engine {
 	r := httpx.NewEngine()
+	if s.metrics != nil {
+		r.Use(s.metrics.Middleware())
+		s.metrics.ServeMetrics(r)
+	}
 	r.Use(httpx.RequestID(), httpx.Auth(s.token, httpx.OpenPaths...))
 	httpx.Health(r, s.ready)
 

@@ -23,6 +23,7 @@ type Writer struct {
 	store   *Store
 	batcher *batch.Batcher[string, voucher.Claim, written]
 	timeout time.Duration
+	commit  func(time.Duration) // observes each group transaction; may be nil
 }
 
 // written is one item's outcome.
@@ -41,6 +42,9 @@ func NewWriter(base context.Context, store *Store, maxBatch int, timeout time.Du
 
 // ObserveSizes reports each batch's size to f.
 func (w *Writer) ObserveSizes(f func(int)) { w.batcher.ObserveSizes(f) }
+
+// ObserveCommits reports each group transaction's duration to f.
+func (w *Writer) ObserveCommits(f func(time.Duration)) { w.commit = f }
 
 // Write makes one admitted claim durable (idempotent by orderId) and returns
 // its reservation once committed.
@@ -126,7 +130,11 @@ func (w *Writer) writeBatch(ctx context.Context, code string, claims []voucher.C
 // answered OUT_OF_STOCK without another try.
 func (w *Writer) writeGroup(ctx context.Context, v voucher.Voucher, claims []voucher.Claim) ([]written, error) {
 	out := make([]written, len(claims))
+	start := time.Now()
 	rs, err := w.store.InsertMany(ctx, v, claims)
+	if w.commit != nil {
+		w.commit(time.Since(start))
+	}
 	switch {
 	case err == nil:
 		for i := range claims {

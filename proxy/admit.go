@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/dgraph-io/ristretto/v2"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/sony/gobreaker/v2"
 	"golang.org/x/sync/singleflight"
 
@@ -21,11 +22,12 @@ import (
 
 // AdmitConfig tunes the admission path.
 type AdmitConfig struct {
-	SoldOutTTL      time.Duration // how long a local "sold out" flag answers for Redis
-	VoucherCacheTTL time.Duration // how long a voucher's cached terms are used
-	RedisTimeout    time.Duration // deadline of one script call
-	Coalesce        bool          // batch waiting requests per voucher into one script call
-	MaxBatch        int           // largest batch per script call
+	SoldOutTTL      time.Duration         // how long a local "sold out" flag answers for Redis
+	VoucherCacheTTL time.Duration         // how long a voucher's cached terms are used
+	RedisTimeout    time.Duration         // deadline of one script call
+	Coalesce        bool                  // batch waiting requests per voucher into one script call
+	MaxBatch        int                   // largest batch per script call
+	Registerer      prometheus.Registerer // where the admission metrics go; nil: nowhere
 }
 
 // Admitter decides, without touching Postgres, whether a reserve may go to the
@@ -43,6 +45,7 @@ type Admitter struct {
 	soldOut  *ristretto.Cache[string, *soldOutFlag]
 	batcher  *batch.Batcher[string, gate.Item, gate.Result]
 	breaker  *gobreaker.CircuitBreaker[any]
+	metrics  *admitMetrics
 
 	metaFlight, warmFlight, soldOutFlight singleflight.Group
 
@@ -95,7 +98,13 @@ func NewAdmitter(base context.Context, g *gate.Gate, ledger *LedgerClient, cfg A
 			log.Warn("redis circuit breaker", "from", from.String(), "to", to.String())
 		},
 	})
+	reg := cfg.Registerer
+	if reg == nil {
+		reg = prometheus.NewRegistry()
+	}
+	a.metrics = newAdmitMetrics(reg, a)
 	a.batcher = batch.New(base, cfg.MaxBatch, a.reserveBatch)
+	a.batcher.ObserveSizes(func(n int) { a.metrics.batchSize.Observe(float64(n)) })
 	return a, nil
 }
 
@@ -119,7 +128,7 @@ func (a *Admitter) Reserve(ctx context.Context, code string, cl voucher.Claim) (
 	path := "/vouchers/" + url.PathEscape(code) + "/reservations"
 	if !v.FlashSale {
 		// Standard vouchers: the ledger's guarded UPDATE is all they need.
-		return a.ledger.Do(ctx, http.MethodPost, path, cl)
+		return a.ledger.Do(ctx, "reserve", http.MethodPost, path, cl)
 	}
 	if a.flagged(code, cl.OrderID) {
 		a.flagHits.Add(1)
@@ -138,7 +147,7 @@ func (a *Admitter) Reserve(ctx context.Context, code string, cl voucher.Claim) (
 	}
 	switch res {
 	case gate.Reserved, gate.Duplicate:
-		return a.ledger.Do(ctx, http.MethodPost, "/internal"+path, cl)
+		return a.ledger.Do(ctx, "admitted_write", http.MethodPost, "/internal"+path, cl)
 	case gate.OutOfStock:
 		return Reply{}, voucher.ErrOutOfStock
 	case gate.AlreadyUsed:
@@ -160,6 +169,7 @@ func (a *Admitter) admit(ctx context.Context, code string, cl voucher.Claim) (ga
 		}
 		return res, err
 	}
+	a.metrics.batchSize.Observe(1)
 	rs, err := a.reserveBatch(ctx, code, []gate.Item{item})
 	if err != nil {
 		return 0, err
@@ -180,10 +190,15 @@ func (a *Admitter) reserveBatch(ctx context.Context, code string, items []gate.I
 		return rs, err
 	})
 	if err != nil {
+		a.metrics.redisErrors.Inc()
 		return nil, fmt.Errorf("reserve %s in redis: %v: %w", code, err, voucher.ErrUnavailable)
 	}
 	rs := out.([]gate.Result)
-	if remaining <= 0 && len(rs) > 0 && rs[0] != gate.NotLoaded {
+	if len(rs) == 0 || rs[0] == gate.NotLoaded {
+		return rs, nil
+	}
+	a.metrics.remaining.Set(float64(remaining), code)
+	if remaining <= 0 {
 		a.flagSoldOut(code)
 	}
 	return rs, nil
@@ -275,7 +290,11 @@ func (a *Admitter) metaFromRedis(ctx context.Context, code string) (voucher.Vouc
 		}
 		return m, nil
 	})
-	if err != nil || out == nil {
+	if err != nil {
+		a.metrics.redisErrors.Inc()
+		return voucher.Voucher{}, false
+	}
+	if out == nil {
 		return voucher.Voucher{}, false
 	}
 	m := out.(gate.Meta)

@@ -10,6 +10,8 @@ import (
 	"net/url"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/flashgate/flashgate/shared/httpx"
 	"github.com/flashgate/flashgate/shared/voucher"
 )
@@ -18,9 +20,10 @@ import (
 // timed out, cut) is voucher.ErrUnavailable for the client: it retries with the
 // same orderId, which is always safe.
 type LedgerClient struct {
-	base  string
-	token string
-	http  *http.Client
+	base    string
+	token   string
+	http    *http.Client
+	latency *prometheus.HistogramVec // by call; nil: not observed
 }
 
 // NewLedgerClient returns a client for the ledger at base (http://host:port).
@@ -45,8 +48,17 @@ type Reply struct {
 	Body   []byte
 }
 
-// Do sends one request to the ledger and returns its answer.
-func (l *LedgerClient) Do(ctx context.Context, method, path string, body any) (Reply, error) {
+// ObserveLatency makes the client record each call's latency in h (label: call).
+func (l *LedgerClient) ObserveLatency(h *prometheus.HistogramVec) { l.latency = h }
+
+// Do sends one request to the ledger and returns its answer. call names the
+// request in the latency metric.
+func (l *LedgerClient) Do(ctx context.Context, call, method, path string, body any) (Reply, error) {
+	if l.latency != nil {
+		defer func(start time.Time) {
+			l.latency.WithLabelValues(call).Observe(time.Since(start).Seconds())
+		}(time.Now())
+	}
 	var rd io.Reader
 	if body != nil {
 		buf, err := json.Marshal(body)
@@ -82,7 +94,7 @@ func (l *LedgerClient) Do(ctx context.Context, method, path string, body any) (R
 
 // Voucher reads a voucher from the ledger's admin route.
 func (l *LedgerClient) Voucher(ctx context.Context, code string) (voucher.Voucher, error) {
-	rep, err := l.Do(ctx, http.MethodGet, "/admin/vouchers/"+url.PathEscape(code), nil)
+	rep, err := l.Do(ctx, "voucher", http.MethodGet, "/admin/vouchers/"+url.PathEscape(code), nil)
 	if err != nil {
 		return voucher.Voucher{}, err
 	}
@@ -98,7 +110,7 @@ func (l *LedgerClient) Voucher(ctx context.Context, code string) (voucher.Vouche
 
 // Warmup asks the ledger to load a flash voucher into Redis.
 func (l *LedgerClient) Warmup(ctx context.Context, code string) error {
-	rep, err := l.Do(ctx, http.MethodPost, "/admin/vouchers/"+url.PathEscape(code)+"/warmup", nil)
+	rep, err := l.Do(ctx, "warmup", http.MethodPost, "/admin/vouchers/"+url.PathEscape(code)+"/warmup", nil)
 	if err != nil {
 		return err
 	}

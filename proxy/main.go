@@ -88,21 +88,27 @@ func run(cfg Config, log *slog.Logger) error {
 		return err
 	}
 	defer rdb.Close()
+	metrics := httpx.NewMetrics("proxy")
 	ledger := NewLedgerClient(cfg.LedgerURL, cfg.LedgerToken, cfg.LedgerTimeout)
+	ledger.ObserveLatency(newLedgerLatency(metrics.Registry))
 	admit, err := NewAdmitter(ctx, gate.New(rdb), ledger, AdmitConfig{
 		SoldOutTTL: cfg.SoldOutTTL, VoucherCacheTTL: cfg.VoucherCacheTTL, RedisTimeout: cfg.RedisTimeout,
-		Coalesce: cfg.Coalesce, MaxBatch: cfg.MaxBatch,
+		Coalesce: cfg.Coalesce, MaxBatch: cfg.MaxBatch, Registerer: metrics.Registry,
 	}, log)
 	if err != nil {
 		return err
 	}
 	defer admit.Close()
-	srv := &Server{admit: admit, ledger: ledger, token: cfg.Token, ready: func(c context.Context) error {
+	srv := &Server{admit: admit, ledger: ledger, token: cfg.Token, metrics: metrics, ready: func(c context.Context) error {
 		if err := rdb.Ping(c).Err(); err != nil {
 			return fmt.Errorf("redis: %w", err)
 		}
-		if _, err := ledger.Do(c, http.MethodGet, "/readyz", nil); err != nil {
+		rep, err := ledger.Do(c, "readyz", http.MethodGet, "/readyz", nil)
+		if err != nil {
 			return fmt.Errorf("ledger: %w", err)
+		}
+		if rep.Status != http.StatusOK {
+			return fmt.Errorf("ledger not ready: %d", rep.Status)
 		}
 		return nil
 	}}

@@ -14,21 +14,26 @@ import (
 // Server is the proxy's HTTP face: the ledger's public routes, with reserve
 // answered at the edge wherever it can be.
 type Server struct {
-	admit  *Admitter
-	ledger *LedgerClient
-	token  string // PROXY_TOKEN; empty: the edge is open
-	ready  func(context.Context) error
+	admit   *Admitter
+	ledger  *LedgerClient
+	token   string // PROXY_TOKEN; empty: the edge is open
+	ready   func(context.Context) error
+	metrics *httpx.Metrics // nil: no /metrics
 }
 
 // Handler returns the gin engine with every route registered.
 func (s *Server) Handler() *gin.Engine {
 	r := httpx.NewEngine()
+	if s.metrics != nil {
+		r.Use(s.metrics.Middleware())
+		s.metrics.ServeMetrics(r)
+	}
 	r.Use(httpx.RequestID(), httpx.Auth(s.token, httpx.OpenPaths...))
 	httpx.Health(r, func(c *gin.Context) error { return s.ready(c) })
 
 	r.POST("/vouchers/:code/reservations", s.reserve)
-	r.GET("/vouchers/:code/reservations/:orderId", s.forward)
-	r.POST("/vouchers/:code/reservations/:orderId/confirm", s.forward)
+	r.GET("/vouchers/:code/reservations/:orderId", s.forward("get"))
+	r.POST("/vouchers/:code/reservations/:orderId/confirm", s.forward("confirm"))
 	r.DELETE("/vouchers/:code/reservations/:orderId", s.release)
 	return r
 }
@@ -50,6 +55,7 @@ func (s *Server) reserve(c *gin.Context) {
 		return
 	}
 	rep, err := s.admit.Reserve(c, code, cl)
+	s.admit.metrics.outcomes.WithLabelValues(outcome(rep, err)).Inc()
 	if err != nil {
 		httpx.WriteError(c, err)
 		return
@@ -57,18 +63,34 @@ func (s *Server) reserve(c *gin.Context) {
 	relay(c, rep)
 }
 
-// forward relays confirm and get to the ledger after validating the path.
-func (s *Server) forward(c *gin.Context) {
-	if _, _, err := httpx.OrderParams(c); err != nil {
-		httpx.WriteError(c, err)
-		return
-	}
-	rep, err := s.ledger.Do(c, c.Request.Method, c.Request.URL.EscapedPath(), nil)
+// outcome names a reserve's result for the metrics: CREATED or an error code.
+func outcome(rep Reply, err error) string {
 	if err != nil {
-		httpx.WriteError(c, err)
-		return
+		if code := voucher.ErrorCode(err); code != "" {
+			return code
+		}
+		return voucher.CodeUnavailable
 	}
-	relay(c, rep)
+	if rep.Status == http.StatusCreated {
+		return "CREATED"
+	}
+	return voucher.ErrorCode(rep.err())
+}
+
+// forward relays confirm and get to the ledger after validating the path.
+func (s *Server) forward(call string) gin.HandlerFunc {
+	return func(c *gin.Context) {
+		if _, _, err := httpx.OrderParams(c); err != nil {
+			httpx.WriteError(c, err)
+			return
+		}
+		rep, err := s.ledger.Do(c, call, c.Request.Method, c.Request.URL.EscapedPath(), nil)
+		if err != nil {
+			httpx.WriteError(c, err)
+			return
+		}
+		relay(c, rep)
+	}
 }
 
 // release relays a release; once it went through, this proxy's sold-out flag
@@ -79,7 +101,7 @@ func (s *Server) release(c *gin.Context) {
 		httpx.WriteError(c, err)
 		return
 	}
-	rep, err := s.ledger.Do(c, http.MethodDelete,
+	rep, err := s.ledger.Do(c, "release", http.MethodDelete,
 		"/vouchers/"+url.PathEscape(code)+"/reservations/"+url.PathEscape(orderID), nil)
 	if err != nil {
 		httpx.WriteError(c, err)

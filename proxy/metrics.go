@@ -1,0 +1,77 @@
+package main
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/sony/gobreaker/v2"
+
+	"github.com/flashgate/flashgate/shared/httpx"
+)
+
+// admitMetrics are the admission path's metrics.
+type admitMetrics struct {
+	outcomes    *prometheus.CounterVec
+	batchSize   prometheus.Histogram
+	redisErrors prometheus.Counter
+	remaining   *httpx.BoundedGauge
+}
+
+// maxVoucherSeries bounds the per-voucher series a proxy exports.
+const maxVoucherSeries = 100
+
+func newAdmitMetrics(reg prometheus.Registerer, a *Admitter) *admitMetrics {
+	m := &admitMetrics{
+		outcomes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "flashgate_reserve_total",
+			Help: "Reserve requests answered by the proxy, by result (CREATED or the error code).",
+		}, []string{"result"}),
+		batchSize: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "flashgate_gate_batch_size",
+			Help:    "Reservations per reserve-script call (coalescing).",
+			Buckets: prometheus.ExponentialBuckets(1, 2, 10),
+		}),
+		redisErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "flashgate_redis_errors_total",
+			Help: "Redis calls that failed or timed out (including those refused by the open breaker).",
+		}),
+		remaining: httpx.NewBoundedGauge(reg, prometheus.GaugeOpts{
+			Name: "flashgate_voucher_remaining",
+			Help: "Uses left per voucher as the last script call saw them in Redis.",
+		}, maxVoucherSeries),
+	}
+	reg.MustRegister(m.outcomes, m.batchSize, m.redisErrors,
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "flashgate_soldout_flag_hits_total",
+			Help: "Reserve requests answered OUT_OF_STOCK by the local sold-out flag, without Redis.",
+		}, func() float64 { return float64(a.flagHits.Load()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "flashgate_gate_script_calls_total",
+			Help: "Lua script calls made to Redis.",
+		}, func() float64 { return float64(a.gate.Calls()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "flashgate_redis_breaker_state",
+			Help: "Redis circuit breaker: 0 closed, 1 half-open, 2 open.",
+		}, func() float64 { return breakerState(a.breaker.State()) }),
+	)
+	return m
+}
+
+func breakerState(s gobreaker.State) float64 {
+	switch s {
+	case gobreaker.StateHalfOpen:
+		return 1
+	case gobreaker.StateOpen:
+		return 2
+	}
+	return 0
+}
+
+// newLedgerLatency is the latency of the proxy's calls to the ledger.
+func newLedgerLatency(reg prometheus.Registerer) *prometheus.HistogramVec {
+	h := prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "flashgate_ledger_request_duration_seconds",
+		Help:    "Latency of the proxy's calls to the ledger, by call.",
+		Buckets: httpx.LatencyBuckets,
+	}, []string{"call"})
+	reg.MustRegister(h)
+	return h
+}

@@ -1,0 +1,102 @@
+package httpx
+
+import (
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/gin-gonic/gin"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// Metrics is one service's Prometheus registry with the HTTP metrics both
+// services share. Services register their own collectors on Registry.
+type Metrics struct {
+	Registry *prometheus.Registry
+	requests *prometheus.HistogramVec
+}
+
+// LatencyBuckets suit a path whose target is p99 < 100 ms.
+var LatencyBuckets = []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5}
+
+// NewMetrics returns a registry with Go runtime and process collectors and
+// flashgate_http_request_duration_seconds{service, route, method, code}.
+func NewMetrics(service string) *Metrics {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	m := &Metrics{
+		Registry: reg,
+		requests: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:        "flashgate_http_request_duration_seconds",
+			Help:        "HTTP request latency by route template, method and status code.",
+			Buckets:     LatencyBuckets,
+			ConstLabels: prometheus.Labels{"service": service},
+		}, []string{"route", "method", "code"}),
+	}
+	reg.MustRegister(m.requests)
+	return m
+}
+
+// Middleware observes every request under its route template (never the raw
+// path, so the label set stays bounded).
+func (m *Metrics) Middleware() gin.HandlerFunc {
+	return func(c *gin.Context) {
+		start := time.Now()
+		c.Next()
+		route := c.FullPath()
+		if route == "" {
+			route = "unmatched"
+		}
+		m.requests.WithLabelValues(route, c.Request.Method, strconv.Itoa(c.Writer.Status())).
+			Observe(time.Since(start).Seconds())
+	}
+}
+
+// Handler serves the registry at /metrics.
+func (m *Metrics) Handler() gin.HandlerFunc {
+	h := promhttp.HandlerFor(m.Registry, promhttp.HandlerOpts{Registry: m.Registry})
+	return func(c *gin.Context) { h.ServeHTTP(c.Writer, c.Request) }
+}
+
+// BoundedGauge is a gauge per voucher code that keeps at most max codes: the
+// least recently set code's series is dropped, so a flood of codes cannot grow
+// the scrape without bound.
+type BoundedGauge struct {
+	vec   *prometheus.GaugeVec
+	max   int
+	mu    sync.Mutex
+	order []string // least recently set first
+}
+
+// NewBoundedGauge registers a gauge with labels (code, extra...) on reg.
+func NewBoundedGauge(reg prometheus.Registerer, opts prometheus.GaugeOpts, max int, extra ...string) *BoundedGauge {
+	g := &BoundedGauge{vec: prometheus.NewGaugeVec(opts, append([]string{"code"}, extra...)), max: max}
+	reg.MustRegister(g.vec)
+	return g
+}
+
+// Set sets the gauge for code (and the extra label values).
+func (g *BoundedGauge) Set(v float64, code string, extra ...string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for i, c := range g.order {
+		if c == code {
+			g.order = append(g.order[:i], g.order[i+1:]...)
+			break
+		}
+	}
+	g.order = append(g.order, code)
+	if len(g.order) > g.max {
+		old := g.order[0]
+		g.order = g.order[1:]
+		g.vec.DeletePartialMatch(prometheus.Labels{"code": old})
+	}
+	g.vec.WithLabelValues(append([]string{code}, extra...)...).Set(v)
+}
+
+// ServeMetrics registers GET /metrics.
+func (m *Metrics) ServeMetrics(r gin.IRoutes) {
+	r.GET("/metrics", m.Handler())
+}
