@@ -12,8 +12,8 @@ import (
 // Server is the ledger's HTTP face: admin routes, the public reservation routes
 // the proxy serves too, and the internal route for admitted writes.
 type Server struct {
-	ledger *Ledger
-	jobs   *Jobs // nil in tests that do not run the background jobs
+	ledger  *Ledger
+	jobs    *Jobs // nil in tests that do not run the background jobs
 	ready   func(*gin.Context) error
 	token   string
 	metrics *httpx.Metrics // nil: no /metrics
