@@ -23,9 +23,10 @@ const (
 
 // RedisOptions configures StartRedis.
 type RedisOptions struct {
-	AOF  bool   // appendonly yes, appendfsync everysec
-	Port int    // 0 picks a free port
-	Dir  string // "" makes a temp dir that Stop removes
+	AOF  bool     // appendonly yes, appendfsync everysec
+	Port int      // 0 picks a free port
+	Dir  string   // "" makes a temp dir that Stop removes
+	Args []string // more redis-server arguments, e.g. --cluster-enabled yes
 }
 
 // Redis is a running redis-server child process.
@@ -34,6 +35,7 @@ type Redis struct {
 
 	bin     string
 	aof     bool
+	args    []string
 	port    int
 	dir     string
 	tempDir bool // dir is ours to remove
@@ -49,7 +51,7 @@ func StartRedis(opts RedisOptions) (*Redis, error) {
 	if err != nil {
 		return nil, err
 	}
-	r := &Redis{bin: bin, aof: opts.AOF, dir: opts.Dir}
+	r := &Redis{bin: bin, aof: opts.AOF, args: opts.Args, dir: opts.Dir}
 	if r.dir == "" {
 		if r.dir, err = os.MkdirTemp("", "devstack-redis-*"); err != nil {
 			return nil, fmt.Errorf("redis dir: %w", err)
@@ -156,6 +158,7 @@ func (r *Redis) start() error {
 		args = append(args, "--appendfsync", "everysec")
 	}
 	args = append(args, "--appendonly", appendonly)
+	args = append(args, r.args...)
 	cmd := exec.Command(r.bin, args...)
 	cmd.Dir = r.dir
 	cmd.Stdout = logFile // with no --logfile, redis-server logs to stdout

@@ -2,6 +2,7 @@ package gate
 
 import (
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -14,15 +15,23 @@ type ClientOptions struct {
 	PoolSize int           // default go-redis's (10 per CPU)
 }
 
-// NewClient connects to the Redis at url (redis://host:port/db). Context
-// deadlines are honoured, so a caller's deadline bounds every call.
+// ClusterScheme marks a Redis Cluster URL: redis+cluster://host1:port,host2:port
+// (any reachable nodes; the client discovers the rest).
+const ClusterScheme = "redis+cluster://"
+
+// NewClient connects to the Redis at url: redis://[user:pass@]host:port/db for
+// one server, or redis+cluster://host1:port,host2:port,... for a Redis Cluster.
+// Context deadlines are honoured, so a caller's deadline bounds every call.
 func NewClient(url string, o ClientOptions) (redis.UniversalClient, error) {
+	if o.Timeout <= 0 {
+		o.Timeout = 250 * time.Millisecond
+	}
+	if rest, ok := strings.CutPrefix(url, ClusterScheme); ok {
+		return newClusterClient(rest, o)
+	}
 	opt, err := redis.ParseURL(url)
 	if err != nil {
 		return nil, fmt.Errorf("REDIS_URL: %w", err)
-	}
-	if o.Timeout <= 0 {
-		o.Timeout = 250 * time.Millisecond
 	}
 	opt.DialTimeout = o.Timeout
 	opt.ReadTimeout = o.Timeout
@@ -33,4 +42,30 @@ func NewClient(url string, o ClientOptions) (redis.UniversalClient, error) {
 		opt.PoolSize = o.PoolSize
 	}
 	return redis.NewClient(opt), nil
+}
+
+// newClusterClient parses "host1:port,host2:port[/]" (an optional user:pass@
+// before the first host applies to all).
+func newClusterClient(hosts string, o ClientOptions) (redis.UniversalClient, error) {
+	hosts = strings.TrimSuffix(hosts, "/")
+	opt := &redis.ClusterOptions{
+		DialTimeout: o.Timeout, ReadTimeout: o.Timeout, WriteTimeout: o.Timeout,
+		ContextTimeoutEnabled: true,
+		MaxRedirects:          3,
+		PoolSize:              o.PoolSize,
+	}
+	if at := strings.LastIndex(hosts, "@"); at >= 0 {
+		user, pass, _ := strings.Cut(hosts[:at], ":")
+		opt.Username, opt.Password = user, pass
+		hosts = hosts[at+1:]
+	}
+	for _, h := range strings.Split(hosts, ",") {
+		if h = strings.TrimSpace(h); h != "" {
+			opt.Addrs = append(opt.Addrs, h)
+		}
+	}
+	if len(opt.Addrs) == 0 {
+		return nil, fmt.Errorf("REDIS_URL: %s needs at least one host:port", ClusterScheme)
+	}
+	return redis.NewClusterClient(opt), nil
 }
