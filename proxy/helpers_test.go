@@ -79,9 +79,18 @@ func newStack(tb testing.TB, o stackOptions) *stack {
 	if o.dbURL == "" {
 		o.dbURL = devstack.PostgresURL(tb)
 	}
-	if o.soldOutTTL == 0 {
-		o.soldOutTTL = 2 * time.Second
-	}
+	led, ledgerURL := startLedger(tb, o)
+	p := startProxy(tb, o, ledgerURL)
+	pool, err := pgxpool.New(context.Background(), o.dbURL)
+	require.NoError(tb, err)
+	tb.Cleanup(pool.Close)
+	p.Ledger, p.pool = led, pool
+	return p
+}
+
+// startLedger runs a bin/ledger process on o's servers.
+func startLedger(tb testing.TB, o stackOptions) (*devstack.Service, string) {
+	tb.Helper()
 	port, err := devstack.FreePort()
 	require.NoError(tb, err)
 	addr := fmt.Sprintf("127.0.0.1:%d", port)
@@ -92,14 +101,23 @@ func newStack(tb testing.TB, o stackOptions) *stack {
 	led, err := devstack.StartService("ledger", ledgerBinary(tb), env, "http://"+addr+"/healthz")
 	require.NoError(tb, err)
 	tb.Cleanup(func() { led.Stop() })
+	return led, "http://" + addr
+}
 
+// startProxy runs an in-process proxy over o's Redis in front of ledgerURL.
+// The returned stack has no Ledger or pool.
+func startProxy(tb testing.TB, o stackOptions, ledgerURL string) *stack {
+	tb.Helper()
+	if o.soldOutTTL == 0 {
+		o.soldOutTTL = 2 * time.Second
+	}
 	rdb, err := gate.NewClient(o.redisURL, gate.ClientOptions{Timeout: 250 * time.Millisecond})
 	require.NoError(tb, err)
 	tb.Cleanup(func() { rdb.Close() })
 	ctx, cancel := context.WithCancel(context.Background())
 	tb.Cleanup(cancel)
 	g := gate.New(rdb)
-	lc := NewLedgerClient("http://"+addr, "test-token", 10*time.Second)
+	lc := NewLedgerClient(ledgerURL, "test-token", 10*time.Second)
 	admit, err := NewAdmitter(ctx, g, lc, AdmitConfig{
 		SoldOutTTL: o.soldOutTTL, VoucherCacheTTL: 5 * time.Second, RedisTimeout: 250 * time.Millisecond,
 		Coalesce: o.coalesce, MaxBatch: 256,
@@ -109,11 +127,7 @@ func newStack(tb testing.TB, o stackOptions) *stack {
 	srv := &Server{admit: admit, ledger: lc, ready: func(context.Context) error { return nil }}
 	hs := httptest.NewServer(srv.Handler())
 	tb.Cleanup(hs.Close)
-
-	pool, err := pgxpool.New(context.Background(), o.dbURL)
-	require.NoError(tb, err)
-	tb.Cleanup(pool.Close)
-	return &stack{ProxyURL: hs.URL, LedgerURL: "http://" + addr, Ledger: led, admit: admit, gate: g, rdb: rdb, pool: pool}
+	return &stack{ProxyURL: hs.URL, LedgerURL: ledgerURL, admit: admit, gate: g, rdb: rdb}
 }
 
 var codeSeq atomic.Int64

@@ -54,6 +54,9 @@ func StartRedisCluster(opts ClusterOptions) (c *Cluster, err error) {
 			"--cluster-config-file", "nodes.conf",
 			"--cluster-node-timeout", strconv.Itoa(clusterNodeTimeout),
 			"--cluster-require-full-coverage", "no",
+			// A replica must finish its first sync before it may take over a
+			// dead master; don't let diskless sync wait 5 s to batch replicas.
+			"--repl-diskless-sync-delay", "0",
 		}})
 		if err != nil {
 			return c, err
@@ -81,7 +84,8 @@ func (c *Cluster) URL() string {
 }
 
 // WaitOK waits until every running node reports cluster_state:ok and agrees
-// that every slot is served.
+// that every slot is served, and every replica is in sync with its master
+// (only then can it take over a master that dies).
 func (c *Cluster) WaitOK(timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	for {
@@ -111,6 +115,15 @@ func (c *Cluster) ok() error {
 		}
 		if !strings.Contains(info, "cluster_state:ok") || !strings.Contains(info, "cluster_slots_ok:16384") {
 			return fmt.Errorf("%s: not ok yet", n.Addr)
+		}
+		rdb = redis.NewClient(&redis.Options{Addr: n.Addr, MaxRetries: -1})
+		repl, err := rdb.Info(ctx, "replication").Result()
+		rdb.Close()
+		if err != nil {
+			return fmt.Errorf("%s: %w", n.Addr, err)
+		}
+		if strings.Contains(repl, "role:slave") && !strings.Contains(repl, "master_link_status:up") {
+			return fmt.Errorf("%s: replica not in sync yet", n.Addr)
 		}
 	}
 	return nil

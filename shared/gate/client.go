@@ -53,6 +53,10 @@ func newClusterClient(hosts string, o ClientOptions) (redis.UniversalClient, err
 		ContextTimeoutEnabled: true,
 		MaxRedirects:          3,
 		PoolSize:              o.PoolSize,
+		// go-redis reloads the slot map on MOVED, but not when a dead master
+		// refuses connections (redis/go-redis#3979): without a short interval
+		// a failed-over slot stays unreachable for the default 60 s.
+		ClusterStateReloadInterval: time.Second,
 	}
 	if at := strings.LastIndex(hosts, "@"); at >= 0 {
 		user, pass, _ := strings.Cut(hosts[:at], ":")
