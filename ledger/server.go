@@ -28,6 +28,7 @@ func (s *Server) Handler() *gin.Engine {
 	}
 	r.Use(httpx.RequestID(), httpx.Auth(s.token, httpx.OpenPaths...))
 	httpx.Health(r, s.ready)
+	httpx.ServeOpenAPI(r)
 
 	r.POST("/admin/vouchers", s.createVoucher)
 	r.GET("/admin/vouchers/:code", s.getVoucher)

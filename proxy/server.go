@@ -30,6 +30,7 @@ func (s *Server) Handler() *gin.Engine {
 	}
 	r.Use(httpx.RequestID(), httpx.Auth(s.token, httpx.OpenPaths...))
 	httpx.Health(r, func(c *gin.Context) error { return s.ready(c) })
+	httpx.ServeOpenAPI(r)
 
 	r.POST("/vouchers/:code/reservations", s.reserve)
 	r.GET("/vouchers/:code/reservations/:orderId", s.forward("get"))

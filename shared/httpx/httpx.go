@@ -72,7 +72,8 @@ type ErrorBody struct {
 func WriteError(c *gin.Context, err error) {
 	var e *voucher.Error
 	if !errors.As(err, &e) {
-		slog.Error("request failed", "method", c.Request.Method, "path", c.FullPath(), "err", err)
+		slog.Error("request failed", "method", c.Request.Method, "path", c.FullPath(),
+			"request_id", RequestIDFrom(c), "err", err)
 		e = voucher.ErrUnavailable
 	}
 	status := Status(e.Code)
@@ -161,7 +162,7 @@ func Auth(token string, open ...string) gin.HandlerFunc {
 }
 
 // OpenPaths are the routes that never require a token.
-var OpenPaths = []string{"/healthz", "/readyz", "/metrics"}
+var OpenPaths = []string{"/healthz", "/readyz", "/metrics", "/openapi.yaml"}
 
 // Health registers GET /healthz (the process is up) and GET /readyz (200 only
 // while ready answers nil).

@@ -1,6 +1,7 @@
 package httpx
 
 import (
+	"net/http"
 	"strconv"
 	"sync"
 	"time"
@@ -49,9 +50,19 @@ func (m *Metrics) Middleware() gin.HandlerFunc {
 		if route == "" {
 			route = "unmatched"
 		}
-		m.requests.WithLabelValues(route, c.Request.Method, strconv.Itoa(c.Writer.Status())).
+		m.requests.WithLabelValues(route, methodLabel(c.Request.Method), strconv.Itoa(c.Writer.Status())).
 			Observe(time.Since(start).Seconds())
 	}
+}
+
+// methodLabel keeps the method label bounded: clients may send any token.
+func methodLabel(m string) string {
+	switch m {
+	case http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch,
+		http.MethodDelete, http.MethodOptions:
+		return m
+	}
+	return "OTHER"
 }
 
 // Handler serves the registry at /metrics.

@@ -1,0 +1,30 @@
+# syntax=docker/dockerfile:1
+# One image with the three flashgate commands (ledger, proxy, loadtest) as
+# static binaries; docker-compose.yml runs `ledger` and `proxy` from it.
+
+FROM golang:1.26 AS build
+WORKDIR /src
+# Modules first, so that a source change does not download them again.
+COPY go.mod go.sum ./
+RUN go mod download
+# Only what the binaries are built from (bin/ holds local builds).
+COPY ledger ./ledger
+COPY proxy ./proxy
+COPY loadtest ./loadtest
+COPY shared ./shared
+COPY migrations ./migrations
+ENV CGO_ENABLED=0 GOFLAGS=-trimpath
+RUN go build -ldflags="-s -w" -o /out/ledger ./ledger \
+ && go build -ldflags="-s -w" -o /out/proxy ./proxy \
+ && go build -ldflags="-s -w" -o /out/loadtest ./loadtest
+
+# Alpine rather than distroless: busybox wget serves the compose health checks.
+FROM alpine:3.21
+RUN apk add --no-cache ca-certificates tzdata \
+ && addgroup -S -g 10001 flashgate \
+ && adduser -S -D -H -u 10001 -G flashgate flashgate
+COPY --from=build /out/ledger /out/proxy /out/loadtest /usr/local/bin/
+USER 10001:10001
+EXPOSE 8080 8081
+# The command names the service: `ledger`, `proxy` or `loadtest <command>`.
+CMD ["proxy"]

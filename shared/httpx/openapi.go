@@ -1,0 +1,22 @@
+package httpx
+
+import (
+	_ "embed"
+	"net/http"
+
+	"github.com/gin-gonic/gin"
+)
+
+// openAPI is the OpenAPI 3.1 description of both services' routes. One file
+// serves both: each operation's x-served-by names the services that register it.
+//
+//go:embed openapi.yaml
+var openAPI []byte
+
+// ServeOpenAPI registers GET /openapi.yaml, the API description. It is one of
+// the OpenPaths: reading it needs no token.
+func ServeOpenAPI(r gin.IRoutes) {
+	r.GET("/openapi.yaml", func(c *gin.Context) {
+		c.Data(http.StatusOK, "application/yaml", openAPI)
+	})
+}
