@@ -10,8 +10,9 @@ import (
 type JobsConfig struct {
 	ExpiryInterval    time.Duration
 	ReconcileInterval time.Duration
-	HangingGrace      time.Duration // an admission younger than this may still be on its way to the DB
-	ExpiryBatch       int           // rows per sweep transaction; default 500
+	HangingGrace      time.Duration  // an admission younger than this may still be on its way to the DB
+	ExpiryBatch       int            // rows per sweep transaction; default 500
+	Metrics           *ledgerMetrics // nil: not exported
 }
 
 // Jobs are the ledger's background work: the expiry sweeper, the reconciler and
@@ -26,6 +27,9 @@ type Jobs struct {
 func NewJobs(l *Ledger, cfg JobsConfig) *Jobs {
 	if cfg.ExpiryBatch <= 0 {
 		cfg.ExpiryBatch = 500
+	}
+	if cfg.Metrics == nil {
+		cfg.Metrics = newLedgerMetrics(nil)
 	}
 	return &Jobs{ledger: l, cfg: cfg, log: l.log}
 }

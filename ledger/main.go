@@ -121,6 +121,7 @@ func run(cfg Config, log *slog.Logger) error {
 	ledger := NewLedger(store, writer, g, log)
 	jobs := NewJobs(ledger, JobsConfig{
 		ExpiryInterval: cfg.ExpiryInterval, ReconcileInterval: cfg.ReconcileInterval, HangingGrace: cfg.HangingGrace,
+		Metrics: lm,
 	})
 	srv := &Server{ledger: ledger, jobs: jobs, token: cfg.Token, metrics: metrics, ready: func(c *gin.Context) error {
 		if err := store.Ping(c); err != nil {

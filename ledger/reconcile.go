@@ -65,6 +65,7 @@ func (j *Jobs) Reconcile(ctx context.Context, code string) (Report, error) {
 	if err != nil {
 		return Report{}, err
 	}
+	j.observe(rep)
 	if rep.Drift != 0 || rep.Released > 0 || rep.Restored > 0 || rep.Reloaded {
 		j.log.Warn("reconcile found drift", "code", code, "db_remaining", rep.DBRemaining,
 			"redis_remaining", rep.RedisRemaining, "redis_remaining_after", rep.RedisRemainingAfter,
@@ -94,4 +95,17 @@ func (j *Jobs) ReconcileAll(ctx context.Context) []Report {
 	}
 	j.log.Info("reconcile run", "vouchers", len(codes), "reconciled", len(reps))
 	return reps
+}
+
+// observe exports one reconciliation's report.
+func (j *Jobs) observe(rep Report) {
+	m := j.cfg.Metrics
+	m.reconcileDrift.Set(float64(rep.Drift), rep.Code)
+	m.remaining.Set(float64(rep.DBRemaining), rep.Code, "db")
+	m.remaining.Set(float64(rep.RedisRemainingAfter), rep.Code, "redis")
+	m.reconcileFixes.WithLabelValues("released").Add(float64(rep.Released))
+	m.reconcileFixes.WithLabelValues("restored").Add(float64(rep.Restored))
+	if rep.Reloaded {
+		m.reconcileFixes.WithLabelValues("reloaded").Inc()
+	}
 }

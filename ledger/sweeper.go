@@ -17,6 +17,7 @@ func (j *Jobs) Sweep(ctx context.Context) (int, error) {
 			return total, err
 		}
 		total += len(batch)
+		j.cfg.Metrics.expired.Add(float64(len(batch)))
 		j.releaseInRedis(ctx, batch)
 		if len(batch) < j.cfg.ExpiryBatch {
 			return total, nil
