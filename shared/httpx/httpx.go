@@ -15,8 +15,10 @@ import (
 	"net"
 	"net/http"
 	"net/http/pprof"
+	"reflect"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -101,7 +103,9 @@ func BindJSON(c *gin.Context, dst any) error {
 
 // DecodeJSON is the decoding half of BindJSON, separate so that it can be fuzzed.
 func DecodeJSON(body []byte, dst any) error {
-	trimmed := bytes.TrimSpace(body)
+	// Only JSON's own whitespace (RFC 8259): bytes.TrimSpace would also take
+	// \v, \f, U+0085 and U+00A0, and accept a body no JSON parser would.
+	trimmed := bytes.Trim(body, " \t\r\n")
 	if len(trimmed) == 0 || trimmed[0] != '{' {
 		return voucher.Errorf(voucher.CodeInvalidRequest, "request body must be a JSON object")
 	}
@@ -115,6 +119,39 @@ func DecodeJSON(body []byte, dst any) error {
 	}
 	if _, err := dec.Token(); err != io.EOF {
 		return voucher.Errorf(voucher.CodeInvalidRequest, "request body has data after the JSON object")
+	}
+	return checkKeys(trimmed, dst)
+}
+
+// checkKeys refuses a top-level key that appears twice or is not spelled exactly
+// as one of dst's json names. encoding/json keeps the last of duplicate keys and
+// matches keys case-insensitively (with Unicode folding: "cuſtomerId" is
+// customerId), so without this a body could read one way to a gateway or log in
+// front of us and another way to us. body has been decoded without error.
+func checkKeys(body []byte, dst any) error {
+	names := jsonNames(reflect.TypeOf(dst))
+	dec := json.NewDecoder(bytes.NewReader(body))
+	if _, err := dec.Token(); err != nil {
+		return voucher.Errorf(voucher.CodeInvalidRequest, "malformed JSON")
+	}
+	seen := make(map[string]bool, len(names))
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return voucher.Errorf(voucher.CodeInvalidRequest, "malformed JSON")
+		}
+		key, _ := tok.(string)
+		switch {
+		case seen[key]:
+			return voucher.Errorf(voucher.CodeInvalidRequest, "duplicate field %q", key)
+		case len(names) > 0 && !names[key]:
+			return voucher.Errorf(voucher.CodeInvalidRequest, "unknown field %q", key)
+		}
+		seen[key] = true
+		var skip json.RawMessage
+		if err := dec.Decode(&skip); err != nil {
+			return voucher.Errorf(voucher.CodeInvalidRequest, "malformed JSON")
+		}
 	}
 	return nil
 }
@@ -187,6 +224,10 @@ func NewEngine() *gin.Engine {
 	// Handlers pass the gin.Context on as their context: let it carry the
 	// request's cancellation and deadline.
 	r.ContextWithFallback = true
+	// A path with a trailing slash is not found, like any other unknown path:
+	// gin's default answers 301/307 with an HTML body and a Location built
+	// from the client's X-Forwarded-Prefix header.
+	r.RedirectTrailingSlash = false
 	r.Use(gin.CustomRecovery(func(c *gin.Context, recovered any) {
 		slog.Error("panic in handler", "path", c.FullPath(), "panic", recovered)
 		WriteError(c, voucher.ErrUnavailable)
@@ -214,6 +255,26 @@ func NewServer(addr string, h http.Handler) *http.Server {
 		IdleTimeout:       120 * time.Second,
 		MaxHeaderBytes:    32 << 10,
 	}
+}
+
+var jsonNamesOf sync.Map // reflect.Type -> map[string]bool
+
+// jsonNames returns the json field names of the struct t points to (empty for
+// anything else), computed once per type.
+func jsonNames(t reflect.Type) map[string]bool {
+	if names, ok := jsonNamesOf.Load(t); ok {
+		return names.(map[string]bool)
+	}
+	names := map[string]bool{}
+	if t.Kind() == reflect.Pointer && t.Elem().Kind() == reflect.Struct {
+		for f := range t.Elem().Fields() {
+			if name, _, _ := strings.Cut(f.Tag.Get("json"), ","); name != "" && name != "-" {
+				names[name] = true
+			}
+		}
+	}
+	jsonNamesOf.Store(t, names)
+	return names
 }
 
 // CodeParam returns the validated :code path parameter.

@@ -107,6 +107,9 @@ func (n NewVoucher) Validate() (Voucher, error) {
 		return Voucher{}, invalid("startsAt is required (RFC 3339)")
 	case n.EndsAt == nil:
 		return Voucher{}, invalid("endsAt is required (RFC 3339)")
+	case n.StartsAt.UTC().Year() < 1 || n.EndsAt.UTC().Year() > 9999:
+		// The voucher is answered in JSON, in UTC, and RFC 3339 years have four digits.
+		return Voucher{}, invalid("startsAt and endsAt must be within years 0001 to 9999 in UTC")
 	case !n.StartsAt.Before(*n.EndsAt):
 		return Voucher{}, invalid("startsAt must be before endsAt")
 	}
