@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/http"
 	"os"
 	"os/signal"
 	"syscall"
@@ -135,22 +134,10 @@ func run(cfg Config, log *slog.Logger) error {
 		return nil
 	}}
 
-	httpSrv := httpx.NewServer(cfg.Addr, srv.Handler())
-	errc := make(chan error, 1)
-	go func() { errc <- httpx.Serve(httpSrv, cfg.MaxClientConns) }()
 	httpx.ServeDebug(cfg.DebugAddr)
 	go jobs.Run(ctx)
 	log.Info("ledger listening", "addr", cfg.Addr, "reservation_ttl", cfg.ReservationTTL.String())
-
-	select {
-	case err := <-errc:
-		if !errors.Is(err, http.ErrServerClosed) {
-			return err
-		}
-	case <-ctx.Done():
-	}
-	log.Info("ledger shutting down")
-	shutCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	return httpSrv.Shutdown(shutCtx)
+	err = httpx.Serve(ctx, httpx.NewServer(cfg.Addr, srv.Handler()), cfg.MaxClientConns)
+	log.Info("ledger stopped")
+	return err
 }

@@ -113,21 +113,9 @@ func run(cfg Config, log *slog.Logger) error {
 		return nil
 	}}
 
-	httpSrv := httpx.NewServer(cfg.Addr, srv.Handler())
-	errc := make(chan error, 1)
-	go func() { errc <- httpx.Serve(httpSrv, cfg.MaxClientConns) }()
 	httpx.ServeDebug(cfg.DebugAddr)
 	log.Info("proxy listening", "addr", cfg.Addr, "ledger", cfg.LedgerURL, "coalesce", cfg.Coalesce)
-
-	select {
-	case err := <-errc:
-		if !errors.Is(err, http.ErrServerClosed) {
-			return err
-		}
-	case <-ctx.Done():
-	}
-	log.Info("proxy shutting down")
-	shutCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	return httpSrv.Shutdown(shutCtx)
+	err = httpx.Serve(ctx, httpx.NewServer(cfg.Addr, srv.Handler()), cfg.MaxClientConns)
+	log.Info("proxy stopped")
+	return err
 }

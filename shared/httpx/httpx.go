@@ -338,8 +338,10 @@ func validRequestID(id string) bool {
 }
 
 // Serve listens on srv.Addr with at most maxConns connections open at once
-// (the rest wait in the accept queue) and serves until Shutdown.
-func Serve(srv *http.Server, maxConns int) error {
+// (the rest wait in the accept queue) and serves until ctx ends; then it stops
+// accepting and lets requests in flight finish (up to 10 s). A failure to
+// listen or serve is returned at once.
+func Serve(ctx context.Context, srv *http.Server, maxConns int) error {
 	ln, err := net.Listen("tcp", srv.Addr)
 	if err != nil {
 		return err
@@ -347,7 +349,16 @@ func Serve(srv *http.Server, maxConns int) error {
 	if maxConns > 0 {
 		ln = netutil.LimitListener(ln, maxConns)
 	}
-	return srv.Serve(ln)
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	shutCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	return srv.Shutdown(shutCtx)
 }
 
 // ServeDebug serves net/http/pprof on addr (loopback only, for profiling under
