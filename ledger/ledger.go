@@ -188,6 +188,7 @@ func (l *Ledger) WriteAdmitted(ctx context.Context, code string, cl voucher.Clai
 	if _, rerr := giveBack(context.WithoutCancel(ctx), code, cl.OrderID); rerr != nil {
 		l.log.Error("give back after failed write", "code", code, "order", cl.OrderID, "err", rerr)
 	}
+	l.settle(context.WithoutCancel(ctx), code, cl.OrderID)
 	return r, err
 }
 
@@ -204,13 +205,19 @@ func (l *Ledger) Confirm(ctx context.Context, code, orderID string) (voucher.Res
 		return voucher.Reservation{}, err
 	}
 	mayTake := !v.FlashSale
-	heldByUs := false // a Redis use this call took and must give back unless kept
+	heldByUs := false // a Redis use this call took and must give back if the database refuses
 	for {
 		r, took, err := l.store.LateConfirm(ctx, code, orderID, mayTake)
-		if heldByUs && !took {
+		if heldByUs && err != nil {
 			if _, rerr := l.gate.Release(context.WithoutCancel(ctx), code, orderID); rerr != nil {
 				l.log.Error("release after late confirm", "code", code, "order", orderID, "err", rerr)
 			}
+		}
+		if v.FlashSale && (took || heldByUs) {
+			// The Redis entry this confirmation relied on may have been given
+			// back meanwhile by a release, a sweep or a refused retry of the
+			// same order: make sure Redis holds the use the database holds.
+			l.settle(context.WithoutCancel(ctx), code, orderID)
 		}
 		if !errors.Is(err, errNeedsUse) {
 			return r, err
@@ -223,6 +230,28 @@ func (l *Ledger) Confirm(ctx context.Context, code, orderID string) (voucher.Res
 			return voucher.Reservation{}, voucher.ErrReservationExpired
 		}
 		mayTake, heldByUs = true, res == gate.Reserved
+	}
+}
+
+// settle makes Redis agree with the database about orders after a step that
+// gave uses back in Redis and may have raced one that took them again in the
+// database (a late confirmation): every one of them that holds a use in the
+// database is held in Redis too. Both sides re-check after acting, so whichever
+// runs last leaves them in agreement.
+func (l *Ledger) settle(ctx context.Context, code string, orderIDs ...string) {
+	if l.gate == nil || len(orderIDs) == 0 {
+		return
+	}
+	active, err := l.store.ActiveOf(ctx, code, orderIDs)
+	if err != nil {
+		l.log.Error("settle: read orders", "code", code, "err", fmt.Errorf("left for the reconciler: %w", err))
+		return
+	}
+	for _, o := range active {
+		if _, err := l.gate.Hold(ctx, code, o.OrderID, o.CustomerID); err != nil {
+			l.log.Error("settle: hold in redis", "code", code, "order", o.OrderID,
+				"err", fmt.Errorf("left for the reconciler: %w", err))
+		}
 	}
 }
 
@@ -242,5 +271,6 @@ func (l *Ledger) Release(ctx context.Context, code, orderID string) error {
 	if _, err := l.gate.Release(context.WithoutCancel(ctx), code, r.OrderID); err != nil {
 		l.log.Error("release in redis", "code", code, "order", orderID, "err", err)
 	}
+	l.settle(context.WithoutCancel(ctx), code, r.OrderID)
 	return nil
 }

@@ -516,16 +516,25 @@ func (s *Store) ExpireBatch(ctx context.Context, limit int) ([]ExpiredOrder, err
 			UPDATE voucher_redemption r SET status = 'RELEASED', updated_at = now()
 			FROM due WHERE r.id = due.id AND r.status = 'RESERVED'
 			RETURNING r.voucher_code, r.customer_id, r.order_id
-		), per_voucher AS (
-			UPDATE voucher v SET used_count = v.used_count - x.n
-			FROM (SELECT voucher_code, count(*)::int AS n FROM released GROUP BY voucher_code) x
-			WHERE v.code = x.voucher_code
-			RETURNING 1
+		), customers AS (
+			-- Lock the customers' rows in one fixed order (as every writer
+			-- does) so that two sweeps can never deadlock on them.
+			SELECT 1 FROM voucher_customer_usage u
+			WHERE (u.voucher_code, u.customer_id) IN (SELECT voucher_code, customer_id FROM released)
+			ORDER BY u.voucher_code, u.customer_id
+			FOR UPDATE
 		), per_customer AS (
 			UPDATE voucher_customer_usage u SET used_count = u.used_count - x.n
 			FROM (SELECT voucher_code, customer_id, count(*)::int AS n FROM released
 			      GROUP BY voucher_code, customer_id) x
 			WHERE u.voucher_code = x.voucher_code AND u.customer_id = x.customer_id
+			  AND (SELECT count(*) FROM customers) >= 0
+			RETURNING 1
+		), per_voucher AS (
+			-- The hot voucher rows last, after the customers' locks.
+			UPDATE voucher v SET used_count = v.used_count - x.n
+			FROM (SELECT voucher_code, count(*)::int AS n FROM released GROUP BY voucher_code) x
+			WHERE v.code = x.voucher_code AND (SELECT count(*) FROM per_customer) >= 0
 			RETURNING 1
 		)
 		SELECT r.voucher_code, r.customer_id, r.order_id, v.flash_sale
@@ -540,6 +549,26 @@ func (s *Store) ExpireBatch(ctx context.Context, limit int) ([]ExpiredOrder, err
 	})
 	if err != nil {
 		return nil, translate(fmt.Errorf("expire: %w", err))
+	}
+	return out, nil
+}
+
+// ActiveOf returns, of the given orders of voucher code, those that hold a use
+// now (RESERVED or CONFIRMED), with their customers.
+func (s *Store) ActiveOf(ctx context.Context, code string, orderIDs []string) ([]ActiveOrder, error) {
+	rows, err := s.pool.Query(ctx, `
+		SELECT order_id, customer_id, created_at FROM voucher_redemption
+		WHERE voucher_code = $1 AND order_id = ANY($2) AND status IN ('RESERVED', 'CONFIRMED')`, code, orderIDs)
+	if err != nil {
+		return nil, translate(fmt.Errorf("active orders %s: %w", code, err))
+	}
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (ActiveOrder, error) {
+		var o ActiveOrder
+		err := row.Scan(&o.OrderID, &o.CustomerID, &o.CreatedAt)
+		return o, err
+	})
+	if err != nil {
+		return nil, translate(fmt.Errorf("active orders %s: %w", code, err))
 	}
 	return out, nil
 }
@@ -563,22 +592,37 @@ func (s *Store) LiveFlashVouchers(ctx context.Context) ([]string, error) {
 
 // WithVoucherLock runs fn while holding a session advisory lock for code, so
 // that one ledger at a time reconciles a voucher. fn runs outside any
-// transaction: it talks to Redis.
+// transaction: it talks to Redis. A caller waiting for the lock does not hold
+// a pooled connection meanwhile (it polls pg_try_advisory_lock), so waiters
+// can never starve the holder of the connections it needs.
 func (s *Store) WithVoucherLock(ctx context.Context, code string, fn func() error) error {
-	conn, err := s.pool.Acquire(ctx)
-	if err != nil {
-		return translate(fmt.Errorf("lock %s: %w", code, err))
-	}
-	defer conn.Release()
 	const key = `hashtextextended('flashgate:reconcile:' || $1, 0)`
-	if _, err := conn.Exec(ctx, `SELECT pg_advisory_lock(`+key+`)`, code); err != nil {
-		return translate(fmt.Errorf("lock %s: %w", code, err))
-	}
-	defer func() {
-		if _, err := conn.Exec(context.WithoutCancel(ctx), `SELECT pg_advisory_unlock(`+key+`)`, code); err != nil {
-			// A lock we cannot release dies with its connection.
-			conn.Conn().Close(context.WithoutCancel(ctx))
+	for {
+		conn, err := s.pool.Acquire(ctx)
+		if err != nil {
+			return translate(fmt.Errorf("lock %s: %w", code, err))
 		}
-	}()
-	return fn()
+		var locked bool
+		if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock(`+key+`)`, code).Scan(&locked); err != nil {
+			conn.Release()
+			return translate(fmt.Errorf("lock %s: %w", code, err))
+		}
+		if !locked {
+			conn.Release()
+			select {
+			case <-ctx.Done():
+				return fmt.Errorf("lock %s: %w", code, ctx.Err())
+			case <-time.After(20 * time.Millisecond):
+			}
+			continue
+		}
+		defer conn.Release()
+		defer func() {
+			if _, err := conn.Exec(context.WithoutCancel(ctx), `SELECT pg_advisory_unlock(`+key+`)`, code); err != nil {
+				// A lock we cannot release dies with its connection.
+				conn.Conn().Close(context.WithoutCancel(ctx))
+			}
+		}()
+		return fn()
+	}
 }

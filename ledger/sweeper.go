@@ -43,5 +43,7 @@ func (j *Jobs) releaseInRedis(ctx context.Context, batch []ExpiredOrder) {
 			j.log.Error("release expired orders in redis", "code", code, "orders", len(orders),
 				"err", fmt.Errorf("left for the reconciler: %w", err))
 		}
+		// A late confirmation may have taken some of them again meanwhile.
+		j.ledger.settle(ctx, code, orders...)
 	}
 }

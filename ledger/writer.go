@@ -269,6 +269,7 @@ func (s *Store) InsertMany(ctx context.Context, v voucher.Voucher, claims []vouc
 			INSERT INTO voucher_customer_usage AS u (voucher_code, customer_id, used_count, per_user_limit)
 			SELECT $1, c, n, $4 FROM unnest($2::bigint[], $3::int[]) AS t(c, n)
 			WHERE n <= $4
+			ORDER BY c -- one lock order for customers' rows, as the sweeper's
 			ON CONFLICT (voucher_code, customer_id)
 			DO UPDATE SET used_count = u.used_count + EXCLUDED.used_count
 			WHERE u.used_count + EXCLUDED.used_count <= u.per_user_limit`,

@@ -38,6 +38,7 @@ func NewClient(url string, o ClientOptions) (redis.UniversalClient, error) {
 	opt.WriteTimeout = o.Timeout
 	opt.ContextTimeoutEnabled = true
 	opt.MaxRetries = 1
+	opt.DialerRetries = 1 // go-redis dials 5 times 100 ms apart by default: a dead Redis must fail fast
 	if o.PoolSize > 0 {
 		opt.PoolSize = o.PoolSize
 	}
@@ -52,6 +53,7 @@ func newClusterClient(hosts string, o ClientOptions) (redis.UniversalClient, err
 		DialTimeout: o.Timeout, ReadTimeout: o.Timeout, WriteTimeout: o.Timeout,
 		ContextTimeoutEnabled: true,
 		MaxRedirects:          3,
+		DialerRetries:         1,
 		PoolSize:              o.PoolSize,
 		// go-redis reloads the slot map on MOVED, but not when a dead master
 		// refuses connections (redis/go-redis#3979): without a short interval

@@ -42,6 +42,8 @@ var (
 	reconcileLua string
 	//go:embed unload.lua
 	unloadLua string
+	//go:embed hold.lua
+	holdLua string
 
 	reserveScript   = redis.NewScript(reserveLua)
 	releaseScript   = redis.NewScript(releaseLua)
@@ -50,6 +52,7 @@ var (
 	stateScript     = redis.NewScript(stateLua)
 	reconcileScript = redis.NewScript(reconcileLua)
 	unloadScript    = redis.NewScript(unloadLua)
+	holdScript      = redis.NewScript(holdLua)
 )
 
 // Keys returns the Redis keys of one voucher, in the order the scripts expect
@@ -313,6 +316,24 @@ func (g *Gate) release(ctx context.Context, code string, restock bool, orderIDs 
 		return 0, fmt.Errorf("release %s: unexpected reply %v (%T)", code, v, v)
 	}
 	return int(n), nil
+}
+
+// Hold makes Redis hold a use for an order that holds one in the database,
+// if Redis does not already. It reports whether it recorded the order. An
+// order recorded for another customer is left for the reconciler.
+func (g *Gate) Hold(ctx context.Context, code, orderID string, customerID int64) (bool, error) {
+	if err := checkCode(code); err != nil {
+		return false, err
+	}
+	v, err := g.run(ctx, holdScript, Keys(code)[:3], orderID, customerID)
+	if err != nil {
+		return false, fmt.Errorf("hold %s/%s: %w", code, orderID, err)
+	}
+	n, ok := v.(int64)
+	if !ok || n < -1 || n > 1 {
+		return false, fmt.Errorf("hold %s/%s: unexpected reply %v (%T)", code, orderID, v, v)
+	}
+	return n == 1, nil
 }
 
 // Load copies snap into Redis (remaining, users counted from the orders, orders,

@@ -985,3 +985,40 @@ func benchmarkReserve(b *testing.B, size int) {
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*size), "ns/item")
 }
+
+// Hold records a missing order once, counts its customer and takes a use, but
+// never drives remaining below 0 and never overrides another customer's entry.
+func TestHold(t *testing.T) {
+	t.Parallel()
+	g, rdb := newGate(t)
+	ctx := context.Background()
+	code := testCode(t, g, "v")
+	load(t, g, code, 1, 2)
+
+	ok, err := g.Hold(ctx, code, "a", 7)
+	require.NoError(t, err)
+	assert.True(t, ok)
+	ok, err = g.Hold(ctx, code, "a", 7)
+	require.NoError(t, err)
+	assert.False(t, ok, "Hold(a) twice = recorded twice")
+	owners, remaining := orderOwners(t, g, code)
+	assert.Equal(t, map[string]int64{"a": 7}, owners)
+	assert.EqualValues(t, 0, remaining)
+	assert.Equal(t, map[int64]int{7: 1}, users(t, rdb, code))
+
+	ok, err = g.Hold(ctx, code, "b", 8) // the counter is at 0: it stays there
+	require.NoError(t, err)
+	assert.True(t, ok)
+	_, remaining = orderOwners(t, g, code)
+	assert.EqualValues(t, 0, remaining)
+
+	ok, err = g.Hold(ctx, code, "a", 9) // someone else's order: left alone
+	require.NoError(t, err)
+	assert.False(t, ok)
+	owners, _ = orderOwners(t, g, code)
+	assert.Equal(t, int64(7), owners["a"])
+
+	ok, err = g.Hold(ctx, testCode(t, g, "none"), "a", 7) // not loaded: nothing created
+	require.NoError(t, err)
+	assert.False(t, ok)
+}

@@ -1,0 +1,35 @@
+#!lua
+-- hold.lua: make Redis hold a use for an order the database says holds one
+-- (reserved or confirmed). It repairs a race in which Redis gave the order's
+-- use back (a release, a refused write's give-back) while the database took
+-- the use again (a late confirmation). Idempotent: an order already recorded
+-- for this customer is left alone.
+--
+-- KEYS[1] voucher:{CODE}:remaining  integer string; missing = voucher not loaded
+-- KEYS[2] voucher:{CODE}:users      hash customerId -> active uses
+-- KEYS[3] voucher:{CODE}:orders     hash orderId -> "customerId:admittedAtMillis"
+-- ARGV[1] orderId
+-- ARGV[2] customerId
+--
+-- Returns 1 if it recorded the order, 0 if it was already recorded for this
+-- customer or the voucher is not loaded (the next load reads the database),
+-- -1 if the order is recorded for another customer (the reconciler settles it).
+-- remaining goes down by one but never below 0: the database already counted
+-- this use, and a counter at 0 admits no one either way.
+
+if redis.call('EXISTS', KEYS[1]) == 0 then
+  return 0
+end
+local held = redis.call('HGET', KEYS[3], ARGV[1])
+if held then
+  if string.match(held, '^([^:]*)') == ARGV[2] then return 0 end
+  return -1
+end
+local t = redis.call('TIME')
+local now = t[1] .. string.format('%03d', math.floor(tonumber(t[2]) / 1000))
+redis.call('HSET', KEYS[3], ARGV[1], ARGV[2] .. ':' .. now)
+redis.call('HINCRBY', KEYS[2], ARGV[2], 1)
+if (tonumber(redis.call('GET', KEYS[1])) or 0) > 0 then
+  redis.call('DECR', KEYS[1])
+end
+return 1
