@@ -25,7 +25,11 @@ import (
 	"github.com/flashgate/flashgate/shared/gate"
 )
 
-func TestMain(m *testing.M) { os.Exit(devstack.RunTests(m)) }
+func TestMain(m *testing.M) {
+	code := devstack.RunTests(m)
+	removeLedgerBinary()
+	os.Exit(code)
+}
 
 // testLedger is a ledger served over real HTTP on a real Postgres and Redis.
 type testLedger struct {

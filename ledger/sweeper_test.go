@@ -1,0 +1,328 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/flashgate/flashgate/shared/devstack"
+)
+
+// 50 reservations expire: the sweep gives every use back to the voucher, to the
+// customers and (flash) to Redis, and the same customers can reserve again.
+// The first round is swept by Jobs.Sweep, the second by a bin/ledger process's
+// own ticker.
+func TestSweepReleasesExpired(t *testing.T) {
+	t.Parallel()
+	for _, flash := range []bool{true, false} {
+		t.Run(fmt.Sprintf("flash=%v", flash), func(t *testing.T) {
+			t.Parallel()
+			db := ownPostgres(t) // the sweeps below release exactly this voucher's rows
+			l := newTestLedger(t, ledgerOptions{db: db, ttl: 2 * time.Second})
+			code := newCode(t)
+			const n = 50
+			l.createVoucher(t, spec(code, n, 1, flash))
+
+			// Round 1: swept by Jobs.Sweep.
+			first := claims(code, n, 1, "r1")
+			reserveAll(t, l.URL, code, first)
+			b := l.checkBooks(t, code)
+			require.Equal(t, n, b.Used)
+			if flash {
+				checkRedisMatches(t, l.gate, b, code)
+			}
+			l.waitExpired(t, code)
+			swept, err := l.jobs.Sweep(context.Background())
+			require.NoError(t, err)
+			assert.Equal(t, n, swept, "Sweep() released")
+			l.checkSwept(t, code, first, flash)
+
+			// Round 2: the same customers, new orderIds, swept by a ledger
+			// process's ticker.
+			second := claims(code, n, 1, "r2")
+			reserveAll(t, l.URL, code, second)
+			b = l.checkBooks(t, code)
+			require.Equal(t, n, b.Used)
+			require.Equal(t, n, b.Status["RESERVED"])
+			if flash {
+				require.Zero(t, redisState(t, l.gate, code).Remaining)
+			}
+			startLedger(t, db, devstack.RedisURL(t), "EXPIRY_INTERVAL=500ms")
+			eventually(t, 10*time.Second, func() bool { return l.books(t, code).Status["RESERVED"] == 0 },
+				"the ledger process's sweeper did not release %s's reservations", code)
+			l.checkSwept(t, code, second, flash)
+		})
+	}
+}
+
+// checkSwept asserts that every claim of cs is RELEASED and that code holds no
+// use anywhere: used_count, each customer's count and (flash) Redis.
+func (l *testLedger) checkSwept(t *testing.T, code string, cs []claim, flash bool) {
+	t.Helper()
+	st := l.statuses(t, code)
+	for _, c := range cs {
+		assert.Equal(t, "RELEASED", st[c.order], "order %s", c.order)
+	}
+	b := l.checkBooks(t, code)
+	assert.Zero(t, b.Used, "used_count after the sweep")
+	for c, n := range b.Usage {
+		assert.Zero(t, n, "customer %d usage after the sweep", c)
+	}
+	if flash {
+		s := redisState(t, l.gate, code)
+		assert.EqualValues(t, b.Total, s.Remaining, "redis remaining after the sweep")
+		assert.Empty(t, s.Orders, "orders still held in redis after the sweep")
+	}
+}
+
+// Payments arrive for expired reservations while several sweepers run: each
+// reservation ends either CONFIRMED (its confirm got 200) or RELEASED (409
+// RESERVATION_EXPIRED), never both and never counted twice. With newcomers
+// racing for the released uses too, late confirms may lose their use.
+func TestConfirmRacesSweeper(t *testing.T) {
+	t.Parallel()
+	db := ownPostgres(t)
+	for _, flash := range []bool{true, false} {
+		for _, newcomers := range []bool{false, true} {
+			t.Run(fmt.Sprintf("flash=%v/newcomers=%v", flash, newcomers), func(t *testing.T) {
+				t.Parallel()
+				testConfirmRacesSweeper(t, db, flash, newcomers)
+			})
+		}
+	}
+}
+
+func testConfirmRacesSweeper(t *testing.T, db string, flash, newcomers bool) {
+	l := newTestLedger(t, ledgerOptions{db: db, ttl: time.Second, grace: time.Second})
+	code := newCode(t)
+	const customers, perCustomer, total = 30, 2, 60
+	l.createVoucher(t, spec(code, total, perCustomer, flash))
+	expired := claims(code, customers, perCustomer, "old")
+	reserveAll(t, l.URL, code, expired)
+	l.waitExpired(t, code)
+
+	res := l.URL + "/vouchers/" + code + "/reservations"
+	confirms := make([]reply, len(expired))
+	// Newcomers reserve through a ledger whose holds outlive the test, so
+	// that the sweepers never take theirs.
+	newRes := newTestLedger(t, ledgerOptions{db: db}).URL + "/vouchers/" + code + "/reservations"
+	var late []claim
+	if newcomers {
+		late = claims(code, customers, 1, "new")
+		for i := range late {
+			late[i].customer += 1000
+		}
+	}
+	lateReplies := make([]reply, len(late))
+
+	var racers, sweepers sync.WaitGroup
+	start := make(chan struct{})
+	for i, c := range expired {
+		racers.Go(func() {
+			<-start
+			confirms[i] = call(t, http.MethodPost, res+"/"+c.order+"/confirm", "", nil)
+		})
+	}
+	for i, c := range late {
+		racers.Go(func() {
+			<-start
+			lateReplies[i] = call(t, http.MethodPost, newRes, "", claimBody(c.customer, c.order, 5_000))
+		})
+	}
+	done := make(chan struct{})
+	var deadlocks atomic.Int64
+	for range 4 {
+		sweepers.Go(func() {
+			<-start
+			for {
+				sweepOnce(t, l.jobs, &deadlocks)
+				select {
+				case <-done:
+					return
+				default:
+				}
+			}
+		})
+	}
+	close(start)
+	racers.Wait()
+	close(done)
+	sweepers.Wait()
+	_, err := l.jobs.Sweep(context.Background())
+	require.NoError(t, err)
+
+	st := l.statuses(t, code)
+	confirmed := 0
+	for i, c := range expired {
+		r := confirms[i]
+		switch {
+		case r.Status == http.StatusOK:
+			confirmed++
+			assert.Equal(t, "CONFIRMED", r.Body["status"], "Confirm(%s) = %s", c.order, r.Raw)
+			assert.Equal(t, "CONFIRMED", st[c.order], "order %s was confirmed (200) but is %s", c.order, st[c.order])
+		case r.Status == http.StatusConflict && r.code() == "RESERVATION_EXPIRED":
+			assert.Equal(t, "RELEASED", st[c.order], "order %s got RESERVATION_EXPIRED but is %s", c.order, st[c.order])
+		default:
+			t.Errorf("Confirm(%s) = %d %s, want 200 or 409 RESERVATION_EXPIRED", c.order, r.Status, r.Raw)
+		}
+	}
+	taken := 0
+	for i, c := range late {
+		r := lateReplies[i]
+		switch {
+		case r.Status == http.StatusCreated:
+			taken++
+			assert.Equal(t, "RESERVED", st[c.order], "order %s", c.order)
+		case r.Status == http.StatusConflict && r.code() == "OUT_OF_STOCK":
+			assert.NotContains(t, st, c.order, "order %s got OUT_OF_STOCK but has a row", c.order)
+		default:
+			t.Errorf("Reserve(%v) = %d %s, want 201 or 409 OUT_OF_STOCK", c, r.Status, r.Raw)
+		}
+	}
+	if !newcomers {
+		// Nobody else wanted the uses: every payment keeps its reservation.
+		assert.Equal(t, len(expired), confirmed, "confirmed")
+	}
+	b := l.checkBooks(t, code)
+	assert.Equal(t, confirmed, b.Status["CONFIRMED"])
+	assert.Equal(t, taken, b.Status["RESERVED"])
+	assert.Equal(t, len(expired)-confirmed, b.Status["RELEASED"])
+	assert.Equal(t, confirmed+taken, b.Used)
+	for _, c := range expired {
+		assert.LessOrEqual(t, b.Active[c.customer], perCustomer, "customer %d", c.customer)
+	}
+	t.Logf("confirmed %d of %d, newcomers reserved %d of %d, %d sweeps lost a deadlock",
+		confirmed, len(expired), taken, len(late), deadlocks.Load())
+	if flash {
+		l.checkRedisAfterReconcile(t, code, b)
+	}
+}
+
+// checkRedisAfterReconcile reconciles code and asserts that Redis then agrees
+// with the database b. Nothing may run meanwhile: an order released between
+// the reconciler's database read and its Redis step would come back as a
+// hanging admission until the next round.
+func (l *testLedger) checkRedisAfterReconcile(t *testing.T, code string, b books) {
+	t.Helper()
+	before := redisState(t, l.gate, code)
+	rep, err := l.jobs.Reconcile(context.Background(), code)
+	require.NoError(t, err)
+	if rep.Drift != 0 || rep.Released != 0 || rep.Restored != 0 {
+		t.Logf("reconcile found drift: %+v (redis held %d orders)", rep, len(before.Orders))
+	}
+	assert.LessOrEqual(t, rep.RedisRemainingAfter, rep.DBRemaining, "reconcile left redis above the database")
+	assert.Equal(t, b.remaining(), rep.DBRemaining)
+	checkRedisMatches(t, l.gate, b, code)
+}
+
+// A sweep and a client's release of another order of the same customer run
+// at once. Release, Insert and LateConfirm all take the customer's count
+// before the voucher's used_count; the sweep must take them in that order too,
+// or the two deadlock and Postgres aborts one after deadlock_timeout. The
+// release is replayed statement by statement so that the sweep reliably runs
+// in its middle.
+func TestSweepLockOrderMatchesRelease(t *testing.T) {
+	t.Parallel()
+	l := newTestLedger(t, ledgerOptions{db: ownPostgres(t), ttl: 300 * time.Millisecond, noRedis: true})
+	ctx := context.Background()
+	code := newCode(t)
+	l.createVoucher(t, spec(code, 10, 2, false))
+	cs := claims(code, 1, 2, "x") // one customer, two orders
+	reserveAll(t, l.URL, code, cs)
+	l.waitExpired(t, code)
+	byClient, bySweep := cs[0].order, cs[1].order
+
+	// The client's release, as Store.Release runs it: the order's row, then
+	// the customer's count, then (below) the voucher's used_count.
+	tx, err := l.pool.Begin(ctx)
+	require.NoError(t, err)
+	defer tx.Rollback(ctx)
+	_, err = tx.Exec(ctx, `UPDATE voucher_redemption SET status = 'RELEASED', updated_at = now()
+		WHERE order_id = $1 AND status = 'RESERVED'`, byClient)
+	require.NoError(t, err)
+	_, err = tx.Exec(ctx, `UPDATE voucher_customer_usage SET used_count = used_count - 1
+		WHERE voucher_code = $1 AND customer_id = $2`, code, cs[0].customer)
+	require.NoError(t, err)
+
+	swept := make(chan error, 1)
+	go func() {
+		_, err := l.jobs.Sweep(ctx)
+		swept <- err
+	}()
+	// Wait until the sweep waits for a lock the release holds.
+	eventually(t, 5*time.Second, func() bool {
+		var waiting bool
+		require.NoError(t, l.pool.QueryRow(ctx, `
+			SELECT EXISTS (SELECT 1 FROM pg_stat_activity
+			               WHERE wait_event_type = 'Lock' AND query LIKE '%WITH due AS%')`).Scan(&waiting))
+		return waiting
+	}, "the sweep never waited for the release's locks")
+
+	_, err = tx.Exec(ctx, `UPDATE voucher SET used_count = used_count - 1 WHERE code = $1`, code)
+	assert.NoError(t, err, "the release's used_count update")
+	if err == nil {
+		assert.NoError(t, tx.Commit(ctx))
+	}
+	assert.NoError(t, <-swept, "Sweep() beside a release")
+
+	st := l.statuses(t, code)
+	assert.Equal(t, "RELEASED", st[byClient])
+	assert.Equal(t, "RELEASED", st[bySweep])
+	b := l.checkBooks(t, code)
+	assert.Zero(t, b.Used)
+}
+
+// Sweeps of two ledgers (or two goroutines) at once take interleaved rows of
+// the same customers. Each sweep updates many customers' counts; unless every
+// sweep locks them in one order, two sweeps deadlock and Postgres aborts one
+// after deadlock_timeout (a second). Small batches make the interleaving
+// likely; a correct sweep never meets a deadlock here.
+func TestConcurrentSweepsDoNotDeadlock(t *testing.T) {
+	t.Parallel()
+	l := newTestLedger(t, ledgerOptions{db: ownPostgres(t), ttl: 500 * time.Millisecond, noRedis: true})
+	ctx := context.Background()
+	for round := range 2 {
+		code := newCode(t)
+		l.createVoucher(t, spec(code, 1000, 4, false))
+		reserveAll(t, l.URL, code, claims(code, 100, 4, "d"))
+		l.waitExpired(t, code)
+		var wg sync.WaitGroup
+		for range 8 {
+			j := NewJobs(l.led, JobsConfig{ExpiryBatch: 7})
+			wg.Go(func() {
+				if _, err := j.Sweep(ctx); err != nil {
+					t.Errorf("round %d: Sweep() = %v", round, err)
+				}
+			})
+		}
+		wg.Wait()
+		if t.Failed() {
+			return // one round shows it; more would only add deadlock_timeouts
+		}
+		b := l.checkBooks(t, code)
+		require.Equal(t, map[string]int{"RELEASED": 400}, b.Status, "round %d", round)
+	}
+}
+
+// sweepOnce runs j.Sweep and reports its error, except a deadlock with a
+// concurrent sweep, which it counts: TestConcurrentSweepsDoNotDeadlock covers
+// that bug, and the aborted sweep wrote nothing (the next one takes its rows).
+func sweepOnce(t *testing.T, j *Jobs, deadlocks *atomic.Int64) {
+	if _, err := j.Sweep(context.Background()); err != nil {
+		var pe *pgconn.PgError
+		if errors.As(err, &pe) && pe.Code == "40P01" {
+			deadlocks.Add(1)
+			return
+		}
+		t.Errorf("Sweep() = %v", err)
+	}
+}
