@@ -1,18 +1,12 @@
 package main
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
-	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"regexp"
-	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -23,6 +17,7 @@ import (
 	"github.com/flashgate/flashgate/migrations"
 	"github.com/flashgate/flashgate/shared/devstack"
 	"github.com/flashgate/flashgate/shared/gate"
+	"github.com/flashgate/flashgate/shared/httpx/httpxtest"
 )
 
 func TestMain(m *testing.M) {
@@ -93,18 +88,10 @@ func newTestLedger(tb testing.TB, o ledgerOptions) *testLedger {
 	return &testLedger{URL: hs.URL, Token: o.token, pool: pool, store: store, gate: g, jobs: jobs, led: led}
 }
 
-var codeCounter atomic.Int64
-
-var nonCode = regexp.MustCompile(`[^A-Za-z0-9]`)
-
 // newCode returns a voucher code unique to this test run.
 func newCode(tb testing.TB) string {
 	tb.Helper()
-	name := nonCode.ReplaceAllString(tb.Name(), "")
-	if len(name) > 18 {
-		name = name[len(name)-18:]
-	}
-	return fmt.Sprintf("%s-%d-%d", name, time.Now().UnixNano()%1_000_000, codeCounter.Add(1))
+	return httpxtest.NewCode(tb, 18)
 }
 
 // voucherSpec builds a POST /admin/vouchers body valid now.
@@ -134,13 +121,7 @@ func (l *testLedger) createVoucher(tb testing.TB, s voucherSpec) {
 }
 
 // reply is a decoded response.
-type reply struct {
-	Status int
-	Body   map[string]any
-	Raw    string
-}
-
-func (r reply) code() string { s, _ := r.Body["error"].(string); return s }
+type reply = httpxtest.Reply
 
 var httpClient = &http.Client{
 	Timeout:   30 * time.Second,
@@ -150,44 +131,7 @@ var httpClient = &http.Client{
 // call sends body (a string is sent as is, anything else as JSON).
 func call(tb testing.TB, method, url, token string, body any) reply {
 	tb.Helper()
-	var rd io.Reader
-	switch b := body.(type) {
-	case nil:
-	case string:
-		rd = strings.NewReader(b)
-	case []byte:
-		rd = bytes.NewReader(b)
-	default:
-		buf, err := json.Marshal(b)
-		if err != nil {
-			tb.Errorf("marshal: %v", err)
-			return reply{}
-		}
-		rd = bytes.NewReader(buf)
-	}
-	req, err := http.NewRequest(method, url, rd)
-	if err != nil {
-		tb.Errorf("request: %v", err)
-		return reply{}
-	}
-	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	if token != "" {
-		req.Header.Set("Authorization", "Bearer "+token)
-	}
-	resp, err := httpClient.Do(req)
-	if err != nil {
-		tb.Errorf("%s %s: %v", method, url, err)
-		return reply{}
-	}
-	defer resp.Body.Close()
-	raw, _ := io.ReadAll(resp.Body)
-	r := reply{Status: resp.StatusCode, Raw: string(raw)}
-	if len(raw) > 0 {
-		_ = json.Unmarshal(raw, &r.Body)
-	}
-	return r
+	return httpxtest.Call(tb, httpClient, method, url, token, body)
 }
 
 func (l *testLedger) do(tb testing.TB, method, path string, body any) (int, string) {

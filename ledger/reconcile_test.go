@@ -286,7 +286,7 @@ func TestReconcileHangingAndLost(t *testing.T) {
 		// The restored order counts toward its customer's limit again.
 		r := l.call(t, http.MethodPost, res, claimBody(2, code+"-third", 5_000))
 		assert.Equal(t, http.StatusConflict, r.Status, r.Raw)
-		assert.Equal(t, "ALREADY_USED", r.code())
+		assert.Equal(t, "ALREADY_USED", r.Code())
 	})
 	t.Run("remaining set too high by hand", func(t *testing.T) {
 		require.NoError(t, rdb.Set(ctx, keys[0], total+5, redis.KeepTTL).Err())

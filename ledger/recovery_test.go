@@ -205,7 +205,7 @@ func (l *testLedger) checkBurst(t *testing.T, code string, cs []claim, o burstOu
 		switch {
 		case r.Status == http.StatusCreated:
 			perCustomer[c.customer]++
-		case r.Status == http.StatusConflict && (r.code() == "OUT_OF_STOCK" || r.code() == "ALREADY_USED"):
+		case r.Status == http.StatusConflict && (r.Code() == "OUT_OF_STOCK" || r.Code() == "ALREADY_USED"):
 		default:
 			t.Errorf("Reserve(%v) = %d %s, want 201 or 409 OUT_OF_STOCK|ALREADY_USED", c, r.Status, r.Raw)
 		}

@@ -36,7 +36,7 @@ func TestReserveNeverOversells(t *testing.T) {
 		switch {
 		case r.Status == http.StatusCreated:
 			created++
-		case r.Status == http.StatusConflict && r.code() == "OUT_OF_STOCK":
+		case r.Status == http.StatusConflict && r.Code() == "OUT_OF_STOCK":
 			soldOut++
 		default:
 			t.Errorf("Reserve = %d %s, want 201 or 409 OUT_OF_STOCK", r.Status, r.Raw)
@@ -69,7 +69,7 @@ func TestReservePerUserLimit(t *testing.T) {
 					claimBody(int64(c), fmt.Sprintf("%s-c%d-o%d", code, c, o), 5_000))
 				mu.Lock()
 				defer mu.Unlock()
-				results[fmt.Sprint(r.Status, r.code())]++
+				results[fmt.Sprint(r.Status, r.Code())]++
 				if r.Status == http.StatusCreated {
 					perCustomer[int64(c)]++
 				}
@@ -153,7 +153,7 @@ func TestLifecycle(t *testing.T) {
 	}
 	for _, s := range steps {
 		r := l.call(t, s.method, s.path, s.body)
-		if r.Status != s.status || r.code() != s.code {
+		if r.Status != s.status || r.Code() != s.code {
 			t.Fatalf("%s: %s %s = %d %s, want %d %s", s.name, s.method, s.path, r.Status, r.Raw, s.status, s.code)
 		}
 	}
@@ -205,7 +205,7 @@ func TestLateConfirm(t *testing.T) {
 	require.Equal(t, 201, l.call(t, "POST", res2, claimBody(2, code2+"-b", 5_000)).Status)
 	r = l.call(t, "POST", res2+"/"+code2+"-a/confirm", nil)
 	assert.Equal(t, 409, r.Status)
-	assert.Equal(t, "RESERVATION_EXPIRED", r.code())
+	assert.Equal(t, "RESERVATION_EXPIRED", r.Code())
 	assert.Equal(t, dbCounts{Used: 1, Rows: 2, Active: 1, MaxPerCustomer: 1}, l.counts(t, code2))
 }
 
@@ -222,7 +222,7 @@ func TestEligibilityWindow(t *testing.T) {
 	for code, reason := range map[string]string{future: "NOT_STARTED", past: "EXPIRED"} {
 		r := l.call(t, "POST", "/vouchers/"+code+"/reservations", claimBody(1, code+"-o", 5_000))
 		assert.Equal(t, 422, r.Status, r.Raw)
-		assert.Equal(t, "NOT_ELIGIBLE", r.code())
+		assert.Equal(t, "NOT_ELIGIBLE", r.Code())
 		assert.Equal(t, reason, r.Body["reason"])
 		assert.Equal(t, 0, l.counts(t, code).Rows)
 	}
@@ -239,10 +239,10 @@ func TestCreateVoucher(t *testing.T) {
 	assert.EqualValues(t, 1000, r.Body["remaining"])
 	r = l.call(t, "POST", "/admin/vouchers", s)
 	assert.Equal(t, 409, r.Status)
-	assert.Equal(t, "VOUCHER_EXISTS", r.code())
+	assert.Equal(t, "VOUCHER_EXISTS", r.Code())
 	r = l.call(t, "GET", "/admin/vouchers/NOPE"+code[:4], nil)
 	assert.Equal(t, 404, r.Status)
-	assert.Equal(t, "VOUCHER_NOT_FOUND", r.code())
+	assert.Equal(t, "VOUCHER_NOT_FOUND", r.Code())
 	r = l.call(t, "GET", "/admin/vouchers/"+code, nil)
 	require.Equal(t, 200, r.Status)
 	for _, f := range []string{"code", "discountAmount", "minOrderAmount", "totalLimit", "perUserLimit", "startsAt",
@@ -309,7 +309,7 @@ func TestBadInput(t *testing.T) {
 			body = c.body
 		}
 		r := l.call(t, c.method, c.path, body)
-		if r.Status != 400 || r.code() != "INVALID_REQUEST" || r.Body["message"] == "" {
+		if r.Status != 400 || r.Code() != "INVALID_REQUEST" || r.Body["message"] == "" {
 			t.Errorf("%s: %s %s = %d %s, want 400 INVALID_REQUEST with a message", c.name, c.method, c.path, r.Status, r.Raw)
 		}
 	}
@@ -327,7 +327,7 @@ func TestAuth(t *testing.T) {
 	for _, tok := range []string{"", "wrong", "s3cre", "s3cret2", "S3CRET"} {
 		r := call(t, "GET", on.URL+"/admin/vouchers/"+code, tok, nil)
 		assert.Equal(t, 401, r.Status, "token %q", tok)
-		assert.Equal(t, "UNAUTHORIZED", r.code())
+		assert.Equal(t, "UNAUTHORIZED", r.Code())
 		r = call(t, "POST", on.URL+"/vouchers/"+code+"/reservations", tok, claimBody(1, code+"-x", 5_000))
 		assert.Equal(t, 401, r.Status, "token %q", tok)
 	}

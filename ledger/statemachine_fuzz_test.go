@@ -308,7 +308,7 @@ func smCheckAnswer(t *testing.T, step string, kind int, id string, got reply, wa
 	if want.code != "" {
 		msg, _ := got.Body["message"].(string)
 		reason, _ := got.Body["reason"].(string)
-		if got.code() != want.code || msg == "" || reason != want.reason {
+		if got.Code() != want.code || msg == "" || reason != want.reason {
 			t.Errorf("%s = %d %s, want error %s (reason %q) with a message", step, got.Status, got.Raw, want.code, want.reason)
 		}
 		return

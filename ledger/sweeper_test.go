@@ -169,7 +169,7 @@ func testConfirmRacesSweeper(t *testing.T, db string, flash, newcomers bool) {
 			confirmed++
 			assert.Equal(t, "CONFIRMED", r.Body["status"], "Confirm(%s) = %s", c.order, r.Raw)
 			assert.Equal(t, "CONFIRMED", st[c.order], "order %s was confirmed (200) but is %s", c.order, st[c.order])
-		case r.Status == http.StatusConflict && r.code() == "RESERVATION_EXPIRED":
+		case r.Status == http.StatusConflict && r.Code() == "RESERVATION_EXPIRED":
 			assert.Equal(t, "RELEASED", st[c.order], "order %s got RESERVATION_EXPIRED but is %s", c.order, st[c.order])
 		default:
 			t.Errorf("Confirm(%s) = %d %s, want 200 or 409 RESERVATION_EXPIRED", c.order, r.Status, r.Raw)
@@ -182,7 +182,7 @@ func testConfirmRacesSweeper(t *testing.T, db string, flash, newcomers bool) {
 		case r.Status == http.StatusCreated:
 			taken++
 			assert.Equal(t, "RESERVED", st[c.order], "order %s", c.order)
-		case r.Status == http.StatusConflict && r.code() == "OUT_OF_STOCK":
+		case r.Status == http.StatusConflict && r.Code() == "OUT_OF_STOCK":
 			assert.NotContains(t, st, c.order, "order %s got OUT_OF_STOCK but has a row", c.order)
 		default:
 			t.Errorf("Reserve(%v) = %d %s, want 201 or 409 OUT_OF_STOCK", c, r.Status, r.Raw)

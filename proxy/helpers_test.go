@@ -1,9 +1,7 @@
 package main
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
@@ -12,9 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -24,6 +20,7 @@ import (
 
 	"github.com/flashgate/flashgate/shared/devstack"
 	"github.com/flashgate/flashgate/shared/gate"
+	"github.com/flashgate/flashgate/shared/httpx/httpxtest"
 )
 
 func TestMain(m *testing.M) { os.Exit(devstack.RunTests(m)) }
@@ -130,15 +127,10 @@ func startProxy(tb testing.TB, o stackOptions, ledgerURL string) *stack {
 	return &stack{ProxyURL: hs.URL, LedgerURL: ledgerURL, admit: admit, gate: g, rdb: rdb}
 }
 
-var codeSeq atomic.Int64
-var nonAlnum = regexp.MustCompile(`[^A-Za-z0-9]`)
-
+// newCode returns a voucher code unique to this test run.
 func newCode(tb testing.TB) string {
-	name := nonAlnum.ReplaceAllString(tb.Name(), "")
-	if len(name) > 16 {
-		name = name[len(name)-16:]
-	}
-	return fmt.Sprintf("%s-%d-%d", name, time.Now().UnixNano()%1_000_000, codeSeq.Add(1))
+	tb.Helper()
+	return httpxtest.NewCode(tb, 16)
 }
 
 // createVoucher creates a voucher through the ledger's admin route.
@@ -157,47 +149,18 @@ func (s *stack) reserve(tb testing.TB, code string, customer int64, order string
 		map[string]any{"customerId": customer, "orderId": order, "orderAmount": 5_000})
 }
 
-type reply struct {
-	Status int
-	Body   map[string]any
-	Raw    string
-	Header http.Header
-}
-
-func (r reply) code() string { s, _ := r.Body["error"].(string); return s }
+// reply is a decoded response.
+type reply = httpxtest.Reply
 
 var client = &http.Client{
 	Timeout:   30 * time.Second,
 	Transport: &http.Transport{MaxIdleConnsPerHost: 1024},
 }
 
+// call sends body with the proxy tests' client, as httpxtest.Call does.
 func call(tb testing.TB, method, url, token string, body any) reply {
-	var rd io.Reader
-	if body != nil {
-		buf, _ := json.Marshal(body)
-		rd = bytes.NewReader(buf)
-	}
-	req, err := http.NewRequest(method, url, rd)
-	if err != nil {
-		tb.Errorf("request: %v", err)
-		return reply{}
-	}
-	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	if token != "" {
-		req.Header.Set("Authorization", "Bearer "+token)
-	}
-	resp, err := client.Do(req)
-	if err != nil {
-		tb.Errorf("%s %s: %v", method, url, err)
-		return reply{}
-	}
-	defer resp.Body.Close()
-	raw, _ := io.ReadAll(resp.Body)
-	r := reply{Status: resp.StatusCode, Raw: string(raw), Header: resp.Header}
-	_ = json.Unmarshal(raw, &r.Body)
-	return r
+	tb.Helper()
+	return httpxtest.Call(tb, client, method, url, token, body)
 }
 
 // dbState is a voucher as the database sees it.

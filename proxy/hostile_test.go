@@ -1,55 +1,30 @@
 package main
 
-// The hostile-input helpers below are the ledger's (ledger/hostile_test.go),
-// copied: both services are package main, so a test cannot import the other's.
-
 import (
-	"bufio"
-	"bytes"
 	"context"
-	"encoding/json"
-	"errors"
-	"fmt"
-	"io"
-	"net"
 	"net/http"
-	"net/url"
-	"os"
-	"regexp"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/flashgate/flashgate/shared/httpx"
+	"github.com/flashgate/flashgate/shared/httpx/httpxtest"
 	"github.com/flashgate/flashgate/shared/voucher"
 )
 
 // proxyHostileCounts is what a hostile request must not change.
 type proxyHostileCounts struct {
-	Vouchers, Rows, Usage, Used int // the test's own rows, by code prefix
-	AllRows, AllUsage           int // every row, when the database is this binary's own
-	GateCalls                   int64
-	FlashRemaining              int64
-	FlashOrders                 int
+	httpxtest.RowCounts
+	GateCalls      int64
+	FlashRemaining int64
+	FlashOrders    int
 }
 
 func countProxyHostile(tb testing.TB, s *stack, prefix, flash string) proxyHostileCounts {
 	tb.Helper()
-	var c proxyHostileCounts
-	require.NoError(tb, s.pool.QueryRow(context.Background(), `
-		SELECT (SELECT count(*) FROM voucher WHERE code LIKE $1 || '%'),
-		       (SELECT coalesce(sum(used_count), 0) FROM voucher WHERE code LIKE $1 || '%'),
-		       (SELECT count(*) FROM voucher_redemption WHERE voucher_code LIKE $1 || '%' OR order_id LIKE $1 || '%'),
-		       (SELECT count(*) FROM voucher_customer_usage WHERE voucher_code LIKE $1 || '%')`, prefix).
-		Scan(&c.Vouchers, &c.Used, &c.Rows, &c.Usage))
-	if os.Getenv("DATABASE_URL") == "" {
-		require.NoError(tb, s.pool.QueryRow(context.Background(), `
-			SELECT (SELECT count(*) FROM voucher_redemption), (SELECT coalesce(sum(used_count), 0) FROM voucher_customer_usage)`).
-			Scan(&c.AllRows, &c.AllUsage))
-	}
+	c := proxyHostileCounts{RowCounts: httpxtest.CountRows(tb, s.pool, prefix)}
 	c.GateCalls = s.gate.Calls()
 	// Read Redis directly, not through the gate, so the reading is not counted.
 	st, err := s.rdb.HLen(context.Background(), "voucher:{"+flash+"}:orders").Result()
@@ -74,78 +49,62 @@ func proxyServer(s *stack, token string, metrics *httpx.Metrics) *Server {
 func TestProxyHostileInput(t *testing.T) {
 	const token = "hostile-proxy-token"
 	s := newStack(t, stackOptions{coalesce: true})
-	base, _ := serveHostile(t, proxyServer(s, token, nil).Handler())
+	base, _ := httpxtest.Serve(t, proxyServer(s, token, nil).Handler())
 
 	prefix := newCode(t)
 	code, flash := prefix+"s", prefix+"f"
 	s.createVoucher(t, code, 10, 1, false)
 	s.createVoucher(t, flash, 10, 1, true)
 	for _, c := range []string{code, flash} {
-		r := sendHostile(t, base, token, hostileCase{method: http.MethodPost, path: "/vouchers/" + c + "/reservations",
-			body: hostileClaim("1", `"`+c+`-held"`, "5000")})
+		r := httpxtest.SendHostile(t, base, token, httpxtest.HostileCase{Method: http.MethodPost, Path: "/vouchers/" + c + "/reservations",
+			Body: httpxtest.Claim("1", `"`+c+`-held"`, "5000")})
 		require.Equal(t, http.StatusCreated, r.Status, r.Raw)
 	}
 	order := code + "-held"
 
-	cases := publicHostileCases(code, flash, order, prefix+"-x")
+	cases := httpxtest.PublicHostileCases(code, flash, order, prefix+"-x")
 	reserve := "/vouchers/" + code + "/reservations"
 	get := reserve + "/" + order
 	unauthorized := voucher.CodeUnauthorized
 	notFound := voucher.CodeNotFound
-	cases = append(cases, []hostileCase{
+	cases = append(cases, []httpxtest.HostileCase{
 		// The client token.
-		{name: "no Authorization", method: http.MethodPost, path: reserve, body: hostileClaim("7", `"`+prefix+`-a1"`, "5000"),
-			auth: "-", status: 401, code: unauthorized},
-		{name: "wrong token", method: http.MethodGet, path: get, auth: "Bearer wrong", status: 401, code: unauthorized},
-		{name: "the ledger's token", method: http.MethodGet, path: get, auth: "Bearer test-token", status: 401, code: unauthorized},
-		{name: "token without Bearer", method: http.MethodGet, path: get, auth: token, status: 401, code: unauthorized},
-		{name: "token with a suffix", method: http.MethodPost, path: reserve + "/" + order + "/confirm", auth: "Bearer " + token + "x", status: 401, code: unauthorized},
-		{name: "token prefix on release", method: http.MethodDelete, path: get, auth: "Bearer " + token[:5], status: 401, code: unauthorized},
-		{name: "flash reserve without a token", method: http.MethodPost, path: "/vouchers/" + flash + "/reservations",
-			body: hostileClaim("7", `"`+prefix+`-a2"`, "5000"), auth: "-", status: 401, code: unauthorized},
+		{Name: "no Authorization", Method: http.MethodPost, Path: reserve, Body: httpxtest.Claim("7", `"`+prefix+`-a1"`, "5000"),
+			Auth: "-", Status: 401, Code: unauthorized},
+		{Name: "wrong token", Method: http.MethodGet, Path: get, Auth: "Bearer wrong", Status: 401, Code: unauthorized},
+		{Name: "the ledger's token", Method: http.MethodGet, Path: get, Auth: "Bearer test-token", Status: 401, Code: unauthorized},
+		{Name: "token without Bearer", Method: http.MethodGet, Path: get, Auth: token, Status: 401, Code: unauthorized},
+		{Name: "token with a suffix", Method: http.MethodPost, Path: reserve + "/" + order + "/confirm", Auth: "Bearer " + token + "x", Status: 401, Code: unauthorized},
+		{Name: "token prefix on release", Method: http.MethodDelete, Path: get, Auth: "Bearer " + token[:5], Status: 401, Code: unauthorized},
+		{Name: "flash reserve without a token", Method: http.MethodPost, Path: "/vouchers/" + flash + "/reservations",
+			Body: httpxtest.Claim("7", `"`+prefix+`-a2"`, "5000"), Auth: "-", Status: 401, Code: unauthorized},
 		// The ledger's own routes are not the proxy's.
-		{name: "admin create through the proxy", method: http.MethodPost, path: "/admin/vouchers",
-			body:   []byte(`{"code":"` + prefix + `a3","discountAmount":1,"totalLimit":1,"startsAt":"2026-01-01T00:00:00Z","endsAt":"2030-01-01T00:00:00Z"}`),
-			status: 404, code: notFound},
-		{name: "admin read through the proxy", method: http.MethodGet, path: "/admin/vouchers/" + code, status: 404, code: notFound},
-		{name: "warmup through the proxy", method: http.MethodPost, path: "/admin/vouchers/" + flash + "/warmup", status: 404, code: notFound},
-		{name: "internal write through the proxy", method: http.MethodPost, path: "/internal/vouchers/" + flash + "/reservations",
-			body: hostileClaim("7", `"`+prefix+`-a4"`, "5000"), status: 404, code: notFound},
-		{name: "dot-dot to the internal write", method: http.MethodPost, path: "/vouchers/../internal/vouchers/" + flash + "/reservations",
-			body: hostileClaim("7", `"`+prefix+`-a5"`, "5000"), status: 404, code: notFound},
+		{Name: "admin create through the proxy", Method: http.MethodPost, Path: "/admin/vouchers",
+			Body:   []byte(`{"code":"` + prefix + `a3","discountAmount":1,"totalLimit":1,"startsAt":"2026-01-01T00:00:00Z","endsAt":"2030-01-01T00:00:00Z"}`),
+			Status: 404, Code: notFound},
+		{Name: "admin read through the proxy", Method: http.MethodGet, Path: "/admin/vouchers/" + code, Status: 404, Code: notFound},
+		{Name: "warmup through the proxy", Method: http.MethodPost, Path: "/admin/vouchers/" + flash + "/warmup", Status: 404, Code: notFound},
+		{Name: "internal write through the proxy", Method: http.MethodPost, Path: "/internal/vouchers/" + flash + "/reservations",
+			Body: httpxtest.Claim("7", `"`+prefix+`-a4"`, "5000"), Status: 404, Code: notFound},
+		{Name: "dot-dot to the internal write", Method: http.MethodPost, Path: "/vouchers/../internal/vouchers/" + flash + "/reservations",
+			Body: httpxtest.Claim("7", `"`+prefix+`-a5"`, "5000"), Status: 404, Code: notFound},
 		// orderIds the rules allow that look like path segments: the ledger gets
 		// them as orderIds, not as directions.
-		{name: "orderId '..' on get", method: http.MethodGet, path: reserve + "/..", status: 404, code: voucher.CodeReservationNotFound},
-		{name: "orderId '..' on confirm", method: http.MethodPost, path: reserve + "/../confirm", status: 404, code: voucher.CodeReservationNotFound},
-		{name: "orderId '.' on release", method: http.MethodDelete, path: reserve + "/.", status: 404, code: voucher.CodeReservationNotFound},
-		{name: "encoded orderId '..' on release", method: http.MethodDelete, path: reserve + "/%2E%2E", status: 404, code: voucher.CodeReservationNotFound},
+		{Name: "orderId '..' on get", Method: http.MethodGet, Path: reserve + "/..", Status: 404, Code: voucher.CodeReservationNotFound},
+		{Name: "orderId '..' on confirm", Method: http.MethodPost, Path: reserve + "/../confirm", Status: 404, Code: voucher.CodeReservationNotFound},
+		{Name: "orderId '.' on release", Method: http.MethodDelete, Path: reserve + "/.", Status: 404, Code: voucher.CodeReservationNotFound},
+		{Name: "encoded orderId '..' on release", Method: http.MethodDelete, Path: reserve + "/%2E%2E", Status: 404, Code: voucher.CodeReservationNotFound},
 	}...)
-	require.GreaterOrEqual(t, len(cases), 50)
-	t.Logf("%d hostile cases", len(cases))
-
-	before := countProxyHostile(t, s, prefix, flash)
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			r := sendHostile(t, base, token, c)
-			checkHostileReply(t, c, r)
-			if after := countProxyHostile(t, s, prefix, flash); after != before {
-				t.Errorf("%s %.80s wrote or called Redis: counts %+v, want %+v", c.method, c.path, after, before)
-				before = after // blame the next case only for its own
-			}
-			ok := sendHostile(t, base, token, hostileCase{method: http.MethodGet, path: get})
-			if ok.Status != http.StatusOK {
-				t.Errorf("after %q: GET reservation = %d %s, want 200", c.name, ok.Status, ok.Raw)
-			}
-		})
-	}
+	httpxtest.RunHostile(t, base, token, cases, get,
+		func(tb testing.TB) proxyHostileCounts { return countProxyHostile(tb, s, prefix, flash) })
 
 	// Valid reserves still go through, exactly once, on both paths.
 	was := s.db(t, code)
-	r := sendHostile(t, base, token, hostileCase{method: http.MethodPost, path: reserve, body: hostileClaim("2", `"`+prefix+`-last"`, "5000")})
+	r := httpxtest.SendHostile(t, base, token, httpxtest.HostileCase{Method: http.MethodPost, Path: reserve, Body: httpxtest.Claim("2", `"`+prefix+`-last"`, "5000")})
 	assert.Equal(t, http.StatusCreated, r.Status, r.Raw)
 	assert.Equal(t, was.Used+1, s.db(t, code).Used)
-	r = sendHostile(t, base, token, hostileCase{method: http.MethodPost, path: "/vouchers/" + flash + "/reservations",
-		body: hostileClaim("2", `"`+prefix+`-lastf"`, "5000")})
+	r = httpxtest.SendHostile(t, base, token, httpxtest.HostileCase{Method: http.MethodPost, Path: "/vouchers/" + flash + "/reservations",
+		Body: httpxtest.Claim("2", `"`+prefix+`-lastf"`, "5000")})
 	assert.Equal(t, http.StatusCreated, r.Status, r.Raw)
 	assert.Equal(t, int64(8), s.redisRemaining(t, flash))
 }
@@ -155,7 +114,7 @@ func TestProxyHostileInput(t *testing.T) {
 func TestProxySlowHeadersCutOff(t *testing.T) {
 	t.Parallel()
 	s := newStack(t, stackOptions{coalesce: true})
-	checkSlowHeadersCutOff(t, proxyServer(s, "slow-token", nil).Handler())
+	httpxtest.CheckSlowHeadersCutOff(t, proxyServer(s, "slow-token", nil).Handler())
 }
 
 // TestProxyTokensNeverLogged: neither the ledger token the proxy sends nor
@@ -165,25 +124,25 @@ func TestProxySlowHeadersCutOff(t *testing.T) {
 func TestProxyTokensNeverLogged(t *testing.T) {
 	t.Parallel()
 	s := newStack(t, stackOptions{coalesce: true})
-	base, _ := serveHostile(t, proxyServer(s, "", nil).Handler())
+	base, _ := httpxtest.Serve(t, proxyServer(s, "", nil).Handler())
 	code := newCode(t)
 	s.createVoucher(t, code, 5, 1, true) // the ledger logs the load into Redis
 	wrong := []string{"Bearer wrong-token-5d1e", "Bearer test-token-and-more", "test-token", "Bearer TEST-TOKEN"}
 	for _, auth := range wrong {
-		r := sendHostile(t, s.LedgerURL, "", hostileCase{method: http.MethodGet, path: "/admin/vouchers/" + code, auth: auth})
+		r := httpxtest.SendHostile(t, s.LedgerURL, "", httpxtest.HostileCase{Method: http.MethodGet, Path: "/admin/vouchers/" + code, Auth: auth})
 		assert.Equal(t, http.StatusUnauthorized, r.Status, "auth %q: %s", auth, r.Raw)
-		r = sendHostile(t, s.LedgerURL, "", hostileCase{method: http.MethodPost, path: "/internal/vouchers/" + code + "/reservations",
-			body: hostileClaim("1", `"x"`, "1"), auth: auth})
+		r = httpxtest.SendHostile(t, s.LedgerURL, "", httpxtest.HostileCase{Method: http.MethodPost, Path: "/internal/vouchers/" + code + "/reservations",
+			Body: httpxtest.Claim("1", `"x"`, "1"), Auth: auth})
 		assert.Equal(t, http.StatusUnauthorized, r.Status, "auth %q: %s", auth, r.Raw)
 	}
 	for i, op := range []struct{ method, suffix string }{{"POST", ""}, {"POST", "/confirm"}, {"GET", ""}, {"DELETE", ""}} {
 		path := "/vouchers/" + code + "/reservations"
-		c := hostileCase{method: op.method, path: path + "/" + code + "-o" + op.suffix, auth: "-"}
+		c := httpxtest.HostileCase{Method: op.method, Path: path + "/" + code + "-o" + op.suffix, Auth: "-"}
 		if i == 0 {
-			c = hostileCase{method: op.method, path: path, body: hostileClaim("1", `"`+code+`-o"`, "5000"), auth: "-"}
+			c = httpxtest.HostileCase{Method: op.method, Path: path, Body: httpxtest.Claim("1", `"`+code+`-o"`, "5000"), Auth: "-"}
 		}
-		if r := sendHostile(t, base, "", c); r.Status >= 500 {
-			t.Errorf("%s %s = %d %s", c.method, c.path, r.Status, r.Raw)
+		if r := httpxtest.SendHostile(t, base, "", c); r.Status >= 500 {
+			t.Errorf("%s %s = %d %s", c.Method, c.Path, r.Status, r.Raw)
 		}
 	}
 	require.NoError(t, s.Ledger.Stop()) // every line is in
@@ -201,384 +160,6 @@ func TestProxyTokensNeverLogged(t *testing.T) {
 func TestProxyMetricsBoundedUnderHostileMethods(t *testing.T) {
 	t.Parallel()
 	s := newStack(t, stackOptions{coalesce: true})
-	base, _ := serveHostile(t, proxyServer(s, "", httpx.NewMetrics("proxy")).Handler())
-	checkMetricsMethodsBounded(t, base, "/vouchers/x/reservations")
-}
-
-// hostileCase is one malformed or malicious request. The answer must be a 4xx
-// with {"error", "message"} (only netHTTP cases, refused by net/http before any
-// handler runs, may answer in plain text), and nothing may be written.
-type hostileCase struct {
-	name    string
-	method  string
-	path    string // sent as is: already percent-encoded where it needs to be
-	body    []byte
-	ctype   string            // Content-Type; "" sends application/json when there is a body, "-" none
-	auth    string            // Authorization; "" sends the valid token, "-" none
-	headers map[string]string // more headers
-	raw     string            // a raw request, for what http.Client refuses to send ({AUTH}: the valid Authorization line)
-
-	status  int    // the status wanted; 0: any 4xx
-	code    string // the error code wanted; "": any
-	netHTTP bool   // answered by net/http itself, not by the service
-}
-
-// hostileClient never follows redirects: a redirect is an answer too.
-var hostileClient = &http.Client{
-	Timeout:       30 * time.Second,
-	CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
-	Transport:     &http.Transport{MaxIdleConnsPerHost: 4},
-}
-
-type hostileReply struct {
-	Status int
-	Header http.Header
-	Raw    string
-}
-
-// sendHostile sends c to the server at base (http://host:port) with token as
-// the valid bearer token.
-func sendHostile(tb testing.TB, base, token string, c hostileCase) hostileReply {
-	tb.Helper()
-	if c.raw != "" {
-		raw := strings.ReplaceAll(c.raw, "{AUTH}", "Authorization: Bearer "+token)
-		return sendHostileRaw(tb, strings.TrimPrefix(base, "http://"), raw)
-	}
-	u, err := url.Parse(base + c.path)
-	require.NoError(tb, err, "parse %q", c.path)
-	if p, _, _ := strings.Cut(c.path, "?"); !strings.HasPrefix(p, "//") {
-		u.Opaque = p // keep the path byte for byte: no re-encoding, no cleaning
-	}
-	var body io.Reader
-	if c.body != nil {
-		body = bytes.NewReader(c.body)
-	}
-	req, err := http.NewRequest(c.method, base, body)
-	require.NoError(tb, err)
-	req.URL = u
-	switch {
-	case c.ctype == "-":
-	case c.ctype != "":
-		req.Header.Set("Content-Type", c.ctype)
-	case c.body != nil:
-		req.Header.Set("Content-Type", "application/json")
-	}
-	switch c.auth {
-	case "":
-		req.Header.Set("Authorization", "Bearer "+token)
-	case "-":
-	default:
-		req.Header.Set("Authorization", c.auth)
-	}
-	for k, v := range c.headers {
-		req.Header[k] = append(req.Header[k], v)
-	}
-	resp, err := hostileClient.Do(req)
-	require.NoError(tb, err, "%s %s", c.method, c.path)
-	defer resp.Body.Close()
-	raw, _ := io.ReadAll(resp.Body)
-	return hostileReply{Status: resp.StatusCode, Header: resp.Header, Raw: string(raw)}
-}
-
-// sendHostileRaw writes a request byte for byte and reads one answer.
-func sendHostileRaw(tb testing.TB, addr, raw string) hostileReply {
-	tb.Helper()
-	conn, err := net.DialTimeout("tcp", addr, 5*time.Second)
-	require.NoError(tb, err)
-	defer conn.Close()
-	require.NoError(tb, conn.SetDeadline(time.Now().Add(10*time.Second)))
-	// Write while reading: the server may answer and hang up before it has
-	// read a long body.
-	go func() { _, _ = io.WriteString(conn, raw) }()
-	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
-	require.NoError(tb, err, "raw request %q", raw)
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(resp.Body)
-	return hostileReply{Status: resp.StatusCode, Header: resp.Header, Raw: string(body)}
-}
-
-// checkHostileReply asserts a clear 4xx: the wanted status and code, a JSON
-// error body with a message, no Retry-After (nothing to retry), and no request
-// id longer than the 64 characters the services allow.
-func checkHostileReply(t *testing.T, c hostileCase, r hostileReply) {
-	t.Helper()
-	if r.Status < 400 || r.Status > 499 {
-		t.Errorf("%s %.80s = %d %.200s, want a 4xx", c.method, c.path, r.Status, r.Raw)
-		return
-	}
-	if c.status != 0 && r.Status != c.status {
-		t.Errorf("%s %.80s = %d %.200s, want %d", c.method, c.path, r.Status, r.Raw, c.status)
-	}
-	if id := r.Header.Get(httpx.RequestIDHeader); len(id) > 64 {
-		t.Errorf("%s %.80s echoed a request id of %d bytes", c.method, c.path, len(id))
-	}
-	if r.Header.Get("Retry-After") != "" {
-		t.Errorf("%s %.80s = %d with Retry-After, want a final answer", c.method, c.path, r.Status)
-	}
-	if c.netHTTP {
-		return
-	}
-	if ct := r.Header.Get("Content-Type"); !strings.HasPrefix(ct, "application/json") {
-		t.Errorf("%s %.80s = %d Content-Type %q, want application/json", c.method, c.path, r.Status, ct)
-	}
-	var body map[string]any
-	if err := json.Unmarshal([]byte(r.Raw), &body); err != nil {
-		t.Errorf("%s %.80s = %d %.200q, want a JSON error body", c.method, c.path, r.Status, r.Raw)
-		return
-	}
-	code, _ := body["error"].(string)
-	msg, _ := body["message"].(string)
-	if code == "" || msg == "" || httpx.Status(code) != r.Status {
-		t.Errorf("%s %.80s = %d %s, want {error, message} with a code of status %d", c.method, c.path, r.Status, r.Raw, r.Status)
-	}
-	for k := range body {
-		if k != "error" && k != "message" && k != "reason" {
-			t.Errorf("%s %.80s = %s: unexpected field %q", c.method, c.path, r.Raw, k)
-		}
-	}
-	if c.code != "" && code != c.code {
-		t.Errorf("%s %.80s = %d %s, want error %s", c.method, c.path, r.Status, r.Raw, c.code)
-	}
-}
-
-// serveHostile serves h with the production server settings (httpx.NewServer:
-// timeouts, MaxHeaderBytes) on a free port and returns its base URL.
-func serveHostile(tb testing.TB, h http.Handler) (string, *http.Server) {
-	tb.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(tb, err)
-	srv := httpx.NewServer(ln.Addr().String(), h)
-	go func() { _ = srv.Serve(ln) }()
-	tb.Cleanup(func() { _ = srv.Close() })
-	return "http://" + ln.Addr().String(), srv
-}
-
-// Shapes shared by the hostile tables of both services.
-func hostileNested(depth int, open, close, inner string) []byte {
-	return []byte(strings.Repeat(open, depth) + inner + strings.Repeat(close, depth))
-}
-
-// hostileChunked encodes b as one HTTP/1.1 chunk and the last chunk.
-func hostileChunked(b []byte) string {
-	return fmt.Sprintf("%x\r\n%s\r\n0\r\n\r\n", len(b), b)
-}
-
-func hostileClaim(customer, order, amount string) []byte {
-	return []byte(fmt.Sprintf(`{"customerId":%s,"orderId":%s,"orderAmount":%s}`, customer, order, amount))
-}
-
-// publicHostileCases are the cases for the routes both services serve: code is
-// a standard voucher, flash a flash voucher, order an order of code held by
-// customer 1, fresh a prefix for orderIds that must never be written.
-func publicHostileCases(code, flash, order, fresh string) []hostileCase {
-	reserve := "/vouchers/" + code + "/reservations"
-	flashReserve := "/vouchers/" + flash + "/reservations"
-	get := reserve + "/" + order
-	q := func(s string) string { return `"` + s + `"` }
-	id := func(n int) string { return q(fmt.Sprintf("%s-%d", fresh, n)) }
-	valid := func(n int) []byte { return hostileClaim("7", id(n), "5000") }
-	post := func(name string, body []byte, want string) hostileCase {
-		return hostileCase{name: name, method: http.MethodPost, path: reserve, body: body, status: http.StatusBadRequest, code: want}
-	}
-	invalid := voucher.CodeInvalidRequest
-	big := append(valid(1)[:len(valid(1))-1], []byte(`,"pad":"`+strings.Repeat("x", 17<<10)+`"}`)...)
-	spaced := append(bytes.Repeat([]byte(" "), 17<<10), valid(2)...)
-
-	return []hostileCase{
-		// Sizes and depth.
-		post("body of 17 KiB", big, invalid),
-		post("17 KiB of whitespace before a valid body", spaced, invalid),
-		post("body of 10 MiB", append(valid(3), bytes.Repeat([]byte(" "), 10<<20)...), invalid),
-		post("10000 nested arrays", hostileNested(10000, "[", "]", ""), invalid),
-		post("10000 nested objects", hostileNested(10000, `{"a":`, "}", "1"), invalid),
-		post("10000 nested arrays as customerId", []byte(`{"customerId":`+string(hostileNested(10000, "[", "]", "1"))+`,"orderId":"x","orderAmount":1}`), invalid),
-		// Numbers.
-		post("customerId 1e400", hostileClaim("1e400", id(4), "5000"), invalid),
-		post("customerId 2^63", hostileClaim("9223372036854775808", id(5), "5000"), invalid),
-		post("customerId -2^63-1", hostileClaim("-9223372036854775809", id(6), "5000"), invalid),
-		post("customerId -0", hostileClaim("-0", id(7), "5000"), invalid),
-		post("customerId 0", hostileClaim("0", id(8), "5000"), invalid),
-		post("customerId 1e2 as an int", hostileClaim("1e2", id(9), "5000"), invalid),
-		post("customerId 1.0", hostileClaim("1.0", id(10), "5000"), invalid),
-		post("customerId as a string", hostileClaim(`"7"`, id(11), "5000"), invalid),
-		post("customerId true", hostileClaim("true", id(12), "5000"), invalid),
-		post("orderAmount above MaxAmount", hostileClaim("7", id(13), "1125899906842625"), invalid),
-		post("orderAmount negative", hostileClaim("7", id(14), "-1"), invalid),
-		post("orderAmount 1e400", hostileClaim("7", id(15), "1e400"), invalid),
-		post("orderAmount NaN", hostileClaim("7", id(16), "NaN"), invalid),
-		post("orderAmount Infinity", hostileClaim("7", id(17), "Infinity"), invalid),
-		post("orderAmount -Infinity", hostileClaim("7", id(18), "-Infinity"), invalid),
-		post("orderAmount hex", hostileClaim("7", id(19), "0x10"), invalid),
-		post("orderAmount with a leading zero", hostileClaim("7", id(20), "05000"), invalid),
-		// Keys.
-		post("duplicate customerId", []byte(`{"customerId":7,"customerId":8,"orderId":`+id(21)+`,"orderAmount":5000}`), invalid),
-		post("duplicate orderId, the first one invalid", []byte(`{"customerId":7,"orderId":"../x","orderId":`+id(22)+`,"orderAmount":5000}`), invalid),
-		post("key in another case", []byte(`{"CustomerID":7,"orderId":`+id(23)+`,"orderAmount":5000}`), invalid),
-		post("unknown field", []byte(`{"customerId":7,"orderId":`+id(24)+`,"orderAmount":5000,"discountAmount":1}`), invalid),
-		post("missing customerId", []byte(`{"orderId":`+id(25)+`,"orderAmount":5000}`), invalid),
-		post("null customerId", hostileClaim("null", id(26), "5000"), invalid),
-		post("__proto__ key", []byte(`{"__proto__":{"customerId":7},"orderId":`+id(27)+`,"orderAmount":5000}`), invalid),
-		// Encodings and literals.
-		post("UTF-8 BOM", append([]byte("\xef\xbb\xbf"), valid(28)...), invalid),
-		post("no-break space before the object", append([]byte("\u00a0"), valid(29)...), invalid),
-		post("NUL byte before the object", append([]byte{0}, valid(30)...), invalid),
-		post("NUL byte inside a string", hostileClaim("7", "\"a\x00b\"", "5000"), invalid),
-		post("escaped NUL in orderId", hostileClaim("7", `"a\u0000b"`, "5000"), invalid),
-		post("invalid UTF-8 in orderId", hostileClaim("7", "\"\xff\xfe\"", "5000"), invalid),
-		post("invalid UTF-8 in a key", []byte("{\"customerId\xff\":7,\"orderId\":"+id(31)+",\"orderAmount\":5000}"), invalid),
-		post("UTF-16 body", []byte("\xff\xfe{\x00}\x00"), invalid),
-		post("single quotes", []byte(`{'customerId':7,'orderId':'x','orderAmount':5000}`), invalid),
-		post("comments", []byte(`{"customerId":7,/* hi */"orderId":`+id(32)+`,"orderAmount":5000}`), invalid),
-		post("trailing comma", []byte(`{"customerId":7,"orderId":`+id(33)+`,"orderAmount":5000,}`), invalid),
-		post("two objects", append(valid(34), valid(35)...), invalid),
-		post("trailing garbage", append(valid(36), []byte(" x")...), invalid),
-		post("truncated", valid(37)[:20], invalid),
-		post("array instead of an object", append(append([]byte("["), valid(38)...), ']'), invalid),
-		post("string instead of an object", []byte(`"{\"customerId\":7}"`), invalid),
-		post("number instead of an object", []byte(`42`), invalid),
-		post("null instead of an object", []byte(`null`), invalid),
-		post("empty body", []byte{}, invalid),
-		// OrderIds in the body.
-		post("orderId with braces", hostileClaim("7", `"{x}"`, "5000"), invalid),
-		post("orderId with a space", hostileClaim("7", `"a b"`, "5000"), invalid),
-		post("orderId with %00", hostileClaim("7", `"a%00"`, "5000"), invalid),
-		post("orderId with a slash", hostileClaim("7", `"../../admin"`, "5000"), invalid),
-		post("orderId with unicode", hostileClaim("7", `"ordér-1"`, "5000"), invalid),
-		post("orderId of 65 bytes", hostileClaim("7", q(strings.Repeat("x", 65)), "5000"), invalid),
-		post("orderId empty", hostileClaim("7", `""`, "5000"), invalid),
-		// Content types.
-		{name: "text/plain", method: http.MethodPost, path: reserve, body: valid(39), ctype: "text/plain", status: 400, code: invalid},
-		{name: "form", method: http.MethodPost, path: reserve, body: []byte("customerId=7&orderId=x&orderAmount=5000"),
-			ctype: "application/x-www-form-urlencoded", status: 400, code: invalid},
-		{name: "multipart", method: http.MethodPost, path: reserve, body: []byte("--b\r\n\r\n{}\r\n--b--\r\n"),
-			ctype: "multipart/form-data; boundary=b", status: 400, code: invalid},
-		{name: "json with a suffix", method: http.MethodPost, path: reserve, body: valid(40), ctype: "application/json-patch+json", status: 400, code: invalid},
-		// The flash voucher: refused before Redis is asked.
-		{name: "flash: 17 KiB body", method: http.MethodPost, path: flashReserve, body: big, status: 400, code: invalid},
-		{name: "flash: customerId 2^63", method: http.MethodPost, path: flashReserve, body: hostileClaim("9223372036854775808", id(41), "5000"), status: 400, code: invalid},
-		{name: "flash: orderId with braces", method: http.MethodPost, path: flashReserve, body: hostileClaim("7", `"{x}"`, "5000"), status: 400, code: invalid},
-		// Codes and orderIds in the path.
-		{name: "code with braces", method: http.MethodPost, path: "/vouchers/%7B" + code + "%7D/reservations", body: valid(42), status: 400, code: invalid},
-		{name: "code with a colon", method: http.MethodPost, path: "/vouchers/" + code + "%3Aremaining/reservations", body: valid(43), status: 400, code: invalid},
-		{name: "code with %00", method: http.MethodPost, path: "/vouchers/" + code + "%00/reservations", body: valid(44), status: 400, code: invalid},
-		{name: "code with unicode", method: http.MethodPost, path: "/vouchers/caf%C3%A9/reservations", body: valid(45), status: 400, code: invalid},
-		{name: "code with invalid UTF-8", method: http.MethodPost, path: "/vouchers/%FF%FE/reservations", body: valid(46), status: 400, code: invalid},
-		{name: "code with a space", method: http.MethodPost, path: "/vouchers/a%20b/reservations", body: valid(47), status: 400, code: invalid},
-		{name: "code of 33 bytes", method: http.MethodPost, path: "/vouchers/" + strings.Repeat("A", 33) + "/reservations", body: valid(48), status: 400, code: invalid},
-		{name: "code of 8 KiB", method: http.MethodGet, path: "/vouchers/" + strings.Repeat("A", 8<<10) + "/reservations/x", status: 400, code: invalid},
-		{name: "code with a newline", method: http.MethodGet, path: "/vouchers/a%0Ab/reservations/x", status: 400, code: invalid},
-		{name: "orderId with braces", method: http.MethodGet, path: reserve + "/%7Bx%7D", status: 400, code: invalid},
-		{name: "orderId with %00", method: http.MethodPost, path: reserve + "/a%00b/confirm", status: 400, code: invalid},
-		{name: "orderId with unicode", method: http.MethodDelete, path: reserve + "/ord%C3%A9r", status: 400, code: invalid},
-		{name: "orderId of 65 bytes", method: http.MethodGet, path: reserve + "/" + strings.Repeat("x", 65), status: 400, code: invalid},
-		{name: "orderId with a space", method: http.MethodDelete, path: reserve + "/a%20b", status: 400, code: invalid},
-		{name: "orderId with a question mark", method: http.MethodGet, path: reserve + "/a%3Fb", status: 400, code: invalid},
-		// Path tricks.
-		{name: "dot-dot to the admin routes", method: http.MethodGet, path: "/vouchers/../admin/vouchers/" + code, status: 404, code: voucher.CodeNotFound},
-		{name: "dot-dot after the orderId", method: http.MethodDelete, path: get + "/../../../../admin/vouchers/" + code, status: 404, code: voucher.CodeNotFound},
-		{name: "encoded dot-dot and slash", method: http.MethodGet, path: reserve + "/..%2F..%2Fadmin", status: 404, code: voucher.CodeNotFound},
-		{name: "double slash in front", method: http.MethodPost, path: "/" + reserve, body: valid(49), status: 404, code: voucher.CodeNotFound},
-		{name: "double slash inside", method: http.MethodGet, path: "/vouchers/" + code + "//reservations/" + order},
-		{name: "empty code", method: http.MethodPost, path: "/vouchers//reservations", body: valid(50), status: 400, code: invalid},
-		{name: "encoded slash in the code", method: http.MethodPost, path: "/vouchers/a%2Fb/reservations", body: valid(51), status: 404, code: voucher.CodeNotFound},
-		{name: "backslash", method: http.MethodGet, path: "/vouchers%5C" + code + "%5Creservations%5C" + order, status: 404, code: voucher.CodeNotFound},
-		{name: "trailing slash on reserve", method: http.MethodPost, path: reserve + "/", body: valid(52)},
-		{name: "trailing slash on get", method: http.MethodGet, path: get + "/"},
-		{name: "unknown route", method: http.MethodGet, path: "/vouchers/" + code, status: 404, code: voucher.CodeNotFound},
-		{name: "root", method: http.MethodGet, path: "/", status: 404, code: voucher.CodeNotFound},
-		{name: "query string smuggling a body", method: http.MethodPost, path: reserve + "?customerId=7&orderId=x&orderAmount=5000", status: 400, code: invalid},
-		// Methods.
-		{name: "PUT reserve", method: http.MethodPut, path: reserve, body: valid(53), status: 405, code: voucher.CodeMethodNotAllowed},
-		{name: "PATCH reservation", method: http.MethodPatch, path: get, body: []byte(`{"status":"CONFIRMED"}`), status: 405, code: voucher.CodeMethodNotAllowed},
-		{name: "GET reserve", method: http.MethodGet, path: reserve, status: 405, code: voucher.CodeMethodNotAllowed},
-		{name: "POST reservation", method: http.MethodPost, path: get, body: valid(54), status: 405, code: voucher.CodeMethodNotAllowed},
-		{name: "GET confirm", method: http.MethodGet, path: get + "/confirm", status: 405, code: voucher.CodeMethodNotAllowed},
-		{name: "OPTIONS", method: http.MethodOptions, path: reserve, status: 405, code: voucher.CodeMethodNotAllowed},
-		{name: "TRACE", method: http.MethodTrace, path: get, status: 405, code: voucher.CodeMethodNotAllowed},
-		{name: "made-up method", method: "RESERVE", path: reserve, body: valid(55), status: 405, code: voucher.CodeMethodNotAllowed},
-		// Headers.
-		{name: "header of 20 KiB", method: http.MethodPost, path: reserve, body: []byte("[]"),
-			headers: map[string]string{"X-Padding": strings.Repeat("a", 20<<10)}, status: 400, code: invalid},
-		{name: "request id of 10 KiB", method: http.MethodPost, path: reserve, body: []byte("[]"),
-			headers: map[string]string{httpx.RequestIDHeader: strings.Repeat("r", 10<<10)}, status: 400, code: invalid},
-		{name: "headers over 32 KiB", method: http.MethodPost, path: reserve, body: valid(56),
-			headers: map[string]string{"X-Padding": strings.Repeat("a", 40<<10)}, status: 431, netHTTP: true},
-		{name: "NUL in a header value", raw: "GET " + get + " HTTP/1.1\r\nHost: x\r\n{AUTH}\r\nX-A: a\x00b\r\n\r\n", status: 400, netHTTP: true},
-		{name: "invalid UTF-8 in the request line", raw: "GET /vouchers/\xff\xfe/reservations/x HTTP/1.1\r\nHost: x\r\n{AUTH}\r\n\r\n", status: 400},
-		{name: "bare LF line endings", raw: "POST " + reserve + " HTTP/1.1\nHost: x\n{AUTH}\nContent-Length: 2\n\n[]", status: 400, code: invalid},
-		{name: "Content-Length and chunked", raw: "POST " + reserve + " HTTP/1.1\r\nHost: x\r\n{AUTH}\r\nContent-Length: 60\r\n" +
-			"Transfer-Encoding: chunked\r\n\r\n0\r\n\r\n" + string(valid(57)), status: 400},
-		{name: "chunked body of 10 MiB", raw: "POST " + reserve + " HTTP/1.1\r\nHost: x\r\n{AUTH}\r\nContent-Type: application/json\r\n" +
-			"Transfer-Encoding: chunked\r\n\r\n" + hostileChunked(append(valid(58), bytes.Repeat([]byte(" "), 10<<20)...)), status: 400, code: invalid},
-	}
-}
-
-// checkSlowHeadersCutOff serves h with httpx.NewServer's settings but a ReadHeaderTimeout
-// of 300ms, trickles a request's headers and asserts the server hangs up
-// within about a second.
-func checkSlowHeadersCutOff(t *testing.T, h http.Handler) {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	srv := httpx.NewServer(ln.Addr().String(), h)
-	require.Greater(t, srv.ReadHeaderTimeout, time.Duration(0), "NewServer must set ReadHeaderTimeout")
-	require.LessOrEqual(t, srv.ReadHeaderTimeout, 10*time.Second, "NewServer's ReadHeaderTimeout")
-	srv.ReadHeaderTimeout = 300 * time.Millisecond
-	go func() { _ = srv.Serve(ln) }()
-	t.Cleanup(func() { _ = srv.Close() })
-
-	conn, err := net.Dial("tcp", ln.Addr().String())
-	require.NoError(t, err)
-	defer conn.Close()
-	start := time.Now()
-	stop := make(chan struct{})
-	defer close(stop)
-	go func() {
-		req := "GET /healthz HTTP/1.1\r\nHost: x\r\nX-Slow: " + strings.Repeat("a", 100) + "\r\n\r\n"
-		for i := 0; i < len(req); i++ {
-			select {
-			case <-stop:
-				return
-			case <-time.After(100 * time.Millisecond):
-			}
-			if _, err := conn.Write([]byte{req[i]}); err != nil {
-				return
-			}
-		}
-	}()
-	require.NoError(t, conn.SetReadDeadline(time.Now().Add(5*time.Second)))
-	got, err := io.ReadAll(conn)
-	elapsed := time.Since(start)
-	var ne net.Error
-	if err != nil && (errors.As(err, &ne) && ne.Timeout()) {
-		t.Fatalf("connection still open after %s, want it closed by ReadHeaderTimeout", elapsed)
-	}
-	if strings.Contains(string(got), "200 OK") {
-		t.Fatalf("slow request was served: %q", got)
-	}
-	if elapsed > 1500*time.Millisecond {
-		t.Errorf("connection closed after %s, want about 300ms", elapsed)
-	}
-	t.Logf("closed after %s (%d bytes answered: %q)", elapsed.Round(time.Millisecond), len(got), got)
-}
-
-// checkMetricsMethodsBounded sends 40 requests with made-up methods to path and
-// asserts /metrics holds at most the standard methods as label values.
-func checkMetricsMethodsBounded(t *testing.T, base, path string) {
-	t.Helper()
-	for i := range 40 {
-		r := sendHostile(t, base, "", hostileCase{method: fmt.Sprintf("M%03dX", i), path: path, auth: "-"})
-		if r.Status < 400 || r.Status > 499 {
-			t.Errorf("method M%03dX = %d, want a 4xx", i, r.Status)
-		}
-	}
-	r := sendHostile(t, base, "", hostileCase{method: http.MethodGet, path: "/metrics", auth: "-"})
-	require.Equal(t, http.StatusOK, r.Status)
-	methods := map[string]bool{}
-	for _, m := range regexp.MustCompile(`method="([^"]*)"`).FindAllStringSubmatch(r.Raw, -1) {
-		methods[m[1]] = true
-	}
-	if len(methods) > 10 {
-		t.Errorf("/metrics has %d distinct method labels after 40 made-up methods, want the standard ones only", len(methods))
-	}
+	base, _ := httpxtest.Serve(t, proxyServer(s, "", httpx.NewMetrics("proxy")).Handler())
+	httpxtest.CheckMetricsMethodsBounded(t, base, "/vouchers/x/reservations")
 }

@@ -23,6 +23,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -870,6 +871,9 @@ func checkDivergence(t *testing.T, s *stack, code string, strict bool) {
 // one is not can take seconds when the violation lies deep in it, since the
 // search must then exhaust every order of the calls before it.
 const linCheckTimeout = 4 * time.Second
+
+// nonAlnum matches what a test name must lose to become part of a file name.
+var nonAlnum = regexp.MustCompile(`[^A-Za-z0-9]`)
 
 // checkLinearizable checks ops against spec's model and returns porcupine's
 // verdict. On a violation it writes porcupine's visualization and the history

@@ -140,12 +140,12 @@ func TestSoldOutFlag(t *testing.T) {
 	require.Equal(t, 201, s.reserve(t, code, 2, code+"-2").Status)
 	r := s.reserve(t, code, 3, code+"-3")
 	require.Equal(t, 409, r.Status)
-	require.Equal(t, "OUT_OF_STOCK", r.code())
+	require.Equal(t, "OUT_OF_STOCK", r.Code())
 
 	calls := s.gate.Calls()
 	for i := 0; i < 50; i++ {
 		r := s.reserve(t, code, int64(100+i), fmt.Sprintf("%s-x%d", code, i))
-		require.Equal(t, "OUT_OF_STOCK", r.code())
+		require.Equal(t, "OUT_OF_STOCK", r.Code())
 	}
 	assert.Equal(t, calls, s.gate.Calls(), "sold-out requests reached Redis")
 	assert.GreaterOrEqual(t, s.admit.flagHits.Load(), int64(50))
@@ -154,7 +154,7 @@ func TestSoldOutFlag(t *testing.T) {
 
 	time.Sleep(800 * time.Millisecond)
 	r = s.reserve(t, code, 4, code+"-4")
-	assert.Equal(t, "OUT_OF_STOCK", r.code())
+	assert.Equal(t, "OUT_OF_STOCK", r.Code())
 	assert.Greater(t, s.gate.Calls(), calls, "after the TTL the script runs again")
 
 	// Release through another path (the ledger directly): the flag set again
@@ -189,7 +189,7 @@ func TestDBRejectsOverAdmission(t *testing.T) {
 		switch {
 		case r.Status == 201:
 			created++
-		case r.Status == 409 && r.code() == "OUT_OF_STOCK":
+		case r.Status == 409 && r.Code() == "OUT_OF_STOCK":
 			rejected++
 		default:
 			t.Errorf("Reserve = %d %s", r.Status, r.Raw)
@@ -218,7 +218,7 @@ func TestDBDownReleasesInRedis(t *testing.T) {
 	require.NoError(t, pg.Stop())
 	r := s.reserve(t, code, 2, code+"-2")
 	assert.Equal(t, 503, r.Status, r.Raw)
-	assert.Equal(t, "UNAVAILABLE", r.code())
+	assert.Equal(t, "UNAVAILABLE", r.Code())
 	assert.NotEmpty(t, r.Header.Get("Retry-After"))
 	st, _, err := s.gate.State(context.Background(), code)
 	require.NoError(t, err)
@@ -241,7 +241,7 @@ func TestRedisDown(t *testing.T) {
 		r := s.reserve(t, code, int64(10+i), fmt.Sprintf("%s-d%d", code, i))
 		elapsed := time.Since(start)
 		assert.Equal(t, 503, r.Status, r.Raw)
-		assert.Equal(t, "UNAVAILABLE", r.code())
+		assert.Equal(t, "UNAVAILABLE", r.Code())
 		assert.Less(t, elapsed, time.Second, "503 must be fast")
 	}
 
@@ -278,7 +278,7 @@ func TestProxyForwardsAndValidates(t *testing.T) {
 
 	// Standard vouchers go straight to the ledger.
 	require.Equal(t, 201, s.reserve(t, std, 1, std+"-1").Status)
-	assert.Equal(t, "OUT_OF_STOCK", s.reserve(t, std, 2, std+"-2").code())
+	assert.Equal(t, "OUT_OF_STOCK", s.reserve(t, std, 2, std+"-2").Code())
 
 	// Lifecycle through the proxy.
 	require.Equal(t, 201, s.reserve(t, flash, 1, flash+"-1").Status)
@@ -290,9 +290,9 @@ func TestProxyForwardsAndValidates(t *testing.T) {
 	assert.Equal(t, "CONFIRMED", r.Body["status"])
 	r = call(t, "DELETE", s.ProxyURL+"/vouchers/"+flash+"/reservations/"+flash+"-1", "", nil)
 	assert.Equal(t, 409, r.Status)
-	assert.Equal(t, "ALREADY_CONFIRMED", r.code())
-	assert.Equal(t, "ORDER_CONFLICT", s.reserve(t, flash, 2, flash+"-1").code())
-	assert.Equal(t, "ALREADY_USED", s.reserve(t, flash, 1, flash+"-9").code())
+	assert.Equal(t, "ALREADY_CONFIRMED", r.Code())
+	assert.Equal(t, "ORDER_CONFLICT", s.reserve(t, flash, 2, flash+"-1").Code())
+	assert.Equal(t, "ALREADY_USED", s.reserve(t, flash, 1, flash+"-9").Code())
 
 	// Eligibility and unknown vouchers are answered at the edge.
 	r = call(t, "POST", s.ProxyURL+"/vouchers/"+flash+"/reservations", "",
@@ -301,9 +301,9 @@ func TestProxyForwardsAndValidates(t *testing.T) {
 	assert.Equal(t, "ORDER_TOO_SMALL", r.Body["reason"])
 	r = s.reserve(t, "NOPE"+flash[:6], 3, flash+"-x")
 	assert.Equal(t, 404, r.Status)
-	assert.Equal(t, "VOUCHER_NOT_FOUND", r.code())
+	assert.Equal(t, "VOUCHER_NOT_FOUND", r.Code())
 	r = call(t, "POST", s.ProxyURL+"/vouchers/"+flash+"/reservations", "", map[string]any{"customerId": "x"})
 	assert.Equal(t, 400, r.Status)
-	assert.Equal(t, "INVALID_REQUEST", r.code())
+	assert.Equal(t, "INVALID_REQUEST", r.Code())
 	assert.Equal(t, dbState{Used: 1, Active: 1, Remaining: 4, MaxPerCustomer: 1}, s.db(t, flash))
 }
