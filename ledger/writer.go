@@ -72,53 +72,49 @@ func (w *Writer) writeBatch(ctx context.Context, code string, claims []voucher.C
 		return out, nil
 	}
 
-	// Answer retries from the rows that exist, and the ineligible at once.
-	ids := make([]string, len(claims))
+	// The ineligible are answered at once; retries of orders that exist are
+	// answered inside the group's transaction (see InsertMany).
+	var fresh []int           // indexes of claims to insert, one per new orderId
+	first := map[string]int{} // orderId -> index of its first claim in this batch
+	var followers []int       // later claims of an orderId already in fresh
 	for i, cl := range claims {
-		ids[i] = cl.OrderID
-	}
-	existing, err := w.store.Orders(ctx, ids)
-	if err != nil {
-		return nil, err
-	}
-	var fresh []int // indexes of claims to insert
-	seen := map[string]bool{}
-	twice := false
-	for i, cl := range claims {
-		if r, ok := existing[cl.OrderID]; ok {
-			out[i] = written{r: r, err: retryAnswer(r, code, cl.CustomerID)}
-			continue
-		}
 		if cl.OrderAmount < v.MinOrderAmount {
 			out[i].err = voucher.NotEligible(voucher.ReasonOrderTooSmall, "the order amount is below the voucher's minimum")
 			continue
 		}
-		twice = twice || seen[cl.OrderID]
-		seen[cl.OrderID] = true
+		if _, dup := first[cl.OrderID]; dup {
+			followers = append(followers, i)
+			continue
+		}
+		first[cl.OrderID] = i
 		fresh = append(fresh, i)
 	}
-	if twice {
-		// The same new orderId twice in one batch (a retry racing its
-		// original): the item-by-item path settles which write wins.
-		for _, i := range fresh {
+	if len(fresh) > 0 {
+		group := make([]voucher.Claim, len(fresh))
+		for j, i := range fresh {
+			group[j] = claims[i]
+		}
+		res, err := w.writeGroup(ctx, v, group)
+		if err != nil {
+			return nil, err
+		}
+		for j, i := range fresh {
+			out[i] = res[j]
+		}
+	}
+	// A retry that raced its original into the same batch is answered as the
+	// original was; the same orderId from another customer meets the row the
+	// original wrote (or, if that failed, is tried on its own).
+	for _, i := range followers {
+		lead := out[first[claims[i].OrderID]]
+		switch {
+		case lead.err == nil:
+			out[i] = written{r: lead.r, err: retryAnswer(lead.r, code, claims[i].CustomerID)}
+		case claims[i].CustomerID == claims[first[claims[i].OrderID]].CustomerID:
+			out[i] = lead
+		default:
 			out[i] = w.one(ctx, v, claims[i])
 		}
-		return out, nil
-	}
-	if len(fresh) == 0 {
-		return out, nil
-	}
-
-	group := make([]voucher.Claim, len(fresh))
-	for j, i := range fresh {
-		group[j] = claims[i]
-	}
-	res, err := w.writeGroup(ctx, v, group)
-	if err != nil {
-		return nil, err
-	}
-	for j, i := range fresh {
-		out[i] = res[j]
 	}
 	return out, nil
 }
@@ -131,14 +127,17 @@ func (w *Writer) writeBatch(ctx context.Context, code string, claims []voucher.C
 func (w *Writer) writeGroup(ctx context.Context, v voucher.Voucher, claims []voucher.Claim) ([]written, error) {
 	out := make([]written, len(claims))
 	start := time.Now()
-	rs, err := w.store.InsertMany(ctx, v, claims)
+	rs, existed, err := w.store.InsertMany(ctx, v, claims)
 	if w.commit != nil {
 		w.commit(time.Since(start))
 	}
 	switch {
 	case err == nil:
-		for i := range claims {
+		for i, cl := range claims {
 			out[i].r = rs[i]
+			if existed[i] {
+				out[i].err = retryAnswer(rs[i], v.Code, cl.CustomerID)
+			}
 		}
 		return out, nil
 	case !errors.Is(err, errGroupRefused):
@@ -199,16 +198,16 @@ func (s *Store) Remaining(ctx context.Context, code string) (int, error) {
 // its orderIds; nothing was written.
 var errGroupRefused = errors.New("group write refused")
 
-// Orders returns the reservations of the given orderIds that exist, whatever
-// their voucher.
-func (s *Store) Orders(ctx context.Context, orderIDs []string) (map[string]voucher.Reservation, error) {
-	rows, err := s.pool.Query(ctx, `
+// ordersIn returns the reservations of the given orderIds that exist, whatever
+// their voucher, read through q (a pool or a transaction).
+func ordersIn(ctx context.Context, q queryer, orderIDs []string) (map[string]voucher.Reservation, error) {
+	rows, err := q.Query(ctx, `
 		SELECT r.order_id, r.customer_id, r.voucher_code, r.status, v.discount_amount,
 		       r.created_at, r.expires_at
 		FROM voucher_redemption r JOIN voucher v ON v.code = r.voucher_code
 		WHERE r.order_id = ANY($1)`, orderIDs)
 	if err != nil {
-		return nil, translate(fmt.Errorf("orders: %w", err))
+		return nil, err
 	}
 	found := map[string]voucher.Reservation{}
 	var r voucher.Reservation
@@ -218,32 +217,29 @@ func (s *Store) Orders(ctx context.Context, orderIDs []string) (map[string]vouch
 		found[r.OrderID] = r
 		return nil
 	})
-	if err != nil {
-		return nil, translate(fmt.Errorf("orders: %w", err))
-	}
-	return found, nil
+	return found, err
 }
 
-// InsertMany writes claims (distinct new orderIds of voucher v) in one
+// queryer is what both a pool and a transaction offer for multi-row reads.
+type queryer interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}
+
+// InsertMany writes claims (distinct orderIds of voucher v) in one
 // transaction: one multi-row INSERT, one upsert of the customers' counts and
-// one guarded used_count += n. If any guard would fire, it writes nothing and
-// returns errGroupRefused.
-func (s *Store) InsertMany(ctx context.Context, v voucher.Voucher, claims []voucher.Claim) ([]voucher.Reservation, error) {
+// one guarded used_count += n. A claim whose orderId already has a row (a
+// retry) is answered with that row, read in the same transaction (existed[i]),
+// so a batch costs one commit whatever it holds. If any guard would fire, it
+// writes nothing and returns errGroupRefused.
+func (s *Store) InsertMany(ctx context.Context, v voucher.Voucher, claims []voucher.Claim) (rs []voucher.Reservation, existed []bool, err error) {
 	orders := make([]string, len(claims))
 	customers := make([]int64, len(claims))
-	perCustomer := map[int64]int{}
 	for i, cl := range claims {
 		orders[i], customers[i] = cl.OrderID, cl.CustomerID
-		perCustomer[cl.CustomerID]++
 	}
-	ucust := make([]int64, 0, len(perCustomer))
-	ucount := make([]int32, 0, len(perCustomer))
-	for c, n := range perCustomer {
-		ucust, ucount = append(ucust, c), append(ucount, int32(n))
-	}
-
-	rs := make([]voucher.Reservation, len(claims))
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+	rs = make([]voucher.Reservation, len(claims))
+	existed = make([]bool, len(claims))
+	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		rows, err := tx.Query(ctx, `
 			INSERT INTO voucher_redemption (voucher_code, customer_id, order_id, status, expires_at)
 			SELECT $1, c, o, 'RESERVED', now() + $4 * interval '1 microsecond'
@@ -262,8 +258,38 @@ func (s *Store) InsertMany(ctx context.Context, v voucher.Voucher, claims []vouc
 		}); err != nil {
 			return err
 		}
-		if len(at) != len(claims) {
-			return errGroupRefused // a concurrent request inserted one of them
+		perCustomer := map[int64]int{}
+		var retried []string
+		for i, cl := range claims {
+			if _, ok := at[cl.OrderID]; ok {
+				perCustomer[cl.CustomerID]++
+			} else {
+				existed[i] = true
+				retried = append(retried, cl.OrderID)
+			}
+		}
+		if len(retried) > 0 {
+			found, err := ordersIn(ctx, tx, retried)
+			if err != nil {
+				return err
+			}
+			for i, cl := range claims {
+				if existed[i] {
+					r, ok := found[cl.OrderID]
+					if !ok {
+						return errGroupRefused // inserted by a transaction not yet visible
+					}
+					rs[i] = r
+				}
+			}
+		}
+		if len(perCustomer) == 0 {
+			return nil
+		}
+		ucust := make([]int64, 0, len(perCustomer))
+		ucount := make([]int32, 0, len(perCustomer))
+		for c, n := range perCustomer {
+			ucust, ucount = append(ucust, c), append(ucount, int32(n))
 		}
 		tag, err := tx.Exec(ctx, `
 			INSERT INTO voucher_customer_usage AS u (voucher_code, customer_id, used_count, per_user_limit)
@@ -280,13 +306,16 @@ func (s *Store) InsertMany(ctx context.Context, v voucher.Voucher, claims []vouc
 		if tag.RowsAffected() != int64(len(ucust)) {
 			return errGroupRefused
 		}
-		if err := takeVoucherUses(ctx, tx, v.Code, len(claims), true); err != nil {
+		if err := takeVoucherUses(ctx, tx, v.Code, len(at), true); err != nil {
 			if errors.As(err, new(*voucher.Error)) {
 				return errGroupRefused
 			}
 			return err
 		}
 		for i, cl := range claims {
+			if existed[i] {
+				continue
+			}
 			rs[i] = voucher.Reservation{
 				OrderID: cl.OrderID, CustomerID: cl.CustomerID, VoucherCode: v.Code,
 				Status: voucher.Reserved, DiscountAmount: v.DiscountAmount,
@@ -296,14 +325,14 @@ func (s *Store) InsertMany(ctx context.Context, v voucher.Voucher, claims []vouc
 		return nil
 	})
 	if errors.Is(err, errGroupRefused) {
-		return nil, err
+		return nil, nil, err
 	}
 	if err != nil {
 		err = translate(fmt.Errorf("write %d reservations for %s: %w", len(claims), v.Code, err))
 		if errors.As(err, new(*voucher.Error)) || errors.Is(err, errOrderTaken) {
-			return nil, errGroupRefused // a constraint fired: find the item one at a time
+			return nil, nil, errGroupRefused // a constraint fired: find the item one at a time
 		}
-		return nil, err
+		return nil, nil, err
 	}
-	return rs, nil
+	return rs, existed, nil
 }
