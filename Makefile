@@ -22,10 +22,17 @@ build:
 test: deps
 	$(GO) vet ./...
 	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...
+	@if docker compose version >/dev/null 2>&1; then docker compose config -q && echo "docker-compose.yml: valid"; \
+	else echo "docker compose not available: skipped checking docker-compose.yml"; fi
 
 # The stack in the foreground on throwaway servers: Ctrl-C stops and cleans up.
 run: deps build
 	bin/loadtest run
+
+# A flash sale on throwaway servers: 20,000 requests at 5,000/s for 1,000 uses,
+# checked against Postgres and Redis; prints the figures and the report's path.
+demo: deps build
+	bin/loadtest demo
 
 lint:
 	$(GO) vet ./...

@@ -1,7 +1,8 @@
 // Command loadtest runs flashgate locally and hammers it: `run` brings the
-// stack up in the foreground; the burst, compare and chaos subcommands replay
-// flash-sale traffic and faults against it and check the invariants against
-// the database and Redis.
+// stack up in the foreground; `burst`, `demo` and `compare` replay flash-sale
+// traffic against it at a constant arrival rate (vegeta, open model) and check
+// the invariants against the database and Redis; `ceiling` is the bare HTTP
+// server that compare measures the proxy against.
 package main
 
 import (
@@ -18,6 +19,12 @@ func usage() {
 
 commands:
   run       start Redis, Postgres, the ledger and the proxy on throwaway servers; Ctrl-C stops all
+  demo      a throwaway stack and a 1,000-use flash sale on it, checked; prints the report's path
+  burst     one burst at a constant rate against a fresh voucher, checked against Postgres and Redis
+  compare   each path's maximum sustainable rate and its latency at one fixed rate, side by side
+  ceiling   a bare gin server answering every reserve 409 (the HTTP ceiling compare measures)
+
+Run "loadtest <command> -h" for a command's flags.
 `)
 }
 
@@ -32,6 +39,14 @@ func main() {
 	switch cmd, args := os.Args[1], os.Args[2:]; cmd {
 	case "run":
 		err = runStack(ctx, args)
+	case "demo":
+		err = runDemo(ctx, args)
+	case "burst":
+		err = runBurstCmd(ctx, args)
+	case "compare":
+		err = runCompare(ctx, args)
+	case "ceiling":
+		err = runCeiling(ctx, args)
 	case "-h", "--help", "help":
 		usage()
 		return

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 
 	"github.com/flashgate/flashgate/shared/devstack"
 )
@@ -25,13 +26,16 @@ type StackOptions struct {
 
 // Stack is a throwaway Redis and Postgres with a ledger and a proxy on them.
 type Stack struct {
-	Redis                *devstack.Redis    // nil when external
-	Postgres             *devstack.Postgres // nil when external
-	Ledger, Proxy        *devstack.Service
-	RedisURL, DBURL      string
-	LedgerURL, ProxyURL  string
-	LedgerAddr, ProxyAdd string
-	Token                string
+	Redis                 *devstack.Redis    // nil when external
+	Postgres              *devstack.Postgres // nil when external
+	Ledger, Proxy         *devstack.Service
+	RedisURL, DBURL       string
+	LedgerURL, ProxyURL   string
+	LedgerAddr, ProxyAddr string
+	Token                 string
+
+	proxyBin string
+	extra    []*devstack.Service // proxies started by StartProxy
 }
 
 // StartStack starts everything and waits until both services answer.
@@ -57,20 +61,21 @@ func StartStack(o StackOptions) (s *Stack, err error) {
 	if s.LedgerAddr, err = addrOr(o.LedgerAddr); err != nil {
 		return s, err
 	}
-	if s.ProxyAdd, err = addrOr(o.ProxyAddr); err != nil {
+	if s.ProxyAddr, err = addrOr(o.ProxyAddr); err != nil {
 		return s, err
 	}
-	s.LedgerURL, s.ProxyURL = "http://"+s.LedgerAddr, "http://"+s.ProxyAdd
+	s.LedgerURL, s.ProxyURL = "http://"+s.LedgerAddr, "http://"+s.ProxyAddr
 	ledgerBin, proxyBin, err := binaries(o.BinDir)
 	if err != nil {
 		return s, err
 	}
+	s.proxyBin = proxyBin
 	env := append([]string{"LEDGER_ADDR=" + s.LedgerAddr, "DATABASE_URL=" + s.DBURL,
 		"REDIS_URL=" + s.RedisURL, "LEDGER_TOKEN=" + o.Token}, o.LedgerEnv...)
 	if s.Ledger, err = devstack.StartService("ledger", ledgerBin, env, s.LedgerURL+"/healthz"); err != nil {
 		return s, err
 	}
-	env = append([]string{"PROXY_ADDR=" + s.ProxyAdd, "REDIS_URL=" + s.RedisURL,
+	env = append([]string{"PROXY_ADDR=" + s.ProxyAddr, "REDIS_URL=" + s.RedisURL,
 		"LEDGER_URL=" + s.LedgerURL, "LEDGER_TOKEN=" + o.Token}, o.ProxyEnv...)
 	if s.Proxy, err = devstack.StartService("proxy", proxyBin, env, s.ProxyURL+"/healthz"); err != nil {
 		return s, err
@@ -78,9 +83,32 @@ func StartStack(o StackOptions) (s *Stack, err error) {
 	return s, nil
 }
 
+// StartProxy starts one more proxy on a free port, in front of the same ledger
+// and Redis, with env added to the usual environment (e.g. PROXY_COALESCE=off).
+// It returns the proxy's URL; Stop stops it with the rest.
+func (s *Stack) StartProxy(name string, env ...string) (string, error) {
+	addr, err := addrOr("")
+	if err != nil {
+		return "", err
+	}
+	env = append([]string{"PROXY_ADDR=" + addr, "REDIS_URL=" + s.RedisURL,
+		"LEDGER_URL=" + s.LedgerURL, "LEDGER_TOKEN=" + s.Token}, env...)
+	svc, err := devstack.StartService(name, s.proxyBin, env, "http://"+addr+"/healthz")
+	if err != nil {
+		return "", err
+	}
+	s.extra = append(s.extra, svc)
+	return "http://" + addr, nil
+}
+
+// Endpoints returns where the stack's parts listen.
+func (s *Stack) Endpoints() Endpoints {
+	return Endpoints{ProxyURL: s.ProxyURL, LedgerURL: s.LedgerURL, DBURL: s.DBURL, RedisURL: s.RedisURL, Token: s.Token}
+}
+
 // Stop stops the services and the servers and removes their data.
 func (s *Stack) Stop() {
-	for _, svc := range []*devstack.Service{s.Proxy, s.Ledger} {
+	for _, svc := range append(slices.Clone(s.extra), s.Proxy, s.Ledger) {
 		if svc != nil {
 			svc.Stop()
 		}

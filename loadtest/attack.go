@@ -1,0 +1,180 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"net"
+	"net/http"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	vegeta "github.com/tsenart/vegeta/v12/lib"
+)
+
+// AttackOptions size the load generator. It is an open model: requests leave at
+// the planned rate whether or not earlier ones were answered (vegeta starts more
+// workers when all are busy), so a slow server shows up as latency instead of
+// as a lower rate, as long as MaxWorkers is not reached.
+type AttackOptions struct {
+	Workers     int           // workers started up front
+	MaxWorkers  int           // most requests in flight
+	Connections int           // idle keep-alive connections kept per host
+	Timeout     time.Duration // per request; keep it above the proxy's LEDGER_TIMEOUT
+}
+
+// DefaultAttack suits one loopback machine.
+var DefaultAttack = AttackOptions{Workers: 64, MaxWorkers: 4096, Connections: 4096, Timeout: 15 * time.Second}
+
+// Shot is one request's outcome, kept small: a burst holds hundreds of thousands.
+type Shot struct {
+	Seq     uint64        // vegeta's sequence number: the order requests left in
+	Req     int32         // index in the plan; -1 when no answer came back
+	Status  uint16        // HTTP status; 0 for a transport error or timeout
+	Code    string        // "error" of an error body, such as OUT_OF_STOCK
+	OrderID string        // "orderId" of a 201 body
+	At      time.Time     // when the request left
+	Latency time.Duration // until the whole answer was read
+	Err     string        // transport error text
+}
+
+// Failed reports whether the shot counts as an error for load purposes: no
+// answer, or an answer other than 2xx, 409 (a refusal) or 422 (not eligible).
+func (s Shot) Failed() bool {
+	return !(s.Status >= 200 && s.Status < 300 || s.Status == http.StatusConflict ||
+		s.Status == http.StatusUnprocessableEntity)
+}
+
+// Volley is the outcome of one attack.
+type Volley struct {
+	Rate  float64 // requested, per second
+	Shots []Shot  // in the order answers arrived
+}
+
+// reqHeader carries the plan index of a request; tagTransport copies it onto the
+// response so that each result can be tied to its order.
+const reqHeader = "X-Loadtest-Req"
+
+// tagTransport echoes reqHeader from each request onto its response. vegeta's
+// results carry response headers but nothing of the request.
+type tagTransport struct{ base http.RoundTripper }
+
+func (t tagTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	resp, err := t.base.RoundTrip(req)
+	if err == nil {
+		resp.Header.Set(reqHeader, req.Header.Get(reqHeader))
+	}
+	return resp, err
+}
+
+// Fire sends plan's requests to url (POST, JSON bodies) at rate per second and
+// returns every answer. It returns early, with what it has, when ctx ends.
+func Fire(ctx context.Context, url string, plan Plan, orderAmount int64, rate float64, o AttackOptions) Volley {
+	bodies := make([][]byte, len(plan.Orders))
+	for i, ord := range plan.Orders {
+		bodies[i] = reserveBody(ord, orderAmount)
+	}
+	n := len(plan.Requests)
+	var next atomic.Int64 // workers call the targeter concurrently
+	targeter := func(t *vegeta.Target) error {
+		i := int(next.Add(1) - 1)
+		if i >= n {
+			return vegeta.ErrNoTargets
+		}
+		t.Method = http.MethodPost
+		t.URL = url
+		t.Body = bodies[plan.Requests[i]]
+		t.Header = http.Header{"Content-Type": {"application/json"}, reqHeader: {strconv.Itoa(i)}}
+		return nil
+	}
+	pacer := countedPacer{ConstantPacer: vegeta.Rate{Freq: max(int(rate), 1), Per: time.Second}, n: uint64(n)}
+
+	tr := &http.Transport{
+		DialContext:         (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		MaxIdleConns:        o.Connections,
+		MaxIdleConnsPerHost: o.Connections,
+		IdleConnTimeout:     30 * time.Second,
+		DisableCompression:  true,
+	}
+	defer tr.CloseIdleConnections()
+	// vegeta.Connections and vegeta.KeepAlive configure vegeta's own transport;
+	// this client replaces it (to tag answers), so the same settings are made
+	// above: keep-alive on, o.Connections idle connections per host.
+	atk := vegeta.NewAttacker(
+		vegeta.Client(&http.Client{Transport: tagTransport{tr}, Timeout: o.Timeout}),
+		vegeta.Workers(uint64(max(o.Workers, 1))),
+		vegeta.MaxWorkers(uint64(max(o.MaxWorkers, 1))),
+		vegeta.MaxBody(4<<10),
+	)
+	stop := context.AfterFunc(ctx, func() { atk.Stop() })
+	defer stop()
+
+	v := Volley{Rate: rate, Shots: make([]Shot, 0, n)}
+	for res := range atk.Attack(targeter, pacer, 0, "burst") {
+		v.Shots = append(v.Shots, shotOf(res))
+	}
+	return v
+}
+
+// countedPacer paces like ConstantPacer and stops after n hits, so a burst
+// sends exactly its plan.
+type countedPacer struct {
+	vegeta.ConstantPacer
+	n uint64
+}
+
+func (p countedPacer) Pace(elapsed time.Duration, hits uint64) (time.Duration, bool) {
+	if hits >= p.n {
+		return 0, true
+	}
+	return p.ConstantPacer.Pace(elapsed, hits)
+}
+
+func reserveBody(o Order, amount int64) []byte {
+	b := make([]byte, 0, 96)
+	b = append(b, `{"customerId":`...)
+	b = strconv.AppendInt(b, o.Customer, 10)
+	b = append(b, `,"orderId":"`...)
+	b = append(b, o.ID...)
+	b = append(b, `","orderAmount":`...)
+	b = strconv.AppendInt(b, amount, 10)
+	return append(b, '}')
+}
+
+func shotOf(r *vegeta.Result) Shot {
+	s := Shot{Seq: r.Seq, Req: -1, Status: r.Code, At: r.Timestamp, Latency: r.Latency}
+	if r.Code == 0 {
+		s.Err = r.Error
+		return s
+	}
+	if i, err := strconv.Atoi(r.Headers.Get(reqHeader)); err == nil {
+		s.Req = int32(i)
+	}
+	if r.Code == http.StatusCreated {
+		s.OrderID = jsonString(r.Body, "orderId")
+	} else if r.Code >= 300 {
+		s.Code = jsonString(r.Body, "error")
+	}
+	return s
+}
+
+// jsonString returns the string value of key in the flat JSON object body, or "".
+// It looks for the compact form Go's encoder writes first and parses properly
+// only when that fails: it runs for every answer, on the machine under test.
+func jsonString(body []byte, key string) string {
+	pat := make([]byte, 0, len(key)+4)
+	pat = append(append(append(pat, '"'), key...), `":"`...)
+	if i := bytes.Index(body, pat); i >= 0 {
+		rest := body[i+len(pat):]
+		if j := bytes.IndexByte(rest, '"'); j >= 0 && bytes.IndexByte(rest[:j], '\\') < 0 {
+			return string(rest[:j])
+		}
+	}
+	var m map[string]any
+	if json.Unmarshal(body, &m) != nil {
+		return ""
+	}
+	s, _ := m[key].(string)
+	return s
+}

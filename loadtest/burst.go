@@ -1,0 +1,339 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"math"
+	"net/http"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// BurstConfig is one burst: its traffic and the voucher it goes after.
+type BurstConfig struct {
+	Label     string        // names the burst in reports; also the voucher code's prefix
+	Rate      float64       // requests per second, constant (open model)
+	Duration  time.Duration // Rate x Duration requests are sent
+	Stock     int           // the voucher's totalLimit
+	PerUser   int           // the voucher's perUserLimit
+	Customers int           // distinct customers
+	Retry     float64       // share of requests resending an earlier orderId
+	Flash     bool          // flash voucher (Redis gate) or standard (guarded UPDATE)
+	Seed      uint64
+	// StatsWait > 0 measures Postgres commits per admitted reservation, waiting
+	// this long after the burst for backends to publish their counters (Postgres
+	// 15+ flushes an idle backend's statistics up to 10 s late).
+	StatsWait time.Duration
+	Attack    AttackOptions
+}
+
+// Requests is how many requests the burst sends.
+func (c BurstConfig) Requests() int {
+	return max(int(math.Round(c.Rate*c.Duration.Seconds())), 1)
+}
+
+// RunBurst creates a fresh voucher, fires the burst at b.URL and, when b has a
+// database, checks the invariants against the database and Redis.
+func RunBurst(ctx context.Context, b *Bench, cfg BurstConfig) (*Summary, error) {
+	if cfg.Rate <= 0 || cfg.Duration <= 0 {
+		return nil, errors.New("rate and duration must be positive")
+	}
+	if cfg.Label == "" {
+		cfg.Label = "burst"
+	}
+	spec := VoucherSpec{Code: newCode(codePrefix(cfg.Label)), Stock: cfg.Stock, PerUser: max(cfg.PerUser, 1), Flash: cfg.Flash}
+	plan := NewPlan(spec.Code, Crowd{Requests: cfg.Requests(), Customers: cfg.Customers, Retry: cfg.Retry, Seed: cfg.Seed})
+	var before int64
+	if b.checked() {
+		if err := b.CreateVoucher(ctx, spec); err != nil {
+			return nil, err
+		}
+		if cfg.StatsWait > 0 {
+			var err error
+			if before, err = b.Commits(ctx); err != nil {
+				return nil, err
+			}
+		}
+	}
+
+	url := b.URL + "/vouchers/" + spec.Code + "/reservations"
+	load, cpu0 := loadAvg(), readCPU()
+	v := Fire(ctx, url, plan, orderAmount, cfg.Rate, cfg.Attack)
+	cpu1 := readCPU()
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	s := summarize(cfg, spec, plan, v)
+	s.URL = url
+	s.CPU = cpuBetween(cpu0, cpu1, runtime.NumCPU(), load)
+	if !b.checked() {
+		return s, nil
+	}
+
+	o := Outcome{Spec: spec, Plan: plan, Shots: v.Shots, Errors: s.Errors}
+	var err error
+	if o.DB, err = b.DBState(ctx, spec.Code); err != nil {
+		return nil, err
+	}
+	if spec.Flash {
+		st, loaded, err := b.RedisState(ctx, spec.Code)
+		if err != nil {
+			return nil, err
+		}
+		if loaded {
+			o.Redis = &st
+			s.RedisRemaining = &st.Remaining
+		}
+	}
+	s.DB = &DBSummary{TotalLimit: o.DB.TotalLimit, Used: o.DB.Used, Active: len(o.DB.Active),
+		Remaining: o.DB.TotalLimit - o.DB.Used, ByStatus: o.DB.ByStatus}
+	s.Checks = Checks(o)
+	s.Pass = Passed(s.Checks)
+
+	if cfg.StatsWait > 0 {
+		select {
+		case <-time.After(cfg.StatsWait):
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		after, err := b.Commits(ctx)
+		if err != nil {
+			return nil, err
+		}
+		// The delta holds the harness's own read-only transactions too: the
+		// first xact_commit read and the two reads of DBState.
+		const harnessReads = 3
+		c := &Commits{Delta: max(after-before-harnessReads, 0), WaitedSeconds: cfg.StatsWait.Seconds()}
+		if s.AdmittedOrders > 0 {
+			c.PerAdmitted = float64(c.Delta) / float64(s.AdmittedOrders)
+		}
+		s.Commits = c
+	}
+	return s, nil
+}
+
+// codePrefix makes a label fit a voucher code: letters, digits and '-', short.
+func codePrefix(label string) string {
+	var b strings.Builder
+	for _, r := range label {
+		switch {
+		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9':
+			b.WriteRune(r)
+		case r == '-' || r == '_' || r == ' ':
+			b.WriteByte('-')
+		}
+		if b.Len() == 8 {
+			break
+		}
+	}
+	if b.Len() == 0 {
+		return "lt"
+	}
+	return b.String()
+}
+
+// summarize turns the raw answers into the figures a report shows.
+func summarize(cfg BurstConfig, spec VoucherSpec, plan Plan, v Volley) *Summary {
+	s := &Summary{
+		Label: cfg.Label, Code: spec.Code, Flash: spec.Flash, Stock: spec.Stock, PerUser: spec.PerUser,
+		Customers: cfg.Customers, DistinctCustomers: plan.DistinctCustomers(), Retry: cfg.Retry,
+		Requests: len(plan.Requests), Orders: len(plan.Orders), Retries: plan.Retries,
+		Demand: plan.Demand(spec.PerUser), RequestedRate: v.Rate, DurationSeconds: cfg.Duration.Seconds(),
+		Statuses: map[string]int{}, shots: v.Shots,
+	}
+	s.Expected = min(spec.Stock, s.Demand)
+	all := make([]time.Duration, 0, len(v.Shots))
+	var ok []time.Duration
+	admitted := map[int32]bool{}
+	var first, lastSent, lastDone time.Time
+	errSeen := map[string]bool{}
+	for _, sh := range v.Shots {
+		all = append(all, sh.Latency)
+		if first.IsZero() || sh.At.Before(first) {
+			first = sh.At
+		}
+		if sh.At.After(lastSent) {
+			lastSent = sh.At
+		}
+		if end := sh.At.Add(sh.Latency); end.After(lastDone) {
+			lastDone = end
+		}
+		s.Statuses[statusKey(sh)]++
+		if sh.Failed() {
+			s.Errors++
+			msg := sh.Err
+			if msg == "" {
+				msg = statusKey(sh)
+			}
+			if !errSeen[msg] && len(s.ErrorSamples) < 5 {
+				errSeen[msg] = true
+				s.ErrorSamples = append(s.ErrorSamples, msg)
+			}
+		}
+		if sh.Status == http.StatusCreated {
+			ok = append(ok, sh.Latency)
+			if sh.Req >= 0 && int(sh.Req) < len(plan.Requests) {
+				admitted[plan.Requests[sh.Req]] = true
+			}
+		}
+	}
+	s.AdmittedOrders = len(admitted)
+	s.Answered = len(v.Shots)
+	if n := len(v.Shots); n > 0 {
+		s.ErrorRate = float64(s.Errors) / float64(n)
+		s.SendSeconds = lastSent.Sub(first).Seconds()
+		s.DrainSeconds = lastDone.Sub(lastSent).Seconds()
+		if s.SendSeconds > 0 {
+			s.AchievedRate = float64(n-1) / s.SendSeconds
+		}
+	}
+	s.Histogram = Histogram(all, ok)
+	s.All, s.Admitted = LatencyOf(all), LatencyOf(ok)
+	return s
+}
+
+// statusKey names an answer for counting: "201", "409 OUT_OF_STOCK", "transport error".
+func statusKey(s Shot) string {
+	switch {
+	case s.Status == 0:
+		return "transport error"
+	case s.Code != "":
+		return strconv.Itoa(int(s.Status)) + " " + s.Code
+	}
+	return strconv.Itoa(int(s.Status))
+}
+
+// multiFlag is a repeatable string flag.
+type multiFlag []string
+
+func (m *multiFlag) String() string     { return strings.Join(*m, ",") }
+func (m *multiFlag) Set(v string) error { *m = append(*m, v); return nil }
+
+// attackFlags registers the load generator's flags.
+func attackFlags(fs *flag.FlagSet, o *AttackOptions) {
+	fs.IntVar(&o.Workers, "workers", DefaultAttack.Workers, "load generator workers started up front")
+	fs.IntVar(&o.MaxWorkers, "max-workers", DefaultAttack.MaxWorkers, "most requests in flight")
+	fs.IntVar(&o.Connections, "connections", DefaultAttack.Connections, "idle keep-alive connections kept")
+	fs.DurationVar(&o.Timeout, "timeout", DefaultAttack.Timeout, "per-request timeout")
+}
+
+// defaultOut is loadtest/reports/<name>-<timestamp> under the working directory.
+func defaultOut(name string) string {
+	return filepath.Join("loadtest", "reports", name+"-"+time.Now().Format("20060102-150405"))
+}
+
+// runBurstCmd is `loadtest burst`.
+func runBurstCmd(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("burst", flag.ExitOnError)
+	cfg := BurstConfig{Label: "burst"}
+	fs.Float64Var(&cfg.Rate, "rate", 5000, "requests per second (constant arrival rate)")
+	fs.DurationVar(&cfg.Duration, "duration", 4*time.Second, "how long to send")
+	fs.IntVar(&cfg.Stock, "stock", 1000, "the voucher's uses (totalLimit)")
+	fs.IntVar(&cfg.PerUser, "per-user", 1, "uses per customer (perUserLimit)")
+	fs.IntVar(&cfg.Customers, "customers", 15000, "distinct customers")
+	fs.Float64Var(&cfg.Retry, "retry", 0.10, "share of requests that resend an earlier orderId")
+	fs.BoolVar(&cfg.Flash, "flash", true, "flash voucher (Redis gate); false: standard voucher")
+	fs.Uint64Var(&cfg.Seed, "seed", 1, "seed of the request plan")
+	fs.DurationVar(&cfg.StatsWait, "stats-wait", 11*time.Second,
+		"wait this long after the burst before reading Postgres commits (0: do not measure commits)")
+	attackFlags(fs, &cfg.Attack)
+	target := fs.String("target", "", "proxy URL of a running stack (default: start a local stack and stop it at the end)")
+	ledger := fs.String("ledger", "", "ledger URL, with --target")
+	dbURL := fs.String("database-url", "", "DATABASE_URL, with --target")
+	redisURL := fs.String("redis-url", "", "REDIS_URL, with --target")
+	token := fs.String("token", "dev-token", "ledger admin token (LEDGER_TOKEN)")
+	warmup := fs.Duration("warmup", 0, "first an unmeasured burst of this long that admits every order on another voucher (warms a fresh stack)")
+	out := fs.String("out", "", "report directory (default loadtest/reports/burst-<timestamp>)")
+	binDir := fs.String("bin", "", "directory holding ledger and proxy, for the local stack")
+	var env multiFlag
+	fs.Var(&env, "env", "extra proxy environment for the local stack, e.g. PROXY_COALESCE=off (repeatable)")
+	_ = fs.Parse(args)
+	if *out == "" {
+		*out = defaultOut("burst")
+	}
+
+	e := Endpoints{ProxyURL: *target, LedgerURL: *ledger, DBURL: *dbURL, RedisURL: *redisURL, Token: *token}
+	if *target == "" {
+		fmt.Println("starting a local stack...")
+		st, err := StartStack(StackOptions{BinDir: *binDir, Token: *token, ProxyEnv: env})
+		if err != nil {
+			return err
+		}
+		defer st.Stop()
+		e = st.Endpoints()
+	} else if len(env) > 0 {
+		return errors.New("--env applies to the local stack only; set it on the running proxy instead")
+	}
+	return burstAndReport(ctx, e, cfg, *warmup, *out)
+}
+
+// burstAndReport runs one checked burst against e, prints it and writes its
+// report into out. It fails when an invariant does. A warm-up > 0 first runs
+// an unmeasured burst that admits every order on another voucher.
+func burstAndReport(ctx context.Context, e Endpoints, cfg BurstConfig, warmup time.Duration, out string) error {
+	b, err := OpenBench(ctx, e)
+	if err != nil {
+		return err
+	}
+	defer b.Close()
+	if warmup > 0 {
+		if err := warmUp(ctx, b, cfg, warmup); err != nil {
+			return err
+		}
+	}
+	fmt.Printf("burst: %d requests at %.0f/s for %s against %s...\n", cfg.Requests(), cfg.Rate, cfg.Duration, e.ProxyURL)
+	s, err := RunBurst(ctx, b, cfg)
+	if err != nil {
+		return err
+	}
+	html, js, err := WriteReport(out, s)
+	if err != nil {
+		return err
+	}
+	PrintSummary(os.Stdout, s)
+	fmt.Printf("report:  %s\nsummary: %s\n", html, js)
+	if !s.Pass {
+		return fmt.Errorf("%d invariant(s) failed", failed(s.Checks))
+	}
+	return nil
+}
+
+// warmUp opens the connections and fills the pools and caches a fresh stack
+// lacks (client -> proxy -> ledger -> Postgres), so that the measured burst sees
+// a running service rather than a cold start: up to 1,000 requests per second
+// for d, every one admitted, on a voucher of its own. When commits are measured
+// it then waits cfg.StatsWait, so that its commits are published before the
+// measured burst reads the counter.
+func warmUp(ctx context.Context, b *Bench, cfg BurstConfig, d time.Duration) error {
+	w := BurstConfig{Label: "warm-up", Rate: min(cfg.Rate, 1000), Duration: d, PerUser: 1,
+		Flash: cfg.Flash, Seed: cfg.Seed + 1, Attack: cfg.Attack}
+	w.Stock, w.Customers = w.Requests(), w.Requests()
+	s, err := RunBurst(ctx, b, w)
+	if err != nil {
+		return fmt.Errorf("warm-up: %w", err)
+	}
+	fmt.Printf("warm-up: %d requests at %.0f/s on voucher %s (not measured): %s; p99 %.1f ms; invariants %s\n",
+		s.Requests, w.Rate, s.Code, statusLine(s.Statuses), s.All.P99, verdict(s.Pass))
+	if !s.Pass {
+		return fmt.Errorf("warm-up: %d invariant(s) failed", failed(s.Checks))
+	}
+	if cfg.StatsWait > 0 {
+		select {
+		case <-time.After(cfg.StatsWait):
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return nil
+}
+
+func failed(cs []Check) int {
+	return len(slices.DeleteFunc(slices.Clone(cs), func(c Check) bool { return c.Pass }))
+}

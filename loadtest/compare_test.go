@@ -1,0 +1,29 @@
+package main
+
+import "testing"
+
+func TestStoppedBy(t *testing.T) {
+	tests := []struct {
+		name string
+		p    PathResult
+		want string
+	}{
+		{"a failure above the max", PathResult{MaxRate: 2250, Steps: []StepResult{
+			{Rate: 1000, Sustained: true}, {Rate: 1500, Sustained: true}, {Rate: 2250, Sustained: true},
+			{Rate: 3375, Why: "p99 200ms > 100ms"}, {Rate: 3375, Why: "p99 150ms > 100ms"},
+		}}, "3375/s: p99 150ms > 100ms"},
+		{"a recheck passed, then max steps", PathResult{MaxRate: 1500, Steps: []StepResult{
+			{Rate: 1000, Sustained: true}, {Rate: 1500, Why: "stall"}, {Rate: 1500, Sustained: true},
+		}}, "max steps"},
+		{"down, then up below the failure", PathResult{MaxRate: 750, Steps: []StepResult{
+			{Rate: 1000, Why: "errors 5% > 1%"}, {Rate: 500, Sustained: true}, {Rate: 750, Sustained: true},
+		}}, "1000/s: errors 5% > 1%"},
+		{"nothing sustained", PathResult{Steps: []StepResult{{Rate: 100, Why: "p99"}, {Rate: 50, Why: "p99 again"}}},
+			"50/s: p99 again"},
+	}
+	for _, tt := range tests {
+		if got := tt.p.stoppedBy(); got != tt.want {
+			t.Errorf("%s: stoppedBy() = %q, want %q", tt.name, got, tt.want)
+		}
+	}
+}
