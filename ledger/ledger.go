@@ -168,28 +168,49 @@ func admissionError(res gate.Result) error {
 // mapped error (see Drop for the out-of-stock case); Postgres's constraints stay
 // the last guard whatever Redis said.
 func (l *Ledger) WriteAdmitted(ctx context.Context, code string, cl voucher.Claim) (voucher.Reservation, error) {
-	r, err := l.writer.Write(ctx, code, cl)
-	if err == nil || l.gate == nil {
-		return r, err
+	rs, errs := l.WriteAdmittedMany(ctx, code, []voucher.Claim{cl})
+	return rs[0], errs[0]
+}
+
+// WriteAdmittedMany is WriteAdmitted for claims that arrived together; they
+// are written in one transaction when no guard fires.
+func (l *Ledger) WriteAdmittedMany(ctx context.Context, code string, claims []voucher.Claim) ([]voucher.Reservation, []error) {
+	rs, errs := l.writer.WriteMany(ctx, code, claims)
+	if l.gate == nil {
+		return rs, errs
 	}
-	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
-		// The caller left or time ran out while its write may still commit:
-		// ambiguous, so the use stays held. The reconciler frees it after the
-		// grace period if no row appears.
-		return r, fmt.Errorf("write %s/%s: %w (%v)", code, cl.OrderID, voucher.ErrUnavailable, err)
+	var released, dropped []string
+	for i, err := range errs {
+		switch {
+		case err == nil:
+		case errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded):
+			// The caller left or time ran out while the write may still
+			// commit: ambiguous, so the use stays held. The reconciler frees
+			// it after the grace period if no row appears.
+			errs[i] = fmt.Errorf("write %s/%s: %w (%v)", code, claims[i].OrderID, voucher.ErrUnavailable, err)
+		case voucher.ErrorCode(err) == voucher.CodeOutOfStock:
+			// The database has no use left: Redis counted one too many. Forget
+			// the order without restocking, so Redis converges on the database
+			// instead of admitting the next request into the same refusal.
+			dropped = append(dropped, claims[i].OrderID)
+		default:
+			released = append(released, claims[i].OrderID)
+		}
 	}
-	giveBack := l.gate.Release
-	if voucher.ErrorCode(err) == voucher.CodeOutOfStock {
-		// The database has no use left: Redis counted one too many. Forget the
-		// order without restocking, so Redis converges on the database instead
-		// of admitting the next request into the same refusal.
-		giveBack = l.gate.Drop
+	bg := context.WithoutCancel(ctx)
+	for _, give := range []struct {
+		back   func(context.Context, string, ...string) (int, error)
+		orders []string
+	}{{l.gate.Release, released}, {l.gate.Drop, dropped}} {
+		if len(give.orders) == 0 {
+			continue
+		}
+		if _, err := give.back(bg, code, give.orders...); err != nil {
+			l.log.Error("give back after failed write", "code", code, "orders", len(give.orders), "err", err)
+		}
+		l.settle(bg, code, give.orders...)
 	}
-	if _, rerr := giveBack(context.WithoutCancel(ctx), code, cl.OrderID); rerr != nil {
-		l.log.Error("give back after failed write", "code", code, "order", cl.OrderID, "err", rerr)
-	}
-	l.settle(context.WithoutCancel(ctx), code, cl.OrderID)
-	return r, err
+	return rs, errs
 }
 
 // Confirm confirms a reservation (idempotent). A late payment takes a use again

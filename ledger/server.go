@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"net/http"
 
 	"github.com/gin-gonic/gin"
@@ -41,6 +42,7 @@ func (s *Server) Handler() *gin.Engine {
 	r.DELETE("/vouchers/:code/reservations/:orderId", s.release)
 
 	r.POST("/internal/vouchers/:code/reservations", s.writeAdmitted)
+	r.POST("/internal/vouchers/:code/reservations/batch", s.writeAdmittedBatch)
 	return r
 }
 
@@ -148,6 +150,59 @@ func (s *Server) writeAdmitted(c *gin.Context) {
 		return
 	}
 	c.JSON(http.StatusCreated, voucher.Receipt{OrderID: r.OrderID, DiscountAmount: r.DiscountAmount})
+}
+
+// AdmittedBatch is the body of the batch admitted-write route: the claims one
+// proxy's coalescer admitted together.
+type AdmittedBatch struct {
+	Claims []voucher.ReserveRequest `json:"claims"`
+}
+
+// ItemReply is one claim's answer in a batch: the status and body the single
+// route would have answered.
+type ItemReply struct {
+	Status int `json:"status"`
+	Body   any `json:"body"`
+}
+
+// MaxAdmittedBatch bounds the claims of one batch request.
+const MaxAdmittedBatch = 512
+
+func (s *Server) writeAdmittedBatch(c *gin.Context) {
+	code, err := httpx.CodeParam(c)
+	if err != nil {
+		httpx.WriteError(c, err)
+		return
+	}
+	var req AdmittedBatch
+	if err := httpx.BindJSONLimit(c, &req, 64<<10); err != nil {
+		httpx.WriteError(c, err)
+		return
+	}
+	if len(req.Claims) == 0 || len(req.Claims) > MaxAdmittedBatch {
+		httpx.WriteError(c, voucher.Errorf(voucher.CodeInvalidRequest, "claims must hold 1 to %d items", MaxAdmittedBatch))
+		return
+	}
+	claims := make([]voucher.Claim, len(req.Claims))
+	for i, r := range req.Claims {
+		if claims[i], err = r.Validate(); err != nil {
+			var ve *voucher.Error
+			errors.As(err, &ve)
+			httpx.WriteError(c, voucher.Errorf(voucher.CodeInvalidRequest, "claims[%d]: %s", i, ve.Message))
+			return
+		}
+	}
+	rs, errs := s.ledger.WriteAdmittedMany(c, code, claims)
+	out := make([]ItemReply, len(claims))
+	for i := range claims {
+		if errs[i] != nil {
+			st, body := httpx.ErrorReply(errs[i])
+			out[i] = ItemReply{Status: st, Body: body}
+			continue
+		}
+		out[i] = ItemReply{Status: http.StatusCreated, Body: voucher.Receipt{OrderID: rs[i].OrderID, DiscountAmount: rs[i].DiscountAmount}}
+	}
+	c.JSON(http.StatusOK, gin.H{"results": out})
 }
 
 func (s *Server) getReservation(c *gin.Context) {

@@ -56,6 +56,19 @@ func (w *Writer) Write(ctx context.Context, code string, cl voucher.Claim) (vouc
 	return out.r, out.err
 }
 
+// WriteMany is Write for several claims of one voucher that arrived together
+// (the proxy forwards its batches whole): they join the same transaction.
+func (w *Writer) WriteMany(ctx context.Context, code string, claims []voucher.Claim) ([]voucher.Reservation, []error) {
+	outs, errs := w.batcher.DoAll(ctx, code, claims)
+	rs := make([]voucher.Reservation, len(claims))
+	for i, out := range outs {
+		if errs[i] == nil {
+			rs[i], errs[i] = out.r, out.err
+		}
+	}
+	return rs, errs
+}
+
 func (w *Writer) writeBatch(ctx context.Context, code string, claims []voucher.Claim) ([]written, error) {
 	ctx, cancel := context.WithTimeout(ctx, w.timeout)
 	defer cancel()

@@ -44,6 +44,7 @@ type Admitter struct {
 	vouchers *ristretto.Cache[string, cachedVoucher]
 	soldOut  *ristretto.Cache[string, *soldOutFlag]
 	batcher  *batch.Batcher[string, gate.Item, gate.Result]
+	forward  *batch.Batcher[string, voucher.Claim, Reply] // admitted writes to the ledger, per voucher
 	breaker  *gobreaker.CircuitBreaker[any]
 	metrics  *admitMetrics
 
@@ -105,6 +106,7 @@ func NewAdmitter(base context.Context, g *gate.Gate, ledger *LedgerClient, cfg A
 	a.metrics = newAdmitMetrics(reg, a)
 	a.batcher = batch.New(base, cfg.MaxBatch, a.reserveBatch)
 	a.batcher.ObserveSizes(func(n int) { a.metrics.batchSize.Observe(float64(n)) })
+	a.forward = batch.New(base, cfg.MaxBatch, ledger.WriteAdmitted)
 	return a, nil
 }
 
@@ -147,6 +149,15 @@ func (a *Admitter) Reserve(ctx context.Context, code string, cl voucher.Claim) (
 	}
 	switch res {
 	case gate.Reserved, gate.Duplicate:
+		if a.cfg.Coalesce {
+			// Admitted together, written together: the ledger commits what
+			// one round admitted in one transaction.
+			rep, err := a.forward.Do(ctx, code, cl)
+			if err != nil && !errors.Is(err, voucher.ErrUnavailable) {
+				err = fmt.Errorf("write %s/%s: %v: %w", code, cl.OrderID, err, voucher.ErrUnavailable)
+			}
+			return rep, err
+		}
 		return a.ledger.Do(ctx, "admitted_write", http.MethodPost, "/internal"+path, cl)
 	case gate.OutOfStock:
 		return Reply{}, voucher.ErrOutOfStock

@@ -128,3 +128,37 @@ func (r Reply) err() error {
 	}
 	return &voucher.Error{Code: body.Error, Message: body.Message, Reason: body.Reason}
 }
+
+// WriteAdmitted sends claims the gate admitted together to the ledger's batch
+// route in one request and returns each one's answer as the single route would
+// have given it. A batch.Func: the proxy's forwarder batches per voucher.
+func (l *LedgerClient) WriteAdmitted(ctx context.Context, code string, claims []voucher.Claim) ([]Reply, error) {
+	ctx, cancel := context.WithTimeout(ctx, l.http.Timeout)
+	defer cancel()
+	rep, err := l.Do(ctx, "admitted_write", http.MethodPost,
+		"/internal/vouchers/"+url.PathEscape(code)+"/reservations/batch", map[string]any{"claims": claims})
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Reply, len(claims))
+	if rep.Status != http.StatusOK {
+		for i := range out {
+			out[i] = rep // the whole batch was refused (auth, unknown voucher, a fault)
+		}
+		return out, nil
+	}
+	var body struct {
+		Results []struct {
+			Status int             `json:"status"`
+			Body   json.RawMessage `json:"body"`
+		} `json:"results"`
+	}
+	if err := json.Unmarshal(rep.Body, &body); err != nil || len(body.Results) != len(claims) {
+		return nil, fmt.Errorf("ledger batch answer for %s: %d results for %d claims (%v): %w",
+			code, len(body.Results), len(claims), err, voucher.ErrUnavailable)
+	}
+	for i, r := range body.Results {
+		out[i] = Reply{Status: r.Status, Body: r.Body}
+	}
+	return out, nil
+}

@@ -79,6 +79,36 @@ func (b *Batcher[K, T, R]) Do(ctx context.Context, key K, item T) (R, error) {
 	}
 }
 
+// DoAll queues items for key together (they go in the same call when the cap
+// allows) and waits for all their results. errs[i] is item i's error.
+func (b *Batcher[K, T, R]) DoAll(ctx context.Context, key K, items []T) ([]R, []error) {
+	ws := make([]*waiter[T, R], len(items))
+	for i, item := range items {
+		ws[i] = &waiter[T, R]{ctx: ctx, item: item, done: make(chan result[R], 1)}
+	}
+	b.mu.Lock()
+	q, running := b.queues[key]
+	if !running {
+		q = &queue[T, R]{}
+		b.queues[key] = q
+	}
+	q.waiting = append(q.waiting, ws...)
+	b.mu.Unlock()
+	if !running {
+		go b.drain(key, q)
+	}
+	rs, errs := make([]R, len(items)), make([]error, len(items))
+	for i, w := range ws {
+		select {
+		case res := <-w.done:
+			rs[i], errs[i] = res.r, res.err
+		case <-ctx.Done():
+			errs[i] = ctx.Err()
+		}
+	}
+	return rs, errs
+}
+
 // drain runs batches for key until its queue is empty, then retires the queue.
 func (b *Batcher[K, T, R]) drain(key K, q *queue[T, R]) {
 	for {

@@ -149,3 +149,18 @@ func BenchmarkDo(b *testing.B) {
 		}
 	})
 }
+
+// DoAll's items travel together: one call when they fit under the cap.
+func TestDoAllGoesTogether(t *testing.T) {
+	var calls atomic.Int64
+	b := New(context.Background(), 100, func(ctx context.Context, key string, xs []int) ([]int, error) {
+		calls.Add(1)
+		return xs, nil
+	})
+	rs, errs := b.DoAll(context.Background(), "k", []int{1, 2, 3, 4, 5})
+	for i, err := range errs {
+		require.NoError(t, err)
+		assert.Equal(t, i+1, rs[i])
+	}
+	assert.EqualValues(t, 1, calls.Load())
+}

@@ -76,27 +76,38 @@ func WriteError(c *gin.Context, err error) {
 	if !errors.As(err, &e) {
 		slog.Error("request failed", "method", c.Request.Method, "path", c.FullPath(),
 			"request_id", RequestIDFrom(c), "err", err)
-		e = voucher.ErrUnavailable
 	}
-	status := Status(e.Code)
+	status, body := ErrorReply(err)
 	if status == http.StatusServiceUnavailable {
 		c.Header("Retry-After", RetryAfter)
 	}
-	c.AbortWithStatusJSON(status, ErrorBody{Error: e.Code, Message: e.Message, Reason: e.Reason})
+	c.AbortWithStatusJSON(status, body)
+}
+
+// ErrorReply is the status and body WriteError answers err with.
+func ErrorReply(err error) (int, ErrorBody) {
+	var e *voucher.Error
+	if !errors.As(err, &e) {
+		e = voucher.ErrUnavailable
+	}
+	return Status(e.Code), ErrorBody{Error: e.Code, Message: e.Message, Reason: e.Reason}
 }
 
 // BindJSON decodes the request body into dst strictly: one JSON object, no
 // unknown fields, no trailing data, at most MaxBodyBytes. Errors name the field.
-func BindJSON(c *gin.Context, dst any) error {
+func BindJSON(c *gin.Context, dst any) error { return BindJSONLimit(c, dst, MaxBodyBytes) }
+
+// BindJSONLimit is BindJSON with another body limit (the internal batch route).
+func BindJSONLimit(c *gin.Context, dst any, limit int) error {
 	if ct := c.ContentType(); ct != "" && ct != "application/json" {
 		return voucher.Errorf(voucher.CodeInvalidRequest, "Content-Type must be application/json")
 	}
-	body, err := io.ReadAll(io.LimitReader(c.Request.Body, MaxBodyBytes+1))
+	body, err := io.ReadAll(io.LimitReader(c.Request.Body, int64(limit)+1))
 	if err != nil {
 		return voucher.Errorf(voucher.CodeInvalidRequest, "cannot read the request body")
 	}
-	if len(body) > MaxBodyBytes {
-		return voucher.Errorf(voucher.CodeInvalidRequest, "request body is larger than %d bytes", MaxBodyBytes)
+	if len(body) > limit {
+		return voucher.Errorf(voucher.CodeInvalidRequest, "request body is larger than %d bytes", limit)
 	}
 	return DecodeJSON(body, dst)
 }
