@@ -21,9 +21,11 @@ const (
 	pathNoCoalesce = "flash-nocoalesce"
 	pathFlash      = "flash"
 	pathSoldOut    = "sold-out"
+	pathGate       = "flash-gate"
+	pathGateNoCo   = "flash-gate-nocoalesce"
 )
 
-var allPaths = []string{pathCeiling, pathStandard, pathNoCoalesce, pathFlash, pathSoldOut}
+var allPaths = []string{pathCeiling, pathStandard, pathNoCoalesce, pathFlash, pathGateNoCo, pathGate, pathSoldOut}
 
 var pathNotes = map[string]string{
 	pathCeiling:    "bare gin: bind + validate the body, fixed 409 (own process)",
@@ -31,6 +33,8 @@ var pathNotes = map[string]string{
 	pathNoCoalesce: "flash, PROXY_COALESCE=off: one Redis script call per request, then ledger",
 	pathFlash:      "flash, coalesced Redis script calls, ledger group commit",
 	pathSoldOut:    "flash voucher with 0 uses left: sold-out flag / Redis refusal",
+	pathGate:       "flash, coalesced: 100 customers at their limit, refused by the Redis script (no DB write, no sold-out flag)",
+	pathGateNoCo:   "the same with PROXY_COALESCE=off: one Redis script call per request",
 }
 
 // CompareConfig is one compare run.
@@ -131,8 +135,13 @@ func (c *comparer) shape(path string, rate float64, d time.Duration) BurstConfig
 		Flash: path != pathStandard, Seed: uint64(rate), Attack: c.cfg.Attack}
 	b.Stock = b.Requests()
 	b.Customers = b.Requests()
-	if path == pathSoldOut {
+	switch path {
+	case pathSoldOut:
 		b.Stock = 0
+	case pathGate, pathGateNoCo:
+		// Every request reaches the reserve script, and all but the first
+		// 100 are refused there: the edge's own cost, without the database.
+		b.Customers = min(100, b.Requests())
 	}
 	return b
 }
@@ -312,14 +321,15 @@ func runCompare(ctx context.Context, args []string) error {
 	}
 	defer b.Close()
 	c := &comparer{cfg: cfg, log: os.Stdout, benches: map[string]*Bench{
-		pathStandard: b, pathFlash: b, pathSoldOut: b,
+		pathStandard: b, pathFlash: b, pathSoldOut: b, pathGate: b,
 	}}
-	if slices.Contains(cfg.Paths, pathNoCoalesce) {
+	if slices.Contains(cfg.Paths, pathNoCoalesce) || slices.Contains(cfg.Paths, pathGateNoCo) {
 		url, err := st.StartProxy("proxy-nocoalesce", "PROXY_COALESCE=off")
 		if err != nil {
 			return err
 		}
 		c.benches[pathNoCoalesce] = b.WithURL(url)
+		c.benches[pathGateNoCo] = b.WithURL(url)
 	}
 	if slices.Contains(cfg.Paths, pathCeiling) {
 		ceil, err := startCeiling()
@@ -426,6 +436,8 @@ func (r *CompareReport) finish(cfg CompareConfig) {
 			Got: fmt.Sprintf("%.2f x (%.0f/s vs %.0f/s)", got, pa.MaxRate, pb.MaxRate)})
 	}
 	ratio(pathFlash, pathCeiling, 0.7, "flash (coalesced) >= 0.7 x ceiling")
+	ratio(pathGate, pathCeiling, 0.7, "flash gate (coalesced, refusals) >= 0.7 x ceiling")
+	ratio(pathGate, pathGateNoCo, 1, "flash gate: coalesced >= one script call per request")
 	ratio(pathSoldOut, pathCeiling, 0.9, "sold-out >= 0.9 x ceiling")
 	ratio(pathFlash, pathStandard, 20, "flash >= 20 x standard")
 	if s := r.Sale; s != nil && s.Commits != nil {
