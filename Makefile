@@ -5,7 +5,7 @@ export PATH := /usr/local/go/bin:$(PATH)
 GO ?= go
 TEST_TIMEOUT ?= 9m
 
-.PHONY: all deps build test run demo lint bench clean
+.PHONY: all deps build test fuzz run demo lint bench clean
 
 all: build
 
@@ -22,8 +22,26 @@ build:
 test: deps
 	$(GO) vet ./...
 	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...
+	$(MAKE) --no-print-directory fuzz
 	@if docker compose version >/dev/null 2>&1; then docker compose config -q && echo "docker-compose.yml: valid"; \
 	else echo "docker compose not available: skipped checking docker-compose.yml"; fi
+
+# A short real fuzzing run of every target (their seed corpora also run as
+# plain tests in `make test`). FUZZTIME=1m make fuzz for a longer one.
+FUZZTIME ?= 4s
+FUZZ_TARGETS := \
+	./shared/voucher:FuzzValidCode ./shared/voucher:FuzzValidOrderID \
+	./shared/httpx:FuzzDecodeReserveRequest ./shared/httpx:FuzzDecodeNewVoucher \
+	./shared/gate:FuzzDecodeReserve ./shared/gate:FuzzDecodeMeta \
+	./shared/gate:FuzzDecodeState ./shared/gate:FuzzDecodeReconcile \
+	./ledger:FuzzStateMachine
+fuzz: deps
+	@set -e; for t in $(FUZZ_TARGETS); do \
+		pkg=$${t%%:*}; name=$${t##*:}; \
+		echo "fuzz $$name ($$pkg, $(FUZZTIME))"; \
+		$(GO) test $$pkg -run '^$$' -fuzz "^$$name\$$" -fuzztime $(FUZZTIME) -parallel 2 2>&1 | grep -v '^\[ledger\]' | tail -n 3; \
+		test $${PIPESTATUS[0]} -eq 0; \
+	done
 
 # The stack in the foreground on throwaway servers: Ctrl-C stops and cleans up.
 run: deps build
