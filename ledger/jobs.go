@@ -42,6 +42,8 @@ func (j *Jobs) Run(ctx context.Context) {
 	defer sweep.Stop()
 	reconcile := time.NewTicker(j.cfg.ReconcileInterval)
 	defer reconcile.Stop()
+	unsettled := time.NewTicker(time.Second)
+	defer unsettled.Stop()
 	for {
 		select {
 		case <-ctx.Done():
@@ -54,6 +56,10 @@ func (j *Jobs) Run(ctx context.Context) {
 			}
 		case <-reconcile.C:
 			j.ReconcileAll(ctx)
+		case <-unsettled.C:
+			if n := j.ledger.ResolveUnsettled(ctx); n > 0 {
+				j.log.Info("settled writes that failed on a fault", "orders", n)
+			}
 		}
 	}
 }

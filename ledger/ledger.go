@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
+	"time"
 
 	"golang.org/x/sync/singleflight"
 
@@ -21,12 +23,19 @@ type Ledger struct {
 	log    *slog.Logger
 
 	warming singleflight.Group
+
+	// unsettled holds orders whose write failed on a fault: whether it
+	// committed (or whether the order had a row already) can only be learned
+	// from the database once it answers again. Their Redis uses stay held
+	// until ResolveUnsettled finds out.
+	unsettledMu sync.Mutex
+	unsettled   map[string]map[string]time.Time // code -> orderID -> first failure
 }
 
 // NewLedger returns a Ledger over store, writing admitted reservations with w,
 // and g (g may be nil).
 func NewLedger(store *Store, w *Writer, g *gate.Gate, log *slog.Logger) *Ledger {
-	return &Ledger{store: store, writer: w, gate: g, log: log}
+	return &Ledger{store: store, writer: w, gate: g, log: log, unsettled: map[string]map[string]time.Time{}}
 }
 
 // errNoGate answers flash-voucher operations when the ledger has no Redis.
@@ -179,14 +188,16 @@ func (l *Ledger) WriteAdmittedMany(ctx context.Context, code string, claims []vo
 	if l.gate == nil {
 		return rs, errs
 	}
-	var released, dropped []string
+	var released, dropped, unsettled []string
 	for i, err := range errs {
 		switch {
 		case err == nil:
-		case errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded):
-			// The caller left or time ran out while the write may still
-			// commit: ambiguous, so the use stays held. The reconciler frees
-			// it after the grace period if no row appears.
+		case !errors.As(err, new(*voucher.Error)):
+			// A fault (timeout, the caller left, the connection broke, no
+			// connection at all): the write may have committed, or the order
+			// may have had its row already, so nothing is given back yet. The
+			// use stays held until the database can tell (ResolveUnsettled).
+			unsettled = append(unsettled, claims[i].OrderID)
 			errs[i] = fmt.Errorf("write %s/%s: %w (%v)", code, claims[i].OrderID, voucher.ErrUnavailable, err)
 		case voucher.ErrorCode(err) == voucher.CodeOutOfStock:
 			// The database has no use left: Redis counted one too many. Forget
@@ -197,6 +208,7 @@ func (l *Ledger) WriteAdmittedMany(ctx context.Context, code string, claims []vo
 			released = append(released, claims[i].OrderID)
 		}
 	}
+	l.park(code, unsettled)
 	bg := context.WithoutCancel(ctx)
 	for _, give := range []struct {
 		back   func(context.Context, string, ...string) (int, error)
@@ -211,6 +223,87 @@ func (l *Ledger) WriteAdmittedMany(ctx context.Context, code string, claims []vo
 		l.settle(bg, code, give.orders...)
 	}
 	return rs, errs
+}
+
+// park records orders whose fate the database must settle later.
+func (l *Ledger) park(code string, orderIDs []string) {
+	if len(orderIDs) == 0 {
+		return
+	}
+	l.unsettledMu.Lock()
+	defer l.unsettledMu.Unlock()
+	m := l.unsettled[code]
+	if m == nil {
+		m = map[string]time.Time{}
+		l.unsettled[code] = m
+	}
+	for _, id := range orderIDs {
+		if _, ok := m[id]; !ok {
+			m[id] = time.Now()
+		}
+	}
+}
+
+// unsettledGiveUp bounds how long an unsettled order is tracked; past it the
+// reconciler (hanging admissions, missing orders) settles it.
+const unsettledGiveUp = 10 * time.Minute
+
+// ResolveUnsettled asks the database about the orders whose write failed on a
+// fault: an order that holds a use there is held in Redis, one that does not
+// gets its Redis use back. Orders stay tracked while the database does not
+// answer. It returns how many were settled.
+func (l *Ledger) ResolveUnsettled(ctx context.Context) int {
+	l.unsettledMu.Lock()
+	todo := map[string][]string{}
+	for code, m := range l.unsettled {
+		for id, since := range m {
+			if time.Since(since) > unsettledGiveUp {
+				delete(m, id)
+				continue
+			}
+			todo[code] = append(todo[code], id)
+		}
+		if len(m) == 0 {
+			delete(l.unsettled, code)
+		}
+	}
+	l.unsettledMu.Unlock()
+
+	settled := 0
+	for code, ids := range todo {
+		active, err := l.store.ActiveOf(ctx, code, ids)
+		if err != nil {
+			continue // the database still does not answer: try again later
+		}
+		held := map[string]bool{}
+		for _, o := range active {
+			held[o.OrderID] = true
+			if _, err := l.gate.Hold(ctx, code, o.OrderID, o.CustomerID); err != nil {
+				held[o.OrderID] = false
+			}
+		}
+		var free []string
+		for _, id := range ids {
+			if _, ok := held[id]; !ok {
+				free = append(free, id)
+			}
+		}
+		if len(free) > 0 {
+			if _, err := l.gate.Release(ctx, code, free...); err != nil {
+				continue
+			}
+		}
+		l.unsettledMu.Lock()
+		for _, id := range ids {
+			if ok, tracked := held[id]; tracked && !ok {
+				continue // the hold failed: try again next round
+			}
+			delete(l.unsettled[code], id)
+			settled++
+		}
+		l.unsettledMu.Unlock()
+	}
+	return settled
 }
 
 // Confirm confirms a reservation (idempotent). A late payment takes a use again
@@ -229,7 +322,10 @@ func (l *Ledger) Confirm(ctx context.Context, code, orderID string) (voucher.Res
 	heldByUs := false // a Redis use this call took and must give back if the database refuses
 	for {
 		r, took, err := l.store.LateConfirm(ctx, code, orderID, mayTake)
-		if heldByUs && err != nil {
+		switch {
+		case heldByUs && err != nil && !errors.As(err, new(*voucher.Error)):
+			l.park(code, []string{orderID}) // a fault: the database decides later
+		case heldByUs && err != nil:
 			if _, rerr := l.gate.Release(context.WithoutCancel(ctx), code, orderID); rerr != nil {
 				l.log.Error("release after late confirm", "code", code, "order", orderID, "err", rerr)
 			}

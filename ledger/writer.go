@@ -164,7 +164,21 @@ func (w *Writer) writeGroup(ctx context.Context, v voucher.Voucher, claims []vou
 		return nil, err
 	}
 	if left <= 0 {
-		for i := range out {
+		// No use left for a new order; a retry of one already written is
+		// answered with its row, as always.
+		ids := make([]string, len(claims))
+		for i, cl := range claims {
+			ids[i] = cl.OrderID
+		}
+		found, err := ordersIn(ctx, w.store.pool, ids)
+		if err != nil {
+			return nil, translate(fmt.Errorf("orders of a refused group: %w", err))
+		}
+		for i, cl := range claims {
+			if r, ok := found[cl.OrderID]; ok {
+				out[i] = written{r: r, err: retryAnswer(r, v.Code, cl.CustomerID)}
+				continue
+			}
 			out[i].err = voucher.ErrOutOfStock
 		}
 		return out, nil
