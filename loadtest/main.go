@@ -1,8 +1,10 @@
 // Command loadtest runs flashgate locally and hammers it: `run` brings the
 // stack up in the foreground; `burst`, `demo` and `compare` replay flash-sale
 // traffic against it at a constant arrival rate (vegeta, open model) and check
-// the invariants against the database and Redis; `ceiling` is the bare HTTP
-// server that compare measures the proxy against.
+// the invariants against the database and Redis; `chaos` injects faults
+// (toxiproxy between the services and Redis and Postgres, kill -9 of every
+// process) under such bursts and checks the invariants and the recovery;
+// `ceiling` is the bare HTTP server that compare measures the proxy against.
 package main
 
 import (
@@ -22,6 +24,7 @@ commands:
   demo      a throwaway stack and a 1,000-use flash sale on it, checked; prints the report's path
   burst     one burst at a constant rate against a fresh voucher, checked against Postgres and Redis
   compare   each path's maximum sustainable rate and its latency at one fixed rate, side by side
+  chaos     faults under bursts (Redis, Postgres, ledger, proxy): invariants and recovery time per scenario
   ceiling   a bare gin server answering every reserve 409 (the HTTP ceiling compare measures)
 
 Run "loadtest <command> -h" for a command's flags.
@@ -45,6 +48,8 @@ func main() {
 		err = runBurstCmd(ctx, args)
 	case "compare":
 		err = runCompare(ctx, args)
+	case "chaos":
+		err = runChaos(ctx, args)
 	case "ceiling":
 		err = runCeiling(ctx, args)
 	case "-h", "--help", "help":

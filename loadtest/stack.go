@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"os"
@@ -22,6 +23,15 @@ type StackOptions struct {
 	ProxyAddr   string   // default a free port
 	ExternalDB  string   // use this DATABASE_URL instead of a throwaway server
 	ExternalRDB string   // use this REDIS_URL instead of a throwaway server
+
+	// The services' own view of their dependencies, when it differs from the
+	// servers' (the chaos harness routes it through fault-injecting proxies):
+	// empty means the server itself. The harness's checks always read the
+	// servers directly.
+	LedgerDBURL    string // DATABASE_URL given to the ledger
+	LedgerRedisURL string // REDIS_URL given to the ledger
+	ProxyRedisURL  string // REDIS_URL given to the proxy
+	ProxyLedgerURL string // LEDGER_URL given to the proxy (e.g. a balancer over several ledgers)
 }
 
 // Stack is a throwaway Redis and Postgres with a ledger and a proxy on them.
@@ -34,8 +44,9 @@ type Stack struct {
 	LedgerAddr, ProxyAddr string
 	Token                 string
 
-	proxyBin string
-	extra    []*devstack.Service // proxies started by StartProxy
+	proxyBin, ledgerBin string
+	ledgerEnv           []string            // the first ledger's environment, for StartLedger
+	extra               []*devstack.Service // services started by StartProxy and StartLedger
 }
 
 // StartStack starts everything and waits until both services answer.
@@ -69,14 +80,15 @@ func StartStack(o StackOptions) (s *Stack, err error) {
 	if err != nil {
 		return s, err
 	}
-	s.proxyBin = proxyBin
-	env := append([]string{"LEDGER_ADDR=" + s.LedgerAddr, "DATABASE_URL=" + s.DBURL,
-		"REDIS_URL=" + s.RedisURL, "LEDGER_TOKEN=" + o.Token}, o.LedgerEnv...)
+	s.proxyBin, s.ledgerBin = proxyBin, ledgerBin
+	env := append([]string{"LEDGER_ADDR=" + s.LedgerAddr, "DATABASE_URL=" + cmp.Or(o.LedgerDBURL, s.DBURL),
+		"REDIS_URL=" + cmp.Or(o.LedgerRedisURL, s.RedisURL), "LEDGER_TOKEN=" + o.Token}, o.LedgerEnv...)
+	s.ledgerEnv = env
 	if s.Ledger, err = devstack.StartService("ledger", ledgerBin, env, s.LedgerURL+"/healthz"); err != nil {
 		return s, err
 	}
-	env = append([]string{"PROXY_ADDR=" + s.ProxyAddr, "REDIS_URL=" + s.RedisURL,
-		"LEDGER_URL=" + s.LedgerURL, "LEDGER_TOKEN=" + o.Token}, o.ProxyEnv...)
+	env = append([]string{"PROXY_ADDR=" + s.ProxyAddr, "REDIS_URL=" + cmp.Or(o.ProxyRedisURL, s.RedisURL),
+		"LEDGER_URL=" + cmp.Or(o.ProxyLedgerURL, s.LedgerURL), "LEDGER_TOKEN=" + o.Token}, o.ProxyEnv...)
 	if s.Proxy, err = devstack.StartService("proxy", proxyBin, env, s.ProxyURL+"/healthz"); err != nil {
 		return s, err
 	}
@@ -99,6 +111,25 @@ func (s *Stack) StartProxy(name string, env ...string) (string, error) {
 	}
 	s.extra = append(s.extra, svc)
 	return "http://" + addr, nil
+}
+
+// StartLedger starts one more ledger at addr (a free port when empty) on the
+// same database and Redis, with the first ledger's environment plus env. It
+// returns the service, to kill and restart, and its URL; Stop stops it with
+// the rest.
+func (s *Stack) StartLedger(name, addr string, env ...string) (*devstack.Service, string, error) {
+	addr, err := addrOr(addr)
+	if err != nil {
+		return nil, "", err
+	}
+	// A later entry of the same variable wins (os/exec keeps the last).
+	env = append(append(slices.Clone(s.ledgerEnv), "LEDGER_ADDR="+addr), env...)
+	svc, err := devstack.StartService(name, s.ledgerBin, env, "http://"+addr+"/healthz")
+	if err != nil {
+		return nil, "", err
+	}
+	s.extra = append(s.extra, svc)
+	return svc, "http://" + addr, nil
 }
 
 // Endpoints returns where the stack's parts listen.
