@@ -22,14 +22,7 @@ type Server struct {
 
 // Handler returns the gin engine with every route registered.
 func (s *Server) Handler() *gin.Engine {
-	r := httpx.NewEngine()
-	if s.metrics != nil {
-		r.Use(s.metrics.Middleware())
-		s.metrics.ServeMetrics(r)
-	}
-	r.Use(httpx.RequestID(), httpx.Auth(s.token, httpx.OpenPaths...))
-	httpx.Health(r, s.ready)
-	httpx.ServeOpenAPI(r)
+	r := httpx.NewServiceEngine(httpx.Service{Metrics: s.metrics, Token: s.token, Ready: s.ready})
 
 	r.POST("/admin/vouchers", s.createVoucher)
 	r.GET("/admin/vouchers/:code", s.getVoucher)

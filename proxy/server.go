@@ -23,14 +23,8 @@ type Server struct {
 
 // Handler returns the gin engine with every route registered.
 func (s *Server) Handler() *gin.Engine {
-	r := httpx.NewEngine()
-	if s.metrics != nil {
-		r.Use(s.metrics.Middleware())
-		s.metrics.ServeMetrics(r)
-	}
-	r.Use(httpx.RequestID(), httpx.Auth(s.token, httpx.OpenPaths...))
-	httpx.Health(r, func(c *gin.Context) error { return s.ready(c) })
-	httpx.ServeOpenAPI(r)
+	r := httpx.NewServiceEngine(httpx.Service{Metrics: s.metrics, Token: s.token,
+		Ready: func(c *gin.Context) error { return s.ready(c) }})
 
 	r.POST("/vouchers/:code/reservations", s.reserve)
 	r.GET("/vouchers/:code/reservations/:orderId", s.forward("get"))

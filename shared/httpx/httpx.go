@@ -254,6 +254,29 @@ func NewEngine() *gin.Engine {
 	return r
 }
 
+// Service is what both services' engines share beyond NewEngine's defaults:
+// metrics, the request id, bearer auth and the open routes.
+type Service struct {
+	Metrics *Metrics                 // nil: no /metrics
+	Token   string                   // empty: auth off
+	Ready   func(*gin.Context) error // GET /readyz
+}
+
+// NewServiceEngine returns NewEngine with the metrics middleware and
+// /metrics, request ids, auth, /healthz, /readyz and /openapi.yaml; the
+// service adds its own routes.
+func NewServiceEngine(s Service) *gin.Engine {
+	r := NewEngine()
+	if s.Metrics != nil {
+		r.Use(s.Metrics.Middleware())
+		s.Metrics.ServeMetrics(r)
+	}
+	r.Use(RequestID(), Auth(s.Token, OpenPaths...))
+	Health(r, s.Ready)
+	ServeOpenAPI(r)
+	return r
+}
+
 // NewServer returns an http.Server with timeouts set, so that slow clients
 // cannot hold connections open.
 func NewServer(addr string, h http.Handler) *http.Server {
