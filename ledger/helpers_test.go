@@ -20,11 +20,7 @@ import (
 	"github.com/flashgate/flashgate/shared/httpx/httpxtest"
 )
 
-func TestMain(m *testing.M) {
-	code := devstack.RunTests(m)
-	removeLedgerBinary()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { os.Exit(devstack.RunTests(m)) }
 
 // testLedger is a ledger served over real HTTP on a real Postgres and Redis.
 type testLedger struct {

@@ -6,8 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -144,9 +142,7 @@ func TestLedgerSlowHeadersCutOff(t *testing.T) {
 // its output.
 func TestLedgerTokenNeverLogged(t *testing.T) {
 	t.Parallel()
-	bin := filepath.Join(t.TempDir(), "ledger")
-	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
-	require.NoError(t, err, "build ledger: %s", out)
+	bin := ledgerBinary(t)
 	port, err := devstack.FreePort()
 	require.NoError(t, err)
 	addr := fmt.Sprintf("127.0.0.1:%d", port)

@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"os/signal"
 	"syscall"
 	"time"
@@ -64,19 +63,7 @@ func configFromEnv() (Config, error) {
 	return c, nil
 }
 
-func main() {
-	log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
-	slog.SetDefault(log)
-	cfg, err := configFromEnv()
-	if err != nil {
-		log.Error("bad configuration", "err", err)
-		os.Exit(2)
-	}
-	if err := run(cfg, log); err != nil {
-		log.Error("ledger stopped", "err", err)
-		os.Exit(1)
-	}
-}
+func main() { envconf.Main("ledger", configFromEnv, run) }
 
 func run(cfg Config, log *slog.Logger) error {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)

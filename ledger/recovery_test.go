@@ -8,8 +8,6 @@ import (
 	"io"
 	"math/rand/v2"
 	"net/http"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
@@ -24,35 +22,11 @@ import (
 	"github.com/flashgate/flashgate/shared/gate"
 )
 
-var (
-	buildOnce   sync.Once
-	ledgerBin   string
-	buildErr    error
-	buildOutput []byte
-)
-
-// removeLedgerBinary deletes what ledgerBinary built; TestMain calls it.
-func removeLedgerBinary() {
-	if ledgerBin != "" {
-		os.RemoveAll(filepath.Dir(ledgerBin))
-	}
-}
-
-// ledgerBinary builds bin/ledger from this package once per test binary, so
-// that tests can kill and restart a real ledger process.
+// ledgerBinary is bin/ledger built from this package once per test binary,
+// so that tests can kill and restart a real ledger process.
 func ledgerBinary(tb testing.TB) string {
 	tb.Helper()
-	buildOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "flashgate-ledger-bin-")
-		if err != nil {
-			buildErr = err
-			return
-		}
-		ledgerBin = filepath.Join(dir, "ledger")
-		buildOutput, buildErr = exec.Command("go", "build", "-o", ledgerBin, ".").CombinedOutput()
-	})
-	require.NoError(tb, buildErr, "build ledger: %s", buildOutput)
-	return ledgerBin
+	return filepath.Join(devstack.Binaries(tb, "."), "ledger")
 }
 
 // ledgerProcess is a bin/ledger process on the given servers.

@@ -2,7 +2,6 @@ package main
 
 import (
 	"os"
-	"os/exec"
 	"testing"
 	"time"
 
@@ -14,13 +13,11 @@ import (
 
 func TestMain(m *testing.M) { os.Exit(devstack.RunTests(m)) }
 
-// buildServices builds bin/ledger and bin/proxy from this tree into a temp dir.
+// buildServices builds bin/ledger and bin/proxy from this tree, once per test
+// binary, into a temp dir.
 func buildServices(tb testing.TB) string {
 	tb.Helper()
-	dir := tb.TempDir()
-	out, err := exec.Command("go", "build", "-o", dir+string(os.PathSeparator), "../ledger", "../proxy").CombinedOutput()
-	require.NoError(tb, err, "build ledger and proxy: %s", out)
-	return dir
+	return devstack.Binaries(tb, "../ledger", "../proxy")
 }
 
 // Short bursts through the same code as `loadtest burst`, against a real

@@ -8,9 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"sync"
 	"testing"
 	"time"
 
@@ -25,29 +23,11 @@ import (
 
 func TestMain(m *testing.M) { os.Exit(devstack.RunTests(m)) }
 
-var (
-	buildOnce   sync.Once
-	ledgerBin   string
-	buildErr    error
-	buildOutput []byte
-)
-
-// ledgerBinary builds bin/ledger once per test binary: the proxy is tested
+// ledgerBinary is bin/ledger built once per test binary: the proxy is tested
 // against the real ledger process.
 func ledgerBinary(tb testing.TB) string {
 	tb.Helper()
-	buildOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "flashgate-ledger-bin-")
-		if err != nil {
-			buildErr = err
-			return
-		}
-		ledgerBin = filepath.Join(dir, "ledger")
-		cmd := exec.Command("go", "build", "-o", ledgerBin, "../ledger")
-		buildOutput, buildErr = cmd.CombinedOutput()
-	})
-	require.NoError(tb, buildErr, "build ledger: %s", buildOutput)
-	return ledgerBin
+	return filepath.Join(devstack.Binaries(tb, "../ledger"), "ledger")
 }
 
 // stack is a real ledger process and an in-process proxy over real servers.

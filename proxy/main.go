@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"os"
 	"os/signal"
 	"syscall"
 	"time"
@@ -65,19 +64,7 @@ func configFromEnv() (Config, error) {
 	return c, nil
 }
 
-func main() {
-	log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
-	slog.SetDefault(log)
-	cfg, err := configFromEnv()
-	if err != nil {
-		log.Error("bad configuration", "err", err)
-		os.Exit(2)
-	}
-	if err := run(cfg, log); err != nil {
-		log.Error("proxy stopped", "err", err)
-		os.Exit(1)
-	}
-}
+func main() { envconf.Main("proxy", configFromEnv, run) }
 
 func run(cfg Config, log *slog.Logger) error {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)

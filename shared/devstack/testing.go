@@ -118,5 +118,6 @@ func RunTests(m *testing.M) int {
 	code := m.Run()
 	sharedRedis.stop()
 	sharedPostgres.stop()
+	removeBinaries()
 	return code
 }

@@ -1,9 +1,11 @@
 // Package envconf reads typed settings from environment variables with
-// defaults. Only a service's main calls it, once, to fill its Config.
+// defaults, and runs a service's main. Only a service's main calls it, once,
+// to fill its Config.
 package envconf
 
 import (
 	"fmt"
+	"log/slog"
 	"os"
 	"strconv"
 	"time"
@@ -88,4 +90,20 @@ func (r *Reader) Switch(name string, def bool) bool {
 	}
 	r.fail(name, "on or off", v)
 	return def
+}
+
+// Main is a service's main: JSON logs on stderr, its configuration read once
+// (exit 2 when it is bad), then run until it returns (exit 1 on an error).
+func Main[C any](name string, config func() (C, error), run func(C, *slog.Logger) error) {
+	log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
+	slog.SetDefault(log)
+	cfg, err := config()
+	if err != nil {
+		log.Error("bad configuration", "err", err)
+		os.Exit(2)
+	}
+	if err := run(cfg, log); err != nil {
+		log.Error(name+" stopped", "err", err)
+		os.Exit(1)
+	}
 }
