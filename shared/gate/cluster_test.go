@@ -78,7 +78,10 @@ func TestOnRedisCluster(t *testing.T) {
 	require.NoError(t, cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
 		return c.ScriptFlush(ctx).Err()
 	}))
-	n, err := g.Release(ctx, codes[0], codes[0]+"-0-0")
+	st, _, err := g.State(ctx, codes[0])
+	require.NoError(t, err)
+	require.NotEmpty(t, st.Orders)
+	n, err := g.Release(ctx, codes[0], st.Orders[0].OrderID) // an order that holds a use
 	require.NoError(t, err)
 	assert.Equal(t, 1, n)
 }
