@@ -168,7 +168,7 @@ func (s *Server) writeAdmittedBatch(c *gin.Context) {
 		return
 	}
 	var req AdmittedBatch
-	if err := httpx.BindJSONLimit(c, &req, 64<<10); err != nil {
+	if err := httpx.BindJSONLimit(c, &req, 128<<10); err != nil { // 512 claims with 64-byte orderIds fit
 		httpx.WriteError(c, err)
 		return
 	}

@@ -126,3 +126,55 @@ func BenchmarkWriter(b *testing.B) {
 	})
 	b.ReportMetric(float64(b.N)/float64(max(len(*sizes), 1)), "writes/tx")
 }
+
+// The internal batch route answers each claim as the single route would, in
+// one request; malformed batches are refused whole and write nothing.
+func TestAdmittedBatchRoute(t *testing.T) {
+	t.Parallel()
+	l := newTestLedger(t, ledgerOptions{token: "tok"})
+	code := newCode(t)
+	l.createVoucher(t, spec(code, 3, 1, true))
+	path := "/internal/vouchers/" + code + "/reservations/batch"
+	claims := []map[string]any{
+		claimBody(1, code+"-a", 5_000),
+		claimBody(1, code+"-a", 5_000), // a retry in the same batch
+		claimBody(2, code+"-a", 5_000), // the same order, another customer
+		claimBody(3, code+"-b", 10),    // too small
+		claimBody(1, code+"-c", 5_000), // customer 1 is at its limit
+		claimBody(4, code+"-d", 5_000),
+	}
+	r := l.call(t, "POST", path, map[string]any{"claims": claims})
+	require.Equal(t, 200, r.Status, r.Raw)
+	results, _ := r.Body["results"].([]any)
+	require.Len(t, results, len(claims))
+	want := []struct {
+		status int
+		code   string
+	}{{201, ""}, {201, ""}, {409, "ORDER_CONFLICT"}, {422, "NOT_ELIGIBLE"}, {409, "ALREADY_USED"}, {201, ""}}
+	for i, res := range results {
+		item := res.(map[string]any)
+		body, _ := item["body"].(map[string]any)
+		got, _ := body["error"].(string)
+		assert.EqualValues(t, want[i].status, item["status"], "claim %d: %v", i, item)
+		assert.Equal(t, want[i].code, got, "claim %d", i)
+	}
+	assert.Equal(t, dbCounts{Used: 2, Rows: 2, Active: 2, MaxPerCustomer: 1}, l.counts(t, code))
+
+	tooMany := make([]map[string]any, MaxAdmittedBatch+1)
+	for i := range tooMany {
+		tooMany[i] = claimBody(int64(100+i), fmt.Sprintf("%s-m%d", code, i), 5_000)
+	}
+	for name, body := range map[string]any{
+		"empty":       map[string]any{"claims": []any{}},
+		"too many":    map[string]any{"claims": tooMany},
+		"bad claim":   map[string]any{"claims": []any{map[string]any{"customerId": 0, "orderId": "x", "orderAmount": 1}}},
+		"not a batch": claimBody(5, code+"-e", 5_000),
+	} {
+		r := l.call(t, "POST", path, body)
+		assert.Equal(t, 400, r.Status, "%s: %s", name, r.Raw)
+		assert.Equal(t, "INVALID_REQUEST", r.Code(), name)
+	}
+	assert.Equal(t, dbCounts{Used: 2, Rows: 2, Active: 2, MaxPerCustomer: 1}, l.counts(t, code))
+	r = call(t, "POST", l.URL+path, "", map[string]any{"claims": claims})
+	assert.Equal(t, 401, r.Status, "the batch route needs the token")
+}

@@ -67,6 +67,10 @@ type soldOutFlag struct {
 	orders map[string]int64
 }
 
+// maxForwardBatch bounds the claims of one admitted-write request; the
+// ledger's batch route takes up to 512 in 128 KiB.
+const maxForwardBatch = 256
+
 // negativeTTL bounds how long an unknown voucher code is remembered.
 const negativeTTL = time.Second
 
@@ -106,7 +110,9 @@ func NewAdmitter(base context.Context, g *gate.Gate, ledger *LedgerClient, cfg A
 	a.metrics = newAdmitMetrics(reg, a)
 	a.batcher = batch.New(base, cfg.MaxBatch, a.reserveBatch)
 	a.batcher.ObserveSizes(func(n int) { a.metrics.batchSize.Observe(float64(n)) })
-	a.forward = batch.New(base, cfg.MaxBatch, ledger.WriteAdmitted)
+	// At most maxForwardBatch claims per request: what the ledger's batch
+	// route accepts, whatever PROXY_MAX_BATCH says.
+	a.forward = batch.New(base, min(cfg.MaxBatch, maxForwardBatch), ledger.WriteAdmitted)
 	return a, nil
 }
 
