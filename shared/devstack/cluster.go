@@ -143,15 +143,22 @@ func (c *Cluster) MasterOf(key string) (*Redis, error) {
 			rdb.Close()
 			continue
 		}
-		slots, err := rdb.ClusterSlots(ctx).Result()
+		shards, err := rdb.ClusterShards(ctx).Result()
 		rdb.Close()
 		if err != nil {
 			continue
 		}
-		for _, s := range slots {
-			if int64(s.Start) <= slot && slot <= int64(s.End) && len(s.Nodes) > 0 {
+		for _, sh := range shards {
+			if !servesSlot(sh.Slots, slot) {
+				continue
+			}
+			for _, sn := range sh.Nodes {
+				if sn.Role != "master" || sn.Health != "online" {
+					continue
+				}
+				addr := fmt.Sprintf("%s:%d", sn.IP, sn.Port)
 				for _, node := range c.Nodes {
-					if node.Addr == s.Nodes[0].Addr {
+					if node.Addr == addr {
 						return node, nil
 					}
 				}
@@ -159,6 +166,15 @@ func (c *Cluster) MasterOf(key string) (*Redis, error) {
 		}
 	}
 	return nil, fmt.Errorf("devstack: no master found for %q", key)
+}
+
+func servesSlot(ranges []redis.SlotRange, slot int64) bool {
+	for _, r := range ranges {
+		if r.Start <= slot && slot <= r.End {
+			return true
+		}
+	}
+	return false
 }
 
 // Stop stops every node and removes their data.
