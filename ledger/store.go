@@ -415,6 +415,7 @@ func (s *Store) Release(ctx context.Context, code, orderID string) (r voucher.Re
 // querier is what both a pool and a transaction offer for reads.
 type querier interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
 }
 
 // translate maps driver errors to the domain's at the edge of the store: a

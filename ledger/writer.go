@@ -227,7 +227,7 @@ var errGroupRefused = errors.New("group write refused")
 
 // ordersIn returns the reservations of the given orderIds that exist, whatever
 // their voucher, read through q (a pool or a transaction).
-func ordersIn(ctx context.Context, q queryer, orderIDs []string) (map[string]voucher.Reservation, error) {
+func ordersIn(ctx context.Context, q querier, orderIDs []string) (map[string]voucher.Reservation, error) {
 	rows, err := q.Query(ctx, `
 		SELECT r.order_id, r.customer_id, r.voucher_code, r.status, v.discount_amount,
 		       r.created_at, r.expires_at
@@ -245,11 +245,6 @@ func ordersIn(ctx context.Context, q queryer, orderIDs []string) (map[string]vou
 		return nil
 	})
 	return found, err
-}
-
-// queryer is what both a pool and a transaction offer for multi-row reads.
-type queryer interface {
-	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
 }
 
 // InsertMany writes claims (distinct orderIds of voucher v) in one
