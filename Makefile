@@ -21,10 +21,10 @@ build:
 # tests start on free ports (or REDIS_URL / DATABASE_URL when set).
 test: deps
 	$(GO) vet ./...
-	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...
-	$(MAKE) --no-print-directory fuzz
 	@if docker compose version >/dev/null 2>&1; then docker compose config -q && echo "docker-compose.yml: valid"; \
 	else echo "docker compose not available: skipped checking docker-compose.yml"; fi
+	$(MAKE) --no-print-directory fuzz
+	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...
 
 # A short real fuzzing run of every target (their seed corpora also run as
 # plain tests in `make test`). FUZZTIME=1m make fuzz for a longer one.
