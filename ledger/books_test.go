@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/flashgate/flashgate/shared/devstack"
+	"github.com/flashgate/flashgate/shared/devstack/devstacktest"
 	"github.com/flashgate/flashgate/shared/gate"
 )
 
@@ -22,7 +23,7 @@ import (
 // their own instead of taking rows from tests running beside them.
 func ownPostgres(tb testing.TB) string {
 	tb.Helper()
-	return devstack.NewPostgres(tb, devstack.PostgresOptions{}).URL()
+	return devstacktest.NewPostgres(tb, devstack.PostgresOptions{}).URL()
 }
 
 // claim is one reserve request of a test: a customer and an orderId.

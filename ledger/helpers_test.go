@@ -15,12 +15,12 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/flashgate/flashgate/migrations"
-	"github.com/flashgate/flashgate/shared/devstack"
+	"github.com/flashgate/flashgate/shared/devstack/devstacktest"
 	"github.com/flashgate/flashgate/shared/gate"
 	"github.com/flashgate/flashgate/shared/httpx/httpxtest"
 )
 
-func TestMain(m *testing.M) { os.Exit(devstack.RunTests(m)) }
+func TestMain(m *testing.M) { os.Exit(devstacktest.RunTests(m)) }
 
 // testLedger is a ledger served over real HTTP on a real Postgres and Redis.
 type testLedger struct {
@@ -51,7 +51,7 @@ func newTestLedger(tb testing.TB, o ledgerOptions) *testLedger {
 		o.grace = 30 * time.Second
 	}
 	if o.db == "" {
-		o.db = devstack.PostgresURL(tb)
+		o.db = devstacktest.PostgresURL(tb)
 	}
 	ctx := context.Background()
 	require.NoError(tb, migrations.MigrateURL(ctx, o.db))
@@ -65,7 +65,7 @@ func newTestLedger(tb testing.TB, o ledgerOptions) *testLedger {
 	var g *gate.Gate
 	if !o.noRedis {
 		if o.redis == "" {
-			o.redis = devstack.RedisURL(tb)
+			o.redis = devstacktest.RedisURL(tb)
 		}
 		rdb, err := gate.NewClient(o.redis, gate.ClientOptions{Timeout: time.Second})
 		require.NoError(tb, err)

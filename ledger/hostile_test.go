@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/flashgate/flashgate/shared/devstack"
+	"github.com/flashgate/flashgate/shared/devstack/devstacktest"
 	"github.com/flashgate/flashgate/shared/gate"
 	"github.com/flashgate/flashgate/shared/httpx"
 	"github.com/flashgate/flashgate/shared/httpx/httpxtest"
@@ -148,7 +149,7 @@ func TestLedgerTokenNeverLogged(t *testing.T) {
 	addr := fmt.Sprintf("127.0.0.1:%d", port)
 	const token = "s3cret-ledger-token-7f1c2d"
 	led, err := devstack.StartService("ledger-logs", bin, []string{
-		"LEDGER_ADDR=" + addr, "DATABASE_URL=" + devstack.PostgresURL(t), "REDIS_URL=",
+		"LEDGER_ADDR=" + addr, "DATABASE_URL=" + devstacktest.PostgresURL(t), "REDIS_URL=",
 		"LEDGER_TOKEN=" + token, "EXPIRY_INTERVAL=1h", "RECONCILE_INTERVAL=1h",
 	}, "http://"+addr+"/healthz")
 	require.NoError(t, err)

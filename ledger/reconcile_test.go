@@ -13,7 +13,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/flashgate/flashgate/shared/devstack"
+	"github.com/flashgate/flashgate/shared/devstack/devstacktest"
 	"github.com/flashgate/flashgate/shared/gate"
 )
 
@@ -225,7 +225,7 @@ func TestReconcileHangingAndLost(t *testing.T) {
 	t.Parallel()
 	const grace = 2 * time.Second
 	l := newTestLedger(t, ledgerOptions{grace: grace})
-	rdb, err := gate.NewClient(devstack.RedisURL(t), gate.ClientOptions{Timeout: time.Second})
+	rdb, err := gate.NewClient(devstacktest.RedisURL(t), gate.ClientOptions{Timeout: time.Second})
 	require.NoError(t, err)
 	t.Cleanup(func() { rdb.Close() })
 	ctx := context.Background()

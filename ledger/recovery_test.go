@@ -19,6 +19,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/flashgate/flashgate/shared/devstack"
+	"github.com/flashgate/flashgate/shared/devstack/devstacktest"
 	"github.com/flashgate/flashgate/shared/gate"
 )
 
@@ -26,7 +27,7 @@ import (
 // so that tests can kill and restart a real ledger process.
 func ledgerBinary(tb testing.TB) string {
 	tb.Helper()
-	return filepath.Join(devstack.Binaries(tb, "."), "ledger")
+	return filepath.Join(devstacktest.Binaries(tb, "."), "ledger")
 }
 
 // ledgerProcess is a bin/ledger process on the given servers.
@@ -238,7 +239,7 @@ func TestRedisLossMidBurst(t *testing.T) {
 	for _, f := range faults {
 		t.Run(f.name, func(t *testing.T) {
 			t.Parallel()
-			r := devstack.NewRedis(t, devstack.RedisOptions{})
+			r := devstacktest.NewRedis(t, devstack.RedisOptions{})
 			l := newTestLedger(t, ledgerOptions{redis: r.URL(), grace: time.Second})
 			code := newCode(t)
 			const stock, perUser = 100, 2
@@ -268,8 +269,8 @@ func TestRedisLossMidBurst(t *testing.T) {
 // database.
 func TestLedgerKilledMidBurst(t *testing.T) {
 	t.Parallel()
-	r := devstack.NewRedis(t, devstack.RedisOptions{})
-	db := devstack.PostgresURL(t)
+	r := devstacktest.NewRedis(t, devstack.RedisOptions{})
+	db := devstacktest.PostgresURL(t)
 	lp := startLedger(t, db, r.URL()) // HANGING_GRACE=1s
 	// An in-process ledger on the same servers, for reading the books.
 	l := newTestLedger(t, ledgerOptions{db: db, redis: r.URL(), grace: time.Second})
@@ -301,7 +302,7 @@ func TestLedgerKilledMidBurst(t *testing.T) {
 // with what the database holds, before any reserve asks for it.
 func TestWarmAllReloadsLostVouchers(t *testing.T) {
 	t.Parallel()
-	r := devstack.NewRedis(t, devstack.RedisOptions{})
+	r := devstacktest.NewRedis(t, devstack.RedisOptions{})
 	rdb, err := gate.NewClient(r.URL(), gate.ClientOptions{Timeout: time.Second})
 	require.NoError(t, err)
 	t.Cleanup(func() { rdb.Close() })
@@ -354,7 +355,7 @@ func TestWarmAllReloadsLostVouchers(t *testing.T) {
 		assert.EqualValues(t, 7, redisState(t, l.gate, flashA).Remaining)
 	})
 	t.Run("ledger restart", func(t *testing.T) {
-		lp := startLedger(t, devstack.PostgresURL(t), r.URL())
+		lp := startLedger(t, devstacktest.PostgresURL(t), r.URL())
 		require.NoError(t, lp.Kill()) // so that its own warmup cannot load anything after the flush
 		flush(t)
 		require.NoError(t, lp.Restart())

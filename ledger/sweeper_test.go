@@ -14,7 +14,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/flashgate/flashgate/shared/devstack"
+	"github.com/flashgate/flashgate/shared/devstack/devstacktest"
 )
 
 // 50 reservations expire: the sweep gives every use back to the voucher, to the
@@ -56,7 +56,7 @@ func TestSweepReleasesExpired(t *testing.T) {
 			if flash {
 				require.Zero(t, redisState(t, l.gate, code).Remaining)
 			}
-			startLedger(t, db, devstack.RedisURL(t), "EXPIRY_INTERVAL=500ms")
+			startLedger(t, db, devstacktest.RedisURL(t), "EXPIRY_INTERVAL=500ms")
 			eventually(t, 10*time.Second, func() bool { return l.books(t, code).Status["RESERVED"] == 0 },
 				"the ledger process's sweeper did not release %s's reservations", code)
 			l.checkSwept(t, code, second, flash)

@@ -8,16 +8,16 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/flashgate/flashgate/shared/devstack"
+	"github.com/flashgate/flashgate/shared/devstack/devstacktest"
 )
 
-func TestMain(m *testing.M) { os.Exit(devstack.RunTests(m)) }
+func TestMain(m *testing.M) { os.Exit(devstacktest.RunTests(m)) }
 
 // buildServices builds bin/ledger and bin/proxy from this tree, once per test
 // binary, into a temp dir.
 func buildServices(tb testing.TB) string {
 	tb.Helper()
-	return devstack.Binaries(tb, "../ledger", "../proxy")
+	return devstacktest.Binaries(tb, "../ledger", "../proxy")
 }
 
 // Short bursts through the same code as `loadtest burst`, against a real
@@ -27,7 +27,7 @@ func TestBurstInvariants(t *testing.T) {
 		t.Skip("starts the whole stack")
 	}
 	st, err := StartStack(StackOptions{BinDir: buildServices(t), Token: "test-token",
-		ExternalDB: devstack.PostgresURL(t), ExternalRDB: devstack.RedisURL(t)})
+		ExternalDB: devstacktest.PostgresURL(t), ExternalRDB: devstacktest.RedisURL(t)})
 	require.NoError(t, err)
 	t.Cleanup(st.Stop)
 	b, err := OpenBench(t.Context(), st.Endpoints())

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/flashgate/flashgate/shared/devstack"
+	"github.com/flashgate/flashgate/shared/devstack/devstacktest"
 	"github.com/flashgate/flashgate/shared/gate"
 )
 
@@ -28,7 +29,7 @@ func TestChaosScenarios(t *testing.T) {
 	}
 	cfg := ShortChaos
 	cfg.BinDir = buildServices(t)
-	pg := devstack.NewPostgres(t, devstack.PostgresOptions{})
+	pg := devstacktest.NewPostgres(t, devstack.PostgresOptions{})
 	for _, sc := range Scenarios() {
 		t.Run(sc.Name, func(t *testing.T) {
 			logPath := filepath.Join(t.TempDir(), "services.log")

@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/flashgate/flashgate/shared/devstack"
+	"github.com/flashgate/flashgate/shared/devstack/devstacktest"
 	"github.com/flashgate/flashgate/shared/gate"
 )
 
@@ -30,7 +31,7 @@ type fleet struct {
 
 func newFleet(tb testing.TB, redisURL string, proxies, ledgers int) *fleet {
 	tb.Helper()
-	o := stackOptions{redisURL: redisURL, dbURL: devstack.PostgresURL(tb), coalesce: true}
+	o := stackOptions{redisURL: redisURL, dbURL: devstacktest.PostgresURL(tb), coalesce: true}
 	f := &fleet{}
 	for i := 0; i < ledgers; i++ {
 		led, url := startLedger(tb, o)
@@ -157,7 +158,7 @@ func createFlash(t *testing.T, ledgerURL, code string, stock int) {
 // 20 vouchers spread over a 3-master Redis Cluster, 3 proxies, 2 ledgers:
 // every voucher exact.
 func TestClusterFleetIsExact(t *testing.T) {
-	cl := devstack.NewRedisCluster(t, devstack.ClusterOptions{Masters: 3})
+	cl := devstacktest.NewRedisCluster(t, devstack.ClusterOptions{Masters: 3})
 	f := newFleet(t, cl.URL(), 3, 2)
 	codes := make([]string, 20)
 	masters := map[string]bool{}
@@ -176,7 +177,7 @@ func TestClusterFleetIsExact(t *testing.T) {
 // A master killed in the middle of a burst, its replica promoted: never an
 // oversell, and reload and reconcile bring Redis back to the database.
 func TestClusterMasterFailover(t *testing.T) {
-	cl := devstack.NewRedisCluster(t, devstack.ClusterOptions{Masters: 3, Replicas: 1})
+	cl := devstacktest.NewRedisCluster(t, devstack.ClusterOptions{Masters: 3, Replicas: 1})
 	f := newFleet(t, cl.URL(), 3, 2)
 	codes := make([]string, 6)
 	for i := range codes {

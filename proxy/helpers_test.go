@@ -17,17 +17,18 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/flashgate/flashgate/shared/devstack"
+	"github.com/flashgate/flashgate/shared/devstack/devstacktest"
 	"github.com/flashgate/flashgate/shared/gate"
 	"github.com/flashgate/flashgate/shared/httpx/httpxtest"
 )
 
-func TestMain(m *testing.M) { os.Exit(devstack.RunTests(m)) }
+func TestMain(m *testing.M) { os.Exit(devstacktest.RunTests(m)) }
 
 // ledgerBinary is bin/ledger built once per test binary: the proxy is tested
 // against the real ledger process.
 func ledgerBinary(tb testing.TB) string {
 	tb.Helper()
-	return filepath.Join(devstack.Binaries(tb, "../ledger"), "ledger")
+	return filepath.Join(devstacktest.Binaries(tb, "../ledger"), "ledger")
 }
 
 // stack is a real ledger process and an in-process proxy over real servers.
@@ -51,10 +52,10 @@ type stackOptions struct {
 func newStack(tb testing.TB, o stackOptions) *stack {
 	tb.Helper()
 	if o.redisURL == "" {
-		o.redisURL = devstack.RedisURL(tb)
+		o.redisURL = devstacktest.RedisURL(tb)
 	}
 	if o.dbURL == "" {
-		o.dbURL = devstack.PostgresURL(tb)
+		o.dbURL = devstacktest.PostgresURL(tb)
 	}
 	led, ledgerURL := startLedger(tb, o)
 	p := startProxy(tb, o, ledgerURL)

@@ -37,6 +37,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/flashgate/flashgate/shared/devstack"
+	"github.com/flashgate/flashgate/shared/devstack/devstacktest"
 	"github.com/flashgate/flashgate/shared/voucher"
 )
 
@@ -1078,7 +1079,7 @@ func TestLinearizabilityNoFaults(t *testing.T) {
 // Redis killed (no persistence: it comes back empty) and the ledger killed,
 // each restarted, while the clients run.
 func TestLinearizabilityWithFaults(t *testing.T) {
-	rs := devstack.NewRedis(t, devstack.RedisOptions{})
+	rs := devstacktest.NewRedis(t, devstack.RedisOptions{})
 	s := newStack(t, stackOptions{coalesce: true, redisURL: rs.URL(), soldOutTTL: linSoldOutTTL,
 		// Nothing is in flight when the test reconciles at the end, so an
 		// admission without a row can be freed at once.

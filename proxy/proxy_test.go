@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/flashgate/flashgate/shared/devstack"
+	"github.com/flashgate/flashgate/shared/devstack/devstacktest"
 )
 
 // burstRequest is one request of a burst: retries reuse an earlier orderId.
@@ -210,7 +211,7 @@ func TestDBRejectsOverAdmission(t *testing.T) {
 // Postgres gone: the client gets 503, and the admitted use goes back to Redis
 // once the database can confirm the write never happened.
 func TestDBDownReleasesInRedis(t *testing.T) {
-	pg := devstack.NewPostgres(t, devstack.PostgresOptions{})
+	pg := devstacktest.NewPostgres(t, devstack.PostgresOptions{})
 	s := newStack(t, stackOptions{coalesce: true, dbURL: pg.URL()})
 	code := newCode(t)
 	s.createVoucher(t, code, 10, 1, true)
@@ -237,7 +238,7 @@ func TestDBDownReleasesInRedis(t *testing.T) {
 // Redis stopped: fast 503s and never a 201; Redis back: service resumes (the
 // restarted Redis is empty, so the voucher is reloaded from the database).
 func TestRedisDown(t *testing.T) {
-	rs := devstack.NewRedis(t, devstack.RedisOptions{})
+	rs := devstacktest.NewRedis(t, devstack.RedisOptions{})
 	s := newStack(t, stackOptions{coalesce: true, redisURL: rs.URL()})
 	code := newCode(t)
 	s.createVoucher(t, code, 50, 1, true)
@@ -264,7 +265,7 @@ func TestRedisDown(t *testing.T) {
 // FLUSHALL in the middle of a sale: the voucher is reloaded from the database
 // and the total admitted stays exact.
 func TestFlushAllMidSale(t *testing.T) {
-	rs := devstack.NewRedis(t, devstack.RedisOptions{})
+	rs := devstacktest.NewRedis(t, devstack.RedisOptions{})
 	s := newStack(t, stackOptions{coalesce: true, redisURL: rs.URL()})
 	code := newCode(t)
 	s.createVoucher(t, code, 100, 1, true)

@@ -7,7 +7,6 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
-	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -182,17 +181,6 @@ func (c *Cluster) Stop() {
 	for _, n := range c.Nodes {
 		n.Stop()
 	}
-}
-
-// NewRedisCluster starts a dedicated cluster that tb.Cleanup stops.
-func NewRedisCluster(tb testing.TB, opts ClusterOptions) *Cluster {
-	tb.Helper()
-	c, err := StartRedisCluster(opts)
-	if err != nil {
-		tb.Fatalf("devstack: %v", err)
-	}
-	tb.Cleanup(c.Stop)
-	return c
 }
 
 // running reports whether the node's process is up.

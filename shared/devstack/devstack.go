@@ -3,9 +3,8 @@
 //
 // Every process it starts is a direct child that the kernel kills with SIGKILL when the
 // parent goes away (Pdeathsig), so a crashed test binary leaves no server running. Tests
-// use RedisURL and PostgresURL (one server per test binary, or $REDIS_URL and
-// $DATABASE_URL when set) and NewRedis or NewPostgres when they need a server of their
-// own to kill and restart.
+// reach these servers through package devstacktest, which keeps package testing out of
+// the binaries that use devstack.
 package devstack
 
 import (

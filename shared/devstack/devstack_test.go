@@ -27,7 +27,7 @@ func TestMain(m *testing.M) {
 	if addr := os.Getenv(serviceAddrEnv); addr != "" {
 		os.Exit(serveHealth(addr))
 	}
-	os.Exit(RunTests(m))
+	os.Exit(m.Run())
 }
 
 // serveHealth is the tiny service TestStartService runs: it answers /healthz until
@@ -70,6 +70,25 @@ func pgConn(t *testing.T, url string) *pgx.Conn {
 	return conn
 }
 
+// newRedis starts a redis-server that is stopped when the test ends. These tests cannot
+// use devstacktest, which imports this package.
+func newRedis(t *testing.T, opts RedisOptions) *Redis {
+	t.Helper()
+	r, err := StartRedis(opts)
+	require.NoError(t, err)
+	t.Cleanup(func() { r.Stop() })
+	return r
+}
+
+// newPostgres starts a PostgreSQL that is stopped when the test ends.
+func newPostgres(t *testing.T, opts PostgresOptions) *Postgres {
+	t.Helper()
+	p, err := StartPostgres(opts)
+	require.NoError(t, err)
+	t.Cleanup(func() { p.Stop() })
+	return p
+}
+
 func TestFreePort(t *testing.T) {
 	port, err := FreePort()
 	require.NoError(t, err)
@@ -80,7 +99,7 @@ func TestFreePort(t *testing.T) {
 
 func TestRedisStartStop(t *testing.T) {
 	t.Parallel()
-	r := NewRedis(t, RedisOptions{})
+	r := newRedis(t, RedisOptions{})
 	require.Equal(t, "redis://"+r.Addr+"/0", r.URL())
 	c := redisClient(t, r.URL())
 	ctx := t.Context()
@@ -117,7 +136,7 @@ func TestRedisKillRestart(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(fmt.Sprintf("aof=%v", tt.aof), func(t *testing.T) {
 			t.Parallel()
-			r := NewRedis(t, RedisOptions{AOF: tt.aof})
+			r := newRedis(t, RedisOptions{AOF: tt.aof})
 			addr := r.Addr
 			c := redisClient(t, r.URL())
 			ctx := t.Context()
@@ -143,7 +162,7 @@ func TestRedisKillRestart(t *testing.T) {
 
 func TestRedisRestartRunning(t *testing.T) {
 	t.Parallel()
-	r := NewRedis(t, RedisOptions{AOF: true})
+	r := newRedis(t, RedisOptions{AOF: true})
 	c := redisClient(t, r.URL())
 	ctx := t.Context()
 	require.NoError(t, c.Set(ctx, "k", "v", 0).Err())
@@ -166,7 +185,7 @@ func TestRedisPortInUse(t *testing.T) {
 
 func TestPostgresRestartKeepsData(t *testing.T) {
 	t.Parallel()
-	p := NewPostgres(t, PostgresOptions{})
+	p := newPostgres(t, PostgresOptions{})
 	require.Equal(t, "postgres://postgres@"+p.Addr+"/flashgate?sslmode=disable", p.URL())
 	ctx := t.Context()
 
@@ -201,7 +220,7 @@ func TestPostgresRestartKeepsData(t *testing.T) {
 
 func TestPostgresKillLosesNoCommit(t *testing.T) {
 	t.Parallel()
-	p := NewPostgres(t, PostgresOptions{})
+	p := newPostgres(t, PostgresOptions{})
 	ctx := t.Context()
 	conn := pgConn(t, p.URL())
 	_, err := conn.Exec(ctx, "CREATE TABLE t (n int)")
@@ -224,31 +243,11 @@ func TestPostgresKillLosesNoCommit(t *testing.T) {
 
 func TestPostgresDurable(t *testing.T) {
 	t.Parallel()
-	p := NewPostgres(t, PostgresOptions{Durable: true})
+	p := newPostgres(t, PostgresOptions{Durable: true})
 	conn := pgConn(t, p.URL())
 	var fsync string
 	require.NoError(t, conn.QueryRow(t.Context(), "SHOW fsync").Scan(&fsync))
 	require.Equal(t, "on", fsync)
-}
-
-func TestURLsFromEnv(t *testing.T) {
-	t.Setenv("REDIS_URL", "redis://elsewhere:6380/2")
-	t.Setenv("DATABASE_URL", "postgres://u@elsewhere:5433/db")
-	require.Equal(t, "redis://elsewhere:6380/2", RedisURL(t))
-	require.Equal(t, "postgres://u@elsewhere:5433/db", PostgresURL(t))
-}
-
-func TestSharedServers(t *testing.T) {
-	t.Setenv("REDIS_URL", "")
-	t.Setenv("DATABASE_URL", "")
-
-	url := RedisURL(t)
-	require.Equal(t, url, RedisURL(t), "second RedisURL started another server")
-	require.NoError(t, redisClient(t, url).Ping(t.Context()).Err())
-
-	url = PostgresURL(t)
-	require.Equal(t, url, PostgresURL(t), "second PostgresURL started another server")
-	require.NoError(t, pgConn(t, url).Ping(t.Context()))
 }
 
 func TestStartService(t *testing.T) {

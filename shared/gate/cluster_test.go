@@ -13,12 +13,13 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/flashgate/flashgate/shared/devstack"
+	"github.com/flashgate/flashgate/shared/devstack/devstacktest"
 )
 
 // The scripts run on a Redis Cluster: every voucher's keys share one slot, and
 // vouchers spread over the masters. Exact under concurrency.
 func TestOnRedisCluster(t *testing.T) {
-	cl := devstack.NewRedisCluster(t, devstack.ClusterOptions{Masters: 3})
+	cl := devstacktest.NewRedisCluster(t, devstack.ClusterOptions{Masters: 3})
 	rdb, err := NewClient(cl.URL(), ClientOptions{Timeout: time.Second})
 	require.NoError(t, err)
 	t.Cleanup(func() { rdb.Close() })

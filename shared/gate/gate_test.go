@@ -16,15 +16,15 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/flashgate/flashgate/shared/devstack"
+	"github.com/flashgate/flashgate/shared/devstack/devstacktest"
 )
 
-func TestMain(m *testing.M) { os.Exit(devstack.RunTests(m)) }
+func TestMain(m *testing.M) { os.Exit(devstacktest.RunTests(m)) }
 
 // newClient connects to the test Redis and closes the client at cleanup.
 func newClient(tb testing.TB) *redis.Client {
 	tb.Helper()
-	opt, err := redis.ParseURL(devstack.RedisURL(tb))
+	opt, err := redis.ParseURL(devstacktest.RedisURL(tb))
 	require.NoError(tb, err)
 	rdb := redis.NewClient(opt)
 	tb.Cleanup(func() { _ = rdb.Close() })

@@ -1,9 +1,17 @@
-package devstack
+// Package devstacktest gives tests the servers of package devstack: one redis-server and
+// one PostgreSQL shared by a test binary (or $REDIS_URL and $DATABASE_URL when set),
+// dedicated servers a test may kill and restart, and the project's binaries built once.
+//
+// It is apart from devstack so that the demo and the load harness, which start servers
+// with devstack, do not link package testing.
+package devstacktest
 
 import (
 	"os"
 	"sync"
 	"testing"
+
+	"github.com/flashgate/flashgate/shared/devstack"
 )
 
 // sharedServer is a server started at most once per test binary and stopped by RunTests.
@@ -40,8 +48,8 @@ func (s *sharedServer[T]) stop() {
 }
 
 var (
-	sharedRedis    sharedServer[*Redis]
-	sharedPostgres sharedServer[*Postgres]
+	sharedRedis    sharedServer[*devstack.Redis]
+	sharedPostgres sharedServer[*devstack.Postgres]
 )
 
 // RedisURL returns $REDIS_URL, or the URL of a redis-server shared by this test binary.
@@ -52,8 +60,8 @@ func RedisURL(tb testing.TB) string {
 		return url
 	}
 	url, err := sharedRedis.get(
-		func() (*Redis, error) { return StartRedis(RedisOptions{}) },
-		(*Redis).URL,
+		func() (*devstack.Redis, error) { return devstack.StartRedis(devstack.RedisOptions{}) },
+		(*devstack.Redis).URL,
 	)
 	if err != nil {
 		tb.Fatalf("devstack: no REDIS_URL set and starting a redis-server failed: %v", err)
@@ -70,8 +78,8 @@ func PostgresURL(tb testing.TB) string {
 		return url
 	}
 	url, err := sharedPostgres.get(
-		func() (*Postgres, error) { return StartPostgres(PostgresOptions{}) },
-		(*Postgres).URL,
+		func() (*devstack.Postgres, error) { return devstack.StartPostgres(devstack.PostgresOptions{}) },
+		(*devstack.Postgres).URL,
 	)
 	if err != nil {
 		tb.Fatalf("devstack: no DATABASE_URL set and starting PostgreSQL failed: %v", err)
@@ -81,9 +89,9 @@ func PostgresURL(tb testing.TB) string {
 
 // NewRedis starts a dedicated redis-server that the test may stop, kill and restart. It
 // is stopped when the test ends.
-func NewRedis(tb testing.TB, opts RedisOptions) *Redis {
+func NewRedis(tb testing.TB, opts devstack.RedisOptions) *devstack.Redis {
 	tb.Helper()
-	r, err := StartRedis(opts)
+	r, err := devstack.StartRedis(opts)
 	if err != nil {
 		tb.Fatalf("devstack: %v", err)
 	}
@@ -97,9 +105,9 @@ func NewRedis(tb testing.TB, opts RedisOptions) *Redis {
 
 // NewPostgres starts a dedicated PostgreSQL that the test may stop, kill and restart. It
 // is stopped when the test ends.
-func NewPostgres(tb testing.TB, opts PostgresOptions) *Postgres {
+func NewPostgres(tb testing.TB, opts devstack.PostgresOptions) *devstack.Postgres {
 	tb.Helper()
-	p, err := StartPostgres(opts)
+	p, err := devstack.StartPostgres(opts)
 	if err != nil {
 		tb.Fatalf("devstack: %v", err)
 	}
@@ -111,9 +119,21 @@ func NewPostgres(tb testing.TB, opts PostgresOptions) *Postgres {
 	return p
 }
 
-// RunTests runs m and then stops the servers shared by the test binary. Use it as
+// NewRedisCluster starts a dedicated cluster that tb.Cleanup stops.
+func NewRedisCluster(tb testing.TB, opts devstack.ClusterOptions) *devstack.Cluster {
+	tb.Helper()
+	c, err := devstack.StartRedisCluster(opts)
+	if err != nil {
+		tb.Fatalf("devstack: %v", err)
+	}
+	tb.Cleanup(c.Stop)
+	return c
+}
+
+// RunTests runs m and then stops the servers shared by the test binary and removes what
+// Binaries built. Use it as
 //
-//	func TestMain(m *testing.M) { os.Exit(devstack.RunTests(m)) }
+//	func TestMain(m *testing.M) { os.Exit(devstacktest.RunTests(m)) }
 func RunTests(m *testing.M) int {
 	code := m.Run()
 	sharedRedis.stop()
