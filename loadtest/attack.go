@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"io"
 	"net"
 	"net/http"
 	"strconv"
@@ -178,3 +179,40 @@ func jsonString(body []byte, key string) string {
 	s, _ := m[key].(string)
 	return s
 }
+
+// postReserve sends one reserve for o and returns its answer, with the
+// Retry-After of a 503 (0 when none).
+func postReserve(ctx context.Context, client *http.Client, url string, o Order) (Shot, time.Duration) {
+	s := Shot{Req: -1, At: time.Now()}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(reserveBody(o, orderAmount)))
+	if err != nil {
+		s.Err = err.Error()
+		return s, 0
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := client.Do(req)
+	if err != nil {
+		s.Latency, s.Err = time.Since(s.At), err.Error()
+		return s, 0
+	}
+	raw, err := io.ReadAll(io.LimitReader(resp.Body, 4<<10))
+	resp.Body.Close()
+	s.Latency = time.Since(s.At)
+	if err != nil {
+		s.Err = err.Error()
+		return s, 0
+	}
+	s.Status = uint16(resp.StatusCode)
+	if s.Status == http.StatusCreated {
+		s.OrderID = jsonString(raw, "orderId")
+	} else if s.Status >= 300 {
+		s.Code = jsonString(raw, "error")
+	}
+	var wait time.Duration
+	if n, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil && n > 0 {
+		wait = time.Duration(n) * time.Second
+	}
+	return s, wait
+}
+
+// retryingClients are customers who do what the API asks of them: each

@@ -1,0 +1,177 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/flashgate/flashgate/shared/devstack"
+)
+
+// chaosLedgerEnv runs the ledger's background jobs on short intervals, so that
+// recovery without an operator is a matter of seconds. RESERVATION_TTL stays at
+// its default: no scenario needs expiry, and an expired hold would look like a
+// 201 without its row.
+var chaosLedgerEnv = []string{"RECONCILE_INTERVAL=1s", "HANGING_GRACE=2s", "EXPIRY_INTERVAL=1s"}
+
+// chaosProxyEnv keeps the proxy's ledger deadline below HANGING_GRACE, as the
+// README asks: an admission the reconciler frees can no longer be on its way
+// to the ledger through the proxy.
+var chaosProxyEnv = []string{"LEDGER_TIMEOUT=1500ms"}
+
+// rig is one scenario's system: a Redis of its own, a database of its own on
+// the shared Postgres server, the ledger(s) and the proxy with their Redis and
+// Postgres traffic routed through toxiproxy, and a Bench that reads the
+// servers directly.
+type rig struct {
+	pg      *devstack.Postgres
+	redis   *devstack.Redis
+	net     *faultNet
+	lb      *balancer
+	st      *Stack
+	ledgerB *devstack.Service // the second ledger of a two-ledger scenario
+	bench   *Bench
+	dbName  string
+}
+
+func startRig(ctx context.Context, pg *devstack.Postgres, sc Scenario, cfg ChaosConfig) (r *rig, err error) {
+	r = &rig{pg: pg}
+	defer func() {
+		if err != nil {
+			r.Close(ctx)
+		}
+	}()
+	r.dbName = fmt.Sprintf("chaos_%s_%d", strings.ReplaceAll(sc.Name, "-", "_"), codeSeq.Add(1))
+	dbURL, err := createDatabase(ctx, pg.URL(), r.dbName)
+	if err != nil {
+		return r, err
+	}
+	if r.redis, err = devstack.StartRedis(devstack.RedisOptions{AOF: !sc.NoPersistence}); err != nil {
+		return r, err
+	}
+	r.net = newFaultNet()
+	links := map[string]string{linkProxyRedis: r.redis.Addr, linkLedgerRedis: r.redis.Addr, linkLedgerPG: pg.Addr}
+	addrs := map[string]string{}
+	for name, upstream := range links {
+		if addrs[name], err = r.net.Link(name, upstream); err != nil {
+			return r, err
+		}
+	}
+	o := StackOptions{
+		BinDir: cfg.BinDir, Token: chaosToken, ExternalDB: dbURL, ExternalRDB: r.redis.URL(),
+		LedgerDBURL:    withHost(dbURL, addrs[linkLedgerPG]),
+		LedgerRedisURL: "redis://" + addrs[linkLedgerRedis] + "/0",
+		ProxyRedisURL:  "redis://" + addrs[linkProxyRedis] + "/0",
+		LedgerEnv:      chaosLedgerEnv, ProxyEnv: chaosProxyEnv,
+	}
+	var addrB string
+	if sc.TwoLedgers {
+		if o.LedgerAddr, err = addrOr(""); err != nil {
+			return r, err
+		}
+		if addrB, err = addrOr(""); err != nil {
+			return r, err
+		}
+		if r.lb, err = startBalancer(o.LedgerAddr, addrB); err != nil {
+			return r, err
+		}
+		o.ProxyLedgerURL = "http://" + r.lb.Addr()
+	}
+	withServiceLog(cfg.ServiceLog, func() {
+		if r.st, err = StartStack(o); err != nil || !sc.TwoLedgers {
+			return
+		}
+		r.ledgerB, _, err = r.st.StartLedger("ledger-b", addrB)
+	})
+	if err != nil {
+		return r, err
+	}
+	r.bench, err = OpenBench(ctx, r.st.Endpoints())
+	return r, err
+}
+
+// Close stops everything the rig started and drops its database.
+func (r *rig) Close(ctx context.Context) {
+	if r.bench != nil {
+		r.bench.Close()
+	}
+	if r.st != nil {
+		r.st.Stop()
+	}
+	if r.lb != nil {
+		r.lb.Close()
+	}
+	if r.net != nil {
+		r.net.Close()
+	}
+	if r.redis != nil {
+		_ = r.redis.Stop()
+	}
+	if r.dbName != "" {
+		_ = dropDatabase(context.WithoutCancel(ctx), r.pg.URL(), r.dbName)
+	}
+}
+
+// withServiceLog runs start with os.Stderr pointing at f: devstack copies a
+// service's output to whatever os.Stderr is when it starts the service, for
+// the service's whole life, restarts included.
+func withServiceLog(f *os.File, start func()) {
+	if f == nil {
+		start()
+		return
+	}
+	stderr := os.Stderr
+	os.Stderr = f
+	defer func() { os.Stderr = stderr }()
+	start()
+}
+
+// withHost returns the URL u with its host:port replaced.
+func withHost(u, host string) string {
+	p, err := url.Parse(u)
+	if err != nil {
+		return u
+	}
+	p.Host = host
+	return p.String()
+}
+
+// createDatabase creates a database on the server of serverURL and returns
+// its URL.
+func createDatabase(ctx context.Context, serverURL, name string) (string, error) {
+	conn, err := pgx.Connect(ctx, withPath(serverURL, "postgres"))
+	if err != nil {
+		return "", fmt.Errorf("create database %s: %w", name, err)
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()); err != nil {
+		return "", fmt.Errorf("create database %s: %w", name, err)
+	}
+	return withPath(serverURL, name), nil
+}
+
+func dropDatabase(ctx context.Context, serverURL, name string) error {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, withPath(serverURL, "postgres"))
+	if err != nil {
+		return err
+	}
+	defer conn.Close(ctx)
+	_, err = conn.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)")
+	return err
+}
+
+func withPath(u, database string) string {
+	p, err := url.Parse(u)
+	if err != nil {
+		return u
+	}
+	p.Path = "/" + database
+	return p.String()
+}

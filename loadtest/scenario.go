@@ -1,0 +1,109 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"time"
+
+	"github.com/flashgate/flashgate/shared/devstack"
+)
+
+// The links the harness can break: an embedded toxiproxy between one service
+// and one server.
+const (
+	linkProxyRedis  = "proxy-redis"
+	linkLedgerRedis = "ledger-redis"
+	linkLedgerPG    = "ledger-postgres"
+)
+
+// Scenario is one fault, injected under a burst.
+type Scenario struct {
+	Name          string
+	Fault         string // what happens, for the report; {d} is the fault's duration
+	NoPersistence bool   // Redis without AOF (otherwise appendonly, everysec)
+	TwoLedgers    bool   // two ledgers behind a TCP balancer; the proxy talks to the balancer
+	// Inject starts the fault and returns what ends it (removes the toxics,
+	// restarts what was killed). A fault that is over when Inject returns (a
+	// restart) returns a nil end.
+	Inject func(ctx context.Context, r *rig, d time.Duration) (end func() error, err error)
+}
+
+// Describe is the scenario's fault with its duration filled in.
+func (s Scenario) Describe(d time.Duration) string {
+	return strings.ReplaceAll(s.Fault, "{d}", d.String())
+}
+
+// Scenarios lists every fault the harness injects, in the order it runs them.
+func Scenarios() []Scenario {
+	redis := []string{linkProxyRedis, linkLedgerRedis}
+	return []Scenario{
+		{Name: "redis-latency", Fault: "+200 ms on every Redis reply to the proxy and the ledger (latency toxic) for {d}",
+			Inject: toxic(redis, "latency", "downstream", map[string]any{"latency": 200})},
+		{Name: "redis-reset", Fault: "Redis connections of the proxy and the ledger cut as replies come back (reset_peer toxic) for {d}: the script ran, its answer is lost",
+			Inject: toxic(redis, "reset_peer", "downstream", map[string]any{"timeout": 0})},
+		{Name: "redis-stall", Fault: "Redis replies held back (timeout toxic) for {d}, far past the proxy's REDIS_TIMEOUT of 250 ms; then the stalled connections are closed",
+			Inject: toxic(redis, "timeout", "downstream", map[string]any{"timeout": 0})},
+		{Name: "redis-kill-aof", Fault: "kill -9 Redis (appendonly yes, appendfsync everysec), down for {d}, restarted from its AOF",
+			Inject: killRedis},
+		{Name: "redis-kill-empty", NoPersistence: true, Fault: "kill -9 Redis without persistence, down for {d}, restarted empty",
+			Inject: killRedis},
+		{Name: "pg-restart", Fault: "Postgres restarted: fast shutdown (open transactions roll back, connections cut) and start",
+			Inject: restartPostgres},
+		{Name: "pg-reset", Fault: "ledger->Postgres connections cut as replies come back, mid-transaction and mid-COMMIT (reset_peer toxic) for {d}",
+			Inject: toxic([]string{linkLedgerPG}, "reset_peer", "downstream", map[string]any{"timeout": 0})},
+		{Name: "ledger-kill", Fault: "kill -9 the ledger with writes in flight, down for {d}, restarted",
+			Inject: kill(func(r *rig) *devstack.Service { return r.st.Ledger })},
+		{Name: "ledger-pair-kill", TwoLedgers: true, Fault: "two ledgers behind a TCP balancer the proxy talks to; kill -9 one, down for {d}, restarted",
+			Inject: kill(func(r *rig) *devstack.Service { return r.ledgerB })},
+		{Name: "proxy-kill", Fault: "kill -9 the proxy with requests in flight, down for {d}, restarted",
+			Inject: kill(func(r *rig) *devstack.Service { return r.st.Proxy })},
+	}
+}
+
+// ScenarioNames lists the scenarios' names.
+func ScenarioNames() []string {
+	var names []string
+	for _, s := range Scenarios() {
+		names = append(names, s.Name)
+	}
+	return names
+}
+
+// toxic switches one toxic on over links, and off again at the end.
+func toxic(links []string, typ, stream string, attrs map[string]any) func(context.Context, *rig, time.Duration) (func() error, error) {
+	return func(ctx context.Context, r *rig, _ time.Duration) (func() error, error) {
+		for _, l := range links {
+			if err := r.net.AddToxic(l, typ, stream, attrs); err != nil {
+				r.net.Heal(ctx)
+				return nil, err
+			}
+		}
+		return func() error { r.net.Heal(ctx); return nil }, nil
+	}
+}
+
+func killRedis(_ context.Context, r *rig, _ time.Duration) (func() error, error) {
+	if err := r.redis.Kill(); err != nil {
+		return nil, err
+	}
+	return r.redis.Restart, nil
+}
+
+func restartPostgres(_ context.Context, r *rig, _ time.Duration) (func() error, error) {
+	return nil, r.pg.Restart()
+}
+
+// kill kills -9 the service which picks and restarts it at the end.
+func kill(which func(*rig) *devstack.Service) func(context.Context, *rig, time.Duration) (func() error, error) {
+	return func(_ context.Context, r *rig, _ time.Duration) (func() error, error) {
+		svc := which(r)
+		if svc == nil {
+			return nil, errors.New("no such service in this scenario")
+		}
+		if err := svc.Kill(); err != nil {
+			return nil, err
+		}
+		return svc.Restart, nil
+	}
+}
