@@ -8,6 +8,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"net/http"
+	"os"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
@@ -48,7 +49,7 @@ func startLedger(tb testing.TB, db, redis string, env ...string) *ledgerProcess 
 		"LEDGER_ADDR=" + addr, "DATABASE_URL=" + db, "REDIS_URL=" + redis, "LEDGER_TOKEN=",
 		"EXPIRY_INTERVAL=1h", "RECONCILE_INTERVAL=1h", "HANGING_GRACE=1s", "DB_MAX_CONNS=16",
 	}, env...)
-	svc, err := devstack.StartService("ledger", ledgerBinary(tb), env, "http://"+addr+"/healthz")
+	svc, err := devstack.StartService("ledger", ledgerBinary(tb), env, "http://"+addr+"/healthz", os.Stderr)
 	require.NoError(tb, err)
 	tb.Cleanup(func() { svc.Stop() })
 	return &ledgerProcess{Service: svc, URL: "http://" + addr}

@@ -76,7 +76,7 @@ func startLedger(tb testing.TB, o stackOptions) (*devstack.Service, string) {
 		"LEDGER_ADDR=" + addr, "DATABASE_URL=" + o.dbURL, "REDIS_URL=" + o.redisURL,
 		"LEDGER_TOKEN=test-token", "EXPIRY_INTERVAL=1h", "RECONCILE_INTERVAL=1h",
 	}, o.ledgerEnv...)
-	led, err := devstack.StartService("ledger", ledgerBinary(tb), env, "http://"+addr+"/healthz")
+	led, err := devstack.StartService("ledger", ledgerBinary(tb), env, "http://"+addr+"/healthz", os.Stderr)
 	require.NoError(tb, err)
 	tb.Cleanup(func() { led.Stop() })
 	return led, "http://" + addr

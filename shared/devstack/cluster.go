@@ -102,28 +102,32 @@ func (c *Cluster) WaitOK(timeout time.Duration) error {
 func (c *Cluster) ok() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	for _, n := range c.Nodes {
-		if !n.running() {
-			continue
-		}
-		rdb := redis.NewClient(&redis.Options{Addr: n.Addr, MaxRetries: -1})
-		info, err := rdb.ClusterInfo(ctx).Result()
-		rdb.Close()
-		if err != nil {
+	for _, n := range c.runningNodes() {
+		if err := nodeOK(ctx, n.Addr); err != nil {
 			return fmt.Errorf("%s: %w", n.Addr, err)
 		}
-		if !strings.Contains(info, "cluster_state:ok") || !strings.Contains(info, "cluster_slots_ok:16384") {
-			return fmt.Errorf("%s: not ok yet", n.Addr)
-		}
-		rdb = redis.NewClient(&redis.Options{Addr: n.Addr, MaxRetries: -1})
-		repl, err := rdb.Info(ctx, "replication").Result()
-		rdb.Close()
-		if err != nil {
-			return fmt.Errorf("%s: %w", n.Addr, err)
-		}
-		if strings.Contains(repl, "role:slave") && !strings.Contains(repl, "master_link_status:up") {
-			return fmt.Errorf("%s: replica not in sync yet", n.Addr)
-		}
+	}
+	return nil
+}
+
+// nodeOK reports whether the node at addr serves every slot and, when it is a replica,
+// is in sync with its master.
+func nodeOK(ctx context.Context, addr string) error {
+	rdb := nodeClient(addr)
+	defer rdb.Close()
+	info, err := rdb.ClusterInfo(ctx).Result()
+	if err != nil {
+		return err
+	}
+	if !strings.Contains(info, "cluster_state:ok") || !strings.Contains(info, "cluster_slots_ok:16384") {
+		return errors.New("not ok yet")
+	}
+	repl, err := rdb.Info(ctx, "replication").Result()
+	if err != nil {
+		return err
+	}
+	if strings.Contains(repl, "role:slave") && !strings.Contains(repl, "master_link_status:up") {
+		return errors.New("replica not in sync yet")
 	}
 	return nil
 }
@@ -132,11 +136,8 @@ func (c *Cluster) ok() error {
 func (c *Cluster) MasterOf(key string) (*Redis, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	for _, n := range c.Nodes {
-		if !n.running() {
-			continue
-		}
-		rdb := redis.NewClient(&redis.Options{Addr: n.Addr, MaxRetries: -1})
+	for _, n := range c.runningNodes() {
+		rdb := nodeClient(n.Addr)
 		slot, err := rdb.ClusterKeySlot(ctx, key).Result()
 		if err != nil {
 			rdb.Close()
@@ -147,24 +148,49 @@ func (c *Cluster) MasterOf(key string) (*Redis, error) {
 		if err != nil {
 			continue
 		}
-		for _, sh := range shards {
-			if !servesSlot(sh.Slots, slot) {
+		if m := c.masterIn(shards, slot); m != nil {
+			return m, nil
+		}
+	}
+	return nil, fmt.Errorf("devstack: no master found for %q", key)
+}
+
+// masterIn returns the node that shards name as the online master of slot, or nil.
+func (c *Cluster) masterIn(shards []redis.ClusterShard, slot int64) *Redis {
+	for _, sh := range shards {
+		if !servesSlot(sh.Slots, slot) {
+			continue
+		}
+		for _, sn := range sh.Nodes {
+			if sn.Role != "master" || sn.Health != "online" {
 				continue
 			}
-			for _, sn := range sh.Nodes {
-				if sn.Role != "master" || sn.Health != "online" {
-					continue
-				}
-				addr := fmt.Sprintf("%s:%d", sn.IP, sn.Port)
-				for _, node := range c.Nodes {
-					if node.Addr == addr {
-						return node, nil
-					}
+			addr := fmt.Sprintf("%s:%d", sn.IP, sn.Port)
+			for _, node := range c.Nodes {
+				if node.Addr == addr {
+					return node
 				}
 			}
 		}
 	}
-	return nil, fmt.Errorf("devstack: no master found for %q", key)
+	return nil
+}
+
+// runningNodes returns the nodes whose process is up; a killed node cannot answer.
+func (c *Cluster) runningNodes() []*Redis {
+	var up []*Redis
+	for _, n := range c.Nodes {
+		if n.running() {
+			up = append(up, n)
+		}
+	}
+	return up
+}
+
+// nodeClient returns a client for one node that does not retry, so a dead node fails
+// fast.
+func nodeClient(addr string) *redis.Client {
+	return redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
 }
 
 func servesSlot(ranges []redis.SlotRange, slot int64) bool {
@@ -181,11 +207,4 @@ func (c *Cluster) Stop() {
 	for _, n := range c.Nodes {
 		n.Stop()
 	}
-}
-
-// running reports whether the node's process is up.
-func (r *Redis) running() bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.proc != nil && r.proc.running()
 }

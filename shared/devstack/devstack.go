@@ -13,6 +13,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime"
 	"strings"
 	"syscall"
@@ -29,12 +30,6 @@ func FreePort() (int, error) {
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
-
-// errAddrInUse marks a start that failed because another process took the port.
-var errAddrInUse = errors.New("address already in use")
-
-// startAttempts bounds retries when a free port is taken between FreePort and bind.
-const startAttempts = 3
 
 // proc is a running child process whose exit any number of goroutines can wait for.
 type proc struct {
@@ -125,6 +120,35 @@ func (p *proc) kill() {
 	}
 	_ = p.cmd.Process.Kill() // only fails when the process is already gone
 	<-p.done
+}
+
+// startServer runs cmd, a server that will listen on addr, with its output appended to
+// logPath, and waits up to timeout until ready passes. If it never does, kill stops the
+// server and the error holds what the log gained, marked errAddrInUse when another
+// process held the port.
+func startServer(cmd *exec.Cmd, addr, logPath string, timeout time.Duration, ready func(*proc) error, kill func(*proc) error) (*proc, error) {
+	what := filepath.Base(cmd.Path)
+	logFrom := logSize(logPath)
+	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("%s log: %w", what, err)
+	}
+	defer logFile.Close() // the child holds its own descriptor
+	cmd.Stdout = logFile
+	cmd.Stderr = logFile
+	p, err := startProc(cmd)
+	if err != nil {
+		return nil, fmt.Errorf("start %s: %w", what, err)
+	}
+	if err := waitReady(p, timeout, func() error { return ready(p) }); err != nil {
+		_ = kill(p) // the start failed; that error says more than a failed kill
+		tail := logTail(logPath, logFrom)
+		if strings.Contains(tail, "Address already in use") {
+			err = fmt.Errorf("%w: %w", errAddrInUse, err)
+		}
+		return nil, fmt.Errorf("start %s on %s: %w\n%s:\n%s", what, addr, err, filepath.Base(logPath), tail)
+	}
+	return p, nil
 }
 
 // waitReady polls ready until it succeeds, the process exits or timeout passes.

@@ -75,18 +75,21 @@ func pgConn(t *testing.T, url string) *pgx.Conn {
 func newRedis(t *testing.T, opts RedisOptions) *Redis {
 	t.Helper()
 	r, err := StartRedis(opts)
-	require.NoError(t, err)
-	t.Cleanup(func() { r.Stop() })
-	return r
+	return stopAtCleanup(t, r, err)
 }
 
 // newPostgres starts a PostgreSQL that is stopped when the test ends.
 func newPostgres(t *testing.T, opts PostgresOptions) *Postgres {
 	t.Helper()
 	p, err := StartPostgres(opts)
+	return stopAtCleanup(t, p, err)
+}
+
+func stopAtCleanup[S interface{ Stop() error }](t *testing.T, server S, err error) S {
+	t.Helper()
 	require.NoError(t, err)
-	t.Cleanup(func() { p.Stop() })
-	return p
+	t.Cleanup(func() { server.Stop() })
+	return server
 }
 
 func TestFreePort(t *testing.T) {
@@ -259,7 +262,7 @@ func TestStartService(t *testing.T) {
 	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 	health := "http://" + addr + "/healthz"
 
-	s, err := StartService("helper", bin, []string{serviceAddrEnv + "=" + addr}, health)
+	s, err := StartService("helper", bin, []string{serviceAddrEnv + "=" + addr}, health, os.Stderr)
 	require.NoError(t, err)
 	t.Cleanup(func() { s.Stop() })
 	first := get(t, health)
@@ -281,7 +284,7 @@ func TestStartServiceUnhealthy(t *testing.T) {
 	bin, err := os.Executable()
 	require.NoError(t, err)
 	// The helper cannot bind a bad address, so it exits and the error shows its output.
-	_, err = StartService("broken", bin, []string{serviceAddrEnv + "=bad:address:x"}, "http://127.0.0.1:1/healthz")
+	_, err = StartService("broken", bin, []string{serviceAddrEnv + "=bad:address:x"}, "http://127.0.0.1:1/healthz", os.Stderr)
 	require.ErrorContains(t, err, "exited before it was ready")
 	require.ErrorContains(t, err, "bad:address:x")
 }

@@ -10,7 +10,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
@@ -34,7 +33,10 @@ type PostgresOptions struct {
 	Port    int  // 0 picks a free port
 }
 
-// Postgres is a running PostgreSQL child process.
+// Postgres is a running PostgreSQL child process. Stop does a fast shutdown (open
+// transactions roll back) and removes the data dir; Kill sends SIGKILL to the postmaster
+// and its backends and keeps the data, so that Restart, on the same port, runs crash
+// recovery.
 type Postgres struct {
 	Addr string // 127.0.0.1:PORT
 
@@ -44,9 +46,7 @@ type Postgres struct {
 	port    int
 	base    string // temp dir holding data/, sock/ and postgres.log
 
-	mu      sync.Mutex
-	proc    *proc // the postmaster
-	removed bool  // Stop removed base; nothing left to restart
+	lifecycle // its proc is the postmaster
 }
 
 // StartPostgres runs initdb into a temp dir, starts postgres on 127.0.0.1 and waits
@@ -65,29 +65,30 @@ func StartPostgres(opts PostgresOptions) (*Postgres, error) {
 		return nil, err
 	}
 	p := &Postgres{bins: bins, cred: cred, durable: opts.Durable}
+	p.lifecycle = lifecycle{
+		name:  func() string { return "postgres " + p.Addr },
+		run:   p.start,
+		sig:   syscall.SIGINT, // fast shutdown: returns once every backend has exited
+		grace: pgStopGrace,
+		kill:  p.killAll,
+		kept:  "its data",
+	}
 	if err := p.initdb(); err != nil {
 		if p.base != "" {
 			os.RemoveAll(p.base)
 		}
 		return nil, err
 	}
-	for attempt := 1; ; attempt++ {
-		p.port = opts.Port
-		if p.port == 0 {
-			if p.port, err = FreePort(); err != nil {
-				break
-			}
-		}
-		p.Addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(p.port))
-		if err = p.start(); err == nil {
-			return p, nil
-		}
-		if opts.Port != 0 || attempt == startAttempts || !errors.Is(err, errAddrInUse) {
-			break
-		}
+	p.clean = removeDir("postgres dir", p.base)
+	err = startOnPort(opts.Port, func(port int) error {
+		p.port, p.Addr = port, net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+		return p.launch()
+	})
+	if err != nil {
+		os.RemoveAll(p.base)
+		return nil, err
 	}
-	os.RemoveAll(p.base)
-	return nil, err
+	return p, nil
 }
 
 // URL returns a connection string for the database "flashgate".
@@ -97,50 +98,6 @@ func (p *Postgres) URL() string {
 
 // DataDir returns the cluster's data directory.
 func (p *Postgres) DataDir() string { return filepath.Join(p.base, "data") }
-
-// Stop shuts postgres down (fast: open transactions roll back) and removes its data dir.
-// Stop is idempotent.
-func (p *Postgres) Stop() error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	var err error
-	if p.proc != nil {
-		if err = p.shutdown(); err != nil {
-			err = fmt.Errorf("stop postgres %s: %w", p.Addr, err)
-		}
-	}
-	if !p.removed {
-		if rmErr := os.RemoveAll(p.base); rmErr != nil && err == nil {
-			err = fmt.Errorf("remove postgres dir: %w", rmErr)
-		}
-		p.removed = true
-	}
-	return err
-}
-
-// Kill sends SIGKILL to the postmaster and its backends, as a crash would, and keeps the
-// data so Restart runs crash recovery.
-func (p *Postgres) Kill() error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.killAll()
-}
-
-// Restart does a fast shutdown if postgres is running and starts it again on the same
-// port and data, waiting until it accepts connections.
-func (p *Postgres) Restart() error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.removed {
-		return fmt.Errorf("restart postgres %s: stopped and its data removed", p.Addr)
-	}
-	if p.proc != nil {
-		if err := p.shutdown(); err != nil {
-			return fmt.Errorf("restart postgres %s: %w", p.Addr, err)
-		}
-	}
-	return p.start()
-}
 
 func (p *Postgres) url(database string) string {
 	return fmt.Sprintf("postgres://%s@%s/%s?sslmode=disable", pgUser, p.Addr, database)
@@ -184,15 +141,8 @@ func (p *Postgres) initdb() error {
 }
 
 // start runs the postmaster, waits until it accepts connections and creates the
-// flashgate database if needed. p.mu is held or p is unshared.
-func (p *Postgres) start() error {
-	logFrom := logSize(p.logPath())
-	logFile, err := os.OpenFile(p.logPath(), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		return fmt.Errorf("postgres log: %w", err)
-	}
-	defer logFile.Close() // the child holds its own descriptor
-
+// flashgate database if needed.
+func (p *Postgres) start() (*proc, error) {
 	args := []string{
 		"-D", p.DataDir(),
 		"-p", strconv.Itoa(p.port),
@@ -205,28 +155,12 @@ func (p *Postgres) start() error {
 	}
 	cmd := exec.Command(p.bins.postgres, args...)
 	p.asServerUser(cmd)
-	cmd.Stdout = logFile
-	cmd.Stderr = logFile
-	pm, err := startProc(cmd)
-	if err != nil {
-		return fmt.Errorf("start postgres: %w", err)
-	}
-	ready := func() error {
+	ready := func(*proc) error {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
 		return p.createDatabase(ctx)
 	}
-	if err := waitReady(pm, pgReadyTimeout, ready); err != nil {
-		p.proc = pm
-		p.killAll()
-		tail := logTail(p.logPath(), logFrom)
-		if strings.Contains(tail, "Address already in use") {
-			err = fmt.Errorf("%w: %w", errAddrInUse, err)
-		}
-		return fmt.Errorf("start postgres on %s: %w\npostgres.log:\n%s", p.Addr, err, tail)
-	}
-	p.proc = pm
-	return nil
+	return startServer(cmd, p.Addr, p.logPath(), pgReadyTimeout, ready, p.killAll)
 }
 
 // createDatabase connects to the maintenance database and creates flashgate unless it
@@ -267,28 +201,15 @@ func (p *Postgres) asServerUser(cmd *exec.Cmd) {
 	}
 }
 
-// shutdown asks the postmaster for a fast shutdown, which returns once every backend
-// has exited, and kills everything if it takes too long.
-func (p *Postgres) shutdown() error {
-	if !p.proc.running() {
-		return nil
-	}
-	if err := p.proc.stop(syscall.SIGINT, pgStopGrace); err != nil {
-		p.killAll()
-		return err
-	}
-	return nil
-}
-
 // killAll kills the postmaster and its backends and waits until they are gone. Backends
 // would exit on their own once the postmaster dies, but a restart fails while any still
 // holds the old shared memory.
-func (p *Postgres) killAll() error {
-	if !p.proc.running() {
+func (p *Postgres) killAll(pm *proc) error {
+	if !pm.running() {
 		return nil
 	}
-	children := childPids(p.proc.pid())
-	p.proc.kill()
+	children := childPids(pm.pid())
+	pm.kill()
 	for _, pid := range children {
 		syscall.Kill(pid, syscall.SIGKILL) // ESRCH: already gone
 	}

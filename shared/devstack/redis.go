@@ -2,7 +2,6 @@ package devstack
 
 import (
 	"bufio"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -11,7 +10,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 )
@@ -29,7 +27,9 @@ type RedisOptions struct {
 	Args []string // more redis-server arguments, e.g. --cluster-enabled yes
 }
 
-// Redis is a running redis-server child process.
+// Redis is a running redis-server child process. Stop shuts it down and removes its temp
+// dir (a Dir given in RedisOptions is kept); Kill keeps the dir so that Restart, on the
+// same port, recovers what the append-only file holds.
 type Redis struct {
 	Addr string // 127.0.0.1:PORT
 
@@ -40,9 +40,7 @@ type Redis struct {
 	dir     string
 	tempDir bool // dir is ours to remove
 
-	mu      sync.Mutex
-	proc    *proc
-	removed bool // Stop removed dir; nothing left to restart
+	lifecycle
 }
 
 // StartRedis starts redis-server and waits until it answers PING.
@@ -60,25 +58,27 @@ func StartRedis(opts RedisOptions) (*Redis, error) {
 	} else if err := os.MkdirAll(r.dir, 0o755); err != nil {
 		return nil, fmt.Errorf("redis dir: %w", err)
 	}
-	for attempt := 1; ; attempt++ {
-		r.port = opts.Port
-		if r.port == 0 {
-			if r.port, err = FreePort(); err != nil {
-				break
-			}
-		}
-		r.Addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(r.port))
-		if err = r.start(); err == nil {
-			return r, nil
-		}
-		if opts.Port != 0 || attempt == startAttempts || !errors.Is(err, errAddrInUse) {
-			break
-		}
+	r.lifecycle = lifecycle{
+		name:  func() string { return "redis-server " + r.Addr },
+		run:   r.start,
+		sig:   syscall.SIGTERM,
+		grace: redisStopGrace,
+		kept:  "its dir",
 	}
 	if r.tempDir {
-		os.RemoveAll(r.dir)
+		r.clean = removeDir("redis dir", r.dir)
 	}
-	return nil, err
+	err = startOnPort(opts.Port, func(port int) error {
+		r.port, r.Addr = port, net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+		return r.launch()
+	})
+	if err != nil {
+		if r.tempDir {
+			os.RemoveAll(r.dir)
+		}
+		return nil, err
+	}
+	return r, nil
 }
 
 // URL returns redis://127.0.0.1:PORT/0.
@@ -87,63 +87,8 @@ func (r *Redis) URL() string { return "redis://" + r.Addr + "/0" }
 // Dir returns the directory holding the server's log and, with AOF, its data.
 func (r *Redis) Dir() string { return r.dir }
 
-// Stop shuts the server down and removes its temp dir. A Dir given in RedisOptions is
-// kept. Stop is idempotent.
-func (r *Redis) Stop() error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	var err error
-	if r.proc != nil {
-		if err = r.proc.stop(syscall.SIGTERM, redisStopGrace); err != nil {
-			err = fmt.Errorf("stop redis-server %s: %w", r.Addr, err)
-		}
-	}
-	if r.tempDir && !r.removed {
-		if rmErr := os.RemoveAll(r.dir); rmErr != nil && err == nil {
-			err = fmt.Errorf("remove redis dir: %w", rmErr)
-		}
-		r.removed = true
-	}
-	return err
-}
-
-// Kill sends SIGKILL, as a crash would, and keeps the dir so Restart can recover what
-// the append-only file holds.
-func (r *Redis) Kill() error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.proc != nil {
-		r.proc.kill()
-	}
-	return nil
-}
-
-// Restart starts the server again on the same port and dir and waits for PING. A running
-// server is shut down first.
-func (r *Redis) Restart() error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.removed {
-		return fmt.Errorf("restart redis-server %s: stopped and its dir removed", r.Addr)
-	}
-	if r.proc != nil {
-		if err := r.proc.stop(syscall.SIGTERM, redisStopGrace); err != nil {
-			return fmt.Errorf("restart redis-server %s: %w", r.Addr, err)
-		}
-	}
-	return r.start()
-}
-
-// start runs redis-server and waits until it is ready. r.mu is held or r is unshared.
-func (r *Redis) start() error {
-	logPath := filepath.Join(r.dir, "redis.log")
-	logFrom := logSize(logPath)
-	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		return fmt.Errorf("redis log: %w", err)
-	}
-	defer logFile.Close() // the child holds its own descriptor
-
+// start runs redis-server and waits until it is ready.
+func (r *Redis) start() (*proc, error) {
 	appendonly := "no"
 	args := []string{
 		"--port", strconv.Itoa(r.port),
@@ -161,22 +106,10 @@ func (r *Redis) start() error {
 	args = append(args, r.args...)
 	cmd := exec.Command(r.bin, args...)
 	cmd.Dir = r.dir
-	cmd.Stdout = logFile // with no --logfile, redis-server logs to stdout
-	cmd.Stderr = logFile
-	p, err := startProc(cmd)
-	if err != nil {
-		return fmt.Errorf("start redis-server: %w", err)
-	}
-	if err := waitReady(p, redisReadyTimeout, func() error { return pingRedis(r.Addr, p.pid()) }); err != nil {
-		p.kill()
-		tail := logTail(logPath, logFrom)
-		if strings.Contains(tail, "Address already in use") {
-			err = fmt.Errorf("%w: %w", errAddrInUse, err)
-		}
-		return fmt.Errorf("start redis-server on %s: %w\nredis.log:\n%s", r.Addr, err, tail)
-	}
-	r.proc = p
-	return nil
+	// With no --logfile, redis-server logs to stdout, which goes to redis.log.
+	ready := func(p *proc) error { return pingRedis(r.Addr, p.pid()) }
+	kill := func(p *proc) error { p.kill(); return nil }
+	return startServer(cmd, r.Addr, filepath.Join(r.dir, "redis.log"), redisReadyTimeout, ready, kill)
 }
 
 // pingRedis checks that the server at addr answers PING with PONG (a server still loading

@@ -20,7 +20,8 @@ const (
 )
 
 // Service is one of the project's own binaries (bin/ledger, bin/proxy) running as a
-// child process.
+// child process. Stop sends SIGTERM and kills it after 10s; Kill sends SIGKILL, as a
+// crash would; Restart runs it again with the same binary and environment.
 type Service struct {
 	Name string
 
@@ -29,68 +30,36 @@ type Service struct {
 	healthURL string
 	out       *prefixWriter
 
-	mu   sync.Mutex
-	proc *proc
+	lifecycle
 }
 
-// StartService runs binary with os.Environ() plus env, copies its output to os.Stderr
-// with each line prefixed "[name] ", and waits until GET healthURL answers 200.
-func StartService(name, binary string, env []string, healthURL string) (*Service, error) {
+// StartService runs binary with os.Environ() plus env, copies its output to out with each
+// line prefixed "[name] ", and waits until GET healthURL answers 200.
+func StartService(name, binary string, env []string, healthURL string, out io.Writer) (*Service, error) {
 	s := &Service{
 		Name:      name,
 		binary:    binary,
 		env:       env,
 		healthURL: healthURL,
-		out:       &prefixWriter{prefix: "[" + name + "] ", w: os.Stderr},
+		out:       &prefixWriter{prefix: "[" + name + "] ", w: out},
 	}
-	if err := s.start(); err != nil {
+	s.lifecycle = lifecycle{
+		name:  func() string { return s.Name },
+		run:   s.start,
+		sig:   syscall.SIGTERM,
+		grace: serviceStopGrace,
+	}
+	if err := s.launch(); err != nil {
 		return nil, err
 	}
 	return s, nil
 }
 
-// Stop sends SIGTERM, waits up to 10s for a graceful exit and then kills the process.
-// Stop is idempotent.
-func (s *Service) Stop() error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.proc == nil {
-		return nil
-	}
-	if err := s.proc.stop(syscall.SIGTERM, serviceStopGrace); err != nil {
-		return fmt.Errorf("stop %s: %w", s.Name, err)
-	}
-	return nil
-}
-
-// Kill sends SIGKILL, as a crash would, and waits for the exit.
-func (s *Service) Kill() error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.proc != nil {
-		s.proc.kill()
-	}
-	return nil
-}
-
-// Restart stops the service if it is running, starts it again with the same binary and
-// environment, and waits until it is healthy.
-func (s *Service) Restart() error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.proc != nil {
-		if err := s.proc.stop(syscall.SIGTERM, serviceStopGrace); err != nil {
-			return fmt.Errorf("restart %s: %w", s.Name, err)
-		}
-	}
-	return s.start()
-}
-
 // Logs returns the last lines the service wrote, across restarts.
 func (s *Service) Logs() string { return s.out.tail() }
 
-// start runs the binary and waits until it is healthy. s.mu is held or s is unshared.
-func (s *Service) start() error {
+// start runs the binary and waits until it is healthy.
+func (s *Service) start() (*proc, error) {
 	cmd := exec.Command(s.binary)
 	cmd.Env = append(os.Environ(), s.env...)
 	cmd.Stdout = s.out
@@ -99,15 +68,14 @@ func (s *Service) start() error {
 	cmd.WaitDelay = time.Second
 	p, err := startProc(cmd)
 	if err != nil {
-		return fmt.Errorf("start %s: %w", s.Name, err)
+		return nil, fmt.Errorf("start %s: %w", s.Name, err)
 	}
 	client := &http.Client{Timeout: time.Second}
 	if err := waitReady(p, serviceReadyTimeout, func() error { return checkHealth(client, s.healthURL) }); err != nil {
 		p.kill()
-		return fmt.Errorf("start %s (%s): %w\noutput:\n%s", s.Name, s.binary, err, s.out.tail())
+		return nil, fmt.Errorf("start %s (%s): %w\noutput:\n%s", s.Name, s.binary, err, s.out.tail())
 	}
-	s.proc = p
-	return nil
+	return p, nil
 }
 
 func checkHealth(client *http.Client, url string) error {

@@ -16,14 +16,23 @@ import (
 
 // sharedServer is a server started at most once per test binary and stopped by RunTests.
 // A failed start is remembered so that every later test fails fast with the same error.
-type sharedServer[T interface{ Stop() error }] struct {
+type sharedServer[T interface {
+	Stop() error
+	URL() string
+}] struct {
 	mu     sync.Mutex
 	server T
 	url    string
 	err    error
 }
 
-func (s *sharedServer[T]) get(start func() (T, error), url func(T) string) (string, error) {
+// URL returns $env, or the URL of the shared server, which start starts on first use.
+// what names the server when it fails to start.
+func (s *sharedServer[T]) URL(tb testing.TB, env, what string, start func() (T, error)) string {
+	tb.Helper()
+	if url := os.Getenv(env); url != "" {
+		return url
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.url == "" && s.err == nil {
@@ -31,10 +40,13 @@ func (s *sharedServer[T]) get(start func() (T, error), url func(T) string) (stri
 		if err != nil {
 			s.err = err
 		} else {
-			s.server, s.url = srv, url(srv)
+			s.server, s.url = srv, srv.URL()
 		}
 	}
-	return s.url, s.err
+	if s.err != nil {
+		tb.Fatalf("devstack: no %s set and starting %s failed: %v", env, what, s.err)
+	}
+	return s.url
 }
 
 func (s *sharedServer[T]) stop() {
@@ -56,17 +68,9 @@ var (
 // Tests sharing it must use their own keys. Use RunTests in TestMain so it is stopped.
 func RedisURL(tb testing.TB) string {
 	tb.Helper()
-	if url := os.Getenv("REDIS_URL"); url != "" {
-		return url
-	}
-	url, err := sharedRedis.get(
-		func() (*devstack.Redis, error) { return devstack.StartRedis(devstack.RedisOptions{}) },
-		(*devstack.Redis).URL,
-	)
-	if err != nil {
-		tb.Fatalf("devstack: no REDIS_URL set and starting a redis-server failed: %v", err)
-	}
-	return url
+	return sharedRedis.URL(tb, "REDIS_URL", "a redis-server", func() (*devstack.Redis, error) {
+		return devstack.StartRedis(devstack.RedisOptions{})
+	})
 }
 
 // PostgresURL returns $DATABASE_URL, or the URL of a PostgreSQL shared by this test
@@ -74,17 +78,9 @@ func RedisURL(tb testing.TB) string {
 // stopped.
 func PostgresURL(tb testing.TB) string {
 	tb.Helper()
-	if url := os.Getenv("DATABASE_URL"); url != "" {
-		return url
-	}
-	url, err := sharedPostgres.get(
-		func() (*devstack.Postgres, error) { return devstack.StartPostgres(devstack.PostgresOptions{}) },
-		(*devstack.Postgres).URL,
-	)
-	if err != nil {
-		tb.Fatalf("devstack: no DATABASE_URL set and starting PostgreSQL failed: %v", err)
-	}
-	return url
+	return sharedPostgres.URL(tb, "DATABASE_URL", "PostgreSQL", func() (*devstack.Postgres, error) {
+		return devstack.StartPostgres(devstack.PostgresOptions{})
+	})
 }
 
 // NewRedis starts a dedicated redis-server that the test may stop, kill and restart. It
@@ -92,15 +88,7 @@ func PostgresURL(tb testing.TB) string {
 func NewRedis(tb testing.TB, opts devstack.RedisOptions) *devstack.Redis {
 	tb.Helper()
 	r, err := devstack.StartRedis(opts)
-	if err != nil {
-		tb.Fatalf("devstack: %v", err)
-	}
-	tb.Cleanup(func() {
-		if err := r.Stop(); err != nil {
-			tb.Logf("devstack: %v", err)
-		}
-	})
-	return r
+	return stopAtCleanup(tb, r, err)
 }
 
 // NewPostgres starts a dedicated PostgreSQL that the test may stop, kill and restart. It
@@ -108,15 +96,7 @@ func NewRedis(tb testing.TB, opts devstack.RedisOptions) *devstack.Redis {
 func NewPostgres(tb testing.TB, opts devstack.PostgresOptions) *devstack.Postgres {
 	tb.Helper()
 	p, err := devstack.StartPostgres(opts)
-	if err != nil {
-		tb.Fatalf("devstack: %v", err)
-	}
-	tb.Cleanup(func() {
-		if err := p.Stop(); err != nil {
-			tb.Logf("devstack: %v", err)
-		}
-	})
-	return p
+	return stopAtCleanup(tb, p, err)
 }
 
 // NewRedisCluster starts a dedicated cluster that tb.Cleanup stops.
@@ -128,6 +108,21 @@ func NewRedisCluster(tb testing.TB, opts devstack.ClusterOptions) *devstack.Clus
 	}
 	tb.Cleanup(c.Stop)
 	return c
+}
+
+// stopAtCleanup fails the test if the server did not start, and stops it when the test
+// ends.
+func stopAtCleanup[S interface{ Stop() error }](tb testing.TB, server S, err error) S {
+	tb.Helper()
+	if err != nil {
+		tb.Fatalf("devstack: %v", err)
+	}
+	tb.Cleanup(func() {
+		if err := server.Stop(); err != nil {
+			tb.Logf("devstack: %v", err)
+		}
+	})
+	return server
 }
 
 // RunTests runs m and then stops the servers shared by the test binary and removes what
