@@ -1,11 +1,9 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"runtime"
 	"strings"
 	"time"
@@ -91,21 +89,20 @@ func p99Of503(r *ChaosResult) string {
 	return fmt.Sprintf("%.0fms", r.DuringFault503P99)
 }
 
-// WriteChaosReport writes chaos.md and chaos.json into dir.
-func WriteChaosReport(dir string, rep *ChaosReport) (md, js string, err error) {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return "", "", err
-	}
-	js = filepath.Join(dir, "chaos.json")
-	raw, err := json.MarshalIndent(rep, "", "  ")
+// reportChaos prints the table of the results and writes chaos.md and
+// chaos.json into dir. It fails when a scenario did.
+func reportChaos(rep *ChaosReport, dir string) error {
+	fmt.Println()
+	PrintChaosTable(os.Stdout, rep.Results)
+	md, js, err := writeReportFiles(dir, "chaos.md", []byte(chaosMarkdown(rep)), "chaos.json", rep)
 	if err != nil {
-		return "", "", err
+		return err
 	}
-	if err := os.WriteFile(js, raw, 0o644); err != nil {
-		return "", "", err
+	fmt.Printf("\n%s\nreport:  %s\nsummary: %s\n", rep.Verdicts, md, js)
+	if !rep.Pass {
+		return fmt.Errorf("chaos: %s", rep.Verdicts)
 	}
-	md = filepath.Join(dir, "chaos.md")
-	return md, js, os.WriteFile(md, []byte(chaosMarkdown(rep)), 0o644)
+	return nil
 }
 
 func secondsOf(v any) string { return fmt.Sprintf("%v s", v) }

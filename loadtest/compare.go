@@ -81,29 +81,6 @@ type PathResult struct {
 	Ratio   float64      `json:"ratioToCeiling,omitempty"`
 }
 
-// Target is one of the goals the design states, against what was measured.
-type Target struct {
-	Name string `json:"name"`
-	Got  string `json:"got"`
-	Pass bool   `json:"pass"`
-}
-
-// CompareReport is compare.json.
-type CompareReport struct {
-	Started      time.Time     `json:"started"`
-	Seconds      float64       `json:"seconds"`
-	CPUs         int           `json:"cpus"`
-	LoadAvg      float64       `json:"loadAvg1AtStart"`
-	StepDuration float64       `json:"stepDurationSeconds"`
-	FixedRate    float64       `json:"fixedRate"`
-	Sustain      string        `json:"sustainedMeans"`
-	Paths        []*PathResult `json:"paths"`
-	Flash80      *StepResult   `json:"flashAt80PercentOfMax,omitempty"`
-	Sale         *Summary      `json:"sale,omitempty"`
-	Targets      []Target      `json:"targets"`
-	Invariants   bool          `json:"allInvariantsPassed"`
-}
-
 func stepOf(s *Summary, sus Sustain) StepResult {
 	r := StepResult{Rate: s.RequestedRate, Achieved: s.AchievedRate, P50Ms: s.All.P50, P99Ms: s.All.P99,
 		P999Ms: s.All.P999, ErrorRate: s.ErrorRate, Admitted: s.AdmittedOrders, Invariants: "n/a", Code: s.Code, CPU: s.CPU}
@@ -264,10 +241,19 @@ func (c *comparer) measureAll(ctx context.Context, paths []string) ([]*PathResul
 	return prs, nil
 }
 
-// runCompare is `loadtest compare`.
-func runCompare(ctx context.Context, args []string) error {
+// compareCmd is `loadtest compare` as its flags ask for it.
+type compareCmd struct {
+	Config CompareConfig
+	Out    string // the report directory
+	BinDir string
+	Token  string
+}
+
+// parseCompareFlags reads `loadtest compare`'s flags.
+func parseCompareFlags(args []string) (compareCmd, error) {
 	fs := flag.NewFlagSet("compare", flag.ExitOnError)
-	cfg := CompareConfig{Sustain: DefaultSustain}
+	c := compareCmd{Config: CompareConfig{Sustain: DefaultSustain}}
+	cfg := &c.Config
 	fs.Float64Var(&cfg.Ladder.Start, "start-rate", 1000, "first rate of each path's ladder, req/s")
 	fs.Float64Var(&cfg.Ladder.Factor, "factor", 1.5, "rate multiplier per ladder step")
 	fs.Float64Var(&cfg.Ladder.Floor, "floor-rate", 50, "lowest rate a ladder goes down to")
@@ -282,35 +268,42 @@ func runCompare(ctx context.Context, args []string) error {
 	fs.Float64Var(&cfg.Sustain.MaxErrorRate, "max-errors", DefaultSustain.MaxErrorRate, "most failed requests of a sustained step (share)")
 	fs.DurationVar(&cfg.Sustain.MaxP99, "max-p99", DefaultSustain.MaxP99, "highest p99 of a sustained step")
 	fs.Float64Var(&cfg.Sustain.MinAchieved, "min-achieved", DefaultSustain.MinAchieved, "lowest achieved/requested rate of a sustained step")
-	sale := BurstConfig{Label: "sale", PerUser: 1, Flash: true, Seed: 1}
-	fs.Float64Var(&sale.Rate, "sale-rate", 5000, "rate of the 1,000-use burst (0: skip it)")
-	fs.DurationVar(&sale.Duration, "sale-duration", 4*time.Second, "duration of the 1,000-use burst")
-	fs.IntVar(&sale.Stock, "sale-stock", 1000, "uses of the 1,000-use burst's voucher")
-	fs.IntVar(&sale.Customers, "sale-customers", 15000, "customers of the 1,000-use burst")
-	fs.DurationVar(&sale.StatsWait, "stats-wait", 11*time.Second, "wait before reading Postgres commits after the 1,000-use burst")
+	cfg.Sale = BurstConfig{Label: "sale", PerUser: 1, Flash: true, Seed: 1}
+	fs.Float64Var(&cfg.Sale.Rate, "sale-rate", 5000, "rate of the 1,000-use burst (0: skip it)")
+	fs.DurationVar(&cfg.Sale.Duration, "sale-duration", 4*time.Second, "duration of the 1,000-use burst")
+	fs.IntVar(&cfg.Sale.Stock, "sale-stock", 1000, "uses of the 1,000-use burst's voucher")
+	fs.IntVar(&cfg.Sale.Customers, "sale-customers", 15000, "customers of the 1,000-use burst")
+	fs.DurationVar(&cfg.Sale.StatsWait, "stats-wait", 11*time.Second, "wait before reading Postgres commits after the 1,000-use burst")
 	attackFlags(fs, &cfg.Attack)
-	out := fs.String("out", "", "report directory (default loadtest/reports/compare-<timestamp>)")
-	binDir := fs.String("bin", "", "directory holding ledger and proxy")
-	token := fs.String("token", "dev-token", "LEDGER_TOKEN of the stack")
+	fs.StringVar(&c.Out, "out", "", "report directory (default loadtest/reports/compare-<timestamp>)")
+	fs.StringVar(&c.BinDir, "bin", "", "directory holding ledger and proxy")
+	fs.StringVar(&c.Token, "token", "dev-token", "LEDGER_TOKEN of the stack")
 	_ = fs.Parse(args)
 	cfg.Paths = strings.Split(*pathList, ",")
 	for _, p := range cfg.Paths {
 		if !slices.Contains(allPaths, p) {
-			return fmt.Errorf("unknown path %q (want some of %s)", p, strings.Join(allPaths, ","))
+			return c, fmt.Errorf("unknown path %q (want some of %s)", p, strings.Join(allPaths, ","))
 		}
 	}
-	sale.Retry, sale.Attack = cfg.Retry, cfg.Attack
-	cfg.Sale = sale
-	if *out == "" {
-		*out = defaultOut("compare")
+	cfg.Sale.Retry, cfg.Sale.Attack = cfg.Retry, cfg.Attack
+	if c.Out == "" {
+		c.Out = defaultOut("compare")
 	}
 	if cfg.Ladder.Factor <= 1 || cfg.Ladder.Start <= 0 || cfg.StepDuration <= 0 {
-		return errors.New("--start-rate and --step-duration must be positive and --factor above 1")
+		return c, errors.New("--start-rate and --step-duration must be positive and --factor above 1")
 	}
+	return c, nil
+}
 
+// runCompare is `loadtest compare`.
+func runCompare(ctx context.Context, args []string) error {
+	cmd, err := parseCompareFlags(args)
+	if err != nil {
+		return err
+	}
 	started := time.Now()
 	fmt.Println("starting a local stack...")
-	st, err := StartStack(StackOptions{BinDir: *binDir, Token: *token})
+	st, err := StartStack(StackOptions{BinDir: cmd.BinDir, Token: cmd.Token})
 	if err != nil {
 		return err
 	}
@@ -320,26 +313,48 @@ func runCompare(ctx context.Context, args []string) error {
 		return err
 	}
 	defer b.Close()
-	c := &comparer{cfg: cfg, log: os.Stdout, benches: map[string]*Bench{
-		pathStandard: b, pathFlash: b, pathSoldOut: b, pathGate: b,
-	}}
-	if slices.Contains(cfg.Paths, pathNoCoalesce) || slices.Contains(cfg.Paths, pathGateNoCo) {
+	c := &comparer{cfg: cmd.Config, log: os.Stdout}
+	stop, err := c.openPaths(st, b)
+	defer stop()
+	if err != nil {
+		return err
+	}
+	rep, err := c.run(ctx, b, started, cmd.Out)
+	if err != nil {
+		return err
+	}
+	return reportCompare(rep, c.failed, cmd.Out)
+}
+
+// openPaths gives each path the Bench its bursts go to, starting what a path
+// needs beyond the stack: a proxy without coalescing, the ceiling server.
+// stop stops what it started.
+func (c *comparer) openPaths(st *Stack, b *Bench) (stop func(), err error) {
+	stop = func() {}
+	c.benches = map[string]*Bench{pathStandard: b, pathFlash: b, pathSoldOut: b, pathGate: b}
+	if slices.Contains(c.cfg.Paths, pathNoCoalesce) || slices.Contains(c.cfg.Paths, pathGateNoCo) {
 		url, err := st.StartProxy("proxy-nocoalesce", "PROXY_COALESCE=off")
 		if err != nil {
-			return err
+			return stop, err
 		}
 		c.benches[pathNoCoalesce] = b.WithURL(url)
 		c.benches[pathGateNoCo] = b.WithURL(url)
 	}
-	if slices.Contains(cfg.Paths, pathCeiling) {
+	if slices.Contains(c.cfg.Paths, pathCeiling) {
 		ceil, err := startCeiling()
 		if err != nil {
-			return err
+			return stop, err
 		}
-		defer ceil.Stop()
+		stop = ceil.Stop
 		c.benches[pathCeiling] = BareBench(ceil.URL)
 	}
+	return stop, nil
+}
 
+// run measures every path, flash at 80% of its maximum and the sale; the
+// sale's own report goes into out/sale.
+func (c *comparer) run(ctx context.Context, b *Bench, started time.Time, out string) (*CompareReport, error) {
+	cfg := c.cfg
 	rep := &CompareReport{Started: started, CPUs: runtime.NumCPU(), LoadAvg: loadAvg(), StepDuration: cfg.StepDuration.Seconds(),
 		FixedRate: cfg.FixedRate, Sustain: fmt.Sprintf("errors <= %.2g%%, p99 <= %s, achieved >= %.0f%% of requested, invariants pass",
 			100*cfg.Sustain.MaxErrorRate, cfg.Sustain.MaxP99, 100*cfg.Sustain.MinAchieved)}
@@ -349,207 +364,50 @@ func runCompare(ctx context.Context, args []string) error {
 			paths = append(paths, p)
 		}
 	}
+	var err error
 	if rep.Paths, err = c.measureAll(ctx, paths); err != nil {
-		return err
+		return nil, err
 	}
 	if flash := rep.path(pathFlash); flash != nil && flash.MaxRate > 0 {
 		rate := flash.MaxRate * 0.8
 		fmt.Fprintf(c.log, "flash at 80%% of its max (%.0f/s):\n", rate)
-		_, r, err := c.burst(ctx, pathFlash, c.shape(pathFlash, rate, c.cfg.StepDuration))
+		_, r, err := c.burst(ctx, pathFlash, c.shape(pathFlash, rate, cfg.StepDuration))
 		if err != nil {
-			return err
+			return nil, err
 		}
 		rep.Flash80 = &r
 	}
 	if cfg.Sale.Rate > 0 {
-		fmt.Fprintf(c.log, "the %d-use sale: %d requests at %.0f/s, %d customers, %.0f%% retries (then %s for Postgres statistics)\n",
-			cfg.Sale.Stock, cfg.Sale.Requests(), cfg.Sale.Rate, cfg.Sale.Customers, 100*cfg.Sale.Retry, cfg.Sale.StatsWait)
-		s, err := RunBurst(ctx, b, cfg.Sale)
-		if err != nil {
-			return fmt.Errorf("sale: %w", err)
+		if rep.Sale, err = c.sale(ctx, b, filepath.Join(out, "sale")); err != nil {
+			return nil, err
 		}
-		PrintSummary(c.log, s)
-		if html, _, err := WriteReport(filepath.Join(*out, "sale"), s); err == nil {
-			fmt.Fprintf(c.log, "report:  %s\n", html)
-		} else {
-			return err
-		}
-		for _, ch := range s.Checks {
-			if !ch.Pass {
-				c.failed = append(c.failed, fmt.Sprintf("sale (%s): %s: %s", s.Code, ch.Name, ch.Detail))
-			}
-		}
-		rep.Sale = s
 	}
 	rep.finish(cfg)
 	rep.Seconds = time.Since(started).Seconds()
 	rep.Invariants = len(c.failed) == 0
-
-	var md strings.Builder
-	rep.Markdown(&md, c.failed)
-	fmt.Print("\n" + md.String())
-	if err := os.MkdirAll(*out, 0o755); err != nil {
-		return err
-	}
-	mdPath, jsPath := filepath.Join(*out, "compare.md"), filepath.Join(*out, "compare.json")
-	if err := os.WriteFile(mdPath, []byte(md.String()), 0o644); err != nil {
-		return err
-	}
-	if err := writeJSON(jsPath, rep); err != nil {
-		return err
-	}
-	fmt.Printf("\ncompare: %s\n         %s\n", mdPath, jsPath)
-	if len(c.failed) > 0 {
-		return fmt.Errorf("%d invariant failure(s)", len(c.failed))
-	}
-	return nil
+	return rep, nil
 }
 
-func (r *CompareReport) path(name string) *PathResult {
-	for _, p := range r.Paths {
-		if p.Name == name {
-			return p
+// sale runs the 1,000-use burst that measures commits per admitted order and
+// writes its report into dir.
+func (c *comparer) sale(ctx context.Context, b *Bench, dir string) (*Summary, error) {
+	sale := c.cfg.Sale
+	fmt.Fprintf(c.log, "the %d-use sale: %d requests at %.0f/s, %d customers, %.0f%% retries (then %s for Postgres statistics)\n",
+		sale.Stock, sale.Requests(), sale.Rate, sale.Customers, 100*sale.Retry, sale.StatsWait)
+	s, err := RunBurst(ctx, b, sale)
+	if err != nil {
+		return nil, fmt.Errorf("sale: %w", err)
+	}
+	PrintSummary(c.log, s)
+	html, _, err := WriteReport(dir, s)
+	if err != nil {
+		return nil, err
+	}
+	fmt.Fprintf(c.log, "report:  %s\n", html)
+	for _, ch := range s.Checks {
+		if !ch.Pass {
+			c.failed = append(c.failed, fmt.Sprintf("sale (%s): %s: %s", s.Code, ch.Name, ch.Detail))
 		}
 	}
-	return nil
-}
-
-// finish fills in the ratios and the targets.
-func (r *CompareReport) finish(cfg CompareConfig) {
-	ceil := r.path(pathCeiling)
-	for _, p := range r.Paths {
-		if ceil != nil && ceil.MaxRate > 0 {
-			p.Ratio = p.MaxRate / ceil.MaxRate
-		}
-	}
-	ratio := func(a, b string, want float64, name string) {
-		pa, pb := r.path(a), r.path(b)
-		if pa == nil || pb == nil {
-			return
-		}
-		if pb.MaxRate == 0 {
-			r.Targets = append(r.Targets, Target{Name: name, Got: fmt.Sprintf("%s sustained no rate tried", b), Pass: false})
-			return
-		}
-		got := pa.MaxRate / pb.MaxRate
-		r.Targets = append(r.Targets, Target{Name: name, Pass: got >= want,
-			Got: fmt.Sprintf("%.2f x (%.0f/s vs %.0f/s)", got, pa.MaxRate, pb.MaxRate)})
-	}
-	ratio(pathFlash, pathCeiling, 0.7, "flash (coalesced) >= 0.7 x ceiling")
-	ratio(pathGate, pathCeiling, 0.7, "flash gate (coalesced, refusals) >= 0.7 x ceiling")
-	ratio(pathGate, pathGateNoCo, 1, "flash gate: coalesced >= one script call per request")
-	ratio(pathSoldOut, pathCeiling, 0.9, "sold-out >= 0.9 x ceiling")
-	ratio(pathFlash, pathStandard, 20, "flash >= 20 x standard")
-	if s := r.Sale; s != nil && s.Commits != nil {
-		r.Targets = append(r.Targets, Target{Name: fmt.Sprintf("<= 0.1 commits per admitted (%d-use burst)", s.Stock),
-			Pass: s.Commits.PerAdmitted <= 0.1,
-			Got:  fmt.Sprintf("%.3f (%d commits / %d admitted)", s.Commits.PerAdmitted, s.Commits.Delta, s.AdmittedOrders)})
-	}
-	if f := r.Flash80; f != nil {
-		r.Targets = append(r.Targets, Target{Name: "p99 < 100 ms at 80% of flash max, invariants pass",
-			Pass: f.P99Ms < 100 && f.Invariants == "PASS" && f.ErrorRate <= cfg.Sustain.MaxErrorRate,
-			Got: fmt.Sprintf("p99 %.1f ms at %.0f/s (achieved %.0f/s, errors %.2f%%), invariants %s",
-				f.P99Ms, f.Rate, f.Achieved, 100*f.ErrorRate, f.Invariants)})
-	}
-}
-
-// Markdown writes the compare table, the targets and each path's steps.
-func (r *CompareReport) Markdown(w io.Writer, failed []string) {
-	fmt.Fprintf(w, "## flashgate compare (%s, %d CPUs, everything on this machine; load average %.1f at the start, %.0f s)\n\n",
-		r.Started.Format("2006-01-02 15:04"), r.CPUs, r.LoadAvg, r.Seconds)
-	fmt.Fprintf(w, "Sustained: %s; steps of %.1fs; fixed rate %.0f/s.\n\n", r.Sustain, r.StepDuration, r.FixedRate)
-	fixedHead := "p99 at a fixed rate (not run)"
-	if r.FixedRate > 0 {
-		fixedHead = fmt.Sprintf("p99 at %.0f/s", r.FixedRate)
-	}
-	fmt.Fprintf(w, "| path | max sustainable rate | p99 at max | %s | ratio to ceiling | stopped by |\n", fixedHead)
-	fmt.Fprintln(w, "| --- | ---: | ---: | ---: | ---: | --- |")
-	for _, p := range r.Paths {
-		maxRate, atMax := "none tried", "-"
-		if p.AtMax != nil {
-			maxRate = fmt.Sprintf("%.0f/s", p.MaxRate)
-			atMax = fmt.Sprintf("%.1f ms", p.AtMax.P99Ms)
-		}
-		fixed := "-"
-		if f := p.Fixed; f != nil {
-			fixed = fmt.Sprintf("%.1f ms", f.P99Ms)
-			if !f.Sustained {
-				fixed += " (" + f.Why + ")"
-			}
-		}
-		ratio := "-"
-		if p.Ratio > 0 {
-			ratio = fmt.Sprintf("%.2f", p.Ratio)
-		}
-		fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s |\n", p.Name, maxRate, atMax, fixed, ratio, p.stoppedBy())
-	}
-	if len(r.Targets) > 0 {
-		fmt.Fprintln(w, "\n| target | measured | |\n| --- | --- | --- |")
-		for _, t := range r.Targets {
-			mark := "met"
-			if !t.Pass {
-				mark = "MISSED"
-			}
-			fmt.Fprintf(w, "| %s | %s | %s |\n", t.Name, t.Got, mark)
-		}
-	}
-	if s := r.Sale; s != nil {
-		fmt.Fprintf(w, "\nThe %d-use sale: %d requests at %.0f/s (achieved %.0f/s), %d admitted, p99 %.1f ms (201s: p99 %.1f ms), errors %d, invariants %s",
-			s.Stock, s.Requests, s.RequestedRate, s.AchievedRate, s.AdmittedOrders, s.All.P99, s.Admitted.P99, s.Errors, verdict(s.Pass))
-		if c := s.Commits; c != nil {
-			fmt.Fprintf(w, ", %d Postgres commits = %.3f per admitted", c.Delta, c.PerAdmitted)
-		}
-		fmt.Fprintln(w, ".")
-	}
-	fmt.Fprintln(w, "\nSteps (rate: achieved, p99, errors, CPUs used by load generator/flashgate stack/other processes, invariants; x = not sustained):")
-	fmt.Fprintln(w)
-	for _, p := range r.Paths {
-		var parts []string
-		for _, s := range append(slices.Clone(p.Steps), derefSteps(p.Fixed)...) {
-			mark := ""
-			if !s.Sustained {
-				mark = " x"
-			}
-			cpu := ""
-			if u := s.CPU; u != nil {
-				cpu = fmt.Sprintf(", %.2f/%.2f/%.2f", u.GeneratorCores, u.StackCores, u.OtherCores)
-			}
-			parts = append(parts, fmt.Sprintf("%.0f: %.0f, %.1fms, %.1f%%%s, %s%s", s.Rate, s.Achieved, s.P99Ms, 100*s.ErrorRate, cpu, s.Invariants, mark))
-		}
-		fmt.Fprintf(w, "- %s (%s): %s\n", p.Name, p.Note, strings.Join(parts, "; "))
-	}
-	if len(failed) == 0 {
-		fmt.Fprintln(w, "\nInvariants: PASS after every burst.")
-		return
-	}
-	fmt.Fprintln(w, "\nInvariants: FAILED")
-	for _, f := range failed {
-		fmt.Fprintf(w, "- %s\n", f)
-	}
-}
-
-// stoppedBy says what bounded the ladder: the lowest rate above the maximum
-// that was not sustained (on its last run), or the step limit.
-func (p *PathResult) stoppedBy() string {
-	var bound *StepResult
-	for i := range p.Steps {
-		s := &p.Steps[i]
-		if s.Rate > p.MaxRate && (bound == nil || s.Rate <= bound.Rate) {
-			bound = s
-		}
-	}
-	switch {
-	case bound != nil && !bound.Sustained:
-		return fmt.Sprintf("%.0f/s: %s", bound.Rate, bound.Why)
-	case p.MaxRate == 0:
-		return "floor rate"
-	}
-	return "max steps"
-}
-
-func derefSteps(s *StepResult) []StepResult {
-	if s == nil {
-		return nil
-	}
-	return []StepResult{*s}
+	return s, nil
 }

@@ -157,30 +157,32 @@ func statusLine(m map[string]int) string {
 // WriteReport writes report.html and summary.json for s into dir and returns
 // their paths.
 func WriteReport(dir string, s *Summary) (htmlPath, jsonPath string, err error) {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return "", "", err
-	}
-	jsonPath = filepath.Join(dir, "summary.json")
-	if err := writeJSON(jsonPath, s); err != nil {
-		return "", "", err
-	}
 	var page bytes.Buffer
 	if err := renderReport(&page, s); err != nil {
 		return "", "", err
 	}
-	htmlPath = filepath.Join(dir, "report.html")
-	if err := os.WriteFile(htmlPath, page.Bytes(), 0o644); err != nil {
-		return "", "", err
-	}
-	return htmlPath, jsonPath, nil
+	return writeReportFiles(dir, "report.html", page.Bytes(), "summary.json", s)
 }
 
-func writeJSON(path string, v any) error {
-	b, err := json.MarshalIndent(v, "", "  ")
-	if err != nil {
-		return err
+// writeReportFiles is how every command leaves its report: into dir (made if
+// missing) the page for people, pageName (HTML or markdown), and beside it v as
+// indented JSON, jsonName, for programs. It returns both paths.
+func writeReportFiles(dir, pageName string, page []byte, jsonName string, v any) (pagePath, jsonPath string, err error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", "", err
 	}
-	return os.WriteFile(path, append(b, '\n'), 0o644)
+	raw, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return "", "", err
+	}
+	jsonPath, pagePath = filepath.Join(dir, jsonName), filepath.Join(dir, pageName)
+	if err := os.WriteFile(jsonPath, append(raw, '\n'), 0o644); err != nil {
+		return "", "", err
+	}
+	if err := os.WriteFile(pagePath, page, 0o644); err != nil {
+		return "", "", err
+	}
+	return pagePath, jsonPath, nil
 }
 
 // latencyPlot renders vegeta's latency-over-time plot (a whole HTML page) of
