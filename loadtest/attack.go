@@ -132,6 +132,12 @@ func (p countedPacer) Pace(elapsed time.Duration, hits uint64) (time.Duration, b
 	return p.ConstantPacer.Pace(elapsed, hits)
 }
 
+// reserveURL is where a reserve of voucher code is POSTed on base, the URL of
+// a proxy (or of the ceiling server).
+func reserveURL(base, code string) string {
+	return base + "/vouchers/" + code + "/reservations"
+}
+
 func reserveBody(o Order, amount int64) []byte {
 	b := make([]byte, 0, 96)
 	b = append(b, `{"customerId":`...)

@@ -22,12 +22,12 @@ import (
 // ceilingHandler is the HTTP ceiling: a bare gin engine that decodes and
 // validates the reserve body exactly as the proxy does and answers a fixed 409
 // OUT_OF_STOCK. No middleware, no Redis, no ledger: nothing the proxy does on
-// its fastest path (the sold-out flag) can be cheaper than this.
+// its fastest path (the sold-out flag) can be cheaper than this. gin's mode is
+// the caller's to set (runCeiling sets release mode).
 func ceilingHandler() http.Handler {
-	gin.SetMode(gin.ReleaseMode)
 	r := gin.New()
 	r.GET("/healthz", func(c *gin.Context) { c.JSON(http.StatusOK, gin.H{"status": "ok"}) })
-	r.POST("/vouchers/:code/reservations", func(c *gin.Context) {
+	r.POST(reserveURL("", ":code"), func(c *gin.Context) {
 		var req voucher.ReserveRequest
 		if err := httpx.BindJSON(c, &req); err != nil {
 			httpx.WriteError(c, err)
@@ -50,6 +50,7 @@ func runCeiling(ctx context.Context, args []string) error {
 	addr := fs.String("addr", "127.0.0.1:8090", "listen address")
 	_ = fs.Parse(args)
 
+	gin.SetMode(gin.ReleaseMode)
 	srv := httpx.NewServer(*addr, ceilingHandler())
 	errc := make(chan error, 1)
 	go func() { errc <- srv.ListenAndServe() }()

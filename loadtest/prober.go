@@ -24,7 +24,7 @@ type prober struct {
 
 func newProber(proxyURL, code string, bound time.Duration) *prober {
 	return &prober{
-		url: proxyURL + "/vouchers/" + code + "/reservations", code: code, bound: bound,
+		url: reserveURL(proxyURL, code), code: code, bound: bound,
 		client: &http.Client{Timeout: probeTimeout}, done: make(chan struct{}),
 	}
 }

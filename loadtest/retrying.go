@@ -35,7 +35,7 @@ const (
 
 func newRetryingClients(proxyURL, code string, firstCustomer int64, timeout time.Duration) *retryingClients {
 	return &retryingClients{
-		url: proxyURL + "/vouchers/" + code + "/reservations", code: code, firstCustomer: firstCustomer,
+		url: reserveURL(proxyURL, code), code: code, firstCustomer: firstCustomer,
 		client: &http.Client{Timeout: timeout, Transport: &http.Transport{MaxIdleConnsPerHost: 256}},
 	}
 }
