@@ -219,6 +219,38 @@ func (b *Bench) DBState(ctx context.Context, code string) (DBState, error) {
 	return d, nil
 }
 
+// outcome reads spec's voucher back after a burst, from the database and, for
+// a flash voucher, from Redis, beside what the clients were told.
+func (b *Bench) outcome(ctx context.Context, spec VoucherSpec, plan Plan, shots []Shot) (Outcome, error) {
+	o := Outcome{Spec: spec, Plan: plan, Shots: shots}
+	for _, s := range shots {
+		if s.Failed() {
+			o.Errors++
+		}
+	}
+	var err error
+	if o.DB, err = b.DBState(ctx, spec.Code); err != nil {
+		return o, err
+	}
+	if !spec.Flash {
+		return o, nil
+	}
+	st, loaded, err := b.RedisState(ctx, spec.Code)
+	if err != nil {
+		return o, err
+	}
+	if loaded {
+		o.Redis = &st
+	}
+	return o, nil
+}
+
+// summary is d as a report shows it.
+func (d DBState) summary() *DBSummary {
+	return &DBSummary{TotalLimit: d.TotalLimit, Used: d.Used, Active: len(d.Active),
+		Remaining: d.TotalLimit - d.Used, ByStatus: d.ByStatus}
+}
+
 // RedisState reads code's counter and admitted orders from the gate.
 func (b *Bench) RedisState(ctx context.Context, code string) (gate.State, bool, error) {
 	return b.gate.State(ctx, code)

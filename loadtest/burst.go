@@ -35,8 +35,11 @@ type BurstConfig struct {
 }
 
 // Requests is how many requests the burst sends.
-func (c BurstConfig) Requests() int {
-	return max(int(math.Round(c.Rate*c.Duration.Seconds())), 1)
+func (c BurstConfig) Requests() int { return requestCount(c.Rate, c.Duration) }
+
+// requestCount is how many requests a burst at rate for d sends: at least one.
+func requestCount(rate float64, d time.Duration) int {
+	return max(int(math.Round(rate*d.Seconds())), 1)
 }
 
 // RunBurst creates a fresh voucher, fires the burst at b.URL and, when b has a
@@ -63,7 +66,7 @@ func RunBurst(ctx context.Context, b *Bench, cfg BurstConfig) (*Summary, error) 
 		}
 	}
 
-	url := b.URL + "/vouchers/" + spec.Code + "/reservations"
+	url := reserveURL(b.URL, spec.Code)
 	load, cpu0 := loadAvg(), readCPU()
 	v := Fire(ctx, url, plan, orderAmount, cfg.Rate, cfg.Attack)
 	cpu1 := readCPU()
@@ -77,46 +80,41 @@ func RunBurst(ctx context.Context, b *Bench, cfg BurstConfig) (*Summary, error) 
 		return s, nil
 	}
 
-	o := Outcome{Spec: spec, Plan: plan, Shots: v.Shots, Errors: s.Errors}
-	var err error
-	if o.DB, err = b.DBState(ctx, spec.Code); err != nil {
+	o, err := b.outcome(ctx, spec, plan, v.Shots)
+	if err != nil {
 		return nil, err
 	}
-	if spec.Flash {
-		st, loaded, err := b.RedisState(ctx, spec.Code)
-		if err != nil {
-			return nil, err
-		}
-		if loaded {
-			o.Redis = &st
-			s.RedisRemaining = &st.Remaining
-		}
-	}
-	s.DB = &DBSummary{TotalLimit: o.DB.TotalLimit, Used: o.DB.Used, Active: len(o.DB.Active),
-		Remaining: o.DB.TotalLimit - o.DB.Used, ByStatus: o.DB.ByStatus}
+	s.DB, s.RedisRemaining = o.DB.summary(), o.redisRemaining()
 	s.Checks = Checks(o)
 	s.Pass = Passed(s.Checks)
-
 	if cfg.StatsWait > 0 {
-		select {
-		case <-time.After(cfg.StatsWait):
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		}
-		after, err := b.Commits(ctx)
-		if err != nil {
+		if s.Commits, err = b.commitsSince(ctx, before, cfg.StatsWait, s.AdmittedOrders); err != nil {
 			return nil, err
 		}
-		// The delta holds the harness's own read-only transactions too: the
-		// first xact_commit read and the two reads of DBState.
-		const harnessReads = 3
-		c := &Commits{Delta: max(after-before-harnessReads, 0), WaitedSeconds: cfg.StatsWait.Seconds()}
-		if s.AdmittedOrders > 0 {
-			c.PerAdmitted = float64(c.Delta) / float64(s.AdmittedOrders)
-		}
-		s.Commits = c
 	}
 	return s, nil
+}
+
+// commitsSince waits for the backends to publish their counters and returns
+// the commits since before, per admitted order.
+func (b *Bench) commitsSince(ctx context.Context, before int64, wait time.Duration, admitted int) (*Commits, error) {
+	select {
+	case <-time.After(wait):
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	after, err := b.Commits(ctx)
+	if err != nil {
+		return nil, err
+	}
+	// The delta holds the harness's own read-only transactions too: the
+	// first xact_commit read and the two reads of DBState.
+	const harnessReads = 3
+	c := &Commits{Delta: max(after-before-harnessReads, 0), WaitedSeconds: wait.Seconds()}
+	if admitted > 0 {
+		c.PerAdmitted = float64(c.Delta) / float64(admitted)
+	}
+	return c, nil
 }
 
 // codePrefix makes a label fit a voucher code: letters, digits and '-', short.
@@ -229,10 +227,20 @@ func defaultOut(name string) string {
 	return filepath.Join("loadtest", "reports", name+"-"+time.Now().Format("20060102-150405"))
 }
 
-// runBurstCmd is `loadtest burst`.
-func runBurstCmd(ctx context.Context, args []string) error {
+// burstCmd is `loadtest burst` (or `loadtest demo`) as its flags ask for it.
+type burstCmd struct {
+	Config BurstConfig
+	Target Endpoints    // a running stack; no ProxyURL: start Stack
+	Stack  StackOptions // the local stack
+	Warmup time.Duration
+	Out    string // the report directory
+}
+
+// parseBurstFlags reads `loadtest burst`'s flags.
+func parseBurstFlags(args []string) (burstCmd, error) {
 	fs := flag.NewFlagSet("burst", flag.ExitOnError)
-	cfg := BurstConfig{Label: "burst"}
+	c := burstCmd{Config: BurstConfig{Label: "burst"}}
+	cfg := &c.Config
 	fs.Float64Var(&cfg.Rate, "rate", 5000, "requests per second (constant arrival rate)")
 	fs.DurationVar(&cfg.Duration, "duration", 4*time.Second, "how long to send")
 	fs.IntVar(&cfg.Stock, "stock", 1000, "the voucher's uses (totalLimit)")
@@ -244,56 +252,71 @@ func runBurstCmd(ctx context.Context, args []string) error {
 	fs.DurationVar(&cfg.StatsWait, "stats-wait", 11*time.Second,
 		"wait this long after the burst before reading Postgres commits (0: do not measure commits)")
 	attackFlags(fs, &cfg.Attack)
-	target := fs.String("target", "", "proxy URL of a running stack (default: start a local stack and stop it at the end)")
-	ledger := fs.String("ledger", "", "ledger URL, with --target")
-	dbURL := fs.String("database-url", "", "DATABASE_URL, with --target")
-	redisURL := fs.String("redis-url", "", "REDIS_URL, with --target")
-	token := fs.String("token", "dev-token", "ledger admin token (LEDGER_TOKEN)")
-	warmup := fs.Duration("warmup", 0, "first an unmeasured burst of this long that admits every order on another voucher (warms a fresh stack)")
-	out := fs.String("out", "", "report directory (default loadtest/reports/burst-<timestamp>)")
-	binDir := fs.String("bin", "", "directory holding ledger and proxy, for the local stack")
+	fs.StringVar(&c.Target.ProxyURL, "target", "", "proxy URL of a running stack (default: start a local stack and stop it at the end)")
+	fs.StringVar(&c.Target.LedgerURL, "ledger", "", "ledger URL, with --target")
+	fs.StringVar(&c.Target.DBURL, "database-url", "", "DATABASE_URL, with --target")
+	fs.StringVar(&c.Target.RedisURL, "redis-url", "", "REDIS_URL, with --target")
+	fs.StringVar(&c.Target.Token, "token", "dev-token", "ledger admin token (LEDGER_TOKEN)")
+	fs.DurationVar(&c.Warmup, "warmup", 0, "first an unmeasured burst of this long that admits every order on another voucher (warms a fresh stack)")
+	fs.StringVar(&c.Out, "out", "", "report directory (default loadtest/reports/burst-<timestamp>)")
+	fs.StringVar(&c.Stack.BinDir, "bin", "", "directory holding ledger and proxy, for the local stack")
 	var env multiFlag
 	fs.Var(&env, "env", "extra proxy environment for the local stack, e.g. PROXY_COALESCE=off (repeatable)")
 	_ = fs.Parse(args)
-	if *out == "" {
-		*out = defaultOut("burst")
+	if c.Out == "" {
+		c.Out = defaultOut("burst")
 	}
+	c.Stack.Token, c.Stack.ProxyEnv = c.Target.Token, env
+	if c.Target.ProxyURL != "" && len(env) > 0 {
+		return c, errors.New("--env applies to the local stack only; set it on the running proxy instead")
+	}
+	return c, nil
+}
 
-	e := Endpoints{ProxyURL: *target, LedgerURL: *ledger, DBURL: *dbURL, RedisURL: *redisURL, Token: *token}
-	if *target == "" {
+// runBurstCmd is `loadtest burst`.
+func runBurstCmd(ctx context.Context, args []string) error {
+	c, err := parseBurstFlags(args)
+	if err != nil {
+		return err
+	}
+	e := c.Target
+	if e.ProxyURL == "" {
 		fmt.Println("starting a local stack...")
-		st, err := StartStack(StackOptions{BinDir: *binDir, Token: *token, ProxyEnv: env})
+		st, err := StartStack(c.Stack)
 		if err != nil {
 			return err
 		}
 		defer st.Stop()
 		e = st.Endpoints()
-	} else if len(env) > 0 {
-		return errors.New("--env applies to the local stack only; set it on the running proxy instead")
 	}
-	return burstAndReport(ctx, e, cfg, *warmup, *out)
-}
-
-// burstAndReport runs one checked burst against e, prints it and writes its
-// report into out. It fails when an invariant does. A warm-up > 0 first runs
-// an unmeasured burst that admits every order on another voucher.
-func burstAndReport(ctx context.Context, e Endpoints, cfg BurstConfig, warmup time.Duration, out string) error {
-	b, err := OpenBench(ctx, e)
+	s, err := burstOn(ctx, e, c.Config, c.Warmup)
 	if err != nil {
 		return err
+	}
+	return reportBurst(s, c.Out)
+}
+
+// burstOn runs one checked burst against e. A warm-up > 0 first runs an
+// unmeasured burst that admits every order on another voucher.
+func burstOn(ctx context.Context, e Endpoints, cfg BurstConfig, warmup time.Duration) (*Summary, error) {
+	b, err := OpenBench(ctx, e)
+	if err != nil {
+		return nil, err
 	}
 	defer b.Close()
 	if warmup > 0 {
 		if err := warmUp(ctx, b, cfg, warmup); err != nil {
-			return err
+			return nil, err
 		}
 	}
 	fmt.Printf("burst: %d requests at %.0f/s for %s against %s...\n", cfg.Requests(), cfg.Rate, cfg.Duration, e.ProxyURL)
-	s, err := RunBurst(ctx, b, cfg)
-	if err != nil {
-		return err
-	}
-	html, js, err := WriteReport(out, s)
+	return RunBurst(ctx, b, cfg)
+}
+
+// reportBurst writes the burst's report into dir and prints it. It fails
+// when an invariant did.
+func reportBurst(s *Summary, dir string) error {
+	html, js, err := WriteReport(dir, s)
 	if err != nil {
 		return err
 	}

@@ -17,6 +17,40 @@ const (
 	checkSettled   = "Redis = DB, exactly, on its own"
 )
 
+// fast503Check: while the fault lasted, the system said "unavailable" fast
+// instead of holding the clients.
+func (res *ChaosResult) fast503Check(bound time.Duration) Check {
+	return Check{Name: checkFast503,
+		Pass: res.DuringFault503 == 0 || res.DuringFault503P99 <= float64(bound.Milliseconds()),
+		Detail: fmt.Sprintf("%d answers 503 to requests sent while the fault lasted: p99 %.0f ms, max %.0f ms (bound: p99 within %s); %d requests sent meanwhile answered 201",
+			res.DuringFault503, res.DuringFault503P99, res.DuringFault503Max, bound, res.DuringFault201)}
+}
+
+// recoveredCheck: reserves were answered again within bound of the fault's
+// end; duringFault is how many probes were sent while it lasted.
+func (res *ChaosResult) recoveredCheck(bound time.Duration, duringFault int) Check {
+	rec := fmt.Sprintf("never (probed for %s after the fault)", bound)
+	if res.RecoverySeconds >= 0 {
+		rec = fmt.Sprintf("%.2f s", res.RecoverySeconds)
+	}
+	return Check{Name: checkRecovered, Pass: res.RecoverySeconds >= 0 && res.RecoverySeconds <= res.RecoveryBound,
+		Detail: fmt.Sprintf("%d probes in a row answered %s after the fault ended (bound %s); %d probes, %d of them while the fault lasted",
+			probesInARow, rec, bound, res.Probes, duringFault)}
+}
+
+// settledCheck: Redis came to agree with the database on its own, within
+// bound of the last request; quiet is the last request's time after the
+// fault's end.
+func (res *ChaosResult) settledCheck(bound, quiet time.Duration) Check {
+	set := fmt.Sprintf("never within %s", bound)
+	if res.SettleSeconds >= 0 {
+		set = fmt.Sprintf("%.2f s", res.SettleSeconds)
+	}
+	return Check{Name: checkSettled, Pass: res.SettleSeconds >= 0,
+		Detail: fmt.Sprintf("remaining and held orders equal on both vouchers %s after the last request (%.2f s after the fault ended; bound %s)%s",
+			set, quiet.Seconds()+max(res.SettleSeconds, 0), bound, suffix(res.SettleDetail))}
+}
+
 func suffix(s string) string {
 	if s == "" {
 		return ""
@@ -35,26 +69,11 @@ type judged struct {
 // Checks), with "retries answered alike" made aware of time, plus an exact
 // per-customer count. name prefixes every check's name.
 func chaosChecks(ctx context.Context, b *Bench, spec VoucherSpec, plan Plan, shots []Shot, name string) (judged, error) {
-	o := Outcome{Spec: spec, Plan: plan, Shots: shots}
-	for _, s := range shots {
-		if s.Failed() {
-			o.Errors++
-		}
-	}
-	var err error
-	if o.DB, err = b.DBState(ctx, spec.Code); err != nil {
-		return judged{}, err
-	}
-	j := judged{db: &DBSummary{TotalLimit: o.DB.TotalLimit, Used: o.DB.Used, Active: len(o.DB.Active),
-		Remaining: o.DB.TotalLimit - o.DB.Used, ByStatus: o.DB.ByStatus}}
-	st, loaded, err := b.RedisState(ctx, spec.Code)
+	o, err := b.outcome(ctx, spec, plan, shots)
 	if err != nil {
 		return judged{}, err
 	}
-	if loaded {
-		o.Redis = &st
-		j.redisRemaining = &st.Remaining
-	}
+	j := judged{db: o.DB.summary(), redisRemaining: o.redisRemaining()}
 	for _, c := range Checks(o) {
 		if c.Name == "retries answered alike" {
 			c = retriesAnsweredAlike(o)

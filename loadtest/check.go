@@ -64,11 +64,6 @@ func Checks(o Outcome) []Check {
 	v := viewOf(o.Plan, o.Shots)
 	admitted, e := len(v.admitted), o.Errors
 	active := len(o.DB.Active)
-	var cs []Check
-	add := func(name string, pass bool, format string, args ...any) {
-		cs = append(cs, Check{Name: name, Pass: pass, Detail: fmt.Sprintf(format, args...)})
-	}
-	within := func(got, lo, hi int) bool { return lo <= got && got <= hi }
 	tolerance := ""
 	if e > 0 {
 		tolerance = fmt.Sprintf(" (%d failed requests: checked as a bound)", e)
@@ -76,20 +71,44 @@ func Checks(o Outcome) []Check {
 
 	demand := o.Plan.Demand(o.Spec.PerUser)
 	want := min(o.Spec.Stock, demand)
-	add("admitted = min(stock, demand)", within(admitted, want-e, want),
-		"%d orders admitted (answered 201), want %d = min(stock %d, demand %d)%s",
-		admitted, want, o.Spec.Stock, demand, tolerance)
+	cs := []Check{
+		check("admitted = min(stock, demand)", within(admitted, want-e, want),
+			"%d orders admitted (answered 201), want %d = min(stock %d, demand %d)%s",
+			admitted, want, o.Spec.Stock, demand, tolerance),
+		check("no oversell", o.DB.Used <= o.DB.TotalLimit && active <= o.DB.TotalLimit && admitted <= o.Spec.Stock,
+			"used_count %d, active rows %d, admitted %d, total_limit %d",
+			o.DB.Used, active, admitted, o.DB.TotalLimit),
+		check("DB active rows = admitted", within(active, admitted, admitted+e),
+			"%d RESERVED/CONFIRMED rows, %d orders answered 201%s", active, admitted, tolerance),
+		check("used_count = active rows", o.DB.Used == active,
+			"used_count %d, active rows %d (rows by status: %s)", o.DB.Used, active, statusList(o.DB.ByStatus)),
+		customerLimitCheck(o, v),
+		rowsCheck(o, v),
+	}
 
-	add("no oversell", o.DB.Used <= o.DB.TotalLimit && active <= o.DB.TotalLimit && admitted <= o.Spec.Stock,
-		"used_count %d, active rows %d, admitted %d, total_limit %d",
-		o.DB.Used, active, admitted, o.DB.TotalLimit)
+	var mixed []string
+	for ord := range v.admitted {
+		if v.refused[ord] {
+			mixed = append(mixed, o.Plan.Orders[ord].ID)
+		}
+	}
+	cs = append(cs, check("retries answered alike", len(mixed) == 0,
+		"%d retries; %d orders got both a 201 and a refusal%s", o.Plan.Retries, len(mixed), sample(mixed)))
+	if o.Spec.Flash {
+		cs = append(cs, redisCheck(o, tolerance))
+	}
+	return cs
+}
 
-	add("DB active rows = admitted", within(active, admitted, admitted+e),
-		"%d RESERVED/CONFIRMED rows, %d orders answered 201%s", active, admitted, tolerance)
+func check(name string, pass bool, format string, args ...any) Check {
+	return Check{Name: name, Pass: pass, Detail: fmt.Sprintf(format, args...)}
+}
 
-	add("used_count = active rows", o.DB.Used == active,
-		"used_count %d, active rows %d (rows by status: %s)", o.DB.Used, active, statusList(o.DB.ByStatus))
+func within(got, lo, hi int) bool { return lo <= got && got <= hi }
 
+// customerLimitCheck: no customer holds more uses than the per-user limit, in
+// the rows, in voucher_customer_usage or in the answers.
+func customerLimitCheck(o Outcome, v clientView) Check {
 	perDB := map[int64]int{}
 	for _, c := range o.DB.Active {
 		perDB[c]++
@@ -99,11 +118,15 @@ func Checks(o Outcome) []Check {
 		perClient[o.Plan.Orders[ord].Customer]++
 	}
 	maxDB, maxClient := maxValue(perDB), maxValue(perClient)
-	add("no customer above its limit",
+	return check("no customer above its limit",
 		maxDB <= o.Spec.PerUser && maxClient <= o.Spec.PerUser && o.DB.MaxUsage <= o.Spec.PerUser,
 		"most uses per customer: %d in rows, %d in voucher_customer_usage, %d answered 201; limit %d",
 		maxDB, o.DB.MaxUsage, maxClient, o.Spec.PerUser)
+}
 
+// rowsCheck: every order answered 201, and every orderId a 201 body named,
+// has an active row for the same order and customer.
+func rowsCheck(o Outcome, v clientView) Check {
 	var missing []string
 	for ord := range v.admitted {
 		want := o.Plan.Orders[ord]
@@ -117,34 +140,34 @@ func Checks(o Outcome) []Check {
 		}
 	}
 	missing = append(missing, v.wrongBody...)
-	add("every 201 has its DB row", len(missing) == 0,
+	return check("every 201 has its DB row", len(missing) == 0,
 		"%d answers 201 for %d orders; %d without an active row for the same order and customer%s",
-		len(v.bodies201), admitted, len(missing), sample(missing))
+		len(v.bodies201), len(v.admitted), len(missing), sample(missing))
+}
 
-	var mixed []string
-	for ord := range v.admitted {
-		if v.refused[ord] {
-			mixed = append(mixed, o.Plan.Orders[ord].ID)
-		}
+// redisCheck: a flash voucher's Redis counter and orders agree with the
+// database, within the failed requests.
+func redisCheck(o Outcome, tolerance string) Check {
+	const name = "Redis remaining = DB remaining"
+	if o.Redis == nil {
+		return check(name, false, "the voucher is not loaded in Redis")
 	}
-	add("retries answered alike", len(mixed) == 0,
-		"%d retries; %d orders got both a 201 and a refusal%s", o.Plan.Retries, len(mixed), sample(mixed))
+	// A failed request may leave an admission in Redis whose row was never
+	// written (until the reconciler frees it): Redis may then be lower.
+	dbRemaining, active, e := o.DB.TotalLimit-o.DB.Used, len(o.DB.Active), o.Errors
+	r, orders := int(o.Redis.Remaining), len(o.Redis.Orders)
+	return check(name, within(r, dbRemaining-e, dbRemaining) && within(orders, active, active+e),
+		"Redis remaining %d, DB remaining %d (total_limit - used_count); orders in Redis %d, active rows %d%s",
+		r, dbRemaining, orders, active, tolerance)
+}
 
-	if o.Spec.Flash {
-		dbRemaining := o.DB.TotalLimit - o.DB.Used
-		if o.Redis == nil {
-			add("Redis remaining = DB remaining", false, "the voucher is not loaded in Redis")
-		} else {
-			// A failed request may leave an admission in Redis whose row was never
-			// written (until the reconciler frees it): Redis may then be lower.
-			r, orders := int(o.Redis.Remaining), len(o.Redis.Orders)
-			add("Redis remaining = DB remaining",
-				within(r, dbRemaining-e, dbRemaining) && within(orders, active, active+e),
-				"Redis remaining %d, DB remaining %d (total_limit - used_count); orders in Redis %d, active rows %d%s",
-				r, dbRemaining, orders, active, tolerance)
-		}
+// redisRemaining is what Redis holds as remaining, or nil when the voucher is
+// not loaded there.
+func (o Outcome) redisRemaining() *int64 {
+	if o.Redis == nil {
+		return nil
 	}
-	return cs
+	return &o.Redis.Remaining
 }
 
 // Passed reports whether every check passed.
