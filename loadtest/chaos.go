@@ -5,10 +5,9 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"math"
+	"io"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"time"
 
@@ -47,7 +46,7 @@ type ChaosConfig struct {
 	Fast503       time.Duration // while the fault lasts, p99 of the 503 answers stays within this
 	Seed          uint64
 	Attack        AttackOptions
-	ServiceLog    *os.File // where the services write their output; nil: stderr
+	ServiceLog    io.Writer // where the services write their output; nil: stderr
 }
 
 // DefaultChaos is `loadtest chaos` without flags: a rate this 2-core machine
@@ -67,7 +66,7 @@ var ShortChaos = func() ChaosConfig {
 }()
 
 // requests is how many requests each scenario's burst sends.
-func (c ChaosConfig) requests() int { return max(int(math.Round(c.Rate*c.Duration.Seconds())), 1) }
+func (c ChaosConfig) requests() int { return requestCount(c.Rate, c.Duration) }
 
 // RunScenario runs sc under a burst on a system of its own and judges it:
 // invariants against the database and Redis, and recovery within the bounds.
@@ -78,107 +77,19 @@ func RunScenario(ctx context.Context, pg *devstack.Postgres, sc Scenario, cfg Ch
 	}
 	defer r.Close(ctx)
 
-	n := cfg.requests()
-	stock := cfg.Stock
-	if stock <= 0 {
-		stock = max(n*3/10, 1)
+	t, err := newTraffic(ctx, r.bench, sc.Name, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", sc.Name, err)
 	}
-	spec := VoucherSpec{Code: newCode(codePrefix(sc.Name)), Stock: stock, PerUser: 1, Flash: true}
-	probeSpec := VoucherSpec{Code: newCode("probe"), Stock: probeStock, PerUser: 1, Flash: true}
-	for _, v := range []VoucherSpec{spec, probeSpec} {
-		if err := r.bench.CreateVoucher(ctx, v); err != nil {
-			return nil, fmt.Errorf("%s: %w", sc.Name, err)
-		}
-	}
-	// Customers below the order count: some order twice and meet their limit.
-	customers := max(n*7/10, 1)
-	plan := NewPlan(spec.Code, Crowd{Requests: n, Customers: customers, Retry: 0.10, Seed: cfg.Seed})
-
-	volley := make(chan Volley, 1)
-	rc := newRetryingClients(r.st.ProxyURL, spec.Code, int64(customers)+1, cfg.Attack.Timeout)
-	retried := make(chan struct{})
-	start := time.Now()
-	go func() {
-		volley <- Fire(ctx, r.st.ProxyURL+"/vouchers/"+spec.Code+"/reservations", plan, orderAmount, cfg.Rate, cfg.Attack)
-	}()
-	go func() {
-		defer close(retried)
-		rc.run(ctx, cfg.Rate*retryingShare, cfg.Duration)
-	}()
-	sleepCtx(ctx, time.Until(start.Add(cfg.FaultAt)))
-
-	pr := newProber(r.st.ProxyURL, probeSpec.Code, cfg.RecoveryBound)
-	go pr.run(ctx)
-	faultStart := time.Now()
-	end, faultErr := sc.Inject(ctx, r, cfg.FaultFor)
-	if faultErr == nil && end != nil {
-		sleepCtx(ctx, time.Until(faultStart.Add(cfg.FaultFor)))
-		faultErr = end()
-	}
-	faultEnd := time.Now()
-	pr.faultEnded(faultEnd)
-	v := <-volley
-	<-retried
-	probes := pr.wait()
-	if faultErr != nil {
-		return nil, fmt.Errorf("%s: inject the fault: %w", sc.Name, faultErr)
-	}
-	if err := ctx.Err(); err != nil {
+	if err := t.drive(ctx, r, sc, cfg); err != nil {
 		return nil, err
 	}
-
 	quiet := time.Now()
-	settled, settleDetail := waitSettled(ctx, r.bench, cfg.SettleBound, spec.Code, probeSpec.Code)
-
-	res := &ChaosResult{
-		Scenario: sc.Name, Fault: sc.Describe(cfg.FaultFor), Code: spec.Code, ProbeCode: probeSpec.Code, Stock: stock,
-		FaultAt: faultStart.Sub(start).Seconds(), FaultSeconds: faultEnd.Sub(faultStart).Seconds(),
-		Rate: cfg.Rate, Probes: len(probes), Statuses: map[string]int{},
-		RecoveryBound: cfg.RecoveryBound.Seconds(), SettleBound: cfg.SettleBound.Seconds(),
-		RecoverySeconds: -1, SettleSeconds: -1, SettleDetail: settleDetail,
-	}
-	_, rcShots := rc.merge(Plan{}, nil)
-	res.tally(slices.Concat(v.Shots, rcShots), probes, faultStart, faultEnd)
-	res.RetryingOrders, res.RetryingSends = len(rc.plan.Orders), len(rcShots)
-	res.Achieved = summarize(BurstConfig{Label: sc.Name, Rate: cfg.Rate, Duration: cfg.Duration}, spec, plan, v).AchievedRate
-	if at, ok := recoveredAt(probes, faultEnd, probesInARow); ok {
-		res.RecoverySeconds = at.Sub(faultEnd).Seconds()
-	}
-	if settled >= 0 {
-		res.SettleSeconds = settled.Seconds()
-	}
-
-	all, shots := rc.merge(plan, v.Shots)
-	burst, err := chaosChecks(ctx, r.bench, spec, all, shots, "")
-	if err != nil {
+	settled, settleDetail := waitSettled(ctx, r.bench, cfg.SettleBound, t.spec.Code, t.probeSpec.Code)
+	res := t.result(sc, cfg, settled, settleDetail)
+	if err := t.judge(ctx, r.bench, res, cfg, quiet.Sub(t.faultEnd)); err != nil {
 		return nil, fmt.Errorf("%s: %w", sc.Name, err)
 	}
-	probeChecks, err := chaosChecks(ctx, r.bench, probeSpec, pr.plan, probes, "probes: ")
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", sc.Name, err)
-	}
-	res.DB, res.RedisRemaining = burst.db, burst.redisRemaining
-	res.Checks = append(burst.checks, probeChecks.checks...)
-	recovered := res.RecoverySeconds >= 0 && res.RecoverySeconds <= res.RecoveryBound
-	rec := fmt.Sprintf("never (probed for %s after the fault)", cfg.RecoveryBound)
-	if res.RecoverySeconds >= 0 {
-		rec = fmt.Sprintf("%.2f s", res.RecoverySeconds)
-	}
-	res.Checks = append(res.Checks, Check{Name: checkFast503,
-		Pass: res.DuringFault503 == 0 || res.DuringFault503P99 <= float64(cfg.Fast503.Milliseconds()),
-		Detail: fmt.Sprintf("%d answers 503 to requests sent while the fault lasted: p99 %.0f ms, max %.0f ms (bound: p99 within %s); %d requests sent meanwhile answered 201",
-			res.DuringFault503, res.DuringFault503P99, res.DuringFault503Max, cfg.Fast503, res.DuringFault201)})
-	res.Checks = append(res.Checks, Check{Name: checkRecovered, Pass: recovered,
-		Detail: fmt.Sprintf("%d probes in a row answered %s after the fault ended (bound %s); %d probes, %d of them while the fault lasted",
-			probesInARow, rec, cfg.RecoveryBound, len(probes), countSent(probes, faultStart, faultEnd))})
-	set := fmt.Sprintf("never within %s", cfg.SettleBound)
-	if res.SettleSeconds >= 0 {
-		set = fmt.Sprintf("%.2f s", res.SettleSeconds)
-	}
-	res.Checks = append(res.Checks, Check{Name: checkSettled, Pass: settled >= 0,
-		Detail: fmt.Sprintf("remaining and held orders equal on both vouchers %s after the last request (%.2f s after the fault ended; bound %s)%s",
-			set, quiet.Sub(faultEnd).Seconds()+max(res.SettleSeconds, 0), cfg.SettleBound, suffix(settleDetail))})
-	res.Pass = Passed(res.Checks)
 	return res, nil
 }
 
@@ -194,15 +105,26 @@ func sleepCtx(ctx context.Context, d time.Duration) {
 	}
 }
 
-// runChaos is `loadtest chaos`.
-func runChaos(ctx context.Context, args []string) error {
+// chaosCmd is `loadtest chaos` as its flags ask for it.
+type chaosCmd struct {
+	Config    ChaosConfig
+	Scenarios []Scenario
+	List      bool // list the scenarios and exit; nothing else is filled in
+	DurablePG bool
+	Out       string // the report directory
+	Command   string // as typed, for the report
+}
+
+// parseChaosFlags reads `loadtest chaos`'s flags.
+func parseChaosFlags(args []string) (chaosCmd, error) {
 	fs := flag.NewFlagSet("chaos", flag.ExitOnError)
-	cfg := DefaultChaos
+	c := chaosCmd{Config: DefaultChaos, Command: "loadtest chaos " + strings.Join(args, " ")}
+	cfg := &c.Config
 	var picked multiFlag
 	fs.Var(&picked, "scenario", "run this scenario (repeatable; default all): "+strings.Join(ScenarioNames(), ", "))
 	short := fs.Bool("short", false, fmt.Sprintf("the test's durations (%.0f req/s for %s, fault at %s for %s) unless given",
 		ShortChaos.Rate, ShortChaos.Duration, ShortChaos.FaultAt, ShortChaos.FaultFor))
-	list := fs.Bool("list", false, "list the scenarios and exit")
+	fs.BoolVar(&c.List, "list", false, "list the scenarios and exit")
 	fs.Float64Var(&cfg.Rate, "rate", cfg.Rate, "burst requests per second")
 	fs.DurationVar(&cfg.Duration, "duration", cfg.Duration, "burst length per scenario")
 	fs.DurationVar(&cfg.FaultAt, "fault-at", cfg.FaultAt, "the fault starts this long into the burst")
@@ -214,80 +136,98 @@ func runChaos(ctx context.Context, args []string) error {
 	fs.Uint64Var(&cfg.Seed, "seed", cfg.Seed, "seed of the request plans")
 	fs.DurationVar(&cfg.Attack.Timeout, "timeout", cfg.Attack.Timeout, "per-request timeout of the clients (no answer within it: a failed request)")
 	fs.IntVar(&cfg.Attack.MaxWorkers, "max-workers", cfg.Attack.MaxWorkers, "most requests in flight")
-	out := fs.String("out", "", "report directory (default loadtest/reports/chaos-<timestamp>)")
+	fs.StringVar(&c.Out, "out", "", "report directory (default loadtest/reports/chaos-<timestamp>)")
 	fs.StringVar(&cfg.BinDir, "bin", "", "directory holding ledger and proxy")
-	durablePG := fs.Bool("durable-pg", false, "Postgres with fsync on")
+	fs.BoolVar(&c.DurablePG, "durable-pg", false, "Postgres with fsync on")
 	_ = fs.Parse(args)
-	if *list {
-		for _, s := range Scenarios() {
-			fmt.Printf("%-17s %s\n", s.Name, s.Describe(cfg.FaultFor))
-		}
-		return nil
+	if c.List {
+		return c, nil
 	}
 	if *short {
 		set := map[string]bool{}
 		fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-		for name, apply := range map[string]func(){
-			"rate": func() { cfg.Rate = ShortChaos.Rate }, "duration": func() { cfg.Duration = ShortChaos.Duration },
-			"fault-at": func() { cfg.FaultAt = ShortChaos.FaultAt }, "fault-for": func() { cfg.FaultFor = ShortChaos.FaultFor },
-		} {
-			if !set[name] {
-				apply()
-			}
-		}
+		cfg.shorten(set)
 	}
 	if cfg.Rate <= 0 || cfg.Duration <= 0 || cfg.FaultAt < 0 || cfg.FaultFor <= 0 || cfg.FaultAt >= cfg.Duration {
-		return errors.New("need --rate > 0, --duration > 0, --fault-for > 0 and 0 <= --fault-at < --duration")
+		return c, errors.New("need --rate > 0, --duration > 0, --fault-for > 0 and 0 <= --fault-at < --duration")
 	}
-	scenarios := Scenarios()
-	if len(picked) > 0 {
-		var chosen []Scenario
-		for _, name := range picked {
-			i := slices.IndexFunc(scenarios, func(s Scenario) bool { return s.Name == name })
-			if i < 0 {
-				return fmt.Errorf("unknown scenario %q (have %s)", name, strings.Join(ScenarioNames(), ", "))
-			}
-			chosen = append(chosen, scenarios[i])
+	var err error
+	if c.Scenarios, err = pickScenarios(picked); err != nil {
+		return c, err
+	}
+	if c.Out == "" {
+		c.Out = defaultOut("chaos")
+	}
+	return c, nil
+}
+
+// shorten takes ShortChaos's rate and durations for those not set by a flag.
+func (c *ChaosConfig) shorten(set map[string]bool) {
+	for name, apply := range map[string]func(){
+		"rate": func() { c.Rate = ShortChaos.Rate }, "duration": func() { c.Duration = ShortChaos.Duration },
+		"fault-at": func() { c.FaultAt = ShortChaos.FaultAt }, "fault-for": func() { c.FaultFor = ShortChaos.FaultFor },
+	} {
+		if !set[name] {
+			apply()
 		}
-		scenarios = chosen
 	}
-	if *out == "" {
-		*out = defaultOut("chaos")
-	}
-	if err := os.MkdirAll(*out, 0o755); err != nil {
+}
+
+// runChaos is `loadtest chaos`.
+func runChaos(ctx context.Context, args []string) error {
+	c, err := parseChaosFlags(args)
+	if err != nil {
 		return err
 	}
-	logPath := filepath.Join(*out, "services.log")
+	if c.List {
+		for _, s := range Scenarios() {
+			fmt.Printf("%-17s %s\n", s.Name, s.Describe(c.Config.FaultFor))
+		}
+		return nil
+	}
+	if err := os.MkdirAll(c.Out, 0o755); err != nil {
+		return err
+	}
+	logPath := filepath.Join(c.Out, "services.log")
 	logFile, err := os.Create(logPath)
 	if err != nil {
 		return err
 	}
 	defer logFile.Close()
-	cfg.ServiceLog = logFile
-
-	rep := newChaosReport(cfg, "loadtest chaos "+strings.Join(args, " "))
+	c.Config.ServiceLog = logFile
 	fmt.Printf("chaos: %d scenarios, each under %d requests at %.0f/s with the fault %s in for %s; services log to %s\n",
-		len(scenarios), cfg.requests(), cfg.Rate, cfg.FaultAt, cfg.FaultFor, logPath)
-	pg, err := devstack.StartPostgres(devstack.PostgresOptions{Durable: *durablePG})
+		len(c.Scenarios), c.Config.requests(), c.Config.Rate, c.Config.FaultAt, c.Config.FaultFor, logPath)
+	rep, err := c.run(ctx)
 	if err != nil {
 		return err
 	}
+	return reportChaos(rep, c.Out)
+}
+
+// run runs every scenario in turn on one Postgres server, printing a line
+// for each.
+func (c chaosCmd) run(ctx context.Context) (*ChaosReport, error) {
+	rep := newChaosReport(c.Config, c.Command)
+	pg, err := devstack.StartPostgres(devstack.PostgresOptions{Durable: c.DurablePG})
+	if err != nil {
+		return nil, err
+	}
 	defer pg.Stop()
-	for _, sc := range scenarios {
-		fmt.Printf("%-17s %s ... ", sc.Name, sc.Describe(cfg.FaultFor))
-		res, err := RunScenario(ctx, pg, sc, cfg)
+	for _, sc := range c.Scenarios {
+		fmt.Printf("%-17s %s ... ", sc.Name, sc.Describe(c.Config.FaultFor))
+		res, err := RunScenario(ctx, pg, sc, c.Config)
 		if ctx.Err() != nil {
-			return ctx.Err()
+			return nil, ctx.Err()
 		}
 		if err != nil {
-			res = &ChaosResult{Scenario: sc.Name, Fault: sc.Describe(cfg.FaultFor), Error: err.Error(),
+			res = &ChaosResult{Scenario: sc.Name, Fault: sc.Describe(c.Config.FaultFor), Error: err.Error(),
 				RecoverySeconds: -1, SettleSeconds: -1, Statuses: map[string]int{}}
 		}
 		rep.Results = append(rep.Results, res)
 		fmt.Printf("%s (recovered %s, Redis = DB %s)\n", verdict(res.Pass), seconds(res.RecoverySeconds), seconds(res.SettleSeconds))
-		for _, c := range res.Checks {
-			if !c.Pass {
-				fmt.Printf("    FAIL %s: %s\n", c.Name, c.Detail)
+		for _, ch := range res.Checks {
+			if !ch.Pass {
+				fmt.Printf("    FAIL %s: %s\n", ch.Name, ch.Detail)
 			}
 		}
 		if res.Error != "" {
@@ -295,15 +235,5 @@ func runChaos(ctx context.Context, args []string) error {
 		}
 	}
 	rep.finish()
-	fmt.Println()
-	PrintChaosTable(os.Stdout, rep.Results)
-	md, js, err := WriteChaosReport(*out, rep)
-	if err != nil {
-		return err
-	}
-	fmt.Printf("\n%s\nreport:  %s\nsummary: %s\n", rep.Verdicts, md, js)
-	if !rep.Pass {
-		return fmt.Errorf("chaos: %s", rep.Verdicts)
-	}
-	return nil
+	return rep, nil
 }

@@ -38,28 +38,21 @@ func main() {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	var err error
-	switch cmd, args := os.Args[1], os.Args[2:]; cmd {
-	case "run":
-		err = runStack(ctx, args)
-	case "demo":
-		err = runDemo(ctx, args)
-	case "burst":
-		err = runBurstCmd(ctx, args)
-	case "compare":
-		err = runCompare(ctx, args)
-	case "chaos":
-		err = runChaos(ctx, args)
-	case "ceiling":
-		err = runCeiling(ctx, args)
-	case "-h", "--help", "help":
+	commands := map[string]func(context.Context, []string) error{
+		"run": runStack, "demo": runDemo, "burst": runBurstCmd, "compare": runCompare, "chaos": runChaos, "ceiling": runCeiling,
+	}
+	cmd, args := os.Args[1], os.Args[2:]
+	run, ok := commands[cmd]
+	switch {
+	case cmd == "-h" || cmd == "--help" || cmd == "help":
 		usage()
 		return
-	default:
+	case !ok:
 		fmt.Fprintf(os.Stderr, "loadtest: unknown command %q\n", cmd)
 		usage()
 		os.Exit(2)
 	}
+	err := run(ctx, args)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "loadtest:", err)
 		os.Exit(1)

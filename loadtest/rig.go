@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net/url"
-	"os"
 	"strings"
 	"time"
 
@@ -67,7 +66,7 @@ func startRig(ctx context.Context, pg *devstack.Postgres, sc Scenario, cfg Chaos
 		LedgerDBURL:    withHost(dbURL, addrs[linkLedgerPG]),
 		LedgerRedisURL: "redis://" + addrs[linkLedgerRedis] + "/0",
 		ProxyRedisURL:  "redis://" + addrs[linkProxyRedis] + "/0",
-		LedgerEnv:      chaosLedgerEnv, ProxyEnv: chaosProxyEnv,
+		LedgerEnv:      chaosLedgerEnv, ProxyEnv: chaosProxyEnv, ServiceLog: cfg.ServiceLog,
 	}
 	var addrB string
 	if sc.TwoLedgers {
@@ -82,14 +81,13 @@ func startRig(ctx context.Context, pg *devstack.Postgres, sc Scenario, cfg Chaos
 		}
 		o.ProxyLedgerURL = "http://" + r.lb.Addr()
 	}
-	withServiceLog(cfg.ServiceLog, func() {
-		if r.st, err = StartStack(o); err != nil || !sc.TwoLedgers {
-			return
-		}
-		r.ledgerB, _, err = r.st.StartLedger("ledger-b", addrB)
-	})
-	if err != nil {
+	if r.st, err = StartStack(o); err != nil {
 		return r, err
+	}
+	if sc.TwoLedgers {
+		if r.ledgerB, _, err = r.st.StartLedger("ledger-b", addrB); err != nil {
+			return r, err
+		}
 	}
 	r.bench, err = OpenBench(ctx, r.st.Endpoints())
 	return r, err
@@ -115,20 +113,6 @@ func (r *rig) Close(ctx context.Context) {
 	if r.dbName != "" {
 		_ = dropDatabase(context.WithoutCancel(ctx), r.pg.URL(), r.dbName)
 	}
-}
-
-// withServiceLog runs start with os.Stderr pointing at f: devstack copies a
-// service's output to whatever os.Stderr is when it starts the service, for
-// the service's whole life, restarts included.
-func withServiceLog(f *os.File, start func()) {
-	if f == nil {
-		start()
-		return
-	}
-	stderr := os.Stderr
-	os.Stderr = f
-	defer func() { os.Stderr = stderr }()
-	start()
 }
 
 // withHost returns the URL u with its host:port replaced.

@@ -3,6 +3,8 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -68,6 +70,24 @@ func ScenarioNames() []string {
 		names = append(names, s.Name)
 	}
 	return names
+}
+
+// pickScenarios returns the scenarios named, in the order given; none named:
+// all of them.
+func pickScenarios(names []string) ([]Scenario, error) {
+	scenarios := Scenarios()
+	if len(names) == 0 {
+		return scenarios, nil
+	}
+	var chosen []Scenario
+	for _, name := range names {
+		i := slices.IndexFunc(scenarios, func(s Scenario) bool { return s.Name == name })
+		if i < 0 {
+			return nil, fmt.Errorf("unknown scenario %q (have %s)", name, strings.Join(ScenarioNames(), ", "))
+		}
+		chosen = append(chosen, scenarios[i])
+	}
+	return chosen, nil
 }
 
 // toxic switches one toxic on over links, and off again at the end.

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -13,16 +14,17 @@ import (
 
 // StackOptions configures a local flashgate stack.
 type StackOptions struct {
-	BinDir      string   // where bin/ledger and bin/proxy are
-	Token       string   // LEDGER_TOKEN shared by ledger and proxy
-	DurablePG   bool     // fsync on, as in production
-	RedisAOF    bool     // appendonly yes, appendfsync everysec
-	LedgerEnv   []string // extra env for the ledger
-	ProxyEnv    []string // extra env for the proxy
-	LedgerAddr  string   // default a free port
-	ProxyAddr   string   // default a free port
-	ExternalDB  string   // use this DATABASE_URL instead of a throwaway server
-	ExternalRDB string   // use this REDIS_URL instead of a throwaway server
+	BinDir      string    // where bin/ledger and bin/proxy are
+	Token       string    // LEDGER_TOKEN shared by ledger and proxy
+	DurablePG   bool      // fsync on, as in production
+	RedisAOF    bool      // appendonly yes, appendfsync everysec
+	LedgerEnv   []string  // extra env for the ledger
+	ProxyEnv    []string  // extra env for the proxy
+	LedgerAddr  string    // default a free port
+	ProxyAddr   string    // default a free port
+	ExternalDB  string    // use this DATABASE_URL instead of a throwaway server
+	ExternalRDB string    // use this REDIS_URL instead of a throwaway server
+	ServiceLog  io.Writer // where the ledger's and proxy's output goes; nil: stderr
 
 	// The services' own view of their dependencies, when it differs from the
 	// servers' (the chaos harness routes it through fault-injecting proxies):
@@ -46,12 +48,16 @@ type Stack struct {
 
 	proxyBin, ledgerBin string
 	ledgerEnv           []string            // the first ledger's environment, for StartLedger
+	serviceLog          io.Writer           // every service's output, restarts included
 	extra               []*devstack.Service // services started by StartProxy and StartLedger
 }
 
 // StartStack starts everything and waits until both services answer.
 func StartStack(o StackOptions) (s *Stack, err error) {
-	s = &Stack{Token: o.Token}
+	s = &Stack{Token: o.Token, serviceLog: o.ServiceLog}
+	if s.serviceLog == nil {
+		s.serviceLog = os.Stderr
+	}
 	defer func() {
 		if err != nil {
 			s.Stop()
@@ -84,12 +90,12 @@ func StartStack(o StackOptions) (s *Stack, err error) {
 	env := append([]string{"LEDGER_ADDR=" + s.LedgerAddr, "DATABASE_URL=" + cmp.Or(o.LedgerDBURL, s.DBURL),
 		"REDIS_URL=" + cmp.Or(o.LedgerRedisURL, s.RedisURL), "LEDGER_TOKEN=" + o.Token}, o.LedgerEnv...)
 	s.ledgerEnv = env
-	if s.Ledger, err = devstack.StartService("ledger", ledgerBin, env, s.LedgerURL+"/healthz"); err != nil {
+	if s.Ledger, err = devstack.StartService("ledger", ledgerBin, env, s.LedgerURL+"/healthz", s.serviceLog); err != nil {
 		return s, err
 	}
 	env = append([]string{"PROXY_ADDR=" + s.ProxyAddr, "REDIS_URL=" + cmp.Or(o.ProxyRedisURL, s.RedisURL),
 		"LEDGER_URL=" + cmp.Or(o.ProxyLedgerURL, s.LedgerURL), "LEDGER_TOKEN=" + o.Token}, o.ProxyEnv...)
-	if s.Proxy, err = devstack.StartService("proxy", proxyBin, env, s.ProxyURL+"/healthz"); err != nil {
+	if s.Proxy, err = devstack.StartService("proxy", proxyBin, env, s.ProxyURL+"/healthz", s.serviceLog); err != nil {
 		return s, err
 	}
 	return s, nil
@@ -105,7 +111,7 @@ func (s *Stack) StartProxy(name string, env ...string) (string, error) {
 	}
 	env = append([]string{"PROXY_ADDR=" + addr, "REDIS_URL=" + s.RedisURL,
 		"LEDGER_URL=" + s.LedgerURL, "LEDGER_TOKEN=" + s.Token}, env...)
-	svc, err := devstack.StartService(name, s.proxyBin, env, "http://"+addr+"/healthz")
+	svc, err := devstack.StartService(name, s.proxyBin, env, "http://"+addr+"/healthz", s.serviceLog)
 	if err != nil {
 		return "", err
 	}
@@ -124,7 +130,7 @@ func (s *Stack) StartLedger(name, addr string, env ...string) (*devstack.Service
 	}
 	// A later entry of the same variable wins (os/exec keeps the last).
 	env = append(append(slices.Clone(s.ledgerEnv), "LEDGER_ADDR="+addr), env...)
-	svc, err := devstack.StartService(name, s.ledgerBin, env, "http://"+addr+"/healthz")
+	svc, err := devstack.StartService(name, s.ledgerBin, env, "http://"+addr+"/healthz", s.serviceLog)
 	if err != nil {
 		return nil, "", err
 	}
