@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"net/url"
 	"sync/atomic"
 	"time"
 
@@ -17,6 +16,7 @@ import (
 
 	"github.com/flashgate/flashgate/shared/batch"
 	"github.com/flashgate/flashgate/shared/gate"
+	"github.com/flashgate/flashgate/shared/httpx"
 	"github.com/flashgate/flashgate/shared/voucher"
 )
 
@@ -67,8 +67,9 @@ type soldOutFlag struct {
 	orders map[string]int64
 }
 
-// maxForwardBatch bounds the claims of one admitted-write request; the
-// ledger's batch route takes up to 512 in 128 KiB.
+// maxForwardBatch bounds the claims of one admitted-write request, within the
+// ledger's batch route's httpx.MaxBatchClaims and httpx.MaxBatchBytes
+// (TestForwardBatchFitsLedgerRoute checks both).
 const maxForwardBatch = 256
 
 // negativeTTL bounds how long an unknown voucher code is remembered.
@@ -124,8 +125,21 @@ func (a *Admitter) Close() {
 
 // Reserve runs a validated claim through the edge and, if admitted, through the
 // ledger, whose answer is relayed as it is. It never answers 201 unless the
-// script said RESERVED or DUPLICATE and the ledger wrote the reservation.
+// script said RESERVED or DUPLICATE and the ledger wrote the reservation. Each
+// outcome is counted in flashgate_reserve_total.
 func (a *Admitter) Reserve(ctx context.Context, code string, cl voucher.Claim) (Reply, error) {
+	rep, err := a.reserve(ctx, code, cl)
+	outcome := rep.Outcome()
+	if err != nil {
+		if outcome = voucher.ErrorCode(err); outcome == "" {
+			outcome = voucher.CodeUnavailable
+		}
+	}
+	a.metrics.outcomes.WithLabelValues(outcome).Inc()
+	return rep, err
+}
+
+func (a *Admitter) reserve(ctx context.Context, code string, cl voucher.Claim) (Reply, error) {
 	v, err := a.Voucher(ctx, code)
 	if err != nil {
 		return Reply{}, err
@@ -133,7 +147,7 @@ func (a *Admitter) Reserve(ctx context.Context, code string, cl voucher.Claim) (
 	if err := v.Eligible(a.now(), cl.OrderAmount); err != nil {
 		return Reply{}, err
 	}
-	path := "/vouchers/" + url.PathEscape(code) + "/reservations"
+	path := httpx.ReservationsPath(code)
 	if !v.FlashSale {
 		// Standard vouchers: the ledger's guarded UPDATE is all they need.
 		return a.ledger.Do(ctx, "reserve", http.MethodPost, path, cl)
@@ -142,37 +156,27 @@ func (a *Admitter) Reserve(ctx context.Context, code string, cl voucher.Claim) (
 		a.flagHits.Add(1)
 		return Reply{}, voucher.ErrOutOfStock
 	}
-	res, err := a.admit(ctx, code, cl)
-	if err == nil && res == gate.NotLoaded {
-		// Redis lost the voucher (restart, flush, eviction): have the ledger
-		// load it from the database, once for all waiting requests, and retry.
-		if err = a.warmup(ctx, code); err == nil {
-			res, err = a.admit(ctx, code, cl)
-		}
-	}
+	// Redis may have lost the voucher (restart, flush, eviction): then the
+	// ledger loads it from the database, once for all waiting requests.
+	res, err := gate.AdmitWarm(ctx,
+		func(ctx context.Context) (gate.Result, error) { return a.admit(ctx, code, cl) },
+		func(ctx context.Context) error { return a.warmup(ctx, code) })
 	if err != nil {
 		return Reply{}, err
 	}
-	switch res {
-	case gate.Reserved, gate.Duplicate:
-		if a.cfg.Coalesce {
-			// Admitted together, written together: the ledger commits what
-			// one round admitted in one transaction.
-			rep, err := a.forward.Do(ctx, code, cl)
-			if err != nil && !errors.Is(err, voucher.ErrUnavailable) {
-				err = fmt.Errorf("write %s/%s: %v: %w", code, cl.OrderID, err, voucher.ErrUnavailable)
-			}
-			return rep, err
-		}
-		return a.ledger.Do(ctx, "admitted_write", http.MethodPost, "/internal"+path, cl)
-	case gate.OutOfStock:
-		return Reply{}, voucher.ErrOutOfStock
-	case gate.AlreadyUsed:
-		return Reply{}, voucher.ErrAlreadyUsed
-	case gate.OrderConflict:
-		return Reply{}, voucher.ErrOrderConflict
+	if err := res.Err(); err != nil {
+		return Reply{}, fmt.Errorf("reserve %s: %w", code, err)
 	}
-	return Reply{}, fmt.Errorf("reserve %s: gate answered %s: %w", code, res, voucher.ErrUnavailable)
+	if !a.cfg.Coalesce {
+		return a.ledger.Do(ctx, "admitted_write", http.MethodPost, httpx.InternalPrefix+path, cl)
+	}
+	// Admitted together, written together: the ledger commits what one round
+	// admitted in one transaction.
+	rep, err := a.forward.Do(ctx, code, cl)
+	if err != nil && !errors.Is(err, voucher.ErrUnavailable) {
+		err = fmt.Errorf("write %s/%s: %w: %w", code, cl.OrderID, err, voucher.ErrUnavailable)
+	}
+	return rep, err
 }
 
 // admit runs the reserve script for one claim, batched with its neighbours
@@ -182,7 +186,7 @@ func (a *Admitter) admit(ctx context.Context, code string, cl voucher.Claim) (ga
 	if a.cfg.Coalesce {
 		res, err := a.batcher.Do(ctx, code, item)
 		if err != nil && !errors.Is(err, voucher.ErrUnavailable) {
-			err = fmt.Errorf("reserve %s: %v: %w", code, err, voucher.ErrUnavailable)
+			err = fmt.Errorf("reserve %s: %w: %w", code, err, voucher.ErrUnavailable)
 		}
 		return res, err
 	}
@@ -208,7 +212,7 @@ func (a *Admitter) reserveBatch(ctx context.Context, code string, items []gate.I
 	})
 	if err != nil {
 		a.metrics.redisErrors.Inc()
-		return nil, fmt.Errorf("reserve %s in redis: %v: %w", code, err, voucher.ErrUnavailable)
+		return nil, fmt.Errorf("reserve %s in redis: %w: %w", code, err, voucher.ErrUnavailable)
 	}
 	rs := out.([]gate.Result)
 	if len(rs) == 0 || rs[0] == gate.NotLoaded {
@@ -301,11 +305,11 @@ func (a *Admitter) metaFromRedis(ctx context.Context, code string) (voucher.Vouc
 	ctx, cancel := context.WithTimeout(ctx, a.cfg.RedisTimeout)
 	defer cancel()
 	out, err := a.breaker.Execute(func() (any, error) {
-		m, _, ok, err := a.gate.Meta(ctx, code)
+		v, _, ok, err := a.gate.Meta(ctx, code)
 		if err != nil || !ok {
 			return nil, err
 		}
-		return m, nil
+		return v, nil
 	})
 	if err != nil {
 		a.metrics.redisErrors.Inc()
@@ -314,12 +318,7 @@ func (a *Admitter) metaFromRedis(ctx context.Context, code string) (voucher.Vouc
 	if out == nil {
 		return voucher.Voucher{}, false
 	}
-	m := out.(gate.Meta)
-	return voucher.Voucher{
-		Code: code, DiscountAmount: m.DiscountAmount, MinOrderAmount: m.MinOrderAmount,
-		TotalLimit: m.TotalLimit, PerUserLimit: m.PerUserLimit,
-		StartsAt: m.StartsAt, EndsAt: m.EndsAt, FlashSale: m.FlashSale,
-	}, true
+	return out.(voucher.Voucher), true
 }
 
 // warmup asks the ledger to load a voucher into Redis, one call per voucher at
@@ -330,12 +329,4 @@ func (a *Admitter) warmup(ctx context.Context, code string) error {
 		return nil, a.ledger.Warmup(ctx, code)
 	})
 	return err
-}
-
-// Ready reports whether Redis answers (through the breaker's eyes).
-func (a *Admitter) Ready() error {
-	if a.breaker.State() == gobreaker.StateOpen {
-		return errors.New("redis circuit breaker is open")
-	}
-	return nil
 }

@@ -47,6 +47,7 @@ type stackOptions struct {
 	soldOutTTL      time.Duration
 	coalesce        bool
 	ledgerEnv       []string
+	log             *slog.Logger // the proxy's server log; nil: discarded
 }
 
 func newStack(tb testing.TB, o stackOptions) *stack {
@@ -102,7 +103,7 @@ func startProxy(tb testing.TB, o stackOptions, ledgerURL string) *stack {
 	}, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	require.NoError(tb, err)
 	tb.Cleanup(admit.Close)
-	srv := &Server{admit: admit, ledger: lc, ready: func(context.Context) error { return nil }}
+	srv := &Server{log: o.log, admit: admit, ledger: lc, ready: func(context.Context) error { return nil }}
 	hs := httptest.NewServer(srv.Handler())
 	tb.Cleanup(hs.Close)
 	return &stack{ProxyURL: hs.URL, LedgerURL: ledgerURL, admit: admit, gate: g, rdb: rdb}

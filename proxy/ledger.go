@@ -43,9 +43,40 @@ func NewLedgerClient(base, token string, timeout time.Duration) *LedgerClient {
 }
 
 // Reply is a ledger answer relayed as it is: the proxy serves the same bodies.
+// Err is what an error answer means, read from its body once, here.
 type Reply struct {
 	Status int
 	Body   []byte
+	Err    error // nil for a 2xx; the domain error the body carries otherwise
+}
+
+// newReply reads a ledger answer: an error body ({"error", "message",
+// "reason"}) becomes the *voucher.Error it carries; one that does not parse is
+// a fault (the ledger's 503 has a body; a proxy or load balancer in between
+// may answer without one).
+func newReply(status int, body []byte) Reply {
+	rep := Reply{Status: status, Body: body}
+	if status >= 200 && status < 300 {
+		return rep
+	}
+	var e httpx.ErrorBody
+	if json.Unmarshal(body, &e) != nil || e.Error == "" {
+		rep.Err = fmt.Errorf("ledger answered %d: %w", status, voucher.ErrUnavailable)
+		return rep
+	}
+	rep.Err = &voucher.Error{Code: e.Error, Message: e.Message, Reason: e.Reason}
+	return rep
+}
+
+// Outcome names the answer for the metrics: CREATED or the error code.
+func (r Reply) Outcome() string {
+	if r.Status == http.StatusCreated {
+		return "CREATED"
+	}
+	if code := voucher.ErrorCode(r.Err); code != "" {
+		return code
+	}
+	return voucher.CodeUnavailable
 }
 
 // ObserveLatency makes the client record each call's latency in h (label: call).
@@ -82,51 +113,42 @@ func (l *LedgerClient) Do(ctx context.Context, call, method, path string, body a
 	}
 	resp, err := l.http.Do(req)
 	if err != nil {
-		return Reply{}, fmt.Errorf("ledger %s %s: %v: %w", method, path, err, voucher.ErrUnavailable)
+		return Reply{}, fmt.Errorf("ledger %s %s: %w: %w", method, path, err, voucher.ErrUnavailable)
 	}
 	defer resp.Body.Close()
 	raw, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 	if err != nil {
-		return Reply{}, fmt.Errorf("ledger %s %s: read: %v: %w", method, path, err, voucher.ErrUnavailable)
+		return Reply{}, fmt.Errorf("ledger %s %s: read: %w: %w", method, path, err, voucher.ErrUnavailable)
 	}
-	return Reply{Status: resp.StatusCode, Body: raw}, nil
+	return newReply(resp.StatusCode, raw), nil
 }
 
 // Voucher reads a voucher from the ledger's admin route.
 func (l *LedgerClient) Voucher(ctx context.Context, code string) (voucher.Voucher, error) {
-	rep, err := l.Do(ctx, "voucher", http.MethodGet, "/admin/vouchers/"+url.PathEscape(code), nil)
+	rep, err := l.Do(ctx, "voucher", http.MethodGet, voucherPath(code), nil)
 	if err != nil {
 		return voucher.Voucher{}, err
 	}
 	if rep.Status != http.StatusOK {
-		return voucher.Voucher{}, rep.err()
+		return voucher.Voucher{}, rep.Err
 	}
 	var v voucher.Voucher
 	if err := json.Unmarshal(rep.Body, &v); err != nil {
-		return voucher.Voucher{}, fmt.Errorf("decode voucher %s: %v: %w", code, err, voucher.ErrUnavailable)
+		return voucher.Voucher{}, fmt.Errorf("decode voucher %s: %w: %w", code, err, voucher.ErrUnavailable)
 	}
 	return v, nil
 }
 
 // Warmup asks the ledger to load a flash voucher into Redis.
 func (l *LedgerClient) Warmup(ctx context.Context, code string) error {
-	rep, err := l.Do(ctx, "warmup", http.MethodPost, "/admin/vouchers/"+url.PathEscape(code)+"/warmup", nil)
+	rep, err := l.Do(ctx, "warmup", http.MethodPost, voucherPath(code)+"/warmup", nil)
 	if err != nil {
 		return err
 	}
 	if rep.Status != http.StatusOK {
-		return rep.err()
+		return rep.Err
 	}
 	return nil
-}
-
-// err turns a ledger error answer back into the domain error it carries.
-func (r Reply) err() error {
-	var body struct{ Error, Message, Reason string }
-	if json.Unmarshal(r.Body, &body) != nil || body.Error == "" {
-		return fmt.Errorf("ledger answered %d: %w", r.Status, voucher.ErrUnavailable)
-	}
-	return &voucher.Error{Code: body.Error, Message: body.Message, Reason: body.Reason}
 }
 
 // WriteAdmitted sends claims the gate admitted together to the ledger's batch
@@ -136,7 +158,7 @@ func (l *LedgerClient) WriteAdmitted(ctx context.Context, code string, claims []
 	ctx, cancel := context.WithTimeout(ctx, l.http.Timeout)
 	defer cancel()
 	rep, err := l.Do(ctx, "admitted_write", http.MethodPost,
-		"/internal/vouchers/"+url.PathEscape(code)+"/reservations/batch", map[string]any{"claims": claims})
+		httpx.InternalPrefix+httpx.ReservationsPath(code)+"/batch", map[string]any{"claims": claims})
 	if err != nil {
 		return nil, err
 	}
@@ -158,7 +180,10 @@ func (l *LedgerClient) WriteAdmitted(ctx context.Context, code string, claims []
 			code, len(body.Results), len(claims), err, voucher.ErrUnavailable)
 	}
 	for i, r := range body.Results {
-		out[i] = Reply{Status: r.Status, Body: r.Body}
+		out[i] = newReply(r.Status, r.Body)
 	}
 	return out, nil
 }
+
+// voucherPath is the ledger's admin route of one voucher.
+func voucherPath(code string) string { return "/admin/vouchers/" + url.PathEscape(code) }

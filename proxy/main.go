@@ -17,6 +17,7 @@ import (
 	"github.com/flashgate/flashgate/shared/envconf"
 	"github.com/flashgate/flashgate/shared/gate"
 	"github.com/flashgate/flashgate/shared/httpx"
+	"github.com/gin-gonic/gin"
 )
 
 // Config is everything the proxy reads from its environment, read once in main.
@@ -64,7 +65,10 @@ func configFromEnv() (Config, error) {
 	return c, nil
 }
 
-func main() { envconf.Main("proxy", configFromEnv, run) }
+func main() {
+	gin.SetMode(gin.ReleaseMode)
+	envconf.Main("proxy", configFromEnv, run)
+}
 
 func run(cfg Config, log *slog.Logger) error {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
@@ -86,7 +90,7 @@ func run(cfg Config, log *slog.Logger) error {
 		return err
 	}
 	defer admit.Close()
-	srv := &Server{admit: admit, ledger: ledger, token: cfg.Token, metrics: metrics, ready: func(c context.Context) error {
+	srv := &Server{log: log, admit: admit, ledger: ledger, token: cfg.Token, metrics: metrics, ready: func(c context.Context) error {
 		if err := rdb.Ping(c).Err(); err != nil {
 			return fmt.Errorf("redis: %w", err)
 		}
@@ -100,7 +104,7 @@ func run(cfg Config, log *slog.Logger) error {
 		return nil
 	}}
 
-	httpx.ServeDebug(cfg.DebugAddr)
+	httpx.ServeDebug(cfg.DebugAddr, log)
 	log.Info("proxy listening", "addr", cfg.Addr, "ledger", cfg.LedgerURL, "coalesce", cfg.Coalesce)
 	err = httpx.Serve(ctx, httpx.NewServer(cfg.Addr, srv.Handler()), cfg.MaxClientConns)
 	log.Info("proxy stopped")

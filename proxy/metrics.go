@@ -15,9 +15,6 @@ type admitMetrics struct {
 	remaining   *httpx.BoundedGauge
 }
 
-// maxVoucherSeries bounds the per-voucher series a proxy exports.
-const maxVoucherSeries = 100
-
 func newAdmitMetrics(reg prometheus.Registerer, a *Admitter) *admitMetrics {
 	m := &admitMetrics{
 		outcomes: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -36,7 +33,7 @@ func newAdmitMetrics(reg prometheus.Registerer, a *Admitter) *admitMetrics {
 		remaining: httpx.NewBoundedGauge(reg, prometheus.GaugeOpts{
 			Name: "flashgate_voucher_remaining",
 			Help: "Uses left per voucher as the last script call saw them in Redis.",
-		}, maxVoucherSeries),
+		}, httpx.MaxVoucherSeries),
 	}
 	reg.MustRegister(m.outcomes, m.batchSize, m.redisErrors,
 		prometheus.NewCounterFunc(prometheus.CounterOpts{

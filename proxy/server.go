@@ -2,8 +2,8 @@ package main
 
 import (
 	"context"
+	"log/slog"
 	"net/http"
-	"net/url"
 
 	"github.com/gin-gonic/gin"
 
@@ -14,6 +14,7 @@ import (
 // Server is the proxy's HTTP face: the ledger's public routes, with reserve
 // answered at the edge wherever it can be.
 type Server struct {
+	log     *slog.Logger // faults answered 503; nil: not logged
 	admit   *Admitter
 	ledger  *LedgerClient
 	token   string // PROXY_TOKEN; empty: the edge is open
@@ -23,12 +24,12 @@ type Server struct {
 
 // Handler returns the gin engine with every route registered.
 func (s *Server) Handler() *gin.Engine {
-	r := httpx.NewServiceEngine(httpx.Service{Metrics: s.metrics, Token: s.token,
+	r := httpx.NewServiceEngine(httpx.Service{Log: s.log, Metrics: s.metrics, Token: s.token,
 		Ready: func(c *gin.Context) error { return s.ready(c) }})
 
 	r.POST("/vouchers/:code/reservations", s.reserve)
-	r.GET("/vouchers/:code/reservations/:orderId", s.forward("get"))
-	r.POST("/vouchers/:code/reservations/:orderId/confirm", s.forward("confirm"))
+	r.GET("/vouchers/:code/reservations/:orderId", s.forward("get", ""))
+	r.POST("/vouchers/:code/reservations/:orderId/confirm", s.forward("confirm", "/confirm"))
 	r.DELETE("/vouchers/:code/reservations/:orderId", s.release)
 	return r
 }
@@ -50,7 +51,6 @@ func (s *Server) reserve(c *gin.Context) {
 		return
 	}
 	rep, err := s.admit.Reserve(c, code, cl)
-	s.admit.metrics.outcomes.WithLabelValues(outcome(rep, err)).Inc()
 	if err != nil {
 		httpx.WriteError(c, err)
 		return
@@ -58,28 +58,16 @@ func (s *Server) reserve(c *gin.Context) {
 	relay(c, rep)
 }
 
-// outcome names a reserve's result for the metrics: CREATED or an error code.
-func outcome(rep Reply, err error) string {
-	if err != nil {
-		if code := voucher.ErrorCode(err); code != "" {
-			return code
-		}
-		return voucher.CodeUnavailable
-	}
-	if rep.Status == http.StatusCreated {
-		return "CREATED"
-	}
-	return voucher.ErrorCode(rep.err())
-}
-
-// forward relays confirm and get to the ledger after validating the path.
-func (s *Server) forward(call string) gin.HandlerFunc {
+// forward relays get and confirm (suffix "/confirm") to the ledger after
+// validating the path.
+func (s *Server) forward(call, suffix string) gin.HandlerFunc {
 	return func(c *gin.Context) {
-		if _, _, err := httpx.OrderParams(c); err != nil {
+		code, orderID, err := httpx.OrderParams(c)
+		if err != nil {
 			httpx.WriteError(c, err)
 			return
 		}
-		rep, err := s.ledger.Do(c, call, c.Request.Method, c.Request.URL.EscapedPath(), nil)
+		rep, err := s.ledger.Do(c, call, c.Request.Method, httpx.ReservationPath(code, orderID)+suffix, nil)
 		if err != nil {
 			httpx.WriteError(c, err)
 			return
@@ -96,8 +84,7 @@ func (s *Server) release(c *gin.Context) {
 		httpx.WriteError(c, err)
 		return
 	}
-	rep, err := s.ledger.Do(c, "release", http.MethodDelete,
-		"/vouchers/"+url.PathEscape(code)+"/reservations/"+url.PathEscape(orderID), nil)
+	rep, err := s.ledger.Do(c, "release", http.MethodDelete, httpx.ReservationPath(code, orderID), nil)
 	if err != nil {
 		httpx.WriteError(c, err)
 		return

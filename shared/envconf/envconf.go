@@ -93,10 +93,11 @@ func (r *Reader) Switch(name string, def bool) bool {
 }
 
 // Main is a service's main: JSON logs on stderr, its configuration read once
-// (exit 2 when it is bad), then run until it returns (exit 1 on an error).
+// (exit 2 when it is bad), then run until it returns (exit 1 on an error). The
+// logger is handed to run, never made the process default: whatever logs gets
+// it passed down.
 func Main[C any](name string, config func() (C, error), run func(C, *slog.Logger) error) {
 	log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
-	slog.SetDefault(log)
 	cfg, err := config()
 	if err != nil {
 		log.Error("bad configuration", "err", err)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/flashgate/flashgate/shared/devstack"
 	"github.com/flashgate/flashgate/shared/devstack/devstacktest"
+	"github.com/flashgate/flashgate/shared/voucher"
 )
 
 // The scripts run on a Redis Cluster: every voucher's keys share one slot, and
@@ -30,7 +31,7 @@ func TestOnRedisCluster(t *testing.T) {
 	codes := make([]string, 12)
 	for i := range codes {
 		codes[i] = fmt.Sprintf("CL%d-%d", i, time.Now().UnixNano()%100000)
-		loaded, err := g.Load(ctx, codes[i], Snapshot{Meta: Meta{DiscountAmount: 1, TotalLimit: 40, PerUserLimit: 1,
+		loaded, err := g.Load(ctx, codes[i], Snapshot{Voucher: voucher.Voucher{DiscountAmount: 1, TotalLimit: 40, PerUserLimit: 1,
 			StartsAt: time.Now().Add(-time.Hour), EndsAt: time.Now().Add(time.Hour), FlashSale: true}, Remaining: 40})
 		require.NoError(t, err)
 		require.True(t, loaded)

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/flashgate/flashgate/shared/voucher"
 )
 
 // The decoders take whatever go-redis hands back for a script reply. These fuzz
@@ -236,7 +238,7 @@ func FuzzDecodeMeta(f *testing.F) {
 		v := (&replyReader{b: data}).value(0)
 		m, remaining, loaded, err := decodeMeta(v)
 		if err != nil || !loaded {
-			if loaded || remaining != 0 || m != (Meta{}) {
+			if loaded || remaining != 0 || m != (voucher.Voucher{}) {
 				t.Fatalf("decodeMeta(%#v) = %+v, %d, %v, %v: values with an error", v, m, remaining, loaded, err)
 			}
 			if err == nil {

@@ -18,16 +18,19 @@ import (
 	"context"
 	_ "embed"
 	"fmt"
-	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/flashgate/flashgate/shared/voucher"
 )
 
 var (
+	//go:embed prelude.lua
+	preludeLua string
 	//go:embed reserve.lua
 	reserveLua string
 	//go:embed release.lua
@@ -45,15 +48,22 @@ var (
 	//go:embed hold.lua
 	holdLua string
 
-	reserveScript   = redis.NewScript(reserveLua)
-	releaseScript   = redis.NewScript(releaseLua)
-	loadScript      = redis.NewScript(loadLua)
-	metaScript      = redis.NewScript(metaLua)
-	stateScript     = redis.NewScript(stateLua)
-	reconcileScript = redis.NewScript(reconcileLua)
-	unloadScript    = redis.NewScript(unloadLua)
-	holdScript      = redis.NewScript(holdLua)
+	reserveScript   = newScript(reserveLua)
+	releaseScript   = newScript(releaseLua)
+	loadScript      = newScript(loadLua)
+	metaScript      = newScript(metaLua)
+	stateScript     = newScript(stateLua)
+	reconcileScript = newScript(reconcileLua)
+	unloadScript    = newScript(unloadLua)
+	holdScript      = newScript(holdLua)
 )
+
+// newScript puts prelude.lua's shared opening after the script's #! line (which
+// must stay first: it carries the script's flags) and before its own header.
+func newScript(src string) *redis.Script {
+	shebang, body, _ := strings.Cut(src, "\n")
+	return redis.NewScript(shebang + "\n" + preludeLua + body)
+}
 
 // Keys returns the Redis keys of one voucher, in the order the scripts expect
 // them: remaining, users, orders, meta.
@@ -70,110 +80,11 @@ func Keys(code string) []string {
 	return []string{p + "remaining", p + "users", p + "orders", p + "meta"}
 }
 
-// validCode reports whether code matches ^[A-Za-z0-9_-]{1,32}$.
-func validCode(code string) bool {
-	if len(code) == 0 || len(code) > 32 {
-		return false
-	}
-	for i := 0; i < len(code); i++ {
-		c := code[i]
-		switch {
-		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9', c == '_', c == '-':
-		default:
-			return false
-		}
-	}
-	return true
-}
-
 func checkCode(code string) error {
-	if !validCode(code) {
+	if !voucher.ValidCode(code) {
 		return fmt.Errorf("gate: invalid voucher code %q", code)
 	}
 	return nil
-}
-
-// Result is the outcome of reserving one item. The values are the codes
-// reserve.lua returns.
-type Result int
-
-// Reserve outcomes.
-const (
-	Reserved      Result = iota + 1 // a use was taken for this order
-	Duplicate                       // this order already holds a use (a retry): success
-	OutOfStock                      // no use left
-	AlreadyUsed                     // the customer holds perUserLimit uses already
-	NotLoaded                       // the voucher is not in Redis: warm it up and retry
-	OrderConflict                   // the order id holds a use for another customer
-)
-
-var resultNames = [...]string{
-	Reserved:      "RESERVED",
-	Duplicate:     "DUPLICATE",
-	OutOfStock:    "OUT_OF_STOCK",
-	AlreadyUsed:   "ALREADY_USED",
-	NotLoaded:     "NOT_LOADED",
-	OrderConflict: "ORDER_CONFLICT",
-}
-
-// String returns the result's wire name, such as "OUT_OF_STOCK".
-func (r Result) String() string {
-	if r >= Reserved && r <= OrderConflict {
-		return resultNames[r]
-	}
-	return "Result(" + strconv.Itoa(int(r)) + ")"
-}
-
-// Admitted reports whether the order holds a use: Reserved, or Duplicate for a
-// retry of an order that was reserved before.
-func (r Result) Admitted() bool { return r == Reserved || r == Duplicate }
-
-// Item is one order asking for one use of a voucher.
-type Item struct {
-	CustomerID int64
-	OrderID    string
-}
-
-// Meta is what the gate caches about a voucher: what the proxy needs for
-// eligibility, and the limits the scripts enforce.
-type Meta struct {
-	DiscountAmount, MinOrderAmount int64
-	TotalLimit, PerUserLimit       int
-	StartsAt, EndsAt               time.Time
-	FlashSale                      bool
-}
-
-// Order is one admitted order. AdmittedAt is Redis's clock at admission.
-type Order struct {
-	OrderID    string
-	CustomerID int64
-	AdmittedAt time.Time
-}
-
-// Snapshot is what Load copies from the database: the voucher, its remaining
-// uses and the active reservations. Orders must hold every reservation that
-// holds a use (reserved or confirmed); a zero AdmittedAt means "now" by Redis's
-// clock.
-type Snapshot struct {
-	Meta      Meta
-	Remaining int64
-	Orders    []Order
-}
-
-// State is one consistent reading of a voucher: its counter, every order holding
-// a use (sorted by OrderID) and Redis's clock at the moment of reading.
-type State struct {
-	Remaining int64
-	Orders    []Order
-	Now       time.Time
-}
-
-// ReconcileResult reports what Reconcile changed.
-type ReconcileResult struct {
-	Loaded                          bool
-	RemainingBefore, RemainingAfter int64
-	Released                        []string // hanging orders removed, sorted
-	Restored                        int      // database orders added back
 }
 
 // Gate runs the voucher scripts. It is safe for concurrent use.
@@ -227,53 +138,6 @@ func (g *Gate) Reserve(ctx context.Context, code string, items []Item) ([]Result
 	res, remaining, err := decodeReserve(v, len(items))
 	if err != nil {
 		return nil, 0, fmt.Errorf("reserve %s: %w", code, err)
-	}
-	return res, remaining, nil
-}
-
-// decodeReserve checks and decodes reserve.lua's reply for a batch of n items:
-// {remaining, code1, ..., codeN}. Any other shape is an error, never a guess: a
-// misread reply could admit an order that holds no use.
-func decodeReserve(v any, n int) ([]Result, int64, error) {
-	if n < 1 {
-		return nil, 0, fmt.Errorf("decode reserve reply: batch of %d items", n)
-	}
-	arr, ok := v.([]any)
-	if !ok {
-		return nil, 0, fmt.Errorf("decode reserve reply: got %T, want array", v)
-	}
-	if len(arr) != n+1 {
-		return nil, 0, fmt.Errorf("decode reserve reply: %d elements, want %d", len(arr), n+1)
-	}
-	remaining, ok := arr[0].(int64)
-	if !ok {
-		return nil, 0, fmt.Errorf("decode reserve reply: remaining is %T, want integer", arr[0])
-	}
-	res := make([]Result, n)
-	notLoaded, reserved := 0, false
-	for i, e := range arr[1:] {
-		c, ok := e.(int64)
-		if !ok {
-			return nil, 0, fmt.Errorf("decode reserve reply: item %d is %T, want integer", i, e)
-		}
-		r := Result(c)
-		if int64(r) != c || r < Reserved || r > OrderConflict {
-			return nil, 0, fmt.Errorf("decode reserve reply: item %d: unknown code %d", i, c)
-		}
-		switch r {
-		case NotLoaded:
-			notLoaded++
-		case Reserved:
-			reserved = true
-		}
-		res[i] = r
-	}
-	// The script answers NOT_LOADED for the whole batch or not at all.
-	if notLoaded != 0 && (notLoaded != n || remaining != 0) {
-		return nil, 0, fmt.Errorf("decode reserve reply: %d of %d items NOT_LOADED, remaining %d", notLoaded, n, remaining)
-	}
-	if reserved && remaining < 0 {
-		return nil, 0, fmt.Errorf("decode reserve reply: reserved with remaining %d", remaining)
 	}
 	return res, remaining, nil
 }
@@ -334,290 +198,6 @@ func (g *Gate) Hold(ctx context.Context, code, orderID string, customerID int64)
 		return false, fmt.Errorf("hold %s/%s: unexpected reply %v (%T)", code, orderID, v, v)
 	}
 	return n == 1, nil
-}
-
-// Load copies snap into Redis (remaining, users counted from the orders, orders,
-// meta) in one atomic step, only if the voucher's counter does not exist: a live
-// counter is never overwritten. It reports whether it loaded. All four keys
-// expire at Meta.EndsAt + 24h. A snapshot whose counter exceeds
-// TotalLimit minus its orders is refused, as it could oversell.
-func (g *Gate) Load(ctx context.Context, code string, snap Snapshot) (bool, error) {
-	if err := checkCode(code); err != nil {
-		return false, err
-	}
-	m := snap.Meta
-	if m.EndsAt.IsZero() {
-		return false, fmt.Errorf("load %s: EndsAt is required", code)
-	}
-	if m.TotalLimit < 0 || m.PerUserLimit < 1 {
-		return false, fmt.Errorf("load %s: TotalLimit %d, PerUserLimit %d", code, m.TotalLimit, m.PerUserLimit)
-	}
-	seen := make(map[string]int64, len(snap.Orders))
-	for _, o := range snap.Orders {
-		if o.OrderID == "" {
-			return false, fmt.Errorf("load %s: order with empty id", code)
-		}
-		if c, dup := seen[o.OrderID]; dup && c != o.CustomerID {
-			return false, fmt.Errorf("load %s: order %q held by customers %d and %d", code, o.OrderID, c, o.CustomerID)
-		}
-		seen[o.OrderID] = o.CustomerID
-	}
-	if snap.Remaining < 0 || snap.Remaining > int64(m.TotalLimit)-int64(len(seen)) {
-		return false, fmt.Errorf("load %s: remaining %d with %d orders exceeds total limit %d",
-			code, snap.Remaining, len(seen), m.TotalLimit)
-	}
-
-	expireAt := m.EndsAt.Add(24 * time.Hour).UnixMilli()
-	args := make([]any, 0, 9+3*len(snap.Orders))
-	args = append(args,
-		strconv.FormatInt(snap.Remaining, 10),
-		strconv.FormatInt(expireAt, 10),
-		strconv.FormatInt(m.DiscountAmount, 10),
-		strconv.FormatInt(m.MinOrderAmount, 10),
-		strconv.Itoa(m.TotalLimit),
-		strconv.Itoa(m.PerUserLimit),
-		millis(m.StartsAt),
-		millis(m.EndsAt),
-		flag(m.FlashSale),
-	)
-	for _, o := range snap.Orders {
-		args = append(args, o.OrderID, strconv.FormatInt(o.CustomerID, 10), millis(o.AdmittedAt))
-	}
-	v, err := g.run(ctx, loadScript, Keys(code), args...)
-	if err != nil {
-		return false, fmt.Errorf("load %s: %w", code, err)
-	}
-	switch v {
-	case int64(1):
-		return true, nil
-	case int64(0):
-		return false, nil
-	case int64(-1):
-		return false, fmt.Errorf("load %s: ends_at + 24h (%s) has passed by Redis's clock", code, time.UnixMilli(expireAt).UTC())
-	}
-	return false, fmt.Errorf("load %s: unexpected reply %v (%T)", code, v, v)
-}
-
-// Meta reads the cached meta and remaining count of a voucher; ok is false when
-// the voucher is not loaded.
-func (g *Gate) Meta(ctx context.Context, code string) (m Meta, remaining int64, ok bool, err error) {
-	if err := checkCode(code); err != nil {
-		return Meta{}, 0, false, err
-	}
-	keys := Keys(code)
-	v, err := g.runRO(ctx, metaScript, []string{keys[0], keys[3]})
-	if err != nil {
-		return Meta{}, 0, false, fmt.Errorf("meta %s: %w", code, err)
-	}
-	m, remaining, ok, err = decodeMeta(v)
-	if err != nil {
-		return Meta{}, 0, false, fmt.Errorf("meta %s: %w", code, err)
-	}
-	return m, remaining, ok, nil
-}
-
-// decodeMeta decodes meta.lua's reply: {} or {remaining, 7 meta fields}.
-func decodeMeta(v any) (Meta, int64, bool, error) {
-	arr, ok := v.([]any)
-	if !ok {
-		return Meta{}, 0, false, fmt.Errorf("decode meta reply: got %T, want array", v)
-	}
-	if len(arr) == 0 {
-		return Meta{}, 0, false, nil
-	}
-	if len(arr) != 8 {
-		return Meta{}, 0, false, fmt.Errorf("decode meta reply: %d elements, want 8", len(arr))
-	}
-	remaining, ok := arr[0].(int64)
-	if !ok {
-		return Meta{}, 0, false, fmt.Errorf("decode meta reply: remaining is %T, want integer", arr[0])
-	}
-	names := [...]string{"discountAmount", "minOrderAmount", "totalLimit", "perUserLimit", "startsAt", "endsAt", "flashSale"}
-	var f [7]int64
-	for i := range f {
-		s, ok := arr[i+1].(string)
-		if !ok {
-			return Meta{}, 0, false, fmt.Errorf("decode meta reply: %s is %T, want string", names[i], arr[i+1])
-		}
-		n, err := strconv.ParseInt(s, 10, 64)
-		if err != nil {
-			return Meta{}, 0, false, fmt.Errorf("decode meta reply: %s: %w", names[i], err)
-		}
-		f[i] = n
-	}
-	if f[2] < 0 || f[2] > maxInt32 || f[3] < 1 || f[3] > maxInt32 || (f[6] != 0 && f[6] != 1) {
-		return Meta{}, 0, false, fmt.Errorf("decode meta reply: totalLimit %d, perUserLimit %d, flashSale %d", f[2], f[3], f[6])
-	}
-	m := Meta{
-		DiscountAmount: f[0],
-		MinOrderAmount: f[1],
-		TotalLimit:     int(f[2]),
-		PerUserLimit:   int(f[3]),
-		StartsAt:       fromMillis(f[4]),
-		EndsAt:         fromMillis(f[5]),
-		FlashSale:      f[6] == 1,
-	}
-	return m, remaining, true, nil
-}
-
-const maxInt32 = 1<<31 - 1
-
-// State reads a voucher's counter, all its orders and Redis's clock in one atomic
-// step; loaded is false when the voucher is not loaded.
-func (g *Gate) State(ctx context.Context, code string) (st State, loaded bool, err error) {
-	if err := checkCode(code); err != nil {
-		return State{}, false, err
-	}
-	keys := Keys(code)
-	v, err := g.runRO(ctx, stateScript, []string{keys[0], keys[2]})
-	if err != nil {
-		return State{}, false, fmt.Errorf("state %s: %w", code, err)
-	}
-	st, loaded, err = decodeState(v)
-	if err != nil {
-		return State{}, false, fmt.Errorf("state %s: %w", code, err)
-	}
-	return st, loaded, nil
-}
-
-// decodeState decodes state.lua's reply: {} or {remaining, nowMillis, id, value, ...}.
-func decodeState(v any) (State, bool, error) {
-	arr, ok := v.([]any)
-	if !ok {
-		return State{}, false, fmt.Errorf("decode state reply: got %T, want array", v)
-	}
-	if len(arr) == 0 {
-		return State{}, false, nil
-	}
-	if len(arr) < 2 || len(arr)%2 != 0 {
-		return State{}, false, fmt.Errorf("decode state reply: %d elements", len(arr))
-	}
-	remaining, ok1 := arr[0].(int64)
-	now, ok2 := arr[1].(int64)
-	if !ok1 || !ok2 {
-		return State{}, false, fmt.Errorf("decode state reply: header is %T, %T, want integers", arr[0], arr[1])
-	}
-	st := State{Remaining: remaining, Now: fromMillis(now), Orders: make([]Order, 0, (len(arr)-2)/2)}
-	for i := 2; i < len(arr); i += 2 {
-		id, ok1 := arr[i].(string)
-		val, ok2 := arr[i+1].(string)
-		if !ok1 || !ok2 {
-			return State{}, false, fmt.Errorf("decode state reply: order is %T, %T, want strings", arr[i], arr[i+1])
-		}
-		o, err := parseOrder(id, val)
-		if err != nil {
-			return State{}, false, fmt.Errorf("decode state reply: %w", err)
-		}
-		st.Orders = append(st.Orders, o)
-	}
-	slices.SortFunc(st.Orders, func(a, b Order) int { return strings.Compare(a.OrderID, b.OrderID) })
-	return st, true, nil
-}
-
-// parseOrder decodes an orders hash entry: orderId -> "customerId:admittedAtMillis".
-func parseOrder(id, val string) (Order, error) {
-	cust, at, ok := strings.Cut(val, ":")
-	if !ok {
-		return Order{}, fmt.Errorf("order %q: value %q is not customer:millis", id, val)
-	}
-	c, err := strconv.ParseInt(cust, 10, 64)
-	if err != nil {
-		return Order{}, fmt.Errorf("order %q: customer: %w", id, err)
-	}
-	ms, err := strconv.ParseInt(at, 10, 64)
-	if err != nil {
-		return Order{}, fmt.Errorf("order %q: admitted at: %w", id, err)
-	}
-	return Order{OrderID: id, CustomerID: c, AdmittedAt: fromMillis(ms)}, nil
-}
-
-// Reconcile makes Redis agree with dbActive, the database's active reservations
-// of the voucher (every reservation holding a use), in one atomic script:
-// Redis-only orders admitted longer than grace ago (by Redis's clock) are
-// released, younger ones are kept because their database write may still be in
-// flight; database orders missing from Redis are added with admission time now;
-// users is rebuilt from orders; remaining becomes max(0, totalLimit - orders).
-//
-// Read dbActive before calling: a reservation released in between comes back
-// (a slot held until the next round), never the other way round, as long as grace
-// exceeds the longest admitted write plus the time between reading dbActive and
-// this call. A voucher that is not loaded is left alone (Loaded is false).
-func (g *Gate) Reconcile(ctx context.Context, code string, dbActive []Order, grace time.Duration) (ReconcileResult, error) {
-	if err := checkCode(code); err != nil {
-		return ReconcileResult{}, err
-	}
-	if grace < 0 {
-		return ReconcileResult{}, fmt.Errorf("reconcile %s: negative grace %s", code, grace)
-	}
-	seen := make(map[string]int64, len(dbActive))
-	args := make([]any, 0, 1+2*len(dbActive))
-	args = append(args, strconv.FormatInt(grace.Milliseconds(), 10))
-	for _, o := range dbActive {
-		if o.OrderID == "" {
-			return ReconcileResult{}, fmt.Errorf("reconcile %s: order with empty id", code)
-		}
-		if c, dup := seen[o.OrderID]; dup {
-			if c != o.CustomerID {
-				return ReconcileResult{}, fmt.Errorf("reconcile %s: order %q held by customers %d and %d", code, o.OrderID, c, o.CustomerID)
-			}
-			continue
-		}
-		seen[o.OrderID] = o.CustomerID
-		args = append(args, o.OrderID, strconv.FormatInt(o.CustomerID, 10))
-	}
-	v, err := g.run(ctx, reconcileScript, Keys(code), args...)
-	if err != nil {
-		return ReconcileResult{}, fmt.Errorf("reconcile %s: %w", code, err)
-	}
-	res, err := decodeReconcile(v)
-	if err != nil {
-		return ReconcileResult{}, fmt.Errorf("reconcile %s: %w", code, err)
-	}
-	return res, nil
-}
-
-// decodeReconcile decodes reconcile.lua's reply: {0} or
-// {1, before, after, restored, releasedId...}.
-func decodeReconcile(v any) (ReconcileResult, error) {
-	arr, ok := v.([]any)
-	if !ok || len(arr) == 0 {
-		return ReconcileResult{}, fmt.Errorf("decode reconcile reply: got %T %v, want non-empty array", v, v)
-	}
-	switch arr[0] {
-	case int64(0):
-		if len(arr) != 1 {
-			return ReconcileResult{}, fmt.Errorf("decode reconcile reply: not loaded with %d elements", len(arr))
-		}
-		return ReconcileResult{}, nil
-	case int64(1):
-	default:
-		return ReconcileResult{}, fmt.Errorf("decode reconcile reply: status %v (%T)", arr[0], arr[0])
-	}
-	if len(arr) < 4 {
-		return ReconcileResult{}, fmt.Errorf("decode reconcile reply: %d elements, want at least 4", len(arr))
-	}
-	before, ok1 := arr[1].(int64)
-	after, ok2 := arr[2].(int64)
-	restored, ok3 := arr[3].(int64)
-	if !ok1 || !ok2 || !ok3 || after < 0 || restored < 0 {
-		return ReconcileResult{}, fmt.Errorf("decode reconcile reply: header %v", arr[1:4])
-	}
-	res := ReconcileResult{
-		Loaded:          true,
-		RemainingBefore: before,
-		RemainingAfter:  after,
-		Restored:        int(restored),
-		Released:        make([]string, 0, len(arr)-4),
-	}
-	for _, e := range arr[4:] {
-		id, ok := e.(string)
-		if !ok {
-			return ReconcileResult{}, fmt.Errorf("decode reconcile reply: released id is %T, want string", e)
-		}
-		res.Released = append(res.Released, id)
-	}
-	slices.Sort(res.Released)
-	return res, nil
 }
 
 // Unload deletes the voucher's four keys (admin and tests).

@@ -25,8 +25,7 @@ if held then
   if string.match(held, '^([^:]*)') == ARGV[2] then return 0 end
   return -1
 end
-local t = redis.call('TIME')
-local now = t[1] .. string.format('%03d', math.floor(tonumber(t[2]) / 1000))
+local now = nowMillis()
 redis.call('HSET', KEYS[3], ARGV[1], ARGV[2] .. ':' .. now)
 redis.call('HINCRBY', KEYS[2], ARGV[2], 1)
 if (tonumber(redis.call('GET', KEYS[1])) or 0) > 0 then

@@ -23,8 +23,7 @@ if redis.call('EXISTS', KEYS[1]) == 1 then
   return 0
 end
 
-local t = redis.call('TIME')
-local now = t[1] .. string.format('%03d', math.floor(tonumber(t[2]) / 1000))
+local now = nowMillis()
 if tonumber(ARGV[2]) <= tonumber(now) then
   return -1
 end

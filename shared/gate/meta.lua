@@ -10,13 +10,10 @@
 --  startsAt, endsAt, flashSale}: remaining as an integer, the meta fields as the
 -- strings load.lua stored (nil for a missing field, which the caller rejects).
 
-local raw = redis.call('GET', KEYS[1])
-if not raw then
-  return {}
-end
-local remaining = tonumber(raw)
+local remaining, bad = remainingOf('meta')
+if bad then return bad end
 if not remaining then
-  return redis.error_reply('ERR meta: ' .. KEYS[1] .. ' is not a number')
+  return {}
 end
 local out = redis.call('HMGET', KEYS[2], 'discountAmount', 'minOrderAmount',
   'totalLimit', 'perUserLimit', 'startsAt', 'endsAt', 'flashSale')

@@ -22,21 +22,15 @@ local grace = tonumber(ARGV[1])
 if not grace then
   return redis.error_reply('ERR reconcile: grace is not a number')
 end
-local raw = redis.call('GET', KEYS[1])
-if not raw then
+local before, bad = remainingOf('reconcile')
+if bad then return bad end
+if not before then
   return {0}
 end
-local before = tonumber(raw)
-if not before then
-  return redis.error_reply('ERR reconcile: ' .. KEYS[1] .. ' is not a number')
-end
-local total = tonumber(redis.call('HGET', KEYS[4], 'totalLimit'))
-if not total then
-  return redis.error_reply('ERR reconcile: ' .. KEYS[4] .. ' has no totalLimit')
-end
+local total, noTotal = metaNumber('reconcile', 'totalLimit')
+if noTotal then return noTotal end
 
-local t = redis.call('TIME')
-local nowText = t[1] .. string.format('%03d', math.floor(tonumber(t[2]) / 1000))
+local nowText = nowMillis()
 local now = tonumber(nowText)
 
 local db = {}
@@ -85,14 +79,7 @@ if after < 0 then after = 0 end
 redis.call('SET', KEYS[1], after, 'KEEPTTL')
 
 -- users was just recreated and orders may have been; both follow the counter's TTL.
-local at = redis.call('PEXPIRETIME', KEYS[1])
-if at > 0 then
-  for k = 2, 3 do
-    if redis.call('PEXPIRETIME', KEYS[k]) == -1 then
-      redis.call('PEXPIREAT', KEYS[k], at)
-    end
-  end
-end
+followTTL()
 
 out[3] = after
 out[4] = restored

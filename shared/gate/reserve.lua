@@ -21,20 +21,15 @@ if #ARGV % 2 ~= 0 then
 end
 local n = #ARGV / 2
 
-local raw = redis.call('GET', KEYS[1])
-if not raw then
+local remaining, bad = remainingOf('reserve')
+if bad then return bad end
+if not remaining then
   local out = {0}
   for i = 1, n do out[i + 1] = 5 end
   return out
 end
-local remaining = tonumber(raw)
-if not remaining then
-  return redis.error_reply('ERR reserve: ' .. KEYS[1] .. ' is not a number')
-end
-local limit = tonumber(redis.call('HGET', KEYS[4], 'perUserLimit'))
-if not limit then
-  return redis.error_reply('ERR reserve: ' .. KEYS[4] .. ' has no perUserLimit')
-end
+local limit, noLimit = metaNumber('reserve', 'perUserLimit')
+if noLimit then return noLimit end
 
 local now -- admission time, read on the first reservation
 local out = {0}
@@ -53,9 +48,8 @@ for i = 1, n do
   else
     if not now then
       -- Redis's clock, not a caller's, so the reconciler's grace period compares
-      -- times from one clock. Exact string arithmetic: seconds .. millis.
-      local t = redis.call('TIME')
-      now = t[1] .. string.format('%03d', math.floor(tonumber(t[2]) / 1000))
+      -- times from one clock.
+      now = nowMillis()
     end
     remaining = remaining - 1
     taken = taken + 1
@@ -68,16 +62,7 @@ end
 
 if taken > 0 then
   redis.call('DECRBY', KEYS[1], taken)
-  -- users and orders may have just been created without a TTL; give them the
-  -- counter's, so a finished sale leaves nothing behind.
-  local at = redis.call('PEXPIRETIME', KEYS[1])
-  if at > 0 then
-    for k = 2, 3 do
-      if redis.call('PEXPIRETIME', KEYS[k]) == -1 then
-        redis.call('PEXPIREAT', KEYS[k], at)
-      end
-    end
-  end
+  followTTL()
 end
 out[1] = remaining
 return out

@@ -1,6 +1,7 @@
 // Package httpx holds what both gin servers share: the map from error code to
-// HTTP status, the one function that writes an error, strict JSON binding, bearer
-// auth, body limits, health routes and server timeouts.
+// HTTP status, the one function that writes an error (and logs a fault), strict
+// JSON binding, bearer auth, body limits, health routes, server timeouts, and
+// the shape of the reservation routes.
 package httpx
 
 import (
@@ -33,65 +34,6 @@ const MaxBodyBytes = 16 << 10
 
 // RetryAfter is the Retry-After sent with 503s, in seconds.
 const RetryAfter = "1"
-
-var statusOf = map[string]int{
-	voucher.CodeInvalidRequest:      http.StatusBadRequest,
-	voucher.CodeUnauthorized:        http.StatusUnauthorized,
-	voucher.CodeVoucherExists:       http.StatusConflict,
-	voucher.CodeVoucherNotFound:     http.StatusNotFound,
-	voucher.CodeOutOfStock:          http.StatusConflict,
-	voucher.CodeAlreadyUsed:         http.StatusConflict,
-	voucher.CodeOrderConflict:       http.StatusConflict,
-	voucher.CodeReservationReleased: http.StatusConflict,
-	voucher.CodeNotEligible:         http.StatusUnprocessableEntity,
-	voucher.CodeReservationExpired:  http.StatusConflict,
-	voucher.CodeReservationNotFound: http.StatusNotFound,
-	voucher.CodeAlreadyConfirmed:    http.StatusConflict,
-	voucher.CodeNotFound:            http.StatusNotFound,
-	voucher.CodeMethodNotAllowed:    http.StatusMethodNotAllowed,
-	voucher.CodeUnavailable:         http.StatusServiceUnavailable,
-}
-
-// Status returns the HTTP status for an error code; unknown codes are 503, since
-// a caller may always retry with the same orderId.
-func Status(code string) int {
-	if s, ok := statusOf[code]; ok {
-		return s
-	}
-	return http.StatusServiceUnavailable
-}
-
-// ErrorBody is the body of every error response.
-type ErrorBody struct {
-	Error   string `json:"error"`
-	Message string `json:"message"`
-	Reason  string `json:"reason,omitempty"`
-}
-
-// WriteError writes err as {"error", "message"[, "reason"]}. Errors without a
-// voucher code are faults: they are logged and answered 503 UNAVAILABLE, never
-// with their internal text.
-func WriteError(c *gin.Context, err error) {
-	var e *voucher.Error
-	if !errors.As(err, &e) {
-		slog.Error("request failed", "method", c.Request.Method, "path", c.FullPath(),
-			"request_id", RequestIDFrom(c), "err", err)
-	}
-	status, body := ErrorReply(err)
-	if status == http.StatusServiceUnavailable {
-		c.Header("Retry-After", RetryAfter)
-	}
-	c.AbortWithStatusJSON(status, body)
-}
-
-// ErrorReply is the status and body WriteError answers err with.
-func ErrorReply(err error) (int, ErrorBody) {
-	var e *voucher.Error
-	if !errors.As(err, &e) {
-		e = voucher.ErrUnavailable
-	}
-	return Status(e.Code), ErrorBody{Error: e.Code, Message: e.Message, Reason: e.Reason}
-}
 
 // BindJSON decodes the request body into dst strictly: one JSON object, no
 // unknown fields, no trailing data, at most MaxBodyBytes. Errors name the field.
@@ -218,7 +160,7 @@ func Health(r gin.IRoutes, ready func(*gin.Context) error) {
 	r.GET("/healthz", func(c *gin.Context) { c.JSON(http.StatusOK, gin.H{"status": "ok"}) })
 	r.GET("/readyz", func(c *gin.Context) {
 		if err := ready(c); err != nil {
-			slog.Warn("not ready", "err", err)
+			LoggerFrom(c).Warn("not ready", "err", err)
 			c.Header("Retry-After", RetryAfter)
 			c.JSON(http.StatusServiceUnavailable, ErrorBody{Error: voucher.CodeUnavailable, Message: "not ready"})
 			return
@@ -227,10 +169,10 @@ func Health(r gin.IRoutes, ready func(*gin.Context) error) {
 	})
 }
 
-// NewEngine returns a gin engine with flashgate's defaults: release mode,
-// recovery, JSON 404 and 405 answers, and no trusted proxies.
-func NewEngine() *gin.Engine {
-	gin.SetMode(gin.ReleaseMode)
+// NewEngine returns a gin engine with flashgate's defaults: log on every
+// request (LoggerFrom), recovery, JSON 404 and 405 answers, and no trusted
+// proxies. gin's mode is global: each main sets it.
+func NewEngine(log *slog.Logger) *gin.Engine {
 	r := gin.New()
 	// Handlers pass the gin.Context on as their context: let it carry the
 	// request's cancellation and deadline.
@@ -239,9 +181,8 @@ func NewEngine() *gin.Engine {
 	// gin's default answers 301/307 with an HTML body and a Location built
 	// from the client's X-Forwarded-Prefix header.
 	r.RedirectTrailingSlash = false
-	r.Use(gin.CustomRecovery(func(c *gin.Context, recovered any) {
-		slog.Error("panic in handler", "path", c.FullPath(), "panic", recovered)
-		WriteError(c, voucher.ErrUnavailable)
+	r.Use(Logger(log), gin.CustomRecovery(func(c *gin.Context, recovered any) {
+		WriteError(c, fmt.Errorf("panic in handler: %v: %w", recovered, voucher.ErrUnavailable))
 	}))
 	r.HandleMethodNotAllowed = true
 	r.NoRoute(func(c *gin.Context) {
@@ -257,6 +198,7 @@ func NewEngine() *gin.Engine {
 // Service is what both services' engines share beyond NewEngine's defaults:
 // metrics, the request id, bearer auth and the open routes.
 type Service struct {
+	Log     *slog.Logger             // where faults and readiness failures are logged
 	Metrics *Metrics                 // nil: no /metrics
 	Token   string                   // empty: auth off
 	Ready   func(*gin.Context) error // GET /readyz
@@ -266,7 +208,7 @@ type Service struct {
 // /metrics, request ids, auth, /healthz, /readyz and /openapi.yaml; the
 // service adds its own routes.
 func NewServiceEngine(s Service) *gin.Engine {
-	r := NewEngine()
+	r := NewEngine(s.Log)
 	if s.Metrics != nil {
 		r.Use(s.Metrics.Middleware())
 		s.Metrics.ServeMetrics(r)
@@ -397,7 +339,7 @@ func Serve(ctx context.Context, srv *http.Server, maxConns int) error {
 
 // ServeDebug serves net/http/pprof on addr (loopback only, for profiling under
 // load); it returns at once when addr is empty.
-func ServeDebug(addr string) {
+func ServeDebug(addr string, log *slog.Logger) {
 	if addr == "" {
 		return
 	}
@@ -410,7 +352,7 @@ func ServeDebug(addr string) {
 	srv := &http.Server{Addr: addr, Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	go func() {
 		if err := srv.ListenAndServe(); err != nil {
-			slog.Warn("pprof listener stopped", "addr", addr, "err", err)
+			log.Warn("pprof listener stopped", "addr", addr, "err", err)
 		}
 	}()
 }

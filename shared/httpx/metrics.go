@@ -71,6 +71,10 @@ func (m *Metrics) Handler() gin.HandlerFunc {
 	return func(c *gin.Context) { h.ServeHTTP(c.Writer, c.Request) }
 }
 
+// MaxVoucherSeries bounds the per-voucher series a service exports in each
+// BoundedGauge.
+const MaxVoucherSeries = 100
+
 // BoundedGauge is a gauge per voucher code that keeps at most max codes: the
 // least recently set code's series is dropped, so a flood of codes cannot grow
 // the scrape without bound.

@@ -271,7 +271,7 @@ func sameSet(a, b []string) bool {
 // no token even when auth is on.
 func TestServeOpenAPI(t *testing.T) {
 	raw, _ := openAPIDoc(t)
-	r := httpx.NewEngine()
+	r := httpx.NewEngine(nil)
 	r.Use(httpx.Auth("secret", httpx.OpenPaths...))
 	httpx.ServeOpenAPI(r)
 	r.GET("/closed", func(c *gin.Context) { c.Status(http.StatusNoContent) })

@@ -1,0 +1,199 @@
+package gate
+
+import (
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/flashgate/flashgate/shared/voucher"
+)
+
+// decodeReserve checks and decodes reserve.lua's reply for a batch of n items:
+// {remaining, code1, ..., codeN}. Any other shape is an error, never a guess: a
+// misread reply could admit an order that holds no use.
+func decodeReserve(v any, n int) ([]Result, int64, error) {
+	if n < 1 {
+		return nil, 0, fmt.Errorf("decode reserve reply: batch of %d items", n)
+	}
+	arr, ok := v.([]any)
+	if !ok {
+		return nil, 0, fmt.Errorf("decode reserve reply: got %T, want array", v)
+	}
+	if len(arr) != n+1 {
+		return nil, 0, fmt.Errorf("decode reserve reply: %d elements, want %d", len(arr), n+1)
+	}
+	remaining, ok := arr[0].(int64)
+	if !ok {
+		return nil, 0, fmt.Errorf("decode reserve reply: remaining is %T, want integer", arr[0])
+	}
+	res := make([]Result, n)
+	notLoaded, reserved := 0, false
+	for i, e := range arr[1:] {
+		c, ok := e.(int64)
+		if !ok {
+			return nil, 0, fmt.Errorf("decode reserve reply: item %d is %T, want integer", i, e)
+		}
+		r := Result(c)
+		if int64(r) != c || r < Reserved || r > OrderConflict {
+			return nil, 0, fmt.Errorf("decode reserve reply: item %d: unknown code %d", i, c)
+		}
+		switch r {
+		case NotLoaded:
+			notLoaded++
+		case Reserved:
+			reserved = true
+		}
+		res[i] = r
+	}
+	// The script answers NOT_LOADED for the whole batch or not at all.
+	if notLoaded != 0 && (notLoaded != n || remaining != 0) {
+		return nil, 0, fmt.Errorf("decode reserve reply: %d of %d items NOT_LOADED, remaining %d", notLoaded, n, remaining)
+	}
+	if reserved && remaining < 0 {
+		return nil, 0, fmt.Errorf("decode reserve reply: reserved with remaining %d", remaining)
+	}
+	return res, remaining, nil
+}
+
+// decodeMeta decodes meta.lua's reply: {} or {remaining, 7 meta fields}, the
+// voucher's terms without its code.
+func decodeMeta(v any) (voucher.Voucher, int64, bool, error) {
+	arr, ok := v.([]any)
+	if !ok {
+		return voucher.Voucher{}, 0, false, fmt.Errorf("decode meta reply: got %T, want array", v)
+	}
+	if len(arr) == 0 {
+		return voucher.Voucher{}, 0, false, nil
+	}
+	if len(arr) != 8 {
+		return voucher.Voucher{}, 0, false, fmt.Errorf("decode meta reply: %d elements, want 8", len(arr))
+	}
+	remaining, ok := arr[0].(int64)
+	if !ok {
+		return voucher.Voucher{}, 0, false, fmt.Errorf("decode meta reply: remaining is %T, want integer", arr[0])
+	}
+	names := [...]string{"discountAmount", "minOrderAmount", "totalLimit", "perUserLimit", "startsAt", "endsAt", "flashSale"}
+	var f [7]int64
+	for i := range f {
+		s, ok := arr[i+1].(string)
+		if !ok {
+			return voucher.Voucher{}, 0, false, fmt.Errorf("decode meta reply: %s is %T, want string", names[i], arr[i+1])
+		}
+		n, err := strconv.ParseInt(s, 10, 64)
+		if err != nil {
+			return voucher.Voucher{}, 0, false, fmt.Errorf("decode meta reply: %s: %w", names[i], err)
+		}
+		f[i] = n
+	}
+	if f[2] < 0 || f[2] > maxInt32 || f[3] < 1 || f[3] > maxInt32 || (f[6] != 0 && f[6] != 1) {
+		return voucher.Voucher{}, 0, false, fmt.Errorf("decode meta reply: totalLimit %d, perUserLimit %d, flashSale %d", f[2], f[3], f[6])
+	}
+	m := voucher.Voucher{
+		DiscountAmount: f[0],
+		MinOrderAmount: f[1],
+		TotalLimit:     int(f[2]),
+		PerUserLimit:   int(f[3]),
+		StartsAt:       fromMillis(f[4]),
+		EndsAt:         fromMillis(f[5]),
+		FlashSale:      f[6] == 1,
+	}
+	return m, remaining, true, nil
+}
+
+const maxInt32 = 1<<31 - 1
+
+// decodeState decodes state.lua's reply: {} or {remaining, nowMillis, id, value, ...}.
+func decodeState(v any) (State, bool, error) {
+	arr, ok := v.([]any)
+	if !ok {
+		return State{}, false, fmt.Errorf("decode state reply: got %T, want array", v)
+	}
+	if len(arr) == 0 {
+		return State{}, false, nil
+	}
+	if len(arr) < 2 || len(arr)%2 != 0 {
+		return State{}, false, fmt.Errorf("decode state reply: %d elements", len(arr))
+	}
+	remaining, ok1 := arr[0].(int64)
+	now, ok2 := arr[1].(int64)
+	if !ok1 || !ok2 {
+		return State{}, false, fmt.Errorf("decode state reply: header is %T, %T, want integers", arr[0], arr[1])
+	}
+	st := State{Remaining: remaining, Now: fromMillis(now), Orders: make([]Order, 0, (len(arr)-2)/2)}
+	for i := 2; i < len(arr); i += 2 {
+		id, ok1 := arr[i].(string)
+		val, ok2 := arr[i+1].(string)
+		if !ok1 || !ok2 {
+			return State{}, false, fmt.Errorf("decode state reply: order is %T, %T, want strings", arr[i], arr[i+1])
+		}
+		o, err := parseOrder(id, val)
+		if err != nil {
+			return State{}, false, fmt.Errorf("decode state reply: %w", err)
+		}
+		st.Orders = append(st.Orders, o)
+	}
+	slices.SortFunc(st.Orders, func(a, b Order) int { return strings.Compare(a.OrderID, b.OrderID) })
+	return st, true, nil
+}
+
+// parseOrder decodes an orders hash entry: orderId -> "customerId:admittedAtMillis".
+func parseOrder(id, val string) (Order, error) {
+	cust, at, ok := strings.Cut(val, ":")
+	if !ok {
+		return Order{}, fmt.Errorf("order %q: value %q is not customer:millis", id, val)
+	}
+	c, err := strconv.ParseInt(cust, 10, 64)
+	if err != nil {
+		return Order{}, fmt.Errorf("order %q: customer: %w", id, err)
+	}
+	ms, err := strconv.ParseInt(at, 10, 64)
+	if err != nil {
+		return Order{}, fmt.Errorf("order %q: admitted at: %w", id, err)
+	}
+	return Order{OrderID: id, CustomerID: c, AdmittedAt: fromMillis(ms)}, nil
+}
+
+// decodeReconcile decodes reconcile.lua's reply: {0} or
+// {1, before, after, restored, releasedId...}.
+func decodeReconcile(v any) (ReconcileResult, error) {
+	arr, ok := v.([]any)
+	if !ok || len(arr) == 0 {
+		return ReconcileResult{}, fmt.Errorf("decode reconcile reply: got %T %v, want non-empty array", v, v)
+	}
+	switch arr[0] {
+	case int64(0):
+		if len(arr) != 1 {
+			return ReconcileResult{}, fmt.Errorf("decode reconcile reply: not loaded with %d elements", len(arr))
+		}
+		return ReconcileResult{}, nil
+	case int64(1):
+	default:
+		return ReconcileResult{}, fmt.Errorf("decode reconcile reply: status %v (%T)", arr[0], arr[0])
+	}
+	if len(arr) < 4 {
+		return ReconcileResult{}, fmt.Errorf("decode reconcile reply: %d elements, want at least 4", len(arr))
+	}
+	before, ok1 := arr[1].(int64)
+	after, ok2 := arr[2].(int64)
+	restored, ok3 := arr[3].(int64)
+	if !ok1 || !ok2 || !ok3 || after < 0 || restored < 0 {
+		return ReconcileResult{}, fmt.Errorf("decode reconcile reply: header %v", arr[1:4])
+	}
+	res := ReconcileResult{
+		Loaded:          true,
+		RemainingBefore: before,
+		RemainingAfter:  after,
+		Restored:        int(restored),
+		Released:        make([]string, 0, len(arr)-4),
+	}
+	for _, e := range arr[4:] {
+		id, ok := e.(string)
+		if !ok {
+			return ReconcileResult{}, fmt.Errorf("decode reconcile reply: released id is %T, want string", e)
+		}
+		res.Released = append(res.Released, id)
+	}
+	slices.Sort(res.Released)
+	return res, nil
+}

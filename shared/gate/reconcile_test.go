@@ -1,0 +1,99 @@
+package gate
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestReconcile(t *testing.T) {
+	t.Parallel()
+	g, rdb := newGate(t)
+	ctx := context.Background()
+	old := time.UnixMilli(time.Now().Add(-10 * time.Minute).UnixMilli()).UTC()
+
+	t.Run("repairs both directions", func(t *testing.T) {
+		code := testCode(t, g, "v")
+		load(t, g, code, 10, 3,
+			Order{OrderID: "hanging", CustomerID: 1, AdmittedAt: old}, // admitted, never written to the DB
+			Order{OrderID: "written", CustomerID: 2, AdmittedAt: old}, // in the DB
+		)
+		got, _, err := g.Reserve(ctx, code, []Item{{3, "young"}}) // DB write may be in flight
+		require.NoError(t, err)
+		require.Equal(t, []Result{Reserved}, got)
+		require.NoError(t, rdb.Set(ctx, Keys(code)[0], 42, redis.KeepTTL).Err()) // a drifted counter
+
+		db := []Order{{OrderID: "written", CustomerID: 2}, {OrderID: "lost", CustomerID: 4}}
+		res, err := g.Reconcile(ctx, code, db, time.Minute)
+		require.NoError(t, err)
+		assert.Equal(t, ReconcileResult{Loaded: true, RemainingBefore: 42, RemainingAfter: 7, Released: []string{"hanging"}, Restored: 1}, res)
+
+		owners, remaining := orderOwners(t, g, code)
+		assert.Equal(t, map[string]int64{"written": 2, "young": 3, "lost": 4}, owners)
+		assert.EqualValues(t, 7, remaining)
+		assert.Equal(t, map[int64]int{2: 1, 3: 1, 4: 1}, users(t, rdb, code))
+		for _, k := range Keys(code) {
+			at, err := rdb.PExpireTime(ctx, k).Result()
+			require.NoError(t, err)
+			assert.Positive(t, at, "%s keeps a TTL", k)
+		}
+
+		// Nothing left to do the second time.
+		res, err = g.Reconcile(ctx, code, db, time.Minute)
+		require.NoError(t, err)
+		assert.Equal(t, ReconcileResult{Loaded: true, RemainingBefore: 7, RemainingAfter: 7, Released: []string{}}, res)
+
+		// With no grace the young order is hanging too.
+		res, err = g.Reconcile(ctx, code, db, 0)
+		require.NoError(t, err)
+		assert.Equal(t, []string{"young"}, res.Released)
+		assert.EqualValues(t, 8, res.RemainingAfter)
+	})
+
+	t.Run("never below zero", func(t *testing.T) {
+		code := testCode(t, g, "v")
+		load(t, g, code, 2, 1, Order{OrderID: "a", CustomerID: 1}, Order{OrderID: "b", CustomerID: 2})
+		db := []Order{{OrderID: "a", CustomerID: 1}, {OrderID: "b", CustomerID: 2}, {OrderID: "c", CustomerID: 3}}
+		res, err := g.Reconcile(ctx, code, db, time.Minute)
+		require.NoError(t, err)
+		assert.EqualValues(t, 0, res.RemainingAfter)
+		assert.Equal(t, 1, res.Restored)
+		got, _, err := g.Reserve(ctx, code, []Item{{9, "z"}})
+		require.NoError(t, err)
+		assert.Equal(t, []Result{OutOfStock}, got)
+	})
+
+	t.Run("database decides the customer", func(t *testing.T) {
+		code := testCode(t, g, "v")
+		load(t, g, code, 5, 1, Order{OrderID: "a", CustomerID: 1, AdmittedAt: old})
+		res, err := g.Reconcile(ctx, code, []Order{{OrderID: "a", CustomerID: 2}}, time.Minute)
+		require.NoError(t, err)
+		assert.Empty(t, res.Released)
+		st, _, err := g.State(ctx, code)
+		require.NoError(t, err)
+		assert.Equal(t, []Order{{OrderID: "a", CustomerID: 2, AdmittedAt: old}}, st.Orders)
+		assert.Equal(t, map[int64]int{2: 1}, users(t, rdb, code))
+	})
+
+	t.Run("not loaded changes nothing", func(t *testing.T) {
+		code := testCode(t, g, "v")
+		res, err := g.Reconcile(ctx, code, []Order{{OrderID: "a", CustomerID: 1}}, time.Minute)
+		require.NoError(t, err)
+		assert.False(t, res.Loaded)
+		n, err := rdb.Exists(ctx, Keys(code)...).Result()
+		require.NoError(t, err)
+		assert.Zero(t, n)
+	})
+
+	t.Run("refuses conflicting input", func(t *testing.T) {
+		code := testCode(t, g, "v")
+		_, err := g.Reconcile(ctx, code, nil, -time.Second)
+		assert.Error(t, err)
+		_, err = g.Reconcile(ctx, code, []Order{{OrderID: "a", CustomerID: 1}, {OrderID: "a", CustomerID: 2}}, time.Minute)
+		assert.Error(t, err)
+	})
+}

@@ -1,0 +1,129 @@
+package gate
+
+import (
+	"context"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestRelease(t *testing.T) {
+	t.Parallel()
+	g, rdb := newGate(t)
+	ctx := context.Background()
+
+	t.Run("twice gives one use back", func(t *testing.T) {
+		code := testCode(t, g, "v")
+		load(t, g, code, 2, 2)
+		got, _, err := g.Reserve(ctx, code, []Item{{1, "a"}, {1, "b"}})
+		require.NoError(t, err)
+		require.Equal(t, []Result{Reserved, Reserved}, got)
+
+		n, err := g.Release(ctx, code, "a")
+		require.NoError(t, err)
+		assert.Equal(t, 1, n)
+		n, err = g.Release(ctx, code, "a", "a")
+		require.NoError(t, err)
+		assert.Equal(t, 0, n)
+		owners, remaining := orderOwners(t, g, code)
+		assert.EqualValues(t, 1, remaining)
+		assert.Equal(t, map[string]int64{"b": 1}, owners)
+		assert.Equal(t, map[int64]int{1: 1}, users(t, rdb, code))
+
+		n, err = g.Release(ctx, code, "b", "b")
+		require.NoError(t, err)
+		assert.Equal(t, 1, n)
+		assert.Empty(t, users(t, rdb, code), "a customer at 0 uses has no field")
+		_, remaining = orderOwners(t, g, code)
+		assert.EqualValues(t, 2, remaining)
+
+		// The released order may reserve again.
+		got, _, err = g.Reserve(ctx, code, []Item{{1, "a"}})
+		require.NoError(t, err)
+		assert.Equal(t, []Result{Reserved}, got)
+	})
+
+	t.Run("unknown order is a no-op", func(t *testing.T) {
+		code := testCode(t, g, "v")
+		load(t, g, code, 5, 1)
+		n, err := g.Release(ctx, code, "nobody")
+		require.NoError(t, err)
+		assert.Zero(t, n)
+		_, remaining := orderOwners(t, g, code)
+		assert.EqualValues(t, 5, remaining)
+	})
+
+	t.Run("not loaded creates nothing", func(t *testing.T) {
+		code := testCode(t, g, "v")
+		n, err := g.Release(ctx, code, "a", "b")
+		require.NoError(t, err)
+		assert.Zero(t, n)
+		exists, err := rdb.Exists(ctx, Keys(code)...).Result()
+		require.NoError(t, err)
+		assert.Zero(t, exists)
+	})
+}
+
+// Drop forgets an order and its customer's use but does not restock: the
+// database said the use did not exist.
+func TestDrop(t *testing.T) {
+	t.Parallel()
+	g, rdb := newGate(t)
+	ctx := context.Background()
+	code := testCode(t, g, "v")
+	load(t, g, code, 3, 1)
+	got, _, err := g.Reserve(ctx, code, []Item{{1, "a"}, {2, "b"}})
+	require.NoError(t, err)
+	require.Equal(t, []Result{Reserved, Reserved}, got)
+
+	n, err := g.Drop(ctx, code, "a", "a", "nobody")
+	require.NoError(t, err)
+	assert.Equal(t, 1, n)
+	owners, remaining := orderOwners(t, g, code)
+	assert.EqualValues(t, 1, remaining, "Drop(a) = remaining %d, want 1 (no restock)", remaining)
+	assert.Equal(t, map[string]int64{"b": 2}, owners)
+	assert.Equal(t, map[int64]int{2: 1}, users(t, rdb, code))
+
+	// A release after the drop finds nothing to give back.
+	n, err = g.Release(ctx, code, "a")
+	require.NoError(t, err)
+	assert.Zero(t, n)
+}
+
+// Hold records a missing order once, counts its customer and takes a use, but
+// never drives remaining below 0 and never overrides another customer's entry.
+func TestHold(t *testing.T) {
+	t.Parallel()
+	g, rdb := newGate(t)
+	ctx := context.Background()
+	code := testCode(t, g, "v")
+	load(t, g, code, 1, 2)
+
+	ok, err := g.Hold(ctx, code, "a", 7)
+	require.NoError(t, err)
+	assert.True(t, ok)
+	ok, err = g.Hold(ctx, code, "a", 7)
+	require.NoError(t, err)
+	assert.False(t, ok, "Hold(a) twice = recorded twice")
+	owners, remaining := orderOwners(t, g, code)
+	assert.Equal(t, map[string]int64{"a": 7}, owners)
+	assert.EqualValues(t, 0, remaining)
+	assert.Equal(t, map[int64]int{7: 1}, users(t, rdb, code))
+
+	ok, err = g.Hold(ctx, code, "b", 8) // the counter is at 0: it stays there
+	require.NoError(t, err)
+	assert.True(t, ok)
+	_, remaining = orderOwners(t, g, code)
+	assert.EqualValues(t, 0, remaining)
+
+	ok, err = g.Hold(ctx, code, "a", 9) // someone else's order: left alone
+	require.NoError(t, err)
+	assert.False(t, ok)
+	owners, _ = orderOwners(t, g, code)
+	assert.Equal(t, int64(7), owners["a"])
+
+	ok, err = g.Hold(ctx, testCode(t, g, "none"), "a", 7) // not loaded: nothing created
+	require.NoError(t, err)
+	assert.False(t, ok)
+}

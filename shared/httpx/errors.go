@@ -1,0 +1,100 @@
+package httpx
+
+import (
+	"errors"
+	"log/slog"
+	"net/http"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/flashgate/flashgate/shared/voucher"
+)
+
+var statusOf = map[string]int{
+	voucher.CodeInvalidRequest:      http.StatusBadRequest,
+	voucher.CodeUnauthorized:        http.StatusUnauthorized,
+	voucher.CodeVoucherExists:       http.StatusConflict,
+	voucher.CodeVoucherNotFound:     http.StatusNotFound,
+	voucher.CodeOutOfStock:          http.StatusConflict,
+	voucher.CodeAlreadyUsed:         http.StatusConflict,
+	voucher.CodeOrderConflict:       http.StatusConflict,
+	voucher.CodeReservationReleased: http.StatusConflict,
+	voucher.CodeNotEligible:         http.StatusUnprocessableEntity,
+	voucher.CodeReservationExpired:  http.StatusConflict,
+	voucher.CodeReservationNotFound: http.StatusNotFound,
+	voucher.CodeAlreadyConfirmed:    http.StatusConflict,
+	voucher.CodeNotFound:            http.StatusNotFound,
+	voucher.CodeMethodNotAllowed:    http.StatusMethodNotAllowed,
+	voucher.CodeUnavailable:         http.StatusServiceUnavailable,
+}
+
+// Status returns the HTTP status for an error code; unknown codes are 503, since
+// a caller may always retry with the same orderId.
+func Status(code string) int {
+	if s, ok := statusOf[code]; ok {
+		return s
+	}
+	return http.StatusServiceUnavailable
+}
+
+// ErrorBody is the body of every error response.
+type ErrorBody struct {
+	Error   string `json:"error"`
+	Message string `json:"message"`
+	Reason  string `json:"reason,omitempty"`
+}
+
+// WriteError writes err as {"error", "message"[, "reason"]}. Errors without a
+// voucher code are faults: they are answered 503 UNAVAILABLE, never with their
+// internal text. Every 503 is logged, once, here (see AnswerError).
+func WriteError(c *gin.Context, err error) {
+	status, body := AnswerError(c, err)
+	if status == http.StatusServiceUnavailable {
+		c.Header("Retry-After", RetryAfter)
+	}
+	c.AbortWithStatusJSON(status, body)
+}
+
+// AnswerError is ErrorReply for an answer about to be sent on c: a fault (any
+// error answered 503) is logged with the request id, route, method and cause.
+// It is the one place a fault is logged, so that a 503 leaves exactly one line;
+// WriteError and the ledger's batch route (one answer per claim) call it.
+func AnswerError(c *gin.Context, err error) (int, ErrorBody) {
+	status, body := ErrorReply(err)
+	if status == http.StatusServiceUnavailable {
+		LoggerFrom(c).Error("request failed", "request_id", RequestIDFrom(c), "route", c.FullPath(),
+			"method", c.Request.Method, "err", err)
+	}
+	return status, body
+}
+
+// ErrorReply is the status and body WriteError answers err with.
+func ErrorReply(err error) (int, ErrorBody) {
+	var e *voucher.Error
+	if !errors.As(err, &e) {
+		e = voucher.ErrUnavailable
+	}
+	return Status(e.Code), ErrorBody{Error: e.Code, Message: e.Message, Reason: e.Reason}
+}
+
+const loggerKey = "flashgate.logger"
+
+// discard is the logger of an engine built without one.
+var discard = slog.New(slog.DiscardHandler)
+
+// Logger keeps log on every request, for LoggerFrom.
+func Logger(log *slog.Logger) gin.HandlerFunc {
+	if log == nil {
+		log = discard
+	}
+	return func(c *gin.Context) { c.Set(loggerKey, log) }
+}
+
+// LoggerFrom returns the service's logger that the Logger middleware keeps on
+// the request (NewEngine installs it), or one that discards when there is none.
+func LoggerFrom(c *gin.Context) *slog.Logger {
+	if log, ok := c.Value(loggerKey).(*slog.Logger); ok {
+		return log
+	}
+	return discard
+}

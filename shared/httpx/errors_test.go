@@ -1,0 +1,73 @@
+package httpx_test
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/flashgate/flashgate/shared/httpx"
+	"github.com/flashgate/flashgate/shared/voucher"
+)
+
+// TestWriteErrorLogsFaults: a 503, whatever its cause, leaves exactly one log
+// line with the request id, route, method and cause; an answer with a code a
+// client can act on leaves none; the bearer token never appears.
+func TestWriteErrorLogsFaults(t *testing.T) {
+	const token = "secret-token-xyz"
+	tests := []struct {
+		name   string
+		err    error
+		status int
+		lines  int
+	}{
+		{"redis fault", fmt.Errorf("reserve V in redis: %w: %w", errors.New("dial tcp: refused"), voucher.ErrUnavailable), 503, 1},
+		{"bare fault", errors.New("boom"), 503, 1},
+		{"unavailable", voucher.ErrUnavailable, 503, 1},
+		{"out of stock", voucher.ErrOutOfStock, 409, 0},
+		{"panic", nil, 503, 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var logs bytes.Buffer
+			r := httpx.NewServiceEngine(httpx.Service{
+				Log: slog.New(slog.NewJSONHandler(&logs, nil)), Token: token,
+				Ready: func(*gin.Context) error { return nil },
+			})
+			r.POST("/vouchers/:code/reservations", func(c *gin.Context) {
+				if tt.err == nil {
+					panic("handler bug")
+				}
+				httpx.WriteError(c, tt.err)
+			})
+			req := httptest.NewRequest(http.MethodPost, "/vouchers/V/reservations", nil)
+			req.Header.Set("Authorization", "Bearer "+token)
+			req.Header.Set(httpx.RequestIDHeader, "probe-503-xyz")
+			w := httptest.NewRecorder()
+			r.ServeHTTP(w, req)
+			if w.Code != tt.status {
+				t.Fatalf("WriteError(%v) answered %d, want %d", tt.err, w.Code, tt.status)
+			}
+			out := logs.String()
+			if n := strings.Count(out, "probe-503-xyz"); n != tt.lines {
+				t.Errorf("WriteError(%v) logged %d lines with the request id, want %d:\n%s", tt.err, n, tt.lines, out)
+			}
+			if strings.Contains(out, token) {
+				t.Errorf("the log holds the token:\n%s", out)
+			}
+			if tt.lines == 1 {
+				for _, want := range []string{`"route":"/vouchers/:code/reservations"`, `"method":"POST"`, `"err":`} {
+					if !strings.Contains(out, want) {
+						t.Errorf("log line lacks %s:\n%s", want, out)
+					}
+				}
+			}
+		})
+	}
+}

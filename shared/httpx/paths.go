@@ -1,0 +1,30 @@
+package httpx
+
+import "net/url"
+
+// ReservationsPath is the path of a voucher's reservations,
+// /vouchers/{code}/reservations: POST reserves. Both services serve it, the
+// proxy calls the ledger's, and the ledger's internal admitted-write routes
+// are it under InternalPrefix.
+func ReservationsPath(code string) string {
+	return "/vouchers/" + url.PathEscape(code) + "/reservations"
+}
+
+// ReservationPath is the path of one order's reservation,
+// /vouchers/{code}/reservations/{orderId}: GET reads it, DELETE releases it,
+// and /confirm below it confirms it.
+func ReservationPath(code, orderID string) string {
+	return ReservationsPath(code) + "/" + url.PathEscape(orderID)
+}
+
+// InternalPrefix puts a route among the ledger's internal ones (the proxy's
+// admitted writes).
+const InternalPrefix = "/internal"
+
+// The ledger's batch admitted-write route takes at most MaxBatchClaims claims
+// in a body of at most MaxBatchBytes (openapi.yaml's maxItems): 512 claims
+// with 64-byte orderIds fit. Senders keep their batches within both.
+const (
+	MaxBatchClaims = 512
+	MaxBatchBytes  = 128 << 10
+)
