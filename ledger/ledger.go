@@ -80,7 +80,7 @@ func (l *Ledger) Warmup(ctx context.Context, code string) error {
 		if !v.FlashSale {
 			return nil, voucher.Errorf(voucher.CodeInvalidRequest, "voucher %s is not a flash-sale voucher", code)
 		}
-		snap := gate.Snapshot{Meta: metaOf(v), Remaining: int64(v.Remaining)}
+		snap := gate.Snapshot{Voucher: v, Remaining: int64(v.Remaining)}
 		for _, o := range orders {
 			snap.Orders = append(snap.Orders, gate.Order{OrderID: o.OrderID, CustomerID: o.CustomerID})
 		}
@@ -94,14 +94,6 @@ func (l *Ledger) Warmup(ctx context.Context, code string) error {
 		return nil, nil
 	})
 	return err
-}
-
-func metaOf(v voucher.Voucher) gate.Meta {
-	return gate.Meta{
-		DiscountAmount: v.DiscountAmount, MinOrderAmount: v.MinOrderAmount,
-		TotalLimit: v.TotalLimit, PerUserLimit: v.PerUserLimit,
-		StartsAt: v.StartsAt, EndsAt: v.EndsAt, FlashSale: v.FlashSale,
-	}
 }
 
 // Reserve serves the public reserve route. Standard vouchers take the guarded
@@ -129,7 +121,7 @@ func (l *Ledger) Reserve(ctx context.Context, code string, cl voucher.Claim) (vo
 	if err != nil {
 		return voucher.Reservation{}, err
 	}
-	if err := admissionError(res); err != nil {
+	if err := res.Err(); err != nil {
 		return voucher.Reservation{}, err
 	}
 	return l.WriteAdmitted(ctx, code, cl)
@@ -142,33 +134,13 @@ func (l *Ledger) admit(ctx context.Context, code string, cl voucher.Claim) (gate
 		return 0, errNoGate
 	}
 	item := []gate.Item{{CustomerID: cl.CustomerID, OrderID: cl.OrderID}}
-	for attempt := 0; ; attempt++ {
+	return gate.AdmitWarm(ctx, func(ctx context.Context) (gate.Result, error) {
 		res, _, err := l.gate.Reserve(ctx, code, item)
 		if err != nil {
-			return 0, fmt.Errorf("reserve %s in redis: %w", code, err)
+			return 0, fmt.Errorf("reserve %s in redis: %w: %w", code, err, voucher.ErrUnavailable)
 		}
-		if res[0] != gate.NotLoaded || attempt > 0 {
-			return res[0], nil
-		}
-		if err := l.Warmup(ctx, code); err != nil {
-			return 0, err
-		}
-	}
-}
-
-// admissionError maps a gate result that does not admit to its error.
-func admissionError(res gate.Result) error {
-	switch res {
-	case gate.Reserved, gate.Duplicate:
-		return nil
-	case gate.OutOfStock:
-		return voucher.ErrOutOfStock
-	case gate.AlreadyUsed:
-		return voucher.ErrAlreadyUsed
-	case gate.OrderConflict:
-		return voucher.ErrOrderConflict
-	}
-	return fmt.Errorf("gate answered %s: %w", res, voucher.ErrUnavailable)
+		return res[0], nil
+	}, func(ctx context.Context) error { return l.Warmup(ctx, code) })
 }
 
 // WriteAdmitted makes a use that the gate admitted durable: the redemption row,
@@ -343,7 +315,7 @@ func (l *Ledger) Confirm(ctx context.Context, code, orderID string) (voucher.Res
 		if err != nil {
 			return voucher.Reservation{}, err
 		}
-		if admissionError(res) != nil {
+		if res.Err() != nil {
 			return voucher.Reservation{}, voucher.ErrReservationExpired
 		}
 		mayTake, heldByUs = true, res == gate.Reserved

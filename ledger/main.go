@@ -63,7 +63,10 @@ func configFromEnv() (Config, error) {
 	return c, nil
 }
 
-func main() { envconf.Main("ledger", configFromEnv, run) }
+func main() {
+	gin.SetMode(gin.ReleaseMode)
+	envconf.Main("ledger", configFromEnv, run)
+}
 
 func run(cfg Config, log *slog.Logger) error {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
@@ -109,7 +112,7 @@ func run(cfg Config, log *slog.Logger) error {
 		ExpiryInterval: cfg.ExpiryInterval, ReconcileInterval: cfg.ReconcileInterval, HangingGrace: cfg.HangingGrace,
 		Metrics: lm,
 	})
-	srv := &Server{ledger: ledger, jobs: jobs, token: cfg.Token, metrics: metrics, ready: func(c *gin.Context) error {
+	srv := &Server{log: log, ledger: ledger, jobs: jobs, token: cfg.Token, metrics: metrics, ready: func(c *gin.Context) error {
 		if err := store.Ping(c); err != nil {
 			return fmt.Errorf("postgres: %w", err)
 		}
@@ -121,7 +124,7 @@ func run(cfg Config, log *slog.Logger) error {
 		return nil
 	}}
 
-	httpx.ServeDebug(cfg.DebugAddr)
+	httpx.ServeDebug(cfg.DebugAddr, log)
 	go jobs.Run(ctx)
 	log.Info("ledger listening", "addr", cfg.Addr, "reservation_ttl", cfg.ReservationTTL.String())
 	err = httpx.Serve(ctx, httpx.NewServer(cfg.Addr, srv.Handler()), cfg.MaxClientConns)

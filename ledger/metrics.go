@@ -16,9 +16,6 @@ type ledgerMetrics struct {
 	remaining      *httpx.BoundedGauge
 }
 
-// maxVoucherSeries bounds the per-voucher series the ledger exports.
-const maxVoucherSeries = 100
-
 // newLedgerMetrics registers the ledger's metrics on reg (nil: a throwaway
 // registry, for tests).
 func newLedgerMetrics(reg prometheus.Registerer) *ledgerMetrics {
@@ -43,7 +40,7 @@ func newLedgerMetrics(reg prometheus.Registerer) *ledgerMetrics {
 		reconcileDrift: httpx.NewBoundedGauge(reg, prometheus.GaugeOpts{
 			Name: "flashgate_reconcile_drift",
 			Help: "Redis remaining minus database remaining per voucher, at the last reconcile (before fixing).",
-		}, maxVoucherSeries),
+		}, httpx.MaxVoucherSeries),
 		reconcileFixes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "flashgate_reconcile_fixes_total",
 			Help: "Orders the reconciler released (hanging admissions) or restored in Redis, and vouchers it reloaded.",
@@ -51,7 +48,7 @@ func newLedgerMetrics(reg prometheus.Registerer) *ledgerMetrics {
 		remaining: httpx.NewBoundedGauge(reg, prometheus.GaugeOpts{
 			Name: "flashgate_voucher_remaining",
 			Help: "Uses left per voucher at the last reconcile, as the database and Redis have them.",
-		}, maxVoucherSeries, "source"),
+		}, httpx.MaxVoucherSeries, "source"),
 	}
 	reg.MustRegister(m.writeBatch, m.commitLatency, m.expired, m.reconcileFixes)
 	return m

@@ -2,6 +2,7 @@ package main
 
 import (
 	"errors"
+	"log/slog"
 	"net/http"
 
 	"github.com/gin-gonic/gin"
@@ -13,6 +14,7 @@ import (
 // Server is the ledger's HTTP face: admin routes, the public reservation routes
 // the proxy serves too, and the internal route for admitted writes.
 type Server struct {
+	log     *slog.Logger // faults answered 503; nil: not logged
 	ledger  *Ledger
 	jobs    *Jobs // nil in tests that do not run the background jobs
 	ready   func(*gin.Context) error
@@ -22,7 +24,7 @@ type Server struct {
 
 // Handler returns the gin engine with every route registered.
 func (s *Server) Handler() *gin.Engine {
-	r := httpx.NewServiceEngine(httpx.Service{Metrics: s.metrics, Token: s.token, Ready: s.ready})
+	r := httpx.NewServiceEngine(httpx.Service{Log: s.log, Metrics: s.metrics, Token: s.token, Ready: s.ready})
 
 	r.POST("/admin/vouchers", s.createVoucher)
 	r.GET("/admin/vouchers/:code", s.getVoucher)
@@ -158,9 +160,6 @@ type ItemReply struct {
 	Body   any `json:"body"`
 }
 
-// MaxAdmittedBatch bounds the claims of one batch request.
-const MaxAdmittedBatch = 512
-
 func (s *Server) writeAdmittedBatch(c *gin.Context) {
 	code, err := httpx.CodeParam(c)
 	if err != nil {
@@ -168,12 +167,12 @@ func (s *Server) writeAdmittedBatch(c *gin.Context) {
 		return
 	}
 	var req AdmittedBatch
-	if err := httpx.BindJSONLimit(c, &req, 128<<10); err != nil { // 512 claims with 64-byte orderIds fit
+	if err := httpx.BindJSONLimit(c, &req, httpx.MaxBatchBytes); err != nil {
 		httpx.WriteError(c, err)
 		return
 	}
-	if len(req.Claims) == 0 || len(req.Claims) > MaxAdmittedBatch {
-		httpx.WriteError(c, voucher.Errorf(voucher.CodeInvalidRequest, "claims must hold 1 to %d items", MaxAdmittedBatch))
+	if len(req.Claims) == 0 || len(req.Claims) > httpx.MaxBatchClaims {
+		httpx.WriteError(c, voucher.Errorf(voucher.CodeInvalidRequest, "claims must hold 1 to %d items", httpx.MaxBatchClaims))
 		return
 	}
 	claims := make([]voucher.Claim, len(req.Claims))
@@ -189,7 +188,7 @@ func (s *Server) writeAdmittedBatch(c *gin.Context) {
 	out := make([]ItemReply, len(claims))
 	for i := range claims {
 		if errs[i] != nil {
-			st, body := httpx.ErrorReply(errs[i])
+			st, body := httpx.AnswerError(c, errs[i]) // each claim's fault is logged once, as WriteError would
 			out[i] = ItemReply{Status: st, Body: body}
 			continue
 		}

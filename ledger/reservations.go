@@ -1,0 +1,422 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/flashgate/flashgate/shared/voucher"
+)
+
+// errOrderTaken means a concurrent request inserted the same orderId first; the
+// caller answers as that request was answered.
+var errOrderTaken = errors.New("order id taken by a concurrent request")
+
+// reservationColumns are the columns scanReservation reads, from
+// voucher_redemption r joined with voucher v.
+const reservationColumns = `r.order_id, r.customer_id, r.voucher_code, r.status, v.discount_amount,
+		       r.created_at, r.expires_at`
+
+// scanReservation reads one row of reservationColumns: the one mapping from a
+// redemption row to a Reservation.
+func scanReservation(row pgx.Row) (voucher.Reservation, error) {
+	var r voucher.Reservation
+	err := row.Scan(&r.OrderID, &r.CustomerID, &r.VoucherCode, &r.Status, &r.DiscountAmount,
+		&r.CreatedAt, &r.ExpiresAt)
+	if err != nil {
+		return voucher.Reservation{}, err
+	}
+	r.CreatedAt, r.ExpiresAt = r.CreatedAt.UTC(), r.ExpiresAt.UTC()
+	return r, nil
+}
+
+// written is the answer to one claim's write: its reservation, or why not.
+type written struct {
+	r   voucher.Reservation
+	err error
+}
+
+// Reservation returns the reservation of orderID under voucher code.
+func (s *Store) Reservation(ctx context.Context, code, orderID string) (voucher.Reservation, error) {
+	r, err := s.order(ctx, s.pool, orderID, false)
+	if err != nil {
+		return voucher.Reservation{}, err
+	}
+	if r.VoucherCode != code {
+		return voucher.Reservation{}, voucher.ErrReservationNotFound
+	}
+	return r, nil
+}
+
+// order reads the reservation of orderID, whatever its voucher, optionally
+// locking the row.
+func (s *Store) order(ctx context.Context, q querier, orderID string, lock bool) (voucher.Reservation, error) {
+	sql := `
+		SELECT ` + reservationColumns + `
+		FROM voucher_redemption r JOIN voucher v ON v.code = r.voucher_code
+		WHERE r.order_id = $1`
+	if lock {
+		sql += ` FOR UPDATE OF r`
+	}
+	r, err := scanReservation(q.QueryRow(ctx, sql, orderID))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return voucher.Reservation{}, voucher.ErrReservationNotFound
+	}
+	if err != nil {
+		return voucher.Reservation{}, translate(fmt.Errorf("order %s: %w", orderID, err))
+	}
+	return r, nil
+}
+
+// ordersIn returns the reservations of the given orderIds that exist, whatever
+// their voucher, read through q (a pool or a transaction).
+func ordersIn(ctx context.Context, q querier, orderIDs []string) (map[string]voucher.Reservation, error) {
+	rows, err := q.Query(ctx, `
+		SELECT `+reservationColumns+`
+		FROM voucher_redemption r JOIN voucher v ON v.code = r.voucher_code
+		WHERE r.order_id = ANY($1)`, orderIDs)
+	if err != nil {
+		return nil, err
+	}
+	rs, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (voucher.Reservation, error) {
+		return scanReservation(row)
+	})
+	if err != nil {
+		return nil, err
+	}
+	found := make(map[string]voucher.Reservation, len(rs))
+	for _, r := range rs {
+		found[r.OrderID] = r
+	}
+	return found, nil
+}
+
+// Existing answers a reserve whose orderId is already known: the same voucher
+// and customer get their reservation back (found true); anything else is an
+// error. found false means the orderId is new.
+func (s *Store) Existing(ctx context.Context, code string, cl voucher.Claim) (r voucher.Reservation, found bool, err error) {
+	r, err = s.order(ctx, s.pool, cl.OrderID, false)
+	if errors.Is(err, voucher.ErrReservationNotFound) {
+		return voucher.Reservation{}, false, nil
+	}
+	if err != nil {
+		return voucher.Reservation{}, false, err
+	}
+	return r, true, retryAnswer(r, code, cl.CustomerID)
+}
+
+// ExistingMany is Existing for several claims of voucher code in one read:
+// found[i] is false when claims[i]'s orderId is new (out[i] is then empty).
+func (s *Store) ExistingMany(ctx context.Context, code string, claims []voucher.Claim) (out []written, found []bool, err error) {
+	ids := make([]string, len(claims))
+	for i, cl := range claims {
+		ids[i] = cl.OrderID
+	}
+	rows, err := ordersIn(ctx, s.pool, ids)
+	if err != nil {
+		return nil, nil, translate(fmt.Errorf("existing orders of %s: %w", code, err))
+	}
+	out, found = make([]written, len(claims)), make([]bool, len(claims))
+	for i, cl := range claims {
+		if r, ok := rows[cl.OrderID]; ok {
+			out[i], found[i] = written{r: r, err: retryAnswer(r, code, cl.CustomerID)}, true
+		}
+	}
+	return out, found, nil
+}
+
+// retryAnswer is what a reserve with an orderId that already has row r gets.
+func retryAnswer(r voucher.Reservation, code string, customerID int64) error {
+	switch {
+	case !r.Same(code, customerID):
+		return voucher.ErrOrderConflict
+	case r.Status == voucher.Released:
+		return voucher.ErrReservationReleased
+	}
+	return nil
+}
+
+// ActiveOf returns, of the given orders of voucher code, those that hold a use
+// now (RESERVED or CONFIRMED), with their customers.
+func (s *Store) ActiveOf(ctx context.Context, code string, orderIDs []string) ([]ActiveOrder, error) {
+	rows, err := s.pool.Query(ctx, `
+		SELECT `+activeOrderColumns+` FROM voucher_redemption
+		WHERE voucher_code = $1 AND order_id = ANY($2) AND status IN ('RESERVED', 'CONFIRMED')`, code, orderIDs)
+	if err != nil {
+		return nil, translate(fmt.Errorf("active orders %s: %w", code, err))
+	}
+	out, err := collectActiveOrders(rows)
+	if err != nil {
+		return nil, translate(fmt.Errorf("active orders %s: %w", code, err))
+	}
+	return out, nil
+}
+
+// Reserve is the article's first solution, for standard vouchers: the guarded
+// UPDATE and the INSERT in one transaction, the constraints as the last guard.
+// A retry with the same orderId gets the same answer and consumes nothing.
+func (s *Store) Reserve(ctx context.Context, code string, cl voucher.Claim) (voucher.Reservation, error) {
+	return s.insertWithRetry(ctx, code, cl, func() (voucher.Voucher, error) {
+		v, err := s.Terms(ctx, code)
+		if err != nil {
+			return voucher.Voucher{}, err
+		}
+		now, err := s.Now(ctx)
+		if err != nil {
+			return voucher.Voucher{}, err
+		}
+		return v, v.Eligible(now, cl.OrderAmount)
+	})
+}
+
+// InsertAdmitted writes one claim of v that the gate admitted (see insert for
+// what it checks), answering as Existing does if its orderId has a row.
+func (s *Store) InsertAdmitted(ctx context.Context, v voucher.Voucher, cl voucher.Claim) (voucher.Reservation, error) {
+	return s.insertWithRetry(ctx, v.Code, cl, func() (voucher.Voucher, error) { return v, nil })
+}
+
+// insertWithRetry writes claim cl of voucher code unless its orderId has a row
+// already, which then answers it. terms returns the voucher to write under
+// (after any check of its own); when a concurrent request takes the orderId
+// first, it starts over, to answer as that request was answered.
+func (s *Store) insertWithRetry(ctx context.Context, code string, cl voucher.Claim,
+	terms func() (voucher.Voucher, error)) (voucher.Reservation, error) {
+	for {
+		r, found, err := s.Existing(ctx, code, cl)
+		if found || err != nil {
+			return r, err
+		}
+		v, err := terms()
+		if err != nil {
+			return voucher.Reservation{}, err
+		}
+		r, err = s.insert(ctx, v, cl)
+		if !errors.Is(err, errOrderTaken) {
+			return r, err
+		}
+	}
+}
+
+// insert writes one reservation: the redemption row, the customer's count and
+// the voucher's used_count, in one transaction. The hot voucher row is touched
+// last so that its lock is held as briefly as possible. It checks the validity
+// window with the database's clock but not the order amount.
+func (s *Store) insert(ctx context.Context, v voucher.Voucher, cl voucher.Claim) (voucher.Reservation, error) {
+	r := voucher.Reservation{
+		OrderID: cl.OrderID, CustomerID: cl.CustomerID, VoucherCode: v.Code,
+		Status: voucher.Reserved, DiscountAmount: v.DiscountAmount,
+	}
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		err := tx.QueryRow(ctx, `
+			INSERT INTO voucher_redemption (voucher_code, customer_id, order_id, status, expires_at)
+			VALUES ($1, $2, $3, 'RESERVED', now() + $4 * interval '1 microsecond')
+			ON CONFLICT (order_id) DO NOTHING
+			RETURNING created_at, expires_at`,
+			v.Code, cl.CustomerID, cl.OrderID, s.ttl.Microseconds()).Scan(&r.CreatedAt, &r.ExpiresAt)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return errOrderTaken
+		}
+		if err != nil {
+			return err
+		}
+		if err := takeCustomerUse(ctx, tx, v.Code, cl.CustomerID, v.PerUserLimit, 1); err != nil {
+			return err
+		}
+		return takeVoucherUses(ctx, tx, v.Code, 1, true)
+	})
+	if err != nil {
+		return voucher.Reservation{}, translate(fmt.Errorf("reserve %s/%s: %w", v.Code, cl.OrderID, err))
+	}
+	r.CreatedAt, r.ExpiresAt = r.CreatedAt.UTC(), r.ExpiresAt.UTC()
+	return r, nil
+}
+
+// InsertMany writes claims (distinct orderIds of voucher v) in one
+// transaction: one multi-row INSERT, one upsert of the customers' counts and
+// one guarded used_count += n. A claim whose orderId already has a row (a
+// retry) is answered with that row, read in the same transaction, as Existing
+// answers it, so a batch costs one commit whatever it holds. If any guard
+// would fire, or a concurrent insert of one of its orderIds is not visible
+// yet, it writes nothing and reports refused: InsertAdmitted finds the item.
+func (s *Store) InsertMany(ctx context.Context, v voucher.Voucher, claims []voucher.Claim) (out []written, refused bool, err error) {
+	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		var err error
+		out, err = s.insertMany(ctx, tx, v, claims)
+		return err
+	})
+	if err != nil {
+		err = translate(fmt.Errorf("write %d reservations for %s: %w", len(claims), v.Code, err))
+		if errors.As(err, new(*voucher.Error)) || errors.Is(err, errOrderTaken) {
+			return nil, true, nil // a guard or a constraint fired
+		}
+		return nil, false, err
+	}
+	return out, false, nil
+}
+
+// insertMany is InsertMany's transaction.
+func (s *Store) insertMany(ctx context.Context, tx pgx.Tx, v voucher.Voucher, claims []voucher.Claim) ([]written, error) {
+	at, err := s.insertRows(ctx, tx, v.Code, claims)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]written, len(claims))
+	perCustomer := map[int64]int{}
+	var retried []string
+	for i, cl := range claims {
+		t, ok := at[cl.OrderID]
+		if !ok {
+			retried = append(retried, cl.OrderID)
+			continue
+		}
+		perCustomer[cl.CustomerID]++
+		out[i].r = voucher.Reservation{
+			OrderID: cl.OrderID, CustomerID: cl.CustomerID, VoucherCode: v.Code,
+			Status: voucher.Reserved, DiscountAmount: v.DiscountAmount,
+			CreatedAt: t.created, ExpiresAt: t.expires,
+		}
+	}
+	if len(retried) > 0 {
+		found, err := ordersIn(ctx, tx, retried)
+		if err != nil {
+			return nil, err
+		}
+		for i, cl := range claims {
+			if _, ok := at[cl.OrderID]; ok {
+				continue
+			}
+			r, ok := found[cl.OrderID]
+			if !ok {
+				return nil, errOrderTaken // inserted by a transaction not yet visible
+			}
+			out[i] = written{r: r, err: retryAnswer(r, v.Code, cl.CustomerID)}
+		}
+	}
+	if len(perCustomer) == 0 {
+		return out, nil
+	}
+	if err := takeCustomerUses(ctx, tx, v.Code, perCustomer, v.PerUserLimit); err != nil {
+		return nil, err
+	}
+	if err := takeVoucherUses(ctx, tx, v.Code, len(at), true); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// inserted is when a new redemption row was created and when its hold ends.
+type inserted struct{ created, expires time.Time }
+
+// insertRows inserts a RESERVED row for each claim whose orderId is new and
+// returns those it inserted.
+func (s *Store) insertRows(ctx context.Context, tx pgx.Tx, code string, claims []voucher.Claim) (map[string]inserted, error) {
+	orders := make([]string, len(claims))
+	customers := make([]int64, len(claims))
+	for i, cl := range claims {
+		orders[i], customers[i] = cl.OrderID, cl.CustomerID
+	}
+	rows, err := tx.Query(ctx, `
+		INSERT INTO voucher_redemption (voucher_code, customer_id, order_id, status, expires_at)
+		SELECT $1, c, o, 'RESERVED', now() + $4 * interval '1 microsecond'
+		FROM unnest($2::bigint[], $3::text[]) AS t(c, o)
+		ON CONFLICT (order_id) DO NOTHING
+		RETURNING order_id, created_at, expires_at`, code, customers, orders, s.ttl.Microseconds())
+	if err != nil {
+		return nil, err
+	}
+	at := map[string]inserted{}
+	var id string
+	var created, expires time.Time
+	_, err = pgx.ForEachRow(rows, []any{&id, &created, &expires}, func() error {
+		at[id] = inserted{created.UTC(), expires.UTC()}
+		return nil
+	})
+	return at, err
+}
+
+// takeCustomerUse counts n more uses for a customer, guarded by its limit.
+func takeCustomerUse(ctx context.Context, tx pgx.Tx, code string, customerID int64, perUserLimit, n int) error {
+	tag, err := tx.Exec(ctx, `
+		INSERT INTO voucher_customer_usage AS u (voucher_code, customer_id, used_count, per_user_limit)
+		VALUES ($1, $2, $4, $3)
+		ON CONFLICT (voucher_code, customer_id)
+		DO UPDATE SET used_count = u.used_count + $4 WHERE u.used_count + $4 <= u.per_user_limit`,
+		code, customerID, perUserLimit, n)
+	if err != nil {
+		return err
+	}
+	if tag.RowsAffected() == 0 {
+		return voucher.ErrAlreadyUsed
+	}
+	return nil
+}
+
+// takeCustomerUses is takeCustomerUse for several customers in one statement
+// (perCustomer: customer -> uses); ALREADY_USED if any would pass its limit.
+func takeCustomerUses(ctx context.Context, tx pgx.Tx, code string, perCustomer map[int64]int, perUserLimit int) error {
+	customers := make([]int64, 0, len(perCustomer))
+	counts := make([]int32, 0, len(perCustomer))
+	for c, n := range perCustomer {
+		customers, counts = append(customers, c), append(counts, int32(n))
+	}
+	tag, err := tx.Exec(ctx, `
+		INSERT INTO voucher_customer_usage AS u (voucher_code, customer_id, used_count, per_user_limit)
+		SELECT $1, c, n, $4 FROM unnest($2::bigint[], $3::int[]) AS t(c, n)
+		WHERE n <= $4
+		ORDER BY c -- one lock order for customers' rows, as the sweeper's
+		ON CONFLICT (voucher_code, customer_id)
+		DO UPDATE SET used_count = u.used_count + EXCLUDED.used_count
+		WHERE u.used_count + EXCLUDED.used_count <= u.per_user_limit`,
+		code, customers, counts, perUserLimit)
+	if err != nil {
+		return err
+	}
+	if tag.RowsAffected() != int64(len(customers)) {
+		return voucher.ErrAlreadyUsed
+	}
+	return nil
+}
+
+// takeVoucherUses adds n to used_count, guarded by the stock and, when
+// inWindow, by the validity window on the database's clock.
+func takeVoucherUses(ctx context.Context, tx pgx.Tx, code string, n int, inWindow bool) error {
+	var outOfStock, notStarted, ended bool
+	err := tx.QueryRow(ctx, `
+		WITH upd AS (
+			UPDATE voucher SET used_count = used_count + $2
+			WHERE code = $1 AND used_count + $2 <= total_limit
+			  AND (NOT $3 OR (now() >= starts_at AND now() < ends_at))
+			RETURNING 1
+		)
+		SELECT NOT EXISTS (SELECT 1 FROM upd), now() < starts_at, now() >= ends_at
+		FROM voucher WHERE code = $1`, code, n, inWindow).Scan(&outOfStock, &notStarted, &ended)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return voucher.ErrVoucherNotFound
+	}
+	if err != nil {
+		return err
+	}
+	switch {
+	case !outOfStock:
+		return nil
+	case inWindow && notStarted:
+		return voucher.NotEligible(voucher.ReasonNotStarted, "the voucher is not valid yet")
+	case inWindow && ended:
+		return voucher.NotEligible(voucher.ReasonExpired, "the voucher has expired")
+	}
+	return voucher.ErrOutOfStock
+}
+
+// giveBackUses returns n uses to the voucher and to the customer.
+func giveBackUses(ctx context.Context, tx pgx.Tx, code string, customerID int64, n int) error {
+	if _, err := tx.Exec(ctx, `
+		UPDATE voucher_customer_usage SET used_count = used_count - $3
+		WHERE voucher_code = $1 AND customer_id = $2`, code, customerID, n); err != nil {
+		return err
+	}
+	_, err := tx.Exec(ctx, `UPDATE voucher SET used_count = used_count - $2 WHERE code = $1`, code, n)
+	return err
+}
