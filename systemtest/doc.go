@@ -1,0 +1,19 @@
+// Package systemtest drives the whole of flashgate as it runs in production: a
+// bin/ledger and a bin/proxy process over a real redis-server and PostgreSQL,
+// reached only through their HTTP APIs, with Redis and Postgres read directly to
+// check what they hold.
+//
+// Its tests are linearizability histories: concurrent clients drive reserve,
+// confirm, release and get through the proxy, every call and its answer is
+// recorded with its start and end time, and porcupine checks that some
+// sequential order of the calls, respecting real time, is what the sequential
+// model of one voucher would answer. Faults (Redis and the ledger killed
+// mid-run) make some answers indeterminate; the check still has to pass. Once a
+// run is over and quiet, every order still holding a use is retried by its
+// customer and must get its 201, and the database and Redis are compared.
+//
+// The files hold one noun each: the model (model_test.go), the recorded history
+// (history_test.go), the client and workload that make it (client_test.go,
+// workload_test.go, run_test.go), the checks (checker_test.go), the processes
+// (stack_test.go) and the tests (linearizability_test.go).
+package systemtest
