@@ -46,7 +46,6 @@ type stackOptions struct {
 	redisURL, dbURL string
 	soldOutTTL      time.Duration
 	coalesce        bool
-	ledgerEnv       []string
 	log             *slog.Logger // the proxy's server log; nil: discarded
 }
 
@@ -73,10 +72,10 @@ func startLedger(tb testing.TB, o stackOptions) (*devstack.Service, string) {
 	port, err := devstack.FreePort()
 	require.NoError(tb, err)
 	addr := fmt.Sprintf("127.0.0.1:%d", port)
-	env := append([]string{
+	env := []string{
 		"LEDGER_ADDR=" + addr, "DATABASE_URL=" + o.dbURL, "REDIS_URL=" + o.redisURL,
 		"LEDGER_TOKEN=test-token", "EXPIRY_INTERVAL=1h", "RECONCILE_INTERVAL=1h",
-	}, o.ledgerEnv...)
+	}
 	led, err := devstack.StartService("ledger", ledgerBinary(tb), env, "http://"+addr+"/healthz", os.Stderr)
 	require.NoError(tb, err)
 	tb.Cleanup(func() { led.Stop() })
