@@ -31,6 +31,9 @@ type testLedger struct {
 	gate  *gate.Gate
 	jobs  *Jobs
 	led   *Ledger
+	// settler and log are led's, for jobs built beside l.jobs.
+	settler *Settler
+	log     *slog.Logger
 }
 
 type ledgerOptions struct {
@@ -76,12 +79,20 @@ func newTestLedger(tb testing.TB, o ledgerOptions) *testLedger {
 	store := NewStore(pool, o.ttl)
 	wctx, cancel := context.WithCancel(context.Background())
 	tb.Cleanup(cancel)
-	led := NewLedger(store, NewWriter(wctx, store, 256, 10*time.Second), g, log)
-	jobs := NewJobs(led, JobsConfig{ExpiryInterval: time.Hour, ReconcileInterval: time.Hour, HangingGrace: o.grace})
-	srv := &Server{ledger: led, jobs: jobs, token: o.token, ready: func(c *gin.Context) error { return store.Ping(c) }}
+	settler := NewSettler(store, g, time.Now, log)
+	led := NewLedger(store, NewWriter(wctx, store, 256, 10*time.Second), g, settler, log)
+	l := &testLedger{Token: o.token, pool: pool, store: store, gate: g, led: led, settler: settler, log: log}
+	l.jobs = l.newJobs(JobsConfig{ExpiryInterval: time.Hour, ReconcileInterval: time.Hour, HangingGrace: o.grace})
+	srv := &Server{ledger: led, jobs: l.jobs, token: o.token, ready: func(c *gin.Context) error { return store.Ping(c) }}
 	hs := httptest.NewServer(srv.Handler())
 	tb.Cleanup(hs.Close)
-	return &testLedger{URL: hs.URL, Token: o.token, pool: pool, store: store, gate: g, jobs: jobs, led: led}
+	l.URL = hs.URL
+	return l
+}
+
+// newJobs returns jobs wired to l as main wires them to its ledger.
+func (l *testLedger) newJobs(cfg JobsConfig) *Jobs {
+	return NewJobs(l.store, l.gate, l.settler, l.led.Warmup, l.log, cfg)
 }
 
 // newCode returns a voucher code unique to this test run.

@@ -4,6 +4,8 @@ import (
 	"context"
 	"log/slog"
 	"time"
+
+	"github.com/flashgate/flashgate/shared/gate"
 )
 
 // JobsConfig sets how often the background jobs run.
@@ -18,20 +20,26 @@ type JobsConfig struct {
 // Jobs are the ledger's background work: the expiry sweeper, the reconciler and
 // the Redis reload at start. Every job is safe with several ledgers running.
 type Jobs struct {
-	ledger *Ledger
-	cfg    JobsConfig
-	log    *slog.Logger
+	store   *Store
+	gate    *gate.Gate // nil when no Redis is configured: only the sweep runs
+	settler *Settler
+	warm    func(ctx context.Context, code string) error
+	cfg     JobsConfig
+	log     *slog.Logger
 }
 
-// NewJobs returns the jobs over l.
-func NewJobs(l *Ledger, cfg JobsConfig) *Jobs {
+// NewJobs returns the jobs over store and g (g may be nil). settler is the
+// requests' own, so that the orders they park are resolved here; warm loads a
+// voucher into Redis, shared with the requests so that one load serves both.
+func NewJobs(store *Store, g *gate.Gate, settler *Settler, warm func(ctx context.Context, code string) error,
+	log *slog.Logger, cfg JobsConfig) *Jobs {
 	if cfg.ExpiryBatch <= 0 {
 		cfg.ExpiryBatch = 500
 	}
 	if cfg.Metrics == nil {
 		cfg.Metrics = newLedgerMetrics(nil)
 	}
-	return &Jobs{ledger: l, cfg: cfg, log: l.log}
+	return &Jobs{store: store, gate: g, settler: settler, warm: warm, cfg: cfg, log: log}
 }
 
 // Run reloads live flash vouchers that Redis lacks, then sweeps and reconciles
@@ -57,7 +65,7 @@ func (j *Jobs) Run(ctx context.Context) {
 		case <-reconcile.C:
 			j.ReconcileAll(ctx)
 		case <-unsettled.C:
-			if n := j.ledger.ResolveUnsettled(ctx); n > 0 {
+			if n := j.settler.Resolve(ctx); n > 0 {
 				j.log.Info("settled writes that failed on a fault", "orders", n)
 			}
 		}
@@ -67,16 +75,16 @@ func (j *Jobs) Run(ctx context.Context) {
 // WarmAll loads every live flash voucher that Redis does not hold (Load never
 // overwrites one it holds).
 func (j *Jobs) WarmAll(ctx context.Context) {
-	if j.ledger.gate == nil {
+	if j.gate == nil {
 		return
 	}
-	codes, err := j.ledger.store.LiveFlashVouchers(ctx)
+	codes, err := j.store.LiveFlashVouchers(ctx)
 	if err != nil {
 		j.log.Error("warm flash vouchers", "err", err)
 		return
 	}
 	for _, code := range codes {
-		if err := j.ledger.Warmup(ctx, code); err != nil {
+		if err := j.warm(ctx, code); err != nil {
 			j.log.Error("warm flash voucher", "code", code, "err", err)
 		}
 	}

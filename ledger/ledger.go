@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sync"
-	"time"
 
 	"golang.org/x/sync/singleflight"
 
@@ -17,25 +15,19 @@ import (
 // Ledger is the ledger's use cases: the Postgres store, and for flash vouchers
 // the Redis gate kept in step with it. Postgres decides; Redis is told after.
 type Ledger struct {
-	store  *Store
-	writer *Writer
-	gate   *gate.Gate // nil when no Redis is configured: flash vouchers are then unavailable
-	log    *slog.Logger
+	store   *Store
+	writer  *Writer
+	gate    *gate.Gate // nil when no Redis is configured: flash vouchers are then unavailable
+	settler *Settler
+	log     *slog.Logger
 
 	warming singleflight.Group
-
-	// unsettled holds orders whose write failed on a fault: whether it
-	// committed (or whether the order had a row already) can only be learned
-	// from the database once it answers again. Their Redis uses stay held
-	// until ResolveUnsettled finds out.
-	unsettledMu sync.Mutex
-	unsettled   map[string]map[string]time.Time // code -> orderID -> first failure
 }
 
 // NewLedger returns a Ledger over store, writing admitted reservations with w,
-// and g (g may be nil).
-func NewLedger(store *Store, w *Writer, g *gate.Gate, log *slog.Logger) *Ledger {
-	return &Ledger{store: store, writer: w, gate: g, log: log, unsettled: map[string]map[string]time.Time{}}
+// and g (g may be nil), settling Redis with settler.
+func NewLedger(store *Store, w *Writer, g *gate.Gate, settler *Settler, log *slog.Logger) *Ledger {
+	return &Ledger{store: store, writer: w, gate: g, settler: settler, log: log}
 }
 
 // errNoGate answers flash-voucher operations when the ledger has no Redis.
@@ -168,9 +160,9 @@ func (l *Ledger) WriteAdmittedMany(ctx context.Context, code string, claims []vo
 			// A fault (timeout, the caller left, the connection broke, no
 			// connection at all): the write may have committed, or the order
 			// may have had its row already, so nothing is given back yet. The
-			// use stays held until the database can tell (ResolveUnsettled).
+			// use stays held until the database can tell (Settler.Resolve).
 			unsettled = append(unsettled, claims[i].OrderID)
-			errs[i] = fmt.Errorf("write %s/%s: %w (%v)", code, claims[i].OrderID, voucher.ErrUnavailable, err)
+			errs[i] = fmt.Errorf("write %s/%s: %w: %w", code, claims[i].OrderID, err, voucher.ErrUnavailable)
 		case voucher.ErrorCode(err) == voucher.CodeOutOfStock:
 			// The database has no use left: Redis counted one too many. Forget
 			// the order without restocking, so Redis converges on the database
@@ -180,7 +172,7 @@ func (l *Ledger) WriteAdmittedMany(ctx context.Context, code string, claims []vo
 			released = append(released, claims[i].OrderID)
 		}
 	}
-	l.park(code, unsettled)
+	l.settler.Park(code, unsettled)
 	bg := context.WithoutCancel(ctx)
 	for _, give := range []struct {
 		back   func(context.Context, string, ...string) (int, error)
@@ -192,98 +184,17 @@ func (l *Ledger) WriteAdmittedMany(ctx context.Context, code string, claims []vo
 		if _, err := give.back(bg, code, give.orders...); err != nil {
 			l.log.Error("give back after failed write", "code", code, "orders", len(give.orders), "err", err)
 		}
-		l.settle(bg, code, give.orders...)
+		l.settler.Settle(bg, code, give.orders...)
 	}
 	return rs, errs
-}
-
-// park records orders whose fate the database must settle later.
-func (l *Ledger) park(code string, orderIDs []string) {
-	if len(orderIDs) == 0 {
-		return
-	}
-	l.unsettledMu.Lock()
-	defer l.unsettledMu.Unlock()
-	m := l.unsettled[code]
-	if m == nil {
-		m = map[string]time.Time{}
-		l.unsettled[code] = m
-	}
-	for _, id := range orderIDs {
-		if _, ok := m[id]; !ok {
-			m[id] = time.Now()
-		}
-	}
-}
-
-// unsettledGiveUp bounds how long an unsettled order is tracked; past it the
-// reconciler (hanging admissions, missing orders) settles it.
-const unsettledGiveUp = 10 * time.Minute
-
-// ResolveUnsettled asks the database about the orders whose write failed on a
-// fault: an order that holds a use there is held in Redis, one that does not
-// gets its Redis use back. Orders stay tracked while the database does not
-// answer. It returns how many were settled.
-func (l *Ledger) ResolveUnsettled(ctx context.Context) int {
-	l.unsettledMu.Lock()
-	todo := map[string][]string{}
-	for code, m := range l.unsettled {
-		for id, since := range m {
-			if time.Since(since) > unsettledGiveUp {
-				delete(m, id)
-				continue
-			}
-			todo[code] = append(todo[code], id)
-		}
-		if len(m) == 0 {
-			delete(l.unsettled, code)
-		}
-	}
-	l.unsettledMu.Unlock()
-
-	settled := 0
-	for code, ids := range todo {
-		active, err := l.store.ActiveOf(ctx, code, ids)
-		if err != nil {
-			continue // the database still does not answer: try again later
-		}
-		held := map[string]bool{}
-		for _, o := range active {
-			held[o.OrderID] = true
-			if _, err := l.gate.Hold(ctx, code, o.OrderID, o.CustomerID); err != nil {
-				held[o.OrderID] = false
-			}
-		}
-		var free []string
-		for _, id := range ids {
-			if _, ok := held[id]; !ok {
-				free = append(free, id)
-			}
-		}
-		if len(free) > 0 {
-			if _, err := l.gate.Release(ctx, code, free...); err != nil {
-				continue
-			}
-		}
-		l.unsettledMu.Lock()
-		for _, id := range ids {
-			if ok, tracked := held[id]; tracked && !ok {
-				continue // the hold failed: try again next round
-			}
-			delete(l.unsettled[code], id)
-			settled++
-		}
-		l.unsettledMu.Unlock()
-	}
-	return settled
 }
 
 // Confirm confirms a reservation (idempotent). A late payment takes a use again
 // when one is left; for a flash voucher that use is taken in Redis first and
 // given back there if the database then refuses.
 func (l *Ledger) Confirm(ctx context.Context, code, orderID string) (voucher.Reservation, error) {
-	r, err := l.store.Confirm(ctx, code, orderID)
-	if !errors.Is(err, errLate) {
+	r, late, err := l.store.Confirm(ctx, code, orderID)
+	if err != nil || !late {
 		return r, err
 	}
 	v, err := l.store.Terms(ctx, code)
@@ -293,22 +204,22 @@ func (l *Ledger) Confirm(ctx context.Context, code, orderID string) (voucher.Res
 	mayTake := !v.FlashSale
 	heldByUs := false // a Redis use this call took and must give back if the database refuses
 	for {
-		r, took, err := l.store.LateConfirm(ctx, code, orderID, mayTake)
+		r, did, err := l.store.LateConfirm(ctx, code, orderID, mayTake)
 		switch {
 		case heldByUs && err != nil && !errors.As(err, new(*voucher.Error)):
-			l.park(code, []string{orderID}) // a fault: the database decides later
+			l.settler.Park(code, []string{orderID}) // a fault: the database decides later
 		case heldByUs && err != nil:
 			if _, rerr := l.gate.Release(context.WithoutCancel(ctx), code, orderID); rerr != nil {
 				l.log.Error("release after late confirm", "code", code, "order", orderID, "err", rerr)
 			}
 		}
-		if v.FlashSale && (took || heldByUs) {
+		if v.FlashSale && (did == LateTookUse || heldByUs) {
 			// The Redis entry this confirmation relied on may have been given
 			// back meanwhile by a release, a sweep or a refused retry of the
 			// same order: make sure Redis holds the use the database holds.
-			l.settle(context.WithoutCancel(ctx), code, orderID)
+			l.settler.Settle(context.WithoutCancel(ctx), code, orderID)
 		}
-		if !errors.Is(err, errNeedsUse) {
+		if err != nil || did != LateNeedsUse {
 			return r, err
 		}
 		res, err := l.admit(ctx, code, voucher.Claim{CustomerID: r.CustomerID, OrderID: orderID})
@@ -319,28 +230,6 @@ func (l *Ledger) Confirm(ctx context.Context, code, orderID string) (voucher.Res
 			return voucher.Reservation{}, voucher.ErrReservationExpired
 		}
 		mayTake, heldByUs = true, res == gate.Reserved
-	}
-}
-
-// settle makes Redis agree with the database about orders after a step that
-// gave uses back in Redis and may have raced one that took them again in the
-// database (a late confirmation): every one of them that holds a use in the
-// database is held in Redis too. Both sides re-check after acting, so whichever
-// runs last leaves them in agreement.
-func (l *Ledger) settle(ctx context.Context, code string, orderIDs ...string) {
-	if l.gate == nil || len(orderIDs) == 0 {
-		return
-	}
-	active, err := l.store.ActiveOf(ctx, code, orderIDs)
-	if err != nil {
-		l.log.Error("settle: read orders", "code", code, "err", fmt.Errorf("left for the reconciler: %w", err))
-		return
-	}
-	for _, o := range active {
-		if _, err := l.gate.Hold(ctx, code, o.OrderID, o.CustomerID); err != nil {
-			l.log.Error("settle: hold in redis", "code", code, "order", o.OrderID,
-				"err", fmt.Errorf("left for the reconciler: %w", err))
-		}
 	}
 }
 
@@ -360,6 +249,6 @@ func (l *Ledger) Release(ctx context.Context, code, orderID string) error {
 	if _, err := l.gate.Release(context.WithoutCancel(ctx), code, r.OrderID); err != nil {
 		l.log.Error("release in redis", "code", code, "order", orderID, "err", err)
 	}
-	l.settle(context.WithoutCancel(ctx), code, r.OrderID)
+	l.settler.Settle(context.WithoutCancel(ctx), code, r.OrderID)
 	return nil
 }

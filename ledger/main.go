@@ -107,8 +107,9 @@ func run(cfg Config, log *slog.Logger) error {
 	writer := NewWriter(ctx, store, cfg.WriteBatch, 10*time.Second)
 	writer.ObserveSizes(func(n int) { lm.writeBatch.Observe(float64(n)) })
 	writer.ObserveCommits(func(d time.Duration) { lm.commitLatency.Observe(d.Seconds()) })
-	ledger := NewLedger(store, writer, g, log)
-	jobs := NewJobs(ledger, JobsConfig{
+	settler := NewSettler(store, g, time.Now, log)
+	ledger := NewLedger(store, writer, g, settler, log)
+	jobs := NewJobs(store, g, settler, ledger.Warmup, log, JobsConfig{
 		ExpiryInterval: cfg.ExpiryInterval, ReconcileInterval: cfg.ReconcileInterval, HangingGrace: cfg.HangingGrace,
 		Metrics: lm,
 	})

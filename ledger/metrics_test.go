@@ -34,8 +34,11 @@ func TestMetricsDocumented(t *testing.T) {
 	w := NewWriter(ctx, tl.store, 256, 10*time.Second)
 	w.ObserveSizes(func(n int) { lm.writeBatch.Observe(float64(n)) })
 	w.ObserveCommits(func(d time.Duration) { lm.commitLatency.Observe(d.Seconds()) })
-	led := NewLedger(tl.store, w, tl.gate, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	jobs := NewJobs(led, JobsConfig{ExpiryInterval: time.Hour, ReconcileInterval: time.Hour, HangingGrace: 30 * time.Second, Metrics: lm})
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	settler := NewSettler(tl.store, tl.gate, time.Now, log)
+	led := NewLedger(tl.store, w, tl.gate, settler, log)
+	jobs := NewJobs(tl.store, tl.gate, settler, led.Warmup, log,
+		JobsConfig{ExpiryInterval: time.Hour, ReconcileInterval: time.Hour, HangingGrace: 30 * time.Second, Metrics: lm})
 	srv := &Server{ledger: led, jobs: jobs, token: tl.Token, metrics: m, ready: func(c *gin.Context) error { return tl.store.Ping(c) }}
 	h := srv.Handler()
 	do := func(method, path string, body any) *httptest.ResponseRecorder {

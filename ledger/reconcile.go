@@ -27,12 +27,12 @@ type Report struct {
 // are restored; remaining becomes total_limit minus the uses Redis now holds,
 // which never exceeds what the database allows.
 func (j *Jobs) Reconcile(ctx context.Context, code string) (Report, error) {
-	if j.ledger.gate == nil {
+	if j.gate == nil {
 		return Report{}, errNoGate
 	}
 	rep := Report{Code: code}
-	err := j.ledger.store.WithVoucherLock(ctx, code, func() error {
-		v, orders, err := j.ledger.store.Snapshot(ctx, code)
+	err := j.store.WithVoucherLock(ctx, code, func() error {
+		v, orders, err := j.store.Snapshot(ctx, code)
 		if err != nil {
 			return err
 		}
@@ -44,14 +44,14 @@ func (j *Jobs) Reconcile(ctx context.Context, code string) (Report, error) {
 		for i, o := range orders {
 			active[i] = gate.Order{OrderID: o.OrderID, CustomerID: o.CustomerID}
 		}
-		res, err := j.ledger.gate.Reconcile(ctx, code, active, j.cfg.HangingGrace)
+		res, err := j.gate.Reconcile(ctx, code, active, j.cfg.HangingGrace)
 		if err != nil {
 			return fmt.Errorf("reconcile %s in redis: %w", code, err)
 		}
 		if !res.Loaded {
 			rep.Reloaded = true
 			rep.RedisRemaining = 0
-			if err := j.ledger.Warmup(ctx, code); err != nil {
+			if err := j.warm(ctx, code); err != nil {
 				return err
 			}
 			rep.RedisRemainingAfter = rep.DBRemaining
@@ -76,10 +76,10 @@ func (j *Jobs) Reconcile(ctx context.Context, code string) (Report, error) {
 
 // ReconcileAll reconciles every live flash voucher and returns the reports.
 func (j *Jobs) ReconcileAll(ctx context.Context) []Report {
-	if j.ledger.gate == nil {
+	if j.gate == nil {
 		return nil
 	}
-	codes, err := j.ledger.store.LiveFlashVouchers(ctx)
+	codes, err := j.store.LiveFlashVouchers(ctx)
 	if err != nil {
 		j.log.Error("reconcile: list vouchers", "err", err)
 		return nil

@@ -12,7 +12,7 @@ import (
 func (j *Jobs) Sweep(ctx context.Context) (int, error) {
 	total := 0
 	for {
-		batch, err := j.ledger.store.ExpireBatch(ctx, j.cfg.ExpiryBatch)
+		batch, err := j.store.ExpireBatch(ctx, j.cfg.ExpiryBatch)
 		if err != nil {
 			return total, err
 		}
@@ -29,7 +29,7 @@ func (j *Jobs) Sweep(ctx context.Context) (int, error) {
 // call per voucher. The database has already released them: a failure here only
 // leaves Redis holding uses (undersell) until the reconciler frees them.
 func (j *Jobs) releaseInRedis(ctx context.Context, batch []ExpiredOrder) {
-	if j.ledger.gate == nil {
+	if j.gate == nil {
 		return
 	}
 	byVoucher := map[string][]string{}
@@ -39,11 +39,11 @@ func (j *Jobs) releaseInRedis(ctx context.Context, batch []ExpiredOrder) {
 		}
 	}
 	for code, orders := range byVoucher {
-		if _, err := j.ledger.gate.Release(ctx, code, orders...); err != nil {
+		if _, err := j.gate.Release(ctx, code, orders...); err != nil {
 			j.log.Error("release expired orders in redis", "code", code, "orders", len(orders),
 				"err", fmt.Errorf("left for the reconciler: %w", err))
 		}
 		// A late confirmation may have taken some of them again meanwhile.
-		j.ledger.settle(ctx, code, orders...)
+		j.settler.Settle(ctx, code, orders...)
 	}
 }

@@ -297,7 +297,7 @@ func TestConcurrentSweepsDoNotDeadlock(t *testing.T) {
 		l.waitExpired(t, code)
 		var wg sync.WaitGroup
 		for range 8 {
-			j := NewJobs(l.led, JobsConfig{ExpiryBatch: 7})
+			j := l.newJobs(JobsConfig{ExpiryBatch: 7})
 			wg.Go(func() {
 				if _, err := j.Sweep(ctx); err != nil {
 					t.Errorf("round %d: Sweep() = %v", round, err)

@@ -26,6 +26,12 @@ func newWriter(tb testing.TB, l *testLedger) (*Writer, *[]int) {
 	return w, sizes
 }
 
+// writeOne writes one admitted claim through w, as WriteAdmitted does.
+func writeOne(w *Writer, code string, cl voucher.Claim) (voucher.Reservation, error) {
+	rs, errs := w.WriteMany(context.Background(), code, []voucher.Claim{cl})
+	return rs[0], errs[0]
+}
+
 // Many concurrent admitted writes for one voucher: exact counts, grouped into
 // few transactions, and the ones past the stock fail alone with OUT_OF_STOCK.
 func TestWriterGroupCommitExact(t *testing.T) {
@@ -43,7 +49,7 @@ func TestWriterGroupCommitExact(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			cl := voucher.Claim{CustomerID: int64(i/2 + 1), OrderID: fmt.Sprintf("%s-%d", code, i), OrderAmount: 5_000}
-			r, err := w.Write(context.Background(), code, cl)
+			r, err := writeOne(w, code, cl)
 			switch {
 			case err == nil && r.OrderID == cl.OrderID && r.Status == voucher.Reserved:
 				ok.Add(1)
@@ -72,7 +78,7 @@ func TestWriterOneBadItemFailsAlone(t *testing.T) {
 	l.createVoucher(t, spec(code, 100, 1, true))
 	w, _ := newWriter(t, l)
 	// Customer 1 already holds its one use.
-	_, err := w.Write(context.Background(), code, voucher.Claim{CustomerID: 1, OrderID: code + "-first", OrderAmount: 5_000})
+	_, err := writeOne(w, code, voucher.Claim{CustomerID: 1, OrderID: code + "-first", OrderAmount: 5_000})
 	require.NoError(t, err)
 
 	claims := []voucher.Claim{
@@ -120,7 +126,7 @@ func BenchmarkWriter(b *testing.B) {
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
 			i := seq.Add(1)
-			if _, err := w.Write(context.Background(), code, voucher.Claim{CustomerID: i, OrderID: fmt.Sprintf("%s-%d", code, i), OrderAmount: 5_000}); err != nil {
+			if _, err := writeOne(w, code, voucher.Claim{CustomerID: i, OrderID: fmt.Sprintf("%s-%d", code, i), OrderAmount: 5_000}); err != nil {
 				b.Error(err)
 			}
 		}

@@ -1,0 +1,153 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/flashgate/flashgate/shared/gate"
+)
+
+// Settler makes Redis agree with the database about single orders of flash
+// vouchers, for both the requests and the background jobs: at once after a
+// step that may have raced another (Settle), or, for orders whose write failed
+// on a fault, once the database answers again (Park, then Resolve). Postgres
+// decides; Redis is told after.
+type Settler struct {
+	store *Store
+	gate  *gate.Gate // nil when no Redis is configured: there is nothing to settle
+	now   func() time.Time
+	log   *slog.Logger
+
+	// unsettled holds orders whose write failed on a fault: whether it
+	// committed (or whether the order had a row already) can only be learned
+	// from the database once it answers again. Their Redis uses stay held
+	// until Resolve finds out.
+	mu        sync.Mutex
+	unsettled map[string]map[string]time.Time // code -> orderID -> first failure
+}
+
+// NewSettler returns a Settler over store and g (g may be nil); now is the
+// clock that ages parked orders.
+func NewSettler(store *Store, g *gate.Gate, now func() time.Time, log *slog.Logger) *Settler {
+	return &Settler{store: store, gate: g, now: now, log: log, unsettled: map[string]map[string]time.Time{}}
+}
+
+// Settle makes Redis agree with the database about orders after a step that
+// gave uses back in Redis and may have raced one that took them again in the
+// database (a late confirmation): every one of them that holds a use in the
+// database is held in Redis too. Both sides re-check after acting, so whichever
+// runs last leaves them in agreement.
+func (s *Settler) Settle(ctx context.Context, code string, orderIDs ...string) {
+	if s.gate == nil || len(orderIDs) == 0 {
+		return
+	}
+	active, err := s.store.ActiveOf(ctx, code, orderIDs)
+	if err != nil {
+		s.log.Error("settle: read orders", "code", code, "err", fmt.Errorf("left for the reconciler: %w", err))
+		return
+	}
+	for _, o := range active {
+		if _, err := s.gate.Hold(ctx, code, o.OrderID, o.CustomerID); err != nil {
+			s.log.Error("settle: hold in redis", "code", code, "order", o.OrderID,
+				"err", fmt.Errorf("left for the reconciler: %w", err))
+		}
+	}
+}
+
+// Park records orders whose fate the database must settle later (Resolve).
+func (s *Settler) Park(code string, orderIDs []string) {
+	if len(orderIDs) == 0 {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	m := s.unsettled[code]
+	if m == nil {
+		m = map[string]time.Time{}
+		s.unsettled[code] = m
+	}
+	for _, id := range orderIDs {
+		if _, ok := m[id]; !ok {
+			m[id] = s.now()
+		}
+	}
+}
+
+// unsettledGiveUp bounds how long an unsettled order is tracked; past it the
+// reconciler (hanging admissions, missing orders) settles it.
+const unsettledGiveUp = 10 * time.Minute
+
+// Resolve asks the database about the parked orders: an order that holds a use
+// there is held in Redis, one that does not gets its Redis use back. Orders
+// stay parked while the database does not answer. It returns how many were
+// settled.
+func (s *Settler) Resolve(ctx context.Context) int {
+	settled := 0
+	for code, ids := range s.due() {
+		held, ok := s.resolve(ctx, code, ids)
+		if !ok {
+			continue // the database or Redis still does not answer: try again later
+		}
+		s.mu.Lock()
+		for _, id := range ids {
+			if ok, tracked := held[id]; tracked && !ok {
+				continue // the hold failed: try again next round
+			}
+			delete(s.unsettled[code], id)
+			settled++
+		}
+		s.mu.Unlock()
+	}
+	return settled
+}
+
+// due returns the parked orders by voucher, forgetting those parked longer
+// than unsettledGiveUp.
+func (s *Settler) due() map[string][]string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	todo := map[string][]string{}
+	for code, m := range s.unsettled {
+		for id, since := range m {
+			if s.now().Sub(since) > unsettledGiveUp {
+				delete(m, id)
+				continue
+			}
+			todo[code] = append(todo[code], id)
+		}
+		if len(m) == 0 {
+			delete(s.unsettled, code)
+		}
+	}
+	return todo
+}
+
+// resolve holds in Redis the orders of ids that hold a use in the database and
+// releases the others. held maps each order found active to whether Redis
+// holds it now; ok is false when the database or the release failed.
+func (s *Settler) resolve(ctx context.Context, code string, ids []string) (held map[string]bool, ok bool) {
+	active, err := s.store.ActiveOf(ctx, code, ids)
+	if err != nil {
+		return nil, false
+	}
+	held = map[string]bool{}
+	for _, o := range active {
+		_, err := s.gate.Hold(ctx, code, o.OrderID, o.CustomerID)
+		held[o.OrderID] = err == nil
+	}
+	var free []string
+	for _, id := range ids {
+		if _, ok := held[id]; !ok {
+			free = append(free, id)
+		}
+	}
+	if len(free) > 0 {
+		if _, err := s.gate.Release(ctx, code, free...); err != nil {
+			return nil, false
+		}
+	}
+	return held, true
+}
