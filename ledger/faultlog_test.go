@@ -1,12 +1,10 @@
 package main
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"net/http"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -39,16 +37,18 @@ func TestFaultLoggedOnce(t *testing.T) {
 	base := "http://" + addr
 
 	code := newCode(t)
-	status, _ := probe(t, base+"/admin/vouchers", token, "", spec(code, 5, 1, false))
-	require.Equal(t, http.StatusCreated, status)
+	r := httpxtest.Call(t, http.DefaultClient, http.MethodPost, base+"/admin/vouchers", token, spec(code, 5, 1, false))
+	require.Equal(t, http.StatusCreated, r.Status, r.Raw)
 	require.NoError(t, pg.Stop())
 
-	status, body := probe(t, base+httpx.ReservationsPath(code), token, "probe-503-xyz", claimBody(1, code+"-o1", 5_000))
-	require.Equal(t, http.StatusServiceUnavailable, status, "reserve with Postgres stopped: %s", body)
+	r = httpxtest.Call(t, httpxtest.RequestIDClient("probe-503-xyz"), http.MethodPost, base+httpx.ReservationsPath(code),
+		token, claimBody(1, code+"-o1", 5_000))
+	require.Equal(t, http.StatusServiceUnavailable, r.Status, "reserve with Postgres stopped: %s", r.Raw)
 
 	claims := []any{claimBody(2, code+"-o2", 5_000), claimBody(3, code+"-o3", 5_000)}
-	status, body = probe(t, base+httpx.InternalPrefix+httpx.ReservationsPath(code)+"/batch", token, "probe-503-batch",
-		map[string]any{"claims": claims})
+	r = httpxtest.Call(t, httpxtest.RequestIDClient("probe-503-batch"), http.MethodPost,
+		base+httpx.InternalPrefix+httpx.ReservationsPath(code)+"/batch", token, map[string]any{"claims": claims})
+	status, body := r.Status, []byte(r.Raw)
 	var batch struct{ Results []struct{ Status int } }
 	unavailable := 0
 	if status == http.StatusOK {
@@ -69,26 +69,4 @@ func TestFaultLoggedOnce(t *testing.T) {
 	assert.Len(t, logs.Lines("probe-503-batch"), unavailable, "log lines with the request id of a batch with %d 503s:\n%s",
 		unavailable, logs.String())
 	assert.NotContains(t, logs.String(), token)
-}
-
-// probe POSTs body as JSON with the token and request id and returns the
-// status and body.
-func probe(tb testing.TB, url, token, requestID string, body any) (int, []byte) {
-	tb.Helper()
-	buf, err := json.Marshal(body)
-	require.NoError(tb, err)
-	req, err := http.NewRequest(http.MethodPost, url, bytes.NewReader(buf))
-	require.NoError(tb, err)
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Authorization", "Bearer "+token)
-	if requestID != "" {
-		req.Header.Set(httpx.RequestIDHeader, requestID)
-	}
-	resp, err := (&http.Client{Timeout: 30 * time.Second}).Do(req)
-	require.NoError(tb, err)
-	defer resp.Body.Close()
-	var out bytes.Buffer
-	_, err = out.ReadFrom(resp.Body)
-	require.NoError(tb, err)
-	return resp.StatusCode, out.Bytes()
 }

@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"net/http"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -34,8 +33,8 @@ func TestFaultLoggedOnceRedisDown(t *testing.T) {
 	s.createVoucher(t, code, 10, 1, true)
 	require.NoError(t, rs.Kill())
 
-	status, body := probeReserve(t, s.ProxyURL, code, probeID)
-	require.Equal(t, http.StatusServiceUnavailable, status, "reserve with Redis killed: %s", body)
+	r := probeReserve(t, s.ProxyURL, code)
+	require.Equal(t, http.StatusServiceUnavailable, r.Status, "reserve with Redis killed: %s", r.Raw)
 	lines := logs.Lines(probeID)
 	require.Len(t, lines, 1, "log lines with the request id of one 503:\n%s", logs.String())
 	assert.Contains(t, lines[0], "redis", "the line carries the cause")
@@ -52,31 +51,19 @@ func TestFaultLoggedOnceLedgerDown(t *testing.T) {
 	s := startProxy(t, stackOptions{redisURL: devstacktest.RedisURL(t), coalesce: true,
 		log: slog.New(slog.NewJSONHandler(&logs, nil))}, fmt.Sprintf("http://127.0.0.1:%d", port))
 
-	status, body := probeReserve(t, s.ProxyURL, newCode(t), probeID)
-	require.Equal(t, http.StatusServiceUnavailable, status, "reserve with no ledger: %s", body)
+	r := probeReserve(t, s.ProxyURL, newCode(t))
+	require.Equal(t, http.StatusServiceUnavailable, r.Status, "reserve with no ledger: %s", r.Raw)
 	lines := logs.Lines(probeID)
 	require.Len(t, lines, 1, "log lines with the request id of one 503:\n%s", logs.String())
 	assert.Contains(t, lines[0], "ledger", "the line carries the cause")
 	assert.NotContains(t, logs.String(), "test-token")
 }
 
-// probeReserve sends one reserve to the proxy with the request id and returns
-// the status and body.
-func probeReserve(tb testing.TB, proxyURL, code, requestID string) (int, []byte) {
+// probeReserve sends one reserve to the proxy with the request id probeID.
+func probeReserve(tb testing.TB, proxyURL, code string) reply {
 	tb.Helper()
-	buf, err := json.Marshal(map[string]any{"customerId": 1, "orderId": code + "-probe", "orderAmount": 5_000})
-	require.NoError(tb, err)
-	req, err := http.NewRequest(http.MethodPost, proxyURL+httpx.ReservationsPath(code), bytes.NewReader(buf))
-	require.NoError(tb, err)
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set(httpx.RequestIDHeader, requestID)
-	resp, err := (&http.Client{Timeout: 30 * time.Second}).Do(req)
-	require.NoError(tb, err)
-	defer resp.Body.Close()
-	var out bytes.Buffer
-	_, err = out.ReadFrom(resp.Body)
-	require.NoError(tb, err)
-	return resp.StatusCode, out.Bytes()
+	return httpxtest.Call(tb, httpxtest.RequestIDClient(probeID), http.MethodPost, proxyURL+httpx.ReservationsPath(code), "",
+		map[string]any{"customerId": 1, "orderId": code + "-probe", "orderAmount": 5_000})
 }
 
 // TestForwardBatchFitsLedgerRoute: the proxy's admitted-write batches stay

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gin-gonic/gin"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
@@ -22,7 +23,10 @@ import (
 	"github.com/flashgate/flashgate/shared/httpx/httpxtest"
 )
 
-func TestMain(m *testing.M) { os.Exit(devstacktest.RunTests(m)) }
+func TestMain(m *testing.M) {
+	gin.SetMode(gin.TestMode) // as main sets release mode: no route listing on stdout
+	os.Exit(devstacktest.RunTests(m))
+}
 
 // ledgerBinary is bin/ledger built once per test binary: the proxy is tested
 // against the real ledger process.

@@ -2,8 +2,12 @@ package httpxtest
 
 import (
 	"bytes"
+	"net/http"
 	"strings"
 	"sync"
+	"time"
+
+	"github.com/flashgate/flashgate/shared/httpx"
 )
 
 // LogBuffer collects a service's log output for a test: an io.Writer safe for
@@ -35,4 +39,18 @@ func (b *LogBuffer) Lines(s string) []string {
 		}
 	}
 	return out
+}
+
+// RequestIDClient returns a client that sends X-Request-ID: id with every
+// request, so that a test can find the lines its requests left in a log.
+func RequestIDClient(id string) *http.Client {
+	return &http.Client{Timeout: 30 * time.Second, Transport: requestIDTransport(id)}
+}
+
+type requestIDTransport string
+
+func (id requestIDTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set(httpx.RequestIDHeader, string(id))
+	return http.DefaultTransport.RoundTrip(r)
 }
