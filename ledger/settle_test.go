@@ -1,0 +1,40 @@
+package main
+
+import (
+	"io"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+)
+
+// Parked orders are due until they are older than unsettledGiveUp by the
+// Settler's clock; then they are forgotten (the reconciler settles them).
+func TestSettlerForgetsParkedOrdersAfterGiveUp(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2024, 1, 1, 12, 0, 0, 0, time.UTC)
+	s := NewSettler(nil, nil, func() time.Time { return now }, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	s.Park("A", []string{"a1", "a2"})
+	now = now.Add(time.Minute)
+	s.Park("A", []string{"a1"}) // parked again: keeps its first failure
+	s.Park("B", []string{"b1"})
+
+	for _, tc := range []struct {
+		after time.Duration
+		want  map[string]int
+	}{
+		{0, map[string]int{"A": 2, "B": 1}},
+		{unsettledGiveUp - time.Minute, map[string]int{"A": 2, "B": 1}},
+		{time.Second, map[string]int{"B": 1}},
+		{time.Minute, map[string]int{}},
+	} {
+		now = now.Add(tc.after)
+		got := map[string]int{}
+		for code, ids := range s.due() {
+			got[code] = len(ids)
+		}
+		assert.Equal(t, tc.want, got, "due() after %v more", tc.after)
+	}
+	assert.Empty(t, s.unsettled, "codes with no parked order are dropped")
+}
