@@ -17,6 +17,7 @@ type LogBuffer struct {
 	buf bytes.Buffer
 }
 
+// Write appends p; it never fails.
 func (b *LogBuffer) Write(p []byte) (int, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
