@@ -50,6 +50,8 @@ func (w *Writer) WriteMany(ctx context.Context, code string, claims []voucher.Cl
 	return rs, errs
 }
 
+// writeBatch answers one batch of claims of voucher code: the ineligible at
+// once, the rest through writeGroup, a repeated orderId as its first claim.
 func (w *Writer) writeBatch(ctx context.Context, code string, claims []voucher.Claim) ([]written, error) {
 	ctx, cancel := context.WithTimeout(ctx, w.timeout)
 	defer cancel()
