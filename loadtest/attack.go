@@ -12,6 +12,8 @@ import (
 	"time"
 
 	vegeta "github.com/tsenart/vegeta/v12/lib"
+
+	"github.com/flashgate/flashgate/shared/httpx"
 )
 
 // AttackOptions size the load generator. It is an open model: requests leave at
@@ -135,7 +137,7 @@ func (p countedPacer) Pace(elapsed time.Duration, hits uint64) (time.Duration, b
 // reserveURL is where a reserve of voucher code is POSTed on base, the URL of
 // a proxy (or of the ceiling server).
 func reserveURL(base, code string) string {
-	return base + "/vouchers/" + code + "/reservations"
+	return base + httpx.ReservationsPath(code)
 }
 
 func reserveBody(o Order, amount int64) []byte {

@@ -27,7 +27,7 @@ import (
 func ceilingHandler() http.Handler {
 	r := gin.New()
 	r.GET("/healthz", func(c *gin.Context) { c.JSON(http.StatusOK, gin.H{"status": "ok"}) })
-	r.POST(reserveURL("", ":code"), func(c *gin.Context) {
+	r.POST(httpx.ReservationsPath(":code"), func(c *gin.Context) {
 		var req voucher.ReserveRequest
 		if err := httpx.BindJSON(c, &req); err != nil {
 			httpx.WriteError(c, err)
