@@ -20,7 +20,10 @@ import (
 	"github.com/flashgate/flashgate/shared/httpx/httpxtest"
 )
 
-func TestMain(m *testing.M) { os.Exit(devstacktest.RunTests(m)) }
+func TestMain(m *testing.M) {
+	gin.SetMode(gin.TestMode) // as main sets release mode: no route listing on stdout
+	os.Exit(devstacktest.RunTests(m))
+}
 
 // testLedger is a ledger served over real HTTP on a real Postgres and Redis.
 type testLedger struct {
