@@ -17,19 +17,24 @@ var errOrderTaken = errors.New("order id taken by a concurrent request")
 
 // reservationColumns are the columns scanReservation reads, from
 // voucher_redemption r joined with voucher v.
-const reservationColumns = `r.order_id, r.customer_id, r.voucher_code, r.status, v.discount_amount,
-		       r.created_at, r.expires_at`
+const reservationColumns = `r.order_id, r.customer_id, r.voucher_code, r.status, r.discount_amount,
+		       r.created_at, r.expires_at, r.order_amount, r.confirmed_at, r.released_at, r.release_reason`
 
 // scanReservation reads one row of reservationColumns: the one mapping from a
 // redemption row to a Reservation.
 func scanReservation(row pgx.Row) (voucher.Reservation, error) {
 	var r voucher.Reservation
 	err := row.Scan(&r.OrderID, &r.CustomerID, &r.VoucherCode, &r.Status, &r.DiscountAmount,
-		&r.CreatedAt, &r.ExpiresAt)
+		&r.CreatedAt, &r.ExpiresAt, &r.OrderAmount, &r.ConfirmedAt, &r.ReleasedAt, &r.ReleaseReason)
 	if err != nil {
 		return voucher.Reservation{}, err
 	}
 	r.CreatedAt, r.ExpiresAt = r.CreatedAt.UTC(), r.ExpiresAt.UTC()
+	for _, t := range []*time.Time{r.ConfirmedAt, r.ReleasedAt} {
+		if t != nil {
+			*t = t.UTC()
+		}
+	}
 	return r, nil
 }
 
@@ -105,7 +110,7 @@ func (s *Store) Existing(ctx context.Context, code string, cl voucher.Claim) (r 
 	if err != nil {
 		return voucher.Reservation{}, false, err
 	}
-	return r, true, retryAnswer(r, code, cl.CustomerID)
+	return r, true, retryAnswer(r, code, cl)
 }
 
 // ExistingMany is Existing for several claims of voucher code in one read:
@@ -122,16 +127,16 @@ func (s *Store) ExistingMany(ctx context.Context, code string, claims []voucher.
 	out, found = make([]written, len(claims)), make([]bool, len(claims))
 	for i, cl := range claims {
 		if r, ok := rows[cl.OrderID]; ok {
-			out[i], found[i] = written{r: r, err: retryAnswer(r, code, cl.CustomerID)}, true
+			out[i], found[i] = written{r: r, err: retryAnswer(r, code, cl)}, true
 		}
 	}
 	return out, found, nil
 }
 
 // retryAnswer is what a reserve with an orderId that already has row r gets.
-func retryAnswer(r voucher.Reservation, code string, customerID int64) error {
+func retryAnswer(r voucher.Reservation, code string, cl voucher.Claim) error {
 	switch {
-	case !r.Same(code, customerID):
+	case !r.Same(code, cl):
 		return voucher.ErrOrderConflict
 	case r.Status == voucher.Released:
 		return voucher.ErrReservationReleased
@@ -205,17 +210,20 @@ func (s *Store) insertWithRetry(ctx context.Context, code string, cl voucher.Cla
 // last so that its lock is held as briefly as possible. It checks the validity
 // window with the database's clock but not the order amount.
 func (s *Store) insert(ctx context.Context, v voucher.Voucher, cl voucher.Claim) (voucher.Reservation, error) {
+	amount := cl.OrderAmount
 	r := voucher.Reservation{
 		OrderID: cl.OrderID, CustomerID: cl.CustomerID, VoucherCode: v.Code,
-		Status: voucher.Reserved, DiscountAmount: v.DiscountAmount,
+		Status: voucher.Reserved, DiscountAmount: v.DiscountFor(cl.OrderAmount), OrderAmount: &amount,
 	}
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		err := tx.QueryRow(ctx, `
-			INSERT INTO voucher_redemption (voucher_code, customer_id, order_id, status, expires_at)
-			VALUES ($1, $2, $3, 'RESERVED', now() + $4 * interval '1 microsecond')
+			INSERT INTO voucher_redemption (voucher_code, customer_id, order_id, status, expires_at,
+			                                order_amount, discount_amount)
+			VALUES ($1, $2, $3, 'RESERVED', now() + $4 * interval '1 microsecond', $5, $6)
 			ON CONFLICT (order_id) DO NOTHING
 			RETURNING created_at, expires_at`,
-			v.Code, cl.CustomerID, cl.OrderID, s.ttl.Microseconds()).Scan(&r.CreatedAt, &r.ExpiresAt)
+			v.Code, cl.CustomerID, cl.OrderID, s.ttl.Microseconds(), cl.OrderAmount, r.DiscountAmount,
+		).Scan(&r.CreatedAt, &r.ExpiresAt)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return errOrderTaken
 		}
@@ -259,7 +267,7 @@ func (s *Store) InsertMany(ctx context.Context, v voucher.Voucher, claims []vouc
 
 // insertMany is InsertMany's transaction.
 func (s *Store) insertMany(ctx context.Context, tx pgx.Tx, v voucher.Voucher, claims []voucher.Claim) ([]written, error) {
-	at, err := s.insertRows(ctx, tx, v.Code, claims)
+	at, err := s.insertRows(ctx, tx, v, claims)
 	if err != nil {
 		return nil, err
 	}
@@ -273,9 +281,10 @@ func (s *Store) insertMany(ctx context.Context, tx pgx.Tx, v voucher.Voucher, cl
 			continue
 		}
 		perCustomer[cl.CustomerID]++
+		amount := cl.OrderAmount
 		out[i].r = voucher.Reservation{
 			OrderID: cl.OrderID, CustomerID: cl.CustomerID, VoucherCode: v.Code,
-			Status: voucher.Reserved, DiscountAmount: v.DiscountAmount,
+			Status: voucher.Reserved, DiscountAmount: v.DiscountFor(cl.OrderAmount), OrderAmount: &amount,
 			CreatedAt: t.created, ExpiresAt: t.expires,
 		}
 	}
@@ -292,7 +301,7 @@ func (s *Store) insertMany(ctx context.Context, tx pgx.Tx, v voucher.Voucher, cl
 			if !ok {
 				return nil, errOrderTaken // inserted by a transaction not yet visible
 			}
-			out[i] = written{r: r, err: retryAnswer(r, v.Code, cl.CustomerID)}
+			out[i] = written{r: r, err: retryAnswer(r, v.Code, cl)}
 		}
 	}
 	if len(perCustomer) == 0 {
@@ -312,18 +321,22 @@ type inserted struct{ created, expires time.Time }
 
 // insertRows inserts a RESERVED row for each claim whose orderId is new and
 // returns those it inserted.
-func (s *Store) insertRows(ctx context.Context, tx pgx.Tx, code string, claims []voucher.Claim) (map[string]inserted, error) {
+func (s *Store) insertRows(ctx context.Context, tx pgx.Tx, v voucher.Voucher, claims []voucher.Claim) (map[string]inserted, error) {
 	orders := make([]string, len(claims))
 	customers := make([]int64, len(claims))
+	amounts := make([]int64, len(claims))
+	discounts := make([]int64, len(claims))
 	for i, cl := range claims {
 		orders[i], customers[i] = cl.OrderID, cl.CustomerID
+		amounts[i], discounts[i] = cl.OrderAmount, v.DiscountFor(cl.OrderAmount)
 	}
 	rows, err := tx.Query(ctx, `
-		INSERT INTO voucher_redemption (voucher_code, customer_id, order_id, status, expires_at)
-		SELECT $1, c, o, 'RESERVED', now() + $4 * interval '1 microsecond'
-		FROM unnest($2::bigint[], $3::text[]) AS t(c, o)
+		INSERT INTO voucher_redemption (voucher_code, customer_id, order_id, status, expires_at,
+		                                order_amount, discount_amount)
+		SELECT $1, c, o, 'RESERVED', now() + $4 * interval '1 microsecond', a, d
+		FROM unnest($2::bigint[], $3::text[], $5::bigint[], $6::bigint[]) AS t(c, o, a, d)
 		ON CONFLICT (order_id) DO NOTHING
-		RETURNING order_id, created_at, expires_at`, code, customers, orders, s.ttl.Microseconds())
+		RETURNING order_id, created_at, expires_at`, v.Code, customers, orders, s.ttl.Microseconds(), amounts, discounts)
 	if err != nil {
 		return nil, err
 	}

@@ -105,7 +105,7 @@ func (w *Writer) writeBatch(ctx context.Context, code string, claims []voucher.C
 		lead := out[first[claims[i].OrderID]]
 		switch {
 		case lead.err == nil:
-			out[i] = written{r: lead.r, err: retryAnswer(lead.r, code, claims[i].CustomerID)}
+			out[i] = written{r: lead.r, err: retryAnswer(lead.r, code, claims[i])}
 		case claims[i].CustomerID == claims[first[claims[i].OrderID]].CustomerID:
 			out[i] = lead
 		default:

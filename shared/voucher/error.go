@@ -20,6 +20,9 @@ const (
 	CodeReservationExpired  = "RESERVATION_EXPIRED"
 	CodeReservationNotFound = "RESERVATION_NOT_FOUND"
 	CodeAlreadyConfirmed    = "ALREADY_CONFIRMED"
+	CodeNotConfirmed        = "NOT_CONFIRMED"
+	CodeReservationRefunded = "RESERVATION_REFUNDED"
+	CodeLimitBelowUsed      = "LIMIT_BELOW_USED"
 	CodeNotFound            = "NOT_FOUND"
 	CodeMethodNotAllowed    = "METHOD_NOT_ALLOWED"
 	CodeUnavailable         = "UNAVAILABLE"
@@ -30,6 +33,7 @@ const (
 	ReasonNotStarted    = "NOT_STARTED"
 	ReasonExpired       = "EXPIRED"
 	ReasonOrderTooSmall = "ORDER_TOO_SMALL"
+	ReasonPaused        = "PAUSED"
 )
 
 // Error is the one error type that crosses package boundaries with a code a
@@ -67,6 +71,15 @@ func ErrorCode(err error) string {
 	return ""
 }
 
+// The NOT_ELIGIBLE answers, one per reason, worded the same by every service
+// and by the Redis gate.
+var (
+	ErrNotStarted    = NotEligible(ReasonNotStarted, "the voucher is not valid yet")
+	ErrExpired       = NotEligible(ReasonExpired, "the voucher has expired")
+	ErrOrderTooSmall = NotEligible(ReasonOrderTooSmall, "the order amount is below the voucher's minimum")
+	ErrPaused        = NotEligible(ReasonPaused, "the voucher is paused")
+)
+
 // Common errors, shared so that both services word them the same way.
 var (
 	ErrOutOfStock          = &Error{Code: CodeOutOfStock, Message: "the voucher has no uses left"}
@@ -76,6 +89,9 @@ var (
 	ErrReservationExpired  = &Error{Code: CodeReservationExpired, Message: "the reservation expired or was released and no use is left"}
 	ErrReservationNotFound = &Error{Code: CodeReservationNotFound, Message: "no reservation with this orderId for this voucher"}
 	ErrAlreadyConfirmed    = &Error{Code: CodeAlreadyConfirmed, Message: "the reservation is confirmed and cannot be released"}
+	ErrNotConfirmed        = &Error{Code: CodeNotConfirmed, Message: "only a confirmed reservation can be refunded"}
+	ErrReservationRefunded = &Error{Code: CodeReservationRefunded, Message: "the reservation was refunded: its use went back to the voucher"}
+	ErrLimitBelowUsed      = &Error{Code: CodeLimitBelowUsed, Message: "totalLimit cannot go below the uses held now"}
 	ErrVoucherNotFound     = &Error{Code: CodeVoucherNotFound, Message: "no voucher with this code"}
 	ErrVoucherExists       = &Error{Code: CodeVoucherExists, Message: "a voucher with this code already exists"}
 	ErrUnavailable         = &Error{Code: CodeUnavailable, Message: "temporarily unavailable, retry with the same orderId"}

@@ -4,18 +4,47 @@ package voucher
 
 import (
 	"regexp"
+	"strings"
 	"time"
 )
 
 // Status is the state of a reservation (a row of voucher_redemption).
 type Status string
 
-// The reservation states. RESERVED and CONFIRMED hold a use; RELEASED gave it back.
+// The reservation states. RESERVED and CONFIRMED hold a use; RELEASED (an
+// order cancelled or a hold expired) and REFUNDED (a confirmed order paid back)
+// gave it back.
 const (
 	Reserved  Status = "RESERVED"
 	Confirmed Status = "CONFIRMED"
 	Released  Status = "RELEASED"
+	Refunded  Status = "REFUNDED"
 )
+
+// ValidStatus reports whether s names a reservation state.
+func ValidStatus(s Status) bool {
+	return s == Reserved || s == Confirmed || s == Released || s == Refunded
+}
+
+// Why a reservation gave its use back (voucher_redemption.release_reason).
+const (
+	ReasonCancelled   = "CANCELLED" // DELETE: final, a later confirm is refused
+	ReasonExpiredHold = "EXPIRED"   // the sweeper: a late payment may re-acquire
+	ReasonRefunded    = "REFUNDED"  // a refund of a confirmed reservation
+)
+
+// A voucher's state by the database clock, as the admin view and list show it.
+const (
+	StateScheduled = "scheduled" // before startsAt
+	StateLive      = "live"      // in its window and not paused
+	StatePaused    = "paused"    // in or before its window, paused
+	StateEnded     = "ended"     // at or after endsAt, paused or not
+)
+
+// ValidState reports whether s names a voucher state.
+func ValidState(s string) bool {
+	return s == StateScheduled || s == StateLive || s == StatePaused || s == StateEnded
+}
 
 // Active reports whether a reservation in this state holds a use.
 func (s Status) Active() bool { return s == Reserved || s == Confirmed }
@@ -37,8 +66,12 @@ var (
 // keys ("voucher:{CODE}:..."), so braces, colons and spaces are never allowed.
 func ValidCode(code string) bool { return codePattern.MatchString(code) }
 
-// ValidOrderID reports whether id may name an order.
-func ValidOrderID(id string) bool { return orderIDPattern.MatchString(id) }
+// ValidOrderID reports whether id may name an order. An id made only of dots
+// ("." or "..") matches the pattern but is refused: clients that normalise
+// paths could never confirm or release it.
+func ValidOrderID(id string) bool {
+	return orderIDPattern.MatchString(id) && strings.Trim(id, ".") != ""
+}
 
 // Voucher is a voucher with its counters as the ledger reports them.
 type Voucher struct {
@@ -50,22 +83,48 @@ type Voucher struct {
 	StartsAt       time.Time `json:"startsAt"`
 	EndsAt         time.Time `json:"endsAt"`
 	FlashSale      bool      `json:"flashSale"`
+	Paused         bool      `json:"paused"`
+	State          string    `json:"state"` // by the database clock; see StateAt
 	UsedCount      int       `json:"usedCount"`
 	ReservedCount  int       `json:"reservedCount"`
 	ConfirmedCount int       `json:"confirmedCount"`
+	RefundedCount  int       `json:"refundedCount"`
 	Remaining      int       `json:"remaining"`
 }
 
-// Eligible checks the rules that do not depend on stock: the validity window
-// [StartsAt, EndsAt) and the minimum order amount.
+// StateAt is the voucher's state at now: ended from endsAt on, else paused
+// while paused, else scheduled before startsAt, else live.
+func (v Voucher) StateAt(now time.Time) string {
+	switch {
+	case !now.Before(v.EndsAt):
+		return StateEnded
+	case v.Paused:
+		return StatePaused
+	case now.Before(v.StartsAt):
+		return StateScheduled
+	}
+	return StateLive
+}
+
+// DiscountFor is the discount a reservation of orderAmount is answered with:
+// the voucher's discount, never more than the order itself.
+func (v Voucher) DiscountFor(orderAmount int64) int64 {
+	return min(v.DiscountAmount, max(orderAmount, 0))
+}
+
+// Eligible checks the rules that do not depend on stock, in the order every
+// service and the gate apply them: paused, the validity window
+// [StartsAt, EndsAt), the minimum order amount.
 func (v Voucher) Eligible(now time.Time, orderAmount int64) error {
 	switch {
+	case v.Paused:
+		return ErrPaused
 	case now.Before(v.StartsAt):
-		return NotEligible(ReasonNotStarted, "the voucher is not valid yet")
+		return ErrNotStarted
 	case !now.Before(v.EndsAt):
-		return NotEligible(ReasonExpired, "the voucher has expired")
+		return ErrExpired
 	case orderAmount < v.MinOrderAmount:
-		return NotEligible(ReasonOrderTooSmall, "the order amount is below the voucher's minimum")
+		return ErrOrderTooSmall
 	}
 	return nil
 }
@@ -167,21 +226,52 @@ type Claim struct {
 	OrderAmount int64  `json:"orderAmount"`
 }
 
-// Reservation is one order's hold on a use of a voucher.
+// Reservation is one order's hold on a use of a voucher. Its JSON is the
+// public GET answer; Record adds what the admin listing and export show.
 type Reservation struct {
 	OrderID        string    `json:"orderId"`
 	CustomerID     int64     `json:"customerId"`
 	VoucherCode    string    `json:"-"`
 	Status         Status    `json:"status"`
-	DiscountAmount int64     `json:"discountAmount"`
+	DiscountAmount int64     `json:"discountAmount"` // what the reserve was answered with
 	CreatedAt      time.Time `json:"createdAt"`
 	ExpiresAt      time.Time `json:"expiresAt"`
+
+	OrderAmount   *int64     `json:"-"` // nil for rows written before amounts were stored
+	ConfirmedAt   *time.Time `json:"-"`
+	ReleasedAt    *time.Time `json:"-"`
+	ReleaseReason *string    `json:"-"` // ReasonCancelled, ReasonExpiredHold or ReasonRefunded
 }
 
-// Same reports whether the reservation was made by this voucher and customer, so
-// that a retry of it is answered as the original was.
-func (r Reservation) Same(code string, customerID int64) bool {
-	return r.VoucherCode == code && r.CustomerID == customerID
+// Same reports whether the reservation was made by this voucher, customer and
+// order amount, so that a retry of it is answered as the original was. A row
+// without a stored amount (written before amounts were kept) matches any.
+func (r Reservation) Same(code string, cl Claim) bool {
+	return r.VoucherCode == code && r.CustomerID == cl.CustomerID &&
+		(r.OrderAmount == nil || *r.OrderAmount == cl.OrderAmount)
+}
+
+// Record is a reservation as GET /admin/vouchers/{code}/reservations lists it.
+type Record struct {
+	OrderID        string     `json:"orderId"`
+	CustomerID     int64      `json:"customerId"`
+	Status         Status     `json:"status"`
+	OrderAmount    *int64     `json:"orderAmount"`
+	DiscountAmount int64      `json:"discountAmount"`
+	CreatedAt      time.Time  `json:"createdAt"`
+	ExpiresAt      time.Time  `json:"expiresAt"`
+	ConfirmedAt    *time.Time `json:"confirmedAt"`
+	ReleasedAt     *time.Time `json:"releasedAt"`
+	ReleaseReason  *string    `json:"releaseReason"`
+}
+
+// Record returns r as the admin listing shows it.
+func (r Reservation) Record() Record {
+	return Record{
+		OrderID: r.OrderID, CustomerID: r.CustomerID, Status: r.Status, OrderAmount: r.OrderAmount,
+		DiscountAmount: r.DiscountAmount, CreatedAt: r.CreatedAt, ExpiresAt: r.ExpiresAt,
+		ConfirmedAt: r.ConfirmedAt, ReleasedAt: r.ReleasedAt, ReleaseReason: r.ReleaseReason,
+	}
 }
 
 // Receipt is the 201 body of a successful reserve.
