@@ -7,7 +7,9 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"regexp"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -107,4 +109,48 @@ func Main[C any](name string, config func() (C, error), run func(C, *slog.Logger
 		log.Error(name+" stopped", "err", err)
 		os.Exit(1)
 	}
+}
+
+// Tokens returns named bearer tokens written "name:token,name2:token2", or
+// none when the variable is unset. Names match ^[A-Za-z0-9_.-]{1,64}$ (they
+// become the actor of audited changes) and are unique; tokens are non-empty,
+// without spaces, and unique, so that a token names exactly one actor.
+func (r *Reader) Tokens(name string) map[string]string {
+	v, ok := r.get(name)
+	if !ok {
+		return nil
+	}
+	tokens, err := parseTokens(v)
+	if err != nil {
+		if r.err == nil {
+			// The value holds secrets: the message says where, never what.
+			r.err = fmt.Errorf("%s must be name:token pairs separated by commas: %w", name, err)
+		}
+		return nil
+	}
+	return tokens
+}
+
+var tokenNamePattern = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,64}$`)
+
+func parseTokens(s string) (map[string]string, error) {
+	tokens := map[string]string{}
+	owner := map[string]string{} // token -> name
+	for i, pair := range strings.Split(s, ",") {
+		name, token, ok := strings.Cut(pair, ":")
+		switch {
+		case !ok:
+			return nil, fmt.Errorf("item %d is not name:token", i+1)
+		case !tokenNamePattern.MatchString(name):
+			return nil, fmt.Errorf("item %d: the name must match %s", i+1, tokenNamePattern)
+		case token == "" || strings.ContainsAny(token, " \t\r\n"):
+			return nil, fmt.Errorf("item %d (%s): the token must be non-empty, without spaces", i+1, name)
+		case tokens[name] != "":
+			return nil, fmt.Errorf("item %d: the name %s appears twice", i+1, name)
+		case owner[token] != "":
+			return nil, fmt.Errorf("item %d (%s): the same token as %s", i+1, name, owner[token])
+		}
+		tokens[name], owner[token] = token, name
+	}
+	return tokens, nil
 }

@@ -1,6 +1,7 @@
 package envconf
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -26,5 +27,28 @@ func TestReader(t *testing.T) {
 		r := NewFrom(map[string]string{"V": "nope", "Z": "0"})
 		read(r)
 		assert.Error(t, r.Err(), name)
+	}
+}
+
+func TestTokens(t *testing.T) {
+	r := NewFrom(map[string]string{"T": "alice:ta,bob.ops:t:b"})
+	got := r.Tokens("T")
+	assert.NoError(t, r.Err())
+	assert.Equal(t, map[string]string{"alice": "ta", "bob.ops": "t:b"}, got)
+	assert.Nil(t, r.Tokens("MISSING"))
+
+	for _, bad := range []string{
+		"alice", "alice:", ":ta", "alice:ta,", "al ice:ta", "alice:t a", "alice:ta,alice:tb",
+		"alice:ta,bob:ta", "a{b}:ta", "alice:ta,,bob:tb",
+	} {
+		r := NewFrom(map[string]string{"LEDGER_TOKENS": bad})
+		if got := r.Tokens("LEDGER_TOKENS"); got != nil || r.Err() == nil {
+			t.Errorf("Tokens(%q) = %v, %v, want an error", bad, got, r.Err())
+			continue
+		}
+		assert.Contains(t, r.Err().Error(), "LEDGER_TOKENS", "the error names the variable")
+		if strings.Contains(bad, "ta") {
+			assert.NotContains(t, r.Err().Error(), ":ta", "the error does not repeat a token")
+		}
 	}
 }

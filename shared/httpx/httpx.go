@@ -7,7 +7,6 @@ package httpx
 import (
 	"bytes"
 	"context"
-	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -131,26 +130,6 @@ func describeJSONError(err error) string {
 	return "malformed JSON"
 }
 
-// Auth requires "Authorization: Bearer <token>" on every route but the open
-// ones. An empty token turns auth off.
-func Auth(token string, open ...string) gin.HandlerFunc {
-	want := []byte("Bearer " + token)
-	return func(c *gin.Context) {
-		if token == "" {
-			return
-		}
-		for _, p := range open {
-			if c.Request.URL.Path == p {
-				return
-			}
-		}
-		got := []byte(c.GetHeader("Authorization"))
-		if subtle.ConstantTimeCompare(got, want) != 1 {
-			WriteError(c, voucher.Errorf(voucher.CodeUnauthorized, "a valid bearer token is required"))
-		}
-	}
-}
-
 // OpenPaths are the routes that never require a token.
 var OpenPaths = []string{"/healthz", "/readyz", "/metrics", "/openapi.yaml"}
 
@@ -200,7 +179,8 @@ func NewEngine(log *slog.Logger) *gin.Engine {
 type Service struct {
 	Log     *slog.Logger             // where faults and readiness failures are logged
 	Metrics *Metrics                 // nil: no /metrics
-	Token   string                   // empty: auth off
+	Token   string                   // the token named DefaultActor; with Tokens empty too: auth off
+	Tokens  map[string]string        // more tokens by name (LEDGER_TOKENS), beside Token
 	Ready   func(*gin.Context) error // GET /readyz
 }
 
@@ -213,7 +193,7 @@ func NewServiceEngine(s Service) *gin.Engine {
 		r.Use(s.Metrics.Middleware())
 		s.Metrics.ServeMetrics(r)
 	}
-	r.Use(RequestID(), Auth(s.Token, OpenPaths...))
+	r.Use(RequestID(), Auth(s.tokens(), OpenPaths...))
 	Health(r, s.Ready)
 	ServeOpenAPI(r)
 	return r

@@ -152,7 +152,8 @@ var allCodes = []string{
 	voucher.CodeInvalidRequest, voucher.CodeUnauthorized, voucher.CodeVoucherExists, voucher.CodeVoucherNotFound,
 	voucher.CodeOutOfStock, voucher.CodeAlreadyUsed, voucher.CodeOrderConflict, voucher.CodeReservationReleased,
 	voucher.CodeNotEligible, voucher.CodeReservationExpired, voucher.CodeReservationNotFound,
-	voucher.CodeAlreadyConfirmed, voucher.CodeNotFound, voucher.CodeMethodNotAllowed, voucher.CodeUnavailable,
+	voucher.CodeAlreadyConfirmed, voucher.CodeNotConfirmed, voucher.CodeReservationRefunded, voucher.CodeLimitBelowUsed,
+	voucher.CodeNotFound, voucher.CodeMethodNotAllowed, voucher.CodeUnavailable,
 }
 
 // TestOpenAPIDocument checks openapi.yaml against itself and against the code:
@@ -272,7 +273,7 @@ func sameSet(a, b []string) bool {
 func TestServeOpenAPI(t *testing.T) {
 	raw, _ := openAPIDoc(t)
 	r := httpx.NewEngine(nil)
-	r.Use(httpx.Auth("secret", httpx.OpenPaths...))
+	r.Use(httpx.Auth(map[string]string{httpx.DefaultActor: "secret"}, httpx.OpenPaths...))
 	httpx.ServeOpenAPI(r)
 	r.GET("/closed", func(c *gin.Context) { c.Status(http.StatusNoContent) })
 
