@@ -35,7 +35,7 @@ func decodeReserve(v any, n int) ([]Result, int64, error) {
 			return nil, 0, fmt.Errorf("decode reserve reply: item %d is %T, want integer", i, e)
 		}
 		r := Result(c)
-		if int64(r) != c || r < Reserved || r > OrderConflict {
+		if int64(r) != c || r < Reserved || r > TooSmall {
 			return nil, 0, fmt.Errorf("decode reserve reply: item %d: unknown code %d", i, c)
 		}
 		switch r {
@@ -56,7 +56,7 @@ func decodeReserve(v any, n int) ([]Result, int64, error) {
 	return res, remaining, nil
 }
 
-// decodeMeta decodes meta.lua's reply: {} or {remaining, 7 meta fields}, the
+// decodeMeta decodes meta.lua's reply: {} or {remaining, 8 meta fields}, the
 // voucher's terms without its code.
 func decodeMeta(v any) (voucher.Voucher, int64, bool, error) {
 	arr, ok := v.([]any)
@@ -66,15 +66,15 @@ func decodeMeta(v any) (voucher.Voucher, int64, bool, error) {
 	if len(arr) == 0 {
 		return voucher.Voucher{}, 0, false, nil
 	}
-	if len(arr) != 8 {
-		return voucher.Voucher{}, 0, false, fmt.Errorf("decode meta reply: %d elements, want 8", len(arr))
+	if len(arr) != 9 {
+		return voucher.Voucher{}, 0, false, fmt.Errorf("decode meta reply: %d elements, want 9", len(arr))
 	}
 	remaining, ok := arr[0].(int64)
 	if !ok {
 		return voucher.Voucher{}, 0, false, fmt.Errorf("decode meta reply: remaining is %T, want integer", arr[0])
 	}
-	names := [...]string{"discountAmount", "minOrderAmount", "totalLimit", "perUserLimit", "startsAt", "endsAt", "flashSale"}
-	var f [7]int64
+	names := [...]string{"discountAmount", "minOrderAmount", "totalLimit", "perUserLimit", "startsAt", "endsAt", "flashSale", "paused"}
+	var f [8]int64
 	for i := range f {
 		s, ok := arr[i+1].(string)
 		if !ok {
@@ -86,8 +86,8 @@ func decodeMeta(v any) (voucher.Voucher, int64, bool, error) {
 		}
 		f[i] = n
 	}
-	if f[2] < 0 || f[2] > maxInt32 || f[3] < 1 || f[3] > maxInt32 || (f[6] != 0 && f[6] != 1) {
-		return voucher.Voucher{}, 0, false, fmt.Errorf("decode meta reply: totalLimit %d, perUserLimit %d, flashSale %d", f[2], f[3], f[6])
+	if f[2] < 0 || f[2] > maxInt32 || f[3] < 1 || f[3] > maxInt32 || (f[6] != 0 && f[6] != 1) || (f[7] != 0 && f[7] != 1) {
+		return voucher.Voucher{}, 0, false, fmt.Errorf("decode meta reply: totalLimit %d, perUserLimit %d, flashSale %d, paused %d", f[2], f[3], f[6], f[7])
 	}
 	m := voucher.Voucher{
 		DiscountAmount: f[0],
@@ -97,13 +97,15 @@ func decodeMeta(v any) (voucher.Voucher, int64, bool, error) {
 		StartsAt:       fromMillis(f[4]),
 		EndsAt:         fromMillis(f[5]),
 		FlashSale:      f[6] == 1,
+		Paused:         f[7] == 1,
 	}
 	return m, remaining, true, nil
 }
 
 const maxInt32 = 1<<31 - 1
 
-// decodeState decodes state.lua's reply: {} or {remaining, nowMillis, id, value, ...}.
+// decodeState decodes state.lua's reply: {} or
+// {remaining, nowMillis, {orderId, value, ...}, {finishedId, ...}}.
 func decodeState(v any) (State, bool, error) {
 	arr, ok := v.([]any)
 	if !ok {
@@ -112,20 +114,25 @@ func decodeState(v any) (State, bool, error) {
 	if len(arr) == 0 {
 		return State{}, false, nil
 	}
-	if len(arr) < 2 || len(arr)%2 != 0 {
-		return State{}, false, fmt.Errorf("decode state reply: %d elements", len(arr))
+	if len(arr) != 4 {
+		return State{}, false, fmt.Errorf("decode state reply: %d elements, want 4", len(arr))
 	}
 	remaining, ok1 := arr[0].(int64)
 	now, ok2 := arr[1].(int64)
 	if !ok1 || !ok2 {
 		return State{}, false, fmt.Errorf("decode state reply: header is %T, %T, want integers", arr[0], arr[1])
 	}
-	st := State{Remaining: remaining, Now: fromMillis(now), Orders: make([]Order, 0, (len(arr)-2)/2)}
-	for i := 2; i < len(arr); i += 2 {
-		id, ok1 := arr[i].(string)
-		val, ok2 := arr[i+1].(string)
+	held, ok1 := arr[2].([]any)
+	done, ok2 := arr[3].([]any)
+	if !ok1 || !ok2 || len(held)%2 != 0 {
+		return State{}, false, fmt.Errorf("decode state reply: orders %T, finished %T, want arrays of pairs and ids", arr[2], arr[3])
+	}
+	st := State{Remaining: remaining, Now: fromMillis(now), Orders: make([]Order, 0, len(held)/2), Finished: make([]string, 0, len(done))}
+	for i := 0; i < len(held); i += 2 {
+		id, ok1 := held[i].(string)
+		val, ok2 := held[i+1].(string)
 		if !ok1 || !ok2 {
-			return State{}, false, fmt.Errorf("decode state reply: order is %T, %T, want strings", arr[i], arr[i+1])
+			return State{}, false, fmt.Errorf("decode state reply: order is %T, %T, want strings", held[i], held[i+1])
 		}
 		o, err := parseOrder(id, val)
 		if err != nil {
@@ -133,7 +140,15 @@ func decodeState(v any) (State, bool, error) {
 		}
 		st.Orders = append(st.Orders, o)
 	}
+	for _, e := range done {
+		id, ok := e.(string)
+		if !ok {
+			return State{}, false, fmt.Errorf("decode state reply: finished id is %T, want string", e)
+		}
+		st.Finished = append(st.Finished, id)
+	}
 	slices.SortFunc(st.Orders, func(a, b Order) int { return strings.Compare(a.OrderID, b.OrderID) })
+	slices.Sort(st.Finished)
 	return st, true, nil
 }
 
@@ -155,7 +170,7 @@ func parseOrder(id, val string) (Order, error) {
 }
 
 // decodeReconcile decodes reconcile.lua's reply: {0} or
-// {1, before, after, restored, releasedId...}.
+// {1, before, after, restored, termsChanged (0/1), releasedId...}.
 func decodeReconcile(v any) (ReconcileResult, error) {
 	arr, ok := v.([]any)
 	if !ok || len(arr) == 0 {
@@ -171,23 +186,25 @@ func decodeReconcile(v any) (ReconcileResult, error) {
 	default:
 		return ReconcileResult{}, fmt.Errorf("decode reconcile reply: status %v (%T)", arr[0], arr[0])
 	}
-	if len(arr) < 4 {
-		return ReconcileResult{}, fmt.Errorf("decode reconcile reply: %d elements, want at least 4", len(arr))
+	if len(arr) < 5 {
+		return ReconcileResult{}, fmt.Errorf("decode reconcile reply: %d elements, want at least 5", len(arr))
 	}
 	before, ok1 := arr[1].(int64)
 	after, ok2 := arr[2].(int64)
 	restored, ok3 := arr[3].(int64)
-	if !ok1 || !ok2 || !ok3 || after < 0 || restored < 0 {
-		return ReconcileResult{}, fmt.Errorf("decode reconcile reply: header %v", arr[1:4])
+	changed, ok4 := arr[4].(int64)
+	if !ok1 || !ok2 || !ok3 || !ok4 || after < 0 || restored < 0 || (changed != 0 && changed != 1) {
+		return ReconcileResult{}, fmt.Errorf("decode reconcile reply: header %v", arr[1:5])
 	}
 	res := ReconcileResult{
 		Loaded:          true,
 		RemainingBefore: before,
 		RemainingAfter:  after,
 		Restored:        int(restored),
-		Released:        make([]string, 0, len(arr)-4),
+		TermsChanged:    changed == 1,
+		Released:        make([]string, 0, len(arr)-5),
 	}
-	for _, e := range arr[4:] {
+	for _, e := range arr[5:] {
 		id, ok := e.(string)
 		if !ok {
 			return ReconcileResult{}, fmt.Errorf("decode reconcile reply: released id is %T, want string", e)
@@ -196,4 +213,25 @@ func decodeReconcile(v any) (ReconcileResult, error) {
 	}
 	slices.Sort(res.Released)
 	return res, nil
+}
+
+// decodeUpdate decodes update.lua's reply: {0} (not loaded) or
+// {1, remainingBefore, remainingAfter} with remainingAfter >= 0.
+func decodeUpdate(v any) (UpdateResult, error) {
+	arr, ok := v.([]any)
+	if !ok || len(arr) == 0 {
+		return UpdateResult{}, fmt.Errorf("decode update reply: got %T %v, want non-empty array", v, v)
+	}
+	switch {
+	case arr[0] == int64(0) && len(arr) == 1:
+		return UpdateResult{}, nil
+	case arr[0] != int64(1) || len(arr) != 3:
+		return UpdateResult{}, fmt.Errorf("decode update reply: status %v with %d elements", arr[0], len(arr))
+	}
+	before, ok1 := arr[1].(int64)
+	after, ok2 := arr[2].(int64)
+	if !ok1 || !ok2 || after < 0 {
+		return UpdateResult{}, fmt.Errorf("decode update reply: remaining %v -> %v", arr[1], arr[2])
+	}
+	return UpdateResult{Loaded: true, RemainingBefore: before, RemainingAfter: after}, nil
 }

@@ -3,13 +3,13 @@
 // rest away in microseconds.
 //
 // Every operation on a voucher is one Lua script (the .lua files beside this one)
-// over four keys that share the voucher's Redis Cluster hash slot, so each
+// over five keys that share the voucher's Redis Cluster hash slot, so each
 // operation is atomic and the gate needs nothing but a redis.Scripter. Redis is not
 // the money truth: Postgres guards the limits again, and Reconcile brings Redis
 // back into line with it. Every ambiguity here resolves toward "slot held"
 // (undersell for a while), never toward a second sale of the same use.
 //
-// The four keys carry the same TTL, so under a volatile-* maxmemory policy Redis
+// The five keys carry the same TTL, so under a volatile-* maxmemory policy Redis
 // could evict one of them alone; run this Redis with noeviction. A counter whose
 // meta is gone makes Reserve fail loudly rather than admit without a per-user limit.
 package gate
@@ -47,6 +47,8 @@ var (
 	unloadLua string
 	//go:embed hold.lua
 	holdLua string
+	//go:embed update.lua
+	updateLua string
 
 	reserveScript   = newScript(reserveLua)
 	releaseScript   = newScript(releaseLua)
@@ -56,6 +58,7 @@ var (
 	reconcileScript = newScript(reconcileLua)
 	unloadScript    = newScript(unloadLua)
 	holdScript      = newScript(holdLua)
+	updateScript    = newScript(updateLua)
 )
 
 // newScript puts prelude.lua's shared opening after the script's #! line (which
@@ -65,10 +68,12 @@ func newScript(src string) *redis.Script {
 	return redis.NewScript(shebang + "\n" + preludeLua + body)
 }
 
-// Keys returns the Redis keys of one voucher, in the order the scripts expect
-// them: remaining, users, orders, meta.
+// Keys returns the Redis keys of one voucher, in the order every script takes
+// them: remaining, users, orders, meta, done. done is a hash orderId ->
+// customerId of the orders whose database row gave its use back (released,
+// expired, refunded), so a retry of one is sent to the ledger to answer.
 //
-// The code sits inside {} as a Redis Cluster hash tag, so all four keys live in
+// The code sits inside {} as a Redis Cluster hash tag, so all five keys live in
 // one slot and a script may touch them together. Keys trusts its caller to pass a
 // validated code (^[A-Za-z0-9_-]{1,32}$), and that is what makes the keys safe: a
 // code holding '{' or '}' would move the hash tag (splitting a voucher across
@@ -77,7 +82,7 @@ func newScript(src string) *redis.Script {
 // noticed later.
 func Keys(code string) []string {
 	p := "voucher:{" + code + "}:"
-	return []string{p + "remaining", p + "users", p + "orders", p + "meta"}
+	return []string{p + "remaining", p + "users", p + "orders", p + "meta", p + "done"}
 }
 
 func checkCode(code string) error {
@@ -116,7 +121,9 @@ func (g *Gate) runRO(ctx context.Context, s *redis.Script, keys []string, args .
 
 // Reserve tries to take one use per item, in order, in a single script call, with
 // the same outcome as reserving the items one by one. All items must be for the
-// voucher code. It returns one Result per item and the remaining count after the
+// voucher code. Per item, the order's own state comes first (held: Duplicate or
+// OrderConflict; finished: Finished), then the voucher's (Paused, NotStarted,
+// Ended by Redis's clock, TooSmall), then the limits (AlreadyUsed, OutOfStock). It returns one Result per item and the remaining count after the
 // batch (0 when the voucher is not loaded). An empty batch makes no call and
 // returns (nil, 0, nil); that 0 says nothing about stock. A counter without its
 // meta (set by hand, or evicted apart) is an error and changes nothing.
@@ -127,9 +134,9 @@ func (g *Gate) Reserve(ctx context.Context, code string, items []Item) ([]Result
 	if err := checkCode(code); err != nil {
 		return nil, 0, err
 	}
-	args := make([]any, 0, 2*len(items))
+	args := make([]any, 0, 3*len(items))
 	for _, it := range items {
-		args = append(args, strconv.FormatInt(it.CustomerID, 10), it.OrderID)
+		args = append(args, strconv.FormatInt(it.CustomerID, 10), it.OrderID, strconv.FormatInt(it.OrderAmount, 10))
 	}
 	v, err := g.run(ctx, reserveScript, Keys(code), args...)
 	if err != nil {
@@ -142,36 +149,50 @@ func (g *Gate) Reserve(ctx context.Context, code string, items []Item) ([]Result
 	return res, remaining, nil
 }
 
-// Release gives back the use of each order recorded in Redis and returns how
-// many it released. It is idempotent: an order released before, or never
-// admitted, is ignored. It never creates the counter of a voucher that is not
-// loaded. No ids makes no call.
+// How release.lua treats the orders it is given.
+const (
+	modeRelease  = "release"  // give the use back, record the order in done
+	modeGiveBack = "giveback" // give the use back only
+	modeDrop     = "drop"     // forget the order only
+)
+
+// Release gives back the use of each order recorded in Redis, records it in
+// done (so a retry is sent to the ledger, which answers from the row) and
+// returns how many it released. It is for orders whose database row gave its
+// use back: a cancel, an expiry, a refund. It is idempotent: an order released
+// before, or never admitted, is ignored. It never creates the counter of a
+// voucher that is not loaded. No ids makes no call.
 func (g *Gate) Release(ctx context.Context, code string, orderIDs ...string) (int, error) {
-	return g.release(ctx, code, true, orderIDs)
+	return g.release(ctx, code, modeRelease, orderIDs)
 }
 
-// Drop forgets orders like Release but does not give their uses back to
+// GiveBack is Release without the record in done: for admissions that have no
+// database row (a failed write), whose retry may be admitted again.
+func (g *Gate) GiveBack(ctx context.Context, code string, orderIDs ...string) (int, error) {
+	return g.release(ctx, code, modeGiveBack, orderIDs)
+}
+
+// Drop forgets orders like GiveBack but does not give their uses back to
 // remaining. It is for admissions the database refused as out of stock: Redis
 // counted a use that does not exist, and dropping it brings Redis's count down
 // to the database's instead of admitting the next request into the same refusal.
 func (g *Gate) Drop(ctx context.Context, code string, orderIDs ...string) (int, error) {
-	return g.release(ctx, code, false, orderIDs)
+	return g.release(ctx, code, modeDrop, orderIDs)
 }
 
-func (g *Gate) release(ctx context.Context, code string, restock bool, orderIDs []string) (int, error) {
+func (g *Gate) release(ctx context.Context, code, mode string, orderIDs []string) (int, error) {
 	if len(orderIDs) == 0 {
 		return 0, nil
 	}
 	if err := checkCode(code); err != nil {
 		return 0, err
 	}
-	keys := Keys(code)
 	args := make([]any, 0, len(orderIDs)+1)
-	args = append(args, flag(restock))
+	args = append(args, mode)
 	for _, id := range orderIDs {
 		args = append(args, id)
 	}
-	v, err := g.run(ctx, releaseScript, keys[:3], args...)
+	v, err := g.run(ctx, releaseScript, Keys(code), args...)
 	if err != nil {
 		return 0, fmt.Errorf("release %s: %w", code, err)
 	}
@@ -183,13 +204,14 @@ func (g *Gate) release(ctx context.Context, code string, restock bool, orderIDs 
 }
 
 // Hold makes Redis hold a use for an order that holds one in the database,
-// if Redis does not already. It reports whether it recorded the order. An
-// order recorded for another customer is left for the reconciler.
+// if Redis does not already, and removes it from done. It reports whether it
+// recorded the order. An order recorded for another customer is left for the
+// reconciler.
 func (g *Gate) Hold(ctx context.Context, code, orderID string, customerID int64) (bool, error) {
 	if err := checkCode(code); err != nil {
 		return false, err
 	}
-	v, err := g.run(ctx, holdScript, Keys(code)[:3], orderID, customerID)
+	v, err := g.run(ctx, holdScript, Keys(code), orderID, customerID)
 	if err != nil {
 		return false, fmt.Errorf("hold %s/%s: %w", code, orderID, err)
 	}
@@ -200,7 +222,7 @@ func (g *Gate) Hold(ctx context.Context, code, orderID string, customerID int64)
 	return n == 1, nil
 }
 
-// Unload deletes the voucher's four keys (admin and tests).
+// Unload deletes the voucher's five keys (admin and tests).
 func (g *Gate) Unload(ctx context.Context, code string) error {
 	if err := checkCode(code); err != nil {
 		return err

@@ -8,6 +8,8 @@
 -- KEYS[1] voucher:{CODE}:remaining  integer string; missing = voucher not loaded
 -- KEYS[2] voucher:{CODE}:users      hash customerId -> active uses
 -- KEYS[3] voucher:{CODE}:orders     hash orderId -> "customerId:admittedAtMillis"
+-- KEYS[4] voucher:{CODE}:meta       unused
+-- KEYS[5] voucher:{CODE}:done       the order is removed: it holds a use again
 -- ARGV[1] orderId
 -- ARGV[2] customerId
 --
@@ -22,9 +24,10 @@ if redis.call('EXISTS', KEYS[1]) == 0 then
 end
 local held = redis.call('HGET', KEYS[3], ARGV[1])
 if held then
-  if string.match(held, '^([^:]*)') == ARGV[2] then return 0 end
+  if customerOf(held) == ARGV[2] then return 0 end
   return -1
 end
+redis.call('HDEL', KEYS[5], ARGV[1])
 local now = nowMillis()
 redis.call('HSET', KEYS[3], ARGV[1], ARGV[2] .. ':' .. now)
 redis.call('HINCRBY', KEYS[2], ARGV[2], 1)

@@ -1,13 +1,22 @@
 -- prelude.lua: the opening the voucher scripts share. gate.go puts it between a
 -- script's #! line and the script's own header, so every script can call these.
+-- Every script takes the voucher's five keys in gate.Keys order:
+-- KEYS[1] remaining, KEYS[2] users, KEYS[3] orders, KEYS[4] meta, KEYS[5] done.
 --
 -- remainingOf(script): KEYS[1], the voucher's counter, as a number; nil when the
 --   voucher is not loaded; nil and an error reply when it is not a number.
 -- metaNumber(script, field): the number in KEYS[4] (the meta hash) under field;
 --   nil and an error reply when it is missing or not a number.
 -- nowMillis(): Redis's clock as exact unix millis, a string (seconds .. millis).
--- followTTL(): gives KEYS[2] and KEYS[3] the counter's expiry when they have
+-- followTTL(): gives users, orders and done the counter's expiry when they have
 --   none (they may have just been created), so a finished sale leaves nothing.
+-- termsValid(from): whether ARGV[from .. from+7] is a terms block (gate's
+--   termsArgs: expire-at, discountAmount, minOrderAmount, totalLimit,
+--   perUserLimit, startsAt, endsAt, paused), all integers, paused "0"/"1".
+-- writeTerms(from): writes that block's seven terms into meta and returns
+--   whether any of them changed.
+-- expireAll(at): PEXPIREAT at on every key.
+-- customerOf(value): the customer id in an orders value "customerId:millis".
 
 local function remainingOf(script)
   local raw = redis.call('GET', KEYS[1])
@@ -37,11 +46,46 @@ end
 local function followTTL()
   local at = redis.call('PEXPIRETIME', KEYS[1])
   if at > 0 then
-    for k = 2, 3 do
+    for _, k in ipairs({2, 3, 5}) do
       if redis.call('PEXPIRETIME', KEYS[k]) == -1 then
         redis.call('PEXPIREAT', KEYS[k], at)
       end
     end
   end
+end
+
+local termFields = {'discountAmount', 'minOrderAmount', 'totalLimit',
+  'perUserLimit', 'startsAt', 'endsAt', 'paused'}
+
+local function termsValid(from)
+  for i = from, from + 7 do
+    if not ARGV[i] or not string.match(ARGV[i], '^%-?%d+$') then
+      return false
+    end
+  end
+  return ARGV[from + 7] == '0' or ARGV[from + 7] == '1'
+end
+
+local function writeTerms(from)
+  local old = redis.call('HMGET', KEYS[4], unpack(termFields))
+  local args, changed = {}, false
+  for i, field in ipairs(termFields) do
+    local value = ARGV[from + i]
+    changed = changed or old[i] ~= value
+    args[#args + 1] = field
+    args[#args + 1] = value
+  end
+  redis.call('HSET', KEYS[4], unpack(args))
+  return changed
+end
+
+local function expireAll(at)
+  for k = 1, #KEYS do
+    redis.call('PEXPIREAT', KEYS[k], at)
+  end
+end
+
+local function customerOf(value)
+  return string.match(value, '^([^:]*)')
 end
 

@@ -6,16 +6,28 @@
 -- KEYS[1] voucher:{CODE}:remaining  integer string; missing = voucher not loaded
 -- KEYS[2] voucher:{CODE}:users      hash customerId -> active uses
 -- KEYS[3] voucher:{CODE}:orders     hash orderId -> "customerId:admittedAtMillis"
--- ARGV[1] "1" to give the uses back to remaining (a release), "0" to only
---         forget the orders (the database said no use is left, so remaining
---         was too high: not giving the use back brings Redis down to the truth)
+-- KEYS[4] voucher:{CODE}:meta       unused
+-- KEYS[5] voucher:{CODE}:done       hash orderId -> customerId of finished orders
+-- ARGV[1] the mode:
+--         "release"  give the uses back and record the orders in done (their
+--                    database row gave its use back: cancel, expiry, refund)
+--         "giveback" give the uses back only (the database has no row: a
+--                    failed write, whose retry may be admitted again)
+--         "drop"     only forget the orders (the database said no use is left,
+--                    so remaining was too high: not giving the use back brings
+--                    Redis down to the truth)
 -- ARGV[2..] orderId1, orderId2, ...
 --
--- Returns the number of orders released (unknown orders are ignored). When the
--- voucher is not loaded it changes nothing and returns 0: an INCR would create a
--- counter without its meta and without a TTL, and the next load rebuilds the
--- state from the database anyway.
+-- Returns the number of orders released (unknown orders are ignored and not
+-- recorded in done: their customer is not known). When the voucher is not loaded
+-- it changes nothing and returns 0: an INCR would create a counter without its
+-- meta and without a TTL, and the next load rebuilds the state from the database
+-- anyway. Errors (before any write) on an unknown mode.
 
+local mode = ARGV[1]
+if mode ~= 'release' and mode ~= 'giveback' and mode ~= 'drop' then
+  return redis.error_reply('ERR release: unknown mode ' .. tostring(mode))
+end
 if redis.call('EXISTS', KEYS[1]) == 0 then
   return 0
 end
@@ -24,17 +36,23 @@ local released = 0
 for i = 2, #ARGV do
   local held = redis.call('HGET', KEYS[3], ARGV[i])
   if held then
-    local customer = string.match(held, '^([^:]*)')
+    local customer = customerOf(held)
     redis.call('HDEL', KEYS[3], ARGV[i])
     if (tonumber(redis.call('HGET', KEYS[2], customer)) or 0) <= 1 then
       redis.call('HDEL', KEYS[2], customer)
     else
       redis.call('HINCRBY', KEYS[2], customer, -1)
     end
+    if mode == 'release' then
+      redis.call('HSET', KEYS[5], ARGV[i], customer)
+    end
     released = released + 1
   end
 end
-if released > 0 and ARGV[1] == '1' then
+if released > 0 and mode ~= 'drop' then
   redis.call('INCRBY', KEYS[1], released)
+end
+if released > 0 and mode == 'release' then
+  followTTL()
 end
 return released

@@ -20,6 +20,11 @@ const (
 	AlreadyUsed                     // the customer holds perUserLimit uses already
 	NotLoaded                       // the voucher is not in Redis: warm it up and retry
 	OrderConflict                   // the order id holds a use for another customer
+	Finished                        // the order gave its use back in the database (released, expired, refunded)
+	Paused                          // the voucher is paused
+	NotStarted                      // Redis's clock is before startsAt
+	Ended                           // Redis's clock is at or after endsAt
+	TooSmall                        // the order amount is below minOrderAmount
 )
 
 var resultNames = [...]string{
@@ -29,24 +34,39 @@ var resultNames = [...]string{
 	AlreadyUsed:   "ALREADY_USED",
 	NotLoaded:     "NOT_LOADED",
 	OrderConflict: "ORDER_CONFLICT",
+	Finished:      "FINISHED",
+	Paused:        "PAUSED",
+	NotStarted:    "NOT_STARTED",
+	Ended:         "ENDED",
+	TooSmall:      "TOO_SMALL",
 }
 
 // String returns the result's wire name, such as "OUT_OF_STOCK".
 func (r Result) String() string {
-	if r >= Reserved && r <= OrderConflict {
+	if r >= Reserved && r <= TooSmall {
 		return resultNames[r]
 	}
 	return "Result(" + strconv.Itoa(int(r)) + ")"
 }
 
-// Err returns the domain error a result answers with: nil when the order holds
-// a use (Reserved, or Duplicate for a retry), the refusal's voucher error, and an
-// unavailable error for NotLoaded (a warmup did not take) or an unknown result.
-// It is the one map from gate results to answers both services use.
+// Err returns the domain error a result answers with: nil when the order goes on
+// to the ledger's admitted write (Reserved; Duplicate for a retry of a held
+// order; Finished for an order whose row gave its use back: the ledger answers
+// those from the row), the refusal's voucher error, and an unavailable error for
+// NotLoaded (a warmup did not take) or an unknown result. It is the one map from
+// gate results to answers both services use.
 func (r Result) Err() error {
 	switch r {
-	case Reserved, Duplicate:
+	case Reserved, Duplicate, Finished:
 		return nil
+	case Paused:
+		return voucher.ErrPaused
+	case NotStarted:
+		return voucher.ErrNotStarted
+	case Ended:
+		return voucher.ErrExpired
+	case TooSmall:
+		return voucher.ErrOrderTooSmall
 	case OutOfStock:
 		return voucher.ErrOutOfStock
 	case AlreadyUsed:
@@ -71,8 +91,10 @@ func AdmitWarm(ctx context.Context, admit func(context.Context) (Result, error),
 	return admit(ctx)
 }
 
-// Item is one order asking for one use of a voucher.
+// Item is one order asking for one use of a voucher. OrderAmount is checked
+// against the voucher's minOrderAmount.
 type Item struct {
-	CustomerID int64
-	OrderID    string
+	CustomerID  int64
+	OrderID     string
+	OrderAmount int64
 }

@@ -17,70 +17,71 @@ type Order struct {
 }
 
 // Snapshot is what Load copies from the database: the voucher, its remaining
-// uses and the active reservations. Orders must hold every reservation that
-// holds a use (reserved or confirmed); a zero AdmittedAt means "now" by Redis's
-// clock. Of the voucher, Redis keeps the terms (amounts, limits, window,
-// FlashSale); its code and counters are not stored.
+// uses, the active reservations and the finished ones. Orders must hold every
+// reservation that holds a use (reserved or confirmed); a zero AdmittedAt means
+// "now" by Redis's clock. Finished holds the reservations whose row gave its use
+// back (RELEASED or REFUNDED; AdmittedAt unused), loaded into done. Of the
+// voucher, Redis keeps the terms (amounts, limits, window, FlashSale, Paused);
+// its code and counters are not stored.
 type Snapshot struct {
 	Voucher   voucher.Voucher
 	Remaining int64
 	Orders    []Order
+	Finished  []Order
 }
 
 // State is one consistent reading of a voucher: its counter, every order holding
-// a use (sorted by OrderID) and Redis's clock at the moment of reading.
+// a use (sorted by OrderID), the finished orders in done (sorted ids) and
+// Redis's clock at the moment of reading.
 type State struct {
 	Remaining int64
 	Orders    []Order
+	Finished  []string
 	Now       time.Time
 }
 
 // Load copies snap into Redis (remaining, users counted from the orders, orders,
-// meta) in one atomic step, only if the voucher's counter does not exist: a live
-// counter is never overwritten. It reports whether it loaded. All four keys
+// meta, done) in one atomic step, only if the voucher's counter does not exist: a
+// live counter is never overwritten. It reports whether it loaded. All five keys
 // expire at Voucher.EndsAt + 24h. A snapshot whose counter exceeds
-// TotalLimit minus its orders is refused, as it could oversell.
+// TotalLimit minus its orders is refused, as it could oversell, and so is an
+// order both active and finished.
 func (g *Gate) Load(ctx context.Context, code string, snap Snapshot) (bool, error) {
 	if err := checkCode(code); err != nil {
 		return false, err
 	}
 	m := snap.Voucher
-	if m.EndsAt.IsZero() {
-		return false, fmt.Errorf("load %s: EndsAt is required", code)
+	if err := checkTerms(m); err != nil {
+		return false, fmt.Errorf("load %s: %w", code, err)
 	}
-	if m.TotalLimit < 0 || m.PerUserLimit < 1 {
-		return false, fmt.Errorf("load %s: TotalLimit %d, PerUserLimit %d", code, m.TotalLimit, m.PerUserLimit)
-	}
-	seen := make(map[string]int64, len(snap.Orders))
-	for _, o := range snap.Orders {
-		if o.OrderID == "" {
-			return false, fmt.Errorf("load %s: order with empty id", code)
-		}
-		if c, dup := seen[o.OrderID]; dup && c != o.CustomerID {
-			return false, fmt.Errorf("load %s: order %q held by customers %d and %d", code, o.OrderID, c, o.CustomerID)
-		}
-		seen[o.OrderID] = o.CustomerID
+	seen, err := uniqueOrders(snap.Orders)
+	if err != nil {
+		return false, fmt.Errorf("load %s: %w", code, err)
 	}
 	if snap.Remaining < 0 || snap.Remaining > int64(m.TotalLimit)-int64(len(seen)) {
 		return false, fmt.Errorf("load %s: remaining %d with %d orders exceeds total limit %d",
 			code, snap.Remaining, len(seen), m.TotalLimit)
 	}
+	finished, err := uniqueOrders(snap.Finished)
+	if err != nil {
+		return false, fmt.Errorf("load %s: finished %w", code, err)
+	}
+	for id := range finished {
+		if _, ok := seen[id]; ok {
+			return false, fmt.Errorf("load %s: order %q both active and finished", code, id)
+		}
+	}
 
 	expireAt := m.EndsAt.Add(24 * time.Hour).UnixMilli()
-	args := make([]any, 0, 9+3*len(snap.Orders))
-	args = append(args,
-		strconv.FormatInt(snap.Remaining, 10),
-		strconv.FormatInt(expireAt, 10),
-		strconv.FormatInt(m.DiscountAmount, 10),
-		strconv.FormatInt(m.MinOrderAmount, 10),
-		strconv.Itoa(m.TotalLimit),
-		strconv.Itoa(m.PerUserLimit),
-		millis(m.StartsAt),
-		millis(m.EndsAt),
-		flag(m.FlashSale),
-	)
+	args := make([]any, 0, 11+3*len(snap.Orders)+2*len(snap.Finished))
+	args = append(args, strconv.FormatInt(snap.Remaining, 10))
+	args = append(args, termsArgs(m)...)
+	args = append(args, flag(m.FlashSale), strconv.Itoa(len(snap.Orders)))
 	for _, o := range snap.Orders {
 		args = append(args, o.OrderID, strconv.FormatInt(o.CustomerID, 10), millis(o.AdmittedAt))
+	}
+	for _, o := range snap.Finished {
+		args = append(args, o.OrderID, strconv.FormatInt(o.CustomerID, 10))
 	}
 	v, err := g.run(ctx, loadScript, Keys(code), args...)
 	if err != nil {
@@ -103,8 +104,7 @@ func (g *Gate) Meta(ctx context.Context, code string) (v voucher.Voucher, remain
 	if err := checkCode(code); err != nil {
 		return voucher.Voucher{}, 0, false, err
 	}
-	keys := Keys(code)
-	reply, err := g.runRO(ctx, metaScript, []string{keys[0], keys[3]})
+	reply, err := g.runRO(ctx, metaScript, Keys(code))
 	if err != nil {
 		return voucher.Voucher{}, 0, false, fmt.Errorf("meta %s: %w", code, err)
 	}
@@ -118,14 +118,14 @@ func (g *Gate) Meta(ctx context.Context, code string) (v voucher.Voucher, remain
 	return v, remaining, ok, nil
 }
 
-// State reads a voucher's counter, all its orders and Redis's clock in one atomic
-// step; loaded is false when the voucher is not loaded.
+// State reads a voucher's counter, all its orders, its finished orders and
+// Redis's clock in one atomic step; loaded is false when the voucher is not
+// loaded.
 func (g *Gate) State(ctx context.Context, code string) (st State, loaded bool, err error) {
 	if err := checkCode(code); err != nil {
 		return State{}, false, err
 	}
-	keys := Keys(code)
-	v, err := g.runRO(ctx, stateScript, []string{keys[0], keys[2]})
+	v, err := g.runRO(ctx, stateScript, Keys(code))
 	if err != nil {
 		return State{}, false, fmt.Errorf("state %s: %w", code, err)
 	}
@@ -134,4 +134,48 @@ func (g *Gate) State(ctx context.Context, code string) (st State, loaded bool, e
 		return State{}, false, fmt.Errorf("state %s: %w", code, err)
 	}
 	return st, loaded, nil
+}
+
+// checkTerms refuses terms Redis cannot keep: Redis needs an end (the keys
+// expire a day after it) and limits a reserve can count against.
+func checkTerms(v voucher.Voucher) error {
+	if v.EndsAt.IsZero() {
+		return fmt.Errorf("EndsAt is required")
+	}
+	if v.TotalLimit < 0 || v.PerUserLimit < 1 {
+		return fmt.Errorf("TotalLimit %d, PerUserLimit %d", v.TotalLimit, v.PerUserLimit)
+	}
+	return nil
+}
+
+// termsArgs is the ARGV block load.lua, update.lua and reconcile.lua share
+// (prelude.lua's writeTerms): expire-at (endsAt + 24h), discountAmount,
+// minOrderAmount, totalLimit, perUserLimit, startsAt, endsAt, paused.
+func termsArgs(v voucher.Voucher) []any {
+	return []any{
+		strconv.FormatInt(v.EndsAt.Add(24*time.Hour).UnixMilli(), 10),
+		strconv.FormatInt(v.DiscountAmount, 10),
+		strconv.FormatInt(v.MinOrderAmount, 10),
+		strconv.Itoa(v.TotalLimit),
+		strconv.Itoa(v.PerUserLimit),
+		millis(v.StartsAt),
+		millis(v.EndsAt),
+		flag(v.Paused),
+	}
+}
+
+// uniqueOrders maps order ids to customers, refusing an empty id and an order
+// given to two customers (a repeat with the same customer counts once).
+func uniqueOrders(orders []Order) (map[string]int64, error) {
+	seen := make(map[string]int64, len(orders))
+	for _, o := range orders {
+		if o.OrderID == "" {
+			return nil, fmt.Errorf("order with empty id")
+		}
+		if c, dup := seen[o.OrderID]; dup && c != o.CustomerID {
+			return nil, fmt.Errorf("order %q held by customers %d and %d", o.OrderID, c, o.CustomerID)
+		}
+		seen[o.OrderID] = o.CustomerID
+	}
+	return seen, nil
 }
