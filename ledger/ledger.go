@@ -125,7 +125,7 @@ func (l *Ledger) admit(ctx context.Context, code string, cl voucher.Claim) (gate
 	if l.gate == nil {
 		return 0, errNoGate
 	}
-	item := []gate.Item{{CustomerID: cl.CustomerID, OrderID: cl.OrderID}}
+	item := []gate.Item{{CustomerID: cl.CustomerID, OrderID: cl.OrderID, OrderAmount: cl.OrderAmount}}
 	return gate.AdmitWarm(ctx, func(ctx context.Context) (gate.Result, error) {
 		res, _, err := l.gate.Reserve(ctx, code, item)
 		if err != nil {
@@ -177,7 +177,7 @@ func (l *Ledger) WriteAdmittedMany(ctx context.Context, code string, claims []vo
 	for _, give := range []struct {
 		back   func(context.Context, string, ...string) (int, error)
 		orders []string
-	}{{l.gate.Release, released}, {l.gate.Drop, dropped}} {
+	}{{l.gate.GiveBack, released}, {l.gate.Drop, dropped}} {
 		if len(give.orders) == 0 {
 			continue
 		}

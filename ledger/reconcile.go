@@ -44,7 +44,7 @@ func (j *Jobs) Reconcile(ctx context.Context, code string) (Report, error) {
 		for i, o := range orders {
 			active[i] = gate.Order{OrderID: o.OrderID, CustomerID: o.CustomerID}
 		}
-		res, err := j.gate.Reconcile(ctx, code, active, j.cfg.HangingGrace)
+		res, err := j.gate.Reconcile(ctx, code, v, active, j.cfg.HangingGrace)
 		if err != nil {
 			return fmt.Errorf("reconcile %s in redis: %w", code, err)
 		}

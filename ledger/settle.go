@@ -145,7 +145,7 @@ func (s *Settler) resolve(ctx context.Context, code string, ids []string) (held 
 		}
 	}
 	if len(free) > 0 {
-		if _, err := s.gate.Release(ctx, code, free...); err != nil {
+		if _, err := s.gate.GiveBack(ctx, code, free...); err != nil {
 			return nil, false
 		}
 	}
