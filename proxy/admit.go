@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -31,13 +32,13 @@ type AdmitConfig struct {
 }
 
 // Admitter decides, without touching Postgres, whether a reserve may go to the
-// ledger: cached voucher terms for eligibility, a short-lived sold-out flag,
-// then the atomic Redis reserve script, one call per voucher per round.
+// ledger: cached voucher terms (is it a flash voucher at all), a short-lived
+// sold-out flag, then the atomic Redis reserve script, one call per voucher per
+// round, which decides the order's own state, pause, window, minimum and stock.
 type Admitter struct {
 	gate   *gate.Gate
 	ledger *LedgerClient
 	cfg    AdmitConfig
-	now    func() time.Time
 	log    *slog.Logger
 	base   context.Context
 
@@ -51,6 +52,12 @@ type Admitter struct {
 	metaFlight, warmFlight, soldOutFlight singleflight.Group
 
 	flagHits atomic.Int64 // requests answered by the sold-out flag
+
+	// forgetMu orders dropping a voucher's flag and terms (Forget, Unflag)
+	// against setting them from a read made before the drop: a read that
+	// started before epoch moved is not cached.
+	forgetMu sync.Mutex
+	epoch    uint64
 }
 
 // cachedVoucher is a cache entry; found false caches "no such voucher" briefly
@@ -60,11 +67,15 @@ type cachedVoucher struct {
 	found bool
 }
 
-// soldOutFlag marks a voucher sold out. orders are the orders holding a use
-// when the flag was set: their retries still go through (and get their 201),
-// everyone else gets OUT_OF_STOCK at once.
+// soldOutFlag marks a voucher sold out. passes are the orders Redis knew when
+// the flag was set, holding a use or finished (released, expired, refunded):
+// their retries still go through to the script and the ledger (a held order
+// gets its 201, a finished one its RESERVATION_RELEASED or _REFUNDED);
+// everyone else gets OUT_OF_STOCK at once. An order admitted elsewhere after
+// the flag was set is not in passes: the stock that let it in came back with a
+// change published to every proxy, which dropped the flag (Forget).
 type soldOutFlag struct {
-	orders map[string]int64
+	passes map[string]struct{}
 }
 
 // maxForwardBatch bounds the claims of one admitted-write request, within the
@@ -91,7 +102,7 @@ func NewAdmitter(base context.Context, g *gate.Gate, ledger *LedgerClient, cfg A
 		return nil, fmt.Errorf("sold-out cache: %w", err)
 	}
 	a := &Admitter{
-		gate: g, ledger: ledger, cfg: cfg, now: time.Now, log: log, base: base,
+		gate: g, ledger: ledger, cfg: cfg, log: log, base: base,
 		vouchers: vouchers, soldOut: soldOut,
 	}
 	a.breaker = gobreaker.NewCircuitBreaker[any](gobreaker.Settings{
@@ -125,8 +136,8 @@ func (a *Admitter) Close() {
 
 // Reserve runs a validated claim through the edge and, if admitted, through the
 // ledger, whose answer is relayed as it is. It never answers 201 unless the
-// script said RESERVED or DUPLICATE and the ledger wrote the reservation. Each
-// outcome is counted in flashgate_reserve_total.
+// script said RESERVED or DUPLICATE and the ledger wrote (or had) the
+// reservation. Each outcome is counted in flashgate_reserve_total.
 func (a *Admitter) Reserve(ctx context.Context, code string, cl voucher.Claim) (Reply, error) {
 	rep, err := a.reserve(ctx, code, cl)
 	outcome := rep.Outcome()
@@ -144,9 +155,9 @@ func (a *Admitter) reserve(ctx context.Context, code string, cl voucher.Claim) (
 	if err != nil {
 		return Reply{}, err
 	}
-	if err := v.Eligible(a.now(), cl.OrderAmount); err != nil {
-		return Reply{}, err
-	}
+	// No eligibility check here: a retry of an order is answered from the
+	// order's own state before the voucher's terms, and only Redis (flash) or
+	// the ledger (standard) knows that state and the terms of this second.
 	path := httpx.ReservationsPath(code)
 	if !v.FlashSale {
 		// Standard vouchers: the ledger's guarded UPDATE is all they need.
@@ -164,6 +175,9 @@ func (a *Admitter) reserve(ctx context.Context, code string, cl voucher.Claim) (
 	if err != nil {
 		return Reply{}, err
 	}
+	// Reserved, Duplicate and Finished go to the ledger's admitted write: it
+	// writes a new order and answers a known one from its row (replay,
+	// ORDER_CONFLICT for another amount, RESERVATION_RELEASED or _REFUNDED).
 	if err := res.Err(); err != nil {
 		return Reply{}, fmt.Errorf("reserve %s: %w", code, err)
 	}
@@ -182,7 +196,7 @@ func (a *Admitter) reserve(ctx context.Context, code string, cl voucher.Claim) (
 // admit runs the reserve script for one claim, batched with its neighbours
 // when coalescing is on.
 func (a *Admitter) admit(ctx context.Context, code string, cl voucher.Claim) (gate.Result, error) {
-	item := gate.Item{CustomerID: cl.CustomerID, OrderID: cl.OrderID}
+	item := gate.Item{CustomerID: cl.CustomerID, OrderID: cl.OrderID, OrderAmount: cl.OrderAmount}
 	if a.cfg.Coalesce {
 		res, err := a.batcher.Do(ctx, code, item)
 		if err != nil && !errors.Is(err, voucher.ErrUnavailable) {
@@ -231,37 +245,76 @@ func (a *Admitter) flagged(code, orderID string) bool {
 	if !ok {
 		return false
 	}
-	_, holds := f.orders[orderID]
-	return !holds
+	_, passes := f.passes[orderID]
+	return !passes
 }
 
-// flagSoldOut sets the sold-out flag, with the orders that hold uses now so
-// that their retries are still answered with their 201. One caller per voucher
-// does the work; a failure only leaves the flag unset (it is a hint).
+// flagSoldOut sets the sold-out flag, with the orders Redis knows now (holding
+// a use or finished) so that their retries are still answered from their own
+// state. One caller per voucher does the work; a failure only leaves the flag
+// unset (it is a hint).
 func (a *Admitter) flagSoldOut(code string) {
 	if _, ok := a.soldOut.Get(code); ok {
 		return
 	}
 	_, _, _ = a.soldOutFlight.Do(code, func() (any, error) {
+		epoch := a.currentEpoch()
 		ctx, cancel := context.WithTimeout(a.base, a.cfg.RedisTimeout)
 		defer cancel()
 		st, loaded, err := a.gate.State(ctx, code)
 		if err != nil || !loaded || st.Remaining > 0 {
 			return nil, err
 		}
-		f := &soldOutFlag{orders: make(map[string]int64, len(st.Orders))}
+		f := &soldOutFlag{passes: make(map[string]struct{}, len(st.Orders)+len(st.Finished))}
 		for _, o := range st.Orders {
-			f.orders[o.OrderID] = o.CustomerID
+			f.passes[o.OrderID] = struct{}{}
 		}
-		a.soldOut.SetWithTTL(code, f, 1, a.cfg.SoldOutTTL)
-		a.soldOut.Wait()
+		for _, id := range st.Finished {
+			f.passes[id] = struct{}{}
+		}
+		a.setIfCurrent(epoch, func() {
+			a.soldOut.SetWithTTL(code, f, 1, a.cfg.SoldOutTTL)
+			a.soldOut.Wait()
+		})
 		return nil, nil
 	})
 }
 
-// Unflag drops the sold-out flag of a voucher, as when a release passed
-// through this proxy and gave a use back.
-func (a *Admitter) Unflag(code string) { a.soldOut.Del(code) }
+// Unflag drops the sold-out flag of a voucher, as when a release or refund
+// passed through this proxy and gave a use back.
+func (a *Admitter) Unflag(code string) {
+	a.forgetMu.Lock()
+	defer a.forgetMu.Unlock()
+	a.epoch++
+	a.soldOut.Del(code)
+}
+
+// Forget drops a voucher's sold-out flag and cached terms, so that the next
+// request reads both again: the ledger published that the voucher changed
+// (new terms, a pause, stock coming back). It is gate.WatchChanges's onChange.
+func (a *Admitter) Forget(code string) {
+	a.forgetMu.Lock()
+	defer a.forgetMu.Unlock()
+	a.epoch++
+	a.soldOut.Del(code)
+	a.vouchers.Del(code)
+}
+
+func (a *Admitter) currentEpoch() uint64 {
+	a.forgetMu.Lock()
+	defer a.forgetMu.Unlock()
+	return a.epoch
+}
+
+// setIfCurrent runs set (a cache write from a read begun at epoch) unless a
+// Forget or Unflag came since: that read may predate the change.
+func (a *Admitter) setIfCurrent(epoch uint64, set func()) {
+	a.forgetMu.Lock()
+	defer a.forgetMu.Unlock()
+	if a.epoch == epoch {
+		set()
+	}
+}
 
 // Voucher returns a voucher's terms: from the local cache, else from Redis's
 // copy, else from the ledger. Concurrent misses for one code share one lookup.
@@ -273,19 +326,20 @@ func (a *Admitter) Voucher(ctx context.Context, code string) (voucher.Voucher, e
 		return cv.v, nil
 	}
 	out, err, _ := a.metaFlight.Do(code, func() (any, error) {
+		epoch := a.currentEpoch()
 		if v, ok := a.metaFromRedis(ctx, code); ok {
-			a.cacheVoucher(code, cachedVoucher{v: v, found: true}, a.cfg.VoucherCacheTTL)
+			a.cacheVoucher(epoch, code, cachedVoucher{v: v, found: true}, a.cfg.VoucherCacheTTL)
 			return v, nil
 		}
 		v, err := a.ledger.Voucher(ctx, code)
 		if voucher.ErrorCode(err) == voucher.CodeVoucherNotFound {
-			a.cacheVoucher(code, cachedVoucher{}, min(negativeTTL, a.cfg.VoucherCacheTTL))
+			a.cacheVoucher(epoch, code, cachedVoucher{}, min(negativeTTL, a.cfg.VoucherCacheTTL))
 			return nil, err
 		}
 		if err != nil {
 			return nil, err
 		}
-		a.cacheVoucher(code, cachedVoucher{v: v, found: true}, a.cfg.VoucherCacheTTL)
+		a.cacheVoucher(epoch, code, cachedVoucher{v: v, found: true}, a.cfg.VoucherCacheTTL)
 		return v, nil
 	})
 	if err != nil {
@@ -294,9 +348,12 @@ func (a *Admitter) Voucher(ctx context.Context, code string) (voucher.Voucher, e
 	return out.(voucher.Voucher), nil
 }
 
-func (a *Admitter) cacheVoucher(code string, cv cachedVoucher, ttl time.Duration) {
-	a.vouchers.SetWithTTL(code, cv, 1, ttl)
-	a.vouchers.Wait()
+// cacheVoucher caches terms read since epoch, unless a change came since.
+func (a *Admitter) cacheVoucher(epoch uint64, code string, cv cachedVoucher, ttl time.Duration) {
+	a.setIfCurrent(epoch, func() {
+		a.vouchers.SetWithTTL(code, cv, 1, ttl)
+		a.vouchers.Wait()
+	})
 }
 
 // metaFromRedis reads the voucher's terms from Redis's copy; any failure just

@@ -42,12 +42,17 @@ func NewLedgerClient(base, token string, timeout time.Duration) *LedgerClient {
 	}
 }
 
+// replayedHeader marks an answer that replays the first answer to the same
+// order (a retry); the ledger's batch route says it per item as "replayed".
+const replayedHeader = "Idempotent-Replayed"
+
 // Reply is a ledger answer relayed as it is: the proxy serves the same bodies.
 // Err is what an error answer means, read from its body once, here.
 type Reply struct {
-	Status int
-	Body   []byte
-	Err    error // nil for a 2xx; the domain error the body carries otherwise
+	Status   int
+	Body     []byte
+	Err      error // nil for a 2xx; the domain error the body carries otherwise
+	Replayed bool  // the ledger replayed the order's first answer
 }
 
 // newReply reads a ledger answer: an error body ({"error", "message",
@@ -120,7 +125,9 @@ func (l *LedgerClient) Do(ctx context.Context, call, method, path string, body a
 	if err != nil {
 		return Reply{}, fmt.Errorf("ledger %s %s: read: %w: %w", method, path, err, voucher.ErrUnavailable)
 	}
-	return newReply(resp.StatusCode, raw), nil
+	rep := newReply(resp.StatusCode, raw)
+	rep.Replayed = resp.Header.Get(replayedHeader) == "true"
+	return rep, nil
 }
 
 // Voucher reads a voucher from the ledger's admin route.
@@ -171,8 +178,9 @@ func (l *LedgerClient) WriteAdmitted(ctx context.Context, code string, claims []
 	}
 	var body struct {
 		Results []struct {
-			Status int             `json:"status"`
-			Body   json.RawMessage `json:"body"`
+			Status   int             `json:"status"`
+			Body     json.RawMessage `json:"body"`
+			Replayed bool            `json:"replayed"`
 		} `json:"results"`
 	}
 	if err := json.Unmarshal(rep.Body, &body); err != nil || len(body.Results) != len(claims) {
@@ -181,6 +189,7 @@ func (l *LedgerClient) WriteAdmitted(ctx context.Context, code string, claims []
 	}
 	for i, r := range body.Results {
 		out[i] = newReply(r.Status, r.Body)
+		out[i].Replayed = r.Replayed
 	}
 	return out, nil
 }

@@ -1,7 +1,8 @@
 // Command proxy is flashgate's edge: it answers every reserve that will not be
-// admitted without touching Postgres (validation, eligibility, a sold-out flag
-// and the atomic Redis script, batched per voucher) and forwards only the
-// admitted ones to the ledger.
+// admitted without touching Postgres (validation, a sold-out flag and the
+// atomic Redis script, batched per voucher, which decides the order's own
+// state, then pause, window, minimum and stock) and forwards only the admitted
+// ones, and retries of known orders, to the ledger.
 package main
 
 import (
@@ -90,6 +91,7 @@ func run(cfg Config, log *slog.Logger) error {
 		return err
 	}
 	defer admit.Close()
+	defer watchChanges(ctx, rdb, admit, log)()
 	srv := &Server{log: log, admit: admit, ledger: ledger, token: cfg.Token, metrics: metrics, ready: func(c context.Context) error {
 		if err := rdb.Ping(c).Err(); err != nil {
 			return fmt.Errorf("redis: %w", err)
@@ -109,4 +111,21 @@ func run(cfg Config, log *slog.Logger) error {
 	err = httpx.Serve(ctx, httpx.NewServer(cfg.Addr, srv.Handler()), cfg.MaxClientConns)
 	log.Info("proxy stopped")
 	return err
+}
+
+// watchChanges makes the admitter forget a voucher's terms and sold-out flag
+// as soon as the ledger publishes that it changed (new terms, a pause, stock
+// coming back), until the returned stop is called; stop waits for the watcher
+// to end. A watcher that missed messages falls back to the caches' TTLs.
+func watchChanges(ctx context.Context, sub gate.Subscriber, a *Admitter, log *slog.Logger) (stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		gate.WatchChanges(ctx, sub, a.Forget, log)
+	}()
+	return func() {
+		cancel()
+		<-done
+	}
 }

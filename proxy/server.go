@@ -28,9 +28,10 @@ func (s *Server) Handler() *gin.Engine {
 		Ready: func(c *gin.Context) error { return s.ready(c) }})
 
 	r.POST("/vouchers/:code/reservations", s.reserve)
-	r.GET("/vouchers/:code/reservations/:orderId", s.forward("get", ""))
-	r.POST("/vouchers/:code/reservations/:orderId/confirm", s.forward("confirm", "/confirm"))
-	r.DELETE("/vouchers/:code/reservations/:orderId", s.release)
+	r.GET("/vouchers/:code/reservations/:orderId", s.forward("get", "", 0))
+	r.POST("/vouchers/:code/reservations/:orderId/confirm", s.forward("confirm", "/confirm", 0))
+	r.POST("/vouchers/:code/reservations/:orderId/refund", s.forward("refund", "/refund", http.StatusOK))
+	r.DELETE("/vouchers/:code/reservations/:orderId", s.forward("release", "", http.StatusNoContent))
 	return r
 }
 
@@ -58,9 +59,12 @@ func (s *Server) reserve(c *gin.Context) {
 	relay(c, rep)
 }
 
-// forward relays get and confirm (suffix "/confirm") to the ledger after
-// validating the path.
-func (s *Server) forward(call, suffix string) gin.HandlerFunc {
+// forward relays an order's route (get, confirm, refund, release: suffix is
+// what follows the order's path) to the ledger after validating the path.
+// When the ledger answers givesBack (a release's 204, a refund's 200), a use
+// may have come back: this proxy's sold-out flag for the voucher is dropped at
+// once (the ledger also publishes the change to every proxy).
+func (s *Server) forward(call, suffix string, givesBack int) gin.HandlerFunc {
 	return func(c *gin.Context) {
 		code, orderID, err := httpx.OrderParams(c)
 		if err != nil {
@@ -72,33 +76,20 @@ func (s *Server) forward(call, suffix string) gin.HandlerFunc {
 			httpx.WriteError(c, err)
 			return
 		}
+		if givesBack != 0 && rep.Status == givesBack {
+			s.admit.Unflag(code)
+		}
 		relay(c, rep)
 	}
 }
 
-// release relays a release; once it went through, this proxy's sold-out flag
-// for the voucher is dropped so the use can be taken again at once.
-func (s *Server) release(c *gin.Context) {
-	code, orderID, err := httpx.OrderParams(c)
-	if err != nil {
-		httpx.WriteError(c, err)
-		return
-	}
-	rep, err := s.ledger.Do(c, "release", http.MethodDelete, httpx.ReservationPath(code, orderID), nil)
-	if err != nil {
-		httpx.WriteError(c, err)
-		return
-	}
-	if rep.Status == http.StatusNoContent {
-		s.admit.Unflag(code)
-	}
-	relay(c, rep)
-}
-
-// relay writes the ledger's answer as it is.
+// relay writes the ledger's answer as it is, with its replay mark.
 func relay(c *gin.Context, rep Reply) {
 	if rep.Status == http.StatusServiceUnavailable {
 		c.Header("Retry-After", httpx.RetryAfter)
+	}
+	if rep.Replayed {
+		c.Header(replayedHeader, "true")
 	}
 	if len(rep.Body) == 0 {
 		c.Status(rep.Status)
