@@ -45,6 +45,7 @@ type stack struct {
 	Proxy     *devstack.Service
 	gate      *gate.Gate
 	pool      *pgxpool.Pool
+	opts      stackOptions // as newStack completed them, for startProxy
 }
 
 type stackOptions struct {
@@ -67,21 +68,12 @@ func newStack(tb testing.TB, o stackOptions) *stack {
 	if o.soldOutTTL == 0 {
 		o.soldOutTTL = 2 * time.Second
 	}
-	s := &stack{}
+	s := &stack{opts: o}
 	s.Ledger, s.LedgerURL = startService(tb, "ledger", "LEDGER_ADDR", append([]string{
 		"DATABASE_URL=" + o.dbURL, "REDIS_URL=" + o.redisURL, "LEDGER_TOKEN=" + ledgerToken,
 		"EXPIRY_INTERVAL=1h", "RECONCILE_INTERVAL=1h",
 	}, o.ledgerEnv...))
-	coalesce := "off"
-	if o.coalesce {
-		coalesce = "on"
-	}
-	s.Proxy, s.ProxyURL = startService(tb, "proxy", "PROXY_ADDR", []string{
-		"REDIS_URL=" + o.redisURL, "LEDGER_URL=" + s.LedgerURL, "LEDGER_TOKEN=" + ledgerToken,
-		"PROXY_TOKEN=", "SOLDOUT_TTL=" + o.soldOutTTL.String(), "VOUCHER_CACHE_TTL=5s",
-		"REDIS_TIMEOUT=" + redisTimeout.String(), "LEDGER_TIMEOUT=10s",
-		"PROXY_COALESCE=" + coalesce, "PROXY_MAX_BATCH=256",
-	})
+	s.Proxy, s.ProxyURL = s.startProxy(tb)
 
 	rdb, err := gate.NewClient(o.redisURL, gate.ClientOptions{Timeout: redisTimeout})
 	require.NoError(tb, err)
@@ -91,6 +83,23 @@ func newStack(tb testing.TB, o stackOptions) *stack {
 	require.NoError(tb, err)
 	tb.Cleanup(s.pool.Close)
 	return s
+}
+
+// startProxy starts a proxy in front of s's ledger, with s's options; newStack
+// starts the first, a test that needs a second proxy (its own sold-out flags and
+// cached terms) starts another. tb.Cleanup stops it.
+func (s *stack) startProxy(tb testing.TB) (*devstack.Service, string) {
+	tb.Helper()
+	coalesce := "off"
+	if s.opts.coalesce {
+		coalesce = "on"
+	}
+	return startService(tb, "proxy", "PROXY_ADDR", []string{
+		"REDIS_URL=" + s.opts.redisURL, "LEDGER_URL=" + s.LedgerURL, "LEDGER_TOKEN=" + ledgerToken,
+		"PROXY_TOKEN=", "SOLDOUT_TTL=" + s.opts.soldOutTTL.String(), "VOUCHER_CACHE_TTL=5s",
+		"REDIS_TIMEOUT=" + redisTimeout.String(), "LEDGER_TIMEOUT=10s",
+		"PROXY_COALESCE=" + coalesce, "PROXY_MAX_BATCH=256",
+	})
 }
 
 // startService runs bin/name listening on a free port, given to it in addrVar,
