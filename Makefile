@@ -33,7 +33,7 @@ FUZZ_TARGETS := \
 	./shared/voucher:FuzzValidCode ./shared/voucher:FuzzValidOrderID \
 	./shared/httpx:FuzzDecodeReserveRequest ./shared/httpx:FuzzDecodeNewVoucher \
 	./shared/gate:FuzzDecodeReserve ./shared/gate:FuzzDecodeMeta \
-	./shared/gate:FuzzDecodeState ./shared/gate:FuzzDecodeReconcile \
+	./shared/gate:FuzzDecodeState ./shared/gate:FuzzDecodeReconcile ./shared/gate:FuzzDecodeUpdate \
 	./ledger:FuzzStateMachine
 fuzz: deps
 	@set -e; for t in $(FUZZ_TARGETS); do \

@@ -50,7 +50,7 @@ func TestOnRedisCluster(t *testing.T) {
 				defer wg.Done()
 				items := make([]Item, 10)
 				for i := range items {
-					items[i] = Item{CustomerID: int64(w*10 + i + 1), OrderID: fmt.Sprintf("%s-%d-%d", code, w, i)}
+					items[i] = Item{CustomerID: int64(w*10 + i + 1), OrderID: fmt.Sprintf("%s-%d-%d", code, w, i), OrderAmount: testAmount}
 				}
 				rs, _, err := g.Reserve(ctx, code, items)
 				if err != nil {

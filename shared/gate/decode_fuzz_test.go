@@ -134,7 +134,7 @@ func ints(xs ...int64) []any {
 }
 
 // FuzzDecodeReserve: decodeReserve never panics and, when it accepts a reply,
-// returns n valid results (RESERVED..ORDER_CONFLICT) read as sent, NOT_LOADED
+// returns n valid results (RESERVED..TOO_SMALL) read as sent, NOT_LOADED
 // for all items or none, and remaining >= 0 whenever a use was taken.
 func FuzzDecodeReserve(f *testing.F) {
 	seeds := []struct {
@@ -144,12 +144,13 @@ func FuzzDecodeReserve(f *testing.F) {
 	}{
 		{ints(9, 1), 1, true},
 		{ints(0, 1, 1, 3, 4, 2, 6), 6, true},
+		{ints(0, 7, 8, 9, 10, 11, 2), 6, true}, // the refusals of issue 12
 		{ints(0, 5, 5, 5), 3, true},
 		{ints(2, 5, 1), 2, true},        // NOT_LOADED for part of a batch
 		{ints(3, 5), 1, true},           // NOT_LOADED with remaining
 		{ints(-1, 1), 1, true},          // reserved with negative remaining
 		{ints(-4, 3, 3), 2, true},       // negative remaining without a reservation
-		{ints(0, 7), 1, true},           // unknown code
+		{ints(0, 12), 1, true},          // unknown code
 		{ints(0, 0), 1, true},           // code 0
 		{ints(1, 1), 2, false},          // short reply
 		{ints(1), 0, false},             // empty batch
@@ -195,7 +196,7 @@ func FuzzDecodeReserve(f *testing.F) {
 		}
 		notLoaded := 0
 		for i, r := range res {
-			if r < Reserved || r > OrderConflict || strings.HasPrefix(r.String(), "Result(") {
+			if r < Reserved || r > TooSmall || strings.HasPrefix(r.String(), "Result(") {
 				t.Fatalf("decodeReserve(%#v, %d)[%d] = %v, want a known result", v, n, i, r)
 			}
 			if int64(r) != arr[i+1] {
@@ -211,22 +212,26 @@ func FuzzDecodeReserve(f *testing.F) {
 	})
 }
 
-// FuzzDecodeMeta: decodeMeta never panics; an accepted reply has 8 elements and
-// limits in range; an empty one means not loaded.
+// FuzzDecodeMeta: decodeMeta never panics; an accepted reply has 9 elements,
+// limits in range and 0/1 flags; an empty one means not loaded.
 func FuzzDecodeMeta(f *testing.F) {
-	ok := []any{int64(10), "100000", "1000", "1000", "1", "1767225600000", "1798761600000", "1"}
+	ok := []any{int64(10), "100000", "1000", "1000", "1", "1767225600000", "1798761600000", "1", "0"}
 	seeds := []any{
 		ok,
 		[]any{},
-		[]any{int64(10), "100000", "1000", "1000", "1", "0", "0", "0"},
-		[]any{int64(10), "100000", "1000", "-1", "1", "0", "1", "0"},
-		[]any{int64(10), "100000", "1000", "1000", "0", "0", "1", "0"},
-		[]any{int64(10), "100000", "1000", "2147483648", "1", "0", "1", "0"},
-		[]any{int64(10), "100000", "1000", "1000", "1", "0", "1", "2"},
-		[]any{int64(10), "100000", "1000", "1000", "1", "9223372036854775807", "-9223372036854775808", "1"},
-		[]any{int64(10), "1e3", "1000", "1000", "1", "0", "1", "0"},
-		[]any{int64(10), nil, "1000", "1000", "1", "0", "1", "0"},
-		[]any{"10", "100000", "1000", "1000", "1", "0", "1", "0"},
+		[]any{int64(10), "100000", "1000", "1000", "1", "1767225600000", "1798761600000", "1", "1"},
+		[]any{int64(10), "100000", "1000", "1000", "1", "1767225600000", "1798761600000", "1"},
+		[]any{int64(10), "100000", "1000", "1000", "1", "1767225600000", "1798761600000", "1", "2"},
+		[]any{int64(10), "100000", "1000", "1000", "1", "1767225600000", "1798761600000", "1", nil},
+		[]any{int64(10), "100000", "1000", "1000", "1", "0", "0", "0", "0"},
+		[]any{int64(10), "100000", "1000", "-1", "1", "0", "1", "0", "0"},
+		[]any{int64(10), "100000", "1000", "1000", "0", "0", "1", "0", "0"},
+		[]any{int64(10), "100000", "1000", "2147483648", "1", "0", "1", "0", "0"},
+		[]any{int64(10), "100000", "1000", "1000", "1", "0", "1", "2", "0"},
+		[]any{int64(10), "100000", "1000", "1000", "1", "9223372036854775807", "-9223372036854775808", "1", "0"},
+		[]any{int64(10), "1e3", "1000", "1000", "1", "0", "1", "0", "0"},
+		[]any{int64(10), nil, "1000", "1000", "1", "0", "1", "0", "0"},
+		[]any{"10", "100000", "1000", "1000", "1", "0", "1", "0", "0"},
 		[]any{int64(10), "100000"},
 		nil,
 		"x",
@@ -249,14 +254,14 @@ func FuzzDecodeMeta(f *testing.F) {
 			return
 		}
 		arr := v.([]any)
-		if len(arr) != 8 || arr[0] != remaining {
+		if len(arr) != 9 || arr[0] != remaining {
 			t.Fatalf("decodeMeta(%#v) = remaining %d from %d elements", v, remaining, len(arr))
 		}
 		if m.TotalLimit < 0 || m.TotalLimit > maxInt32 || m.PerUserLimit < 1 || m.PerUserLimit > maxInt32 {
 			t.Fatalf("decodeMeta(%#v) = %+v, limits out of range", v, m)
 		}
 		want := []int64{m.DiscountAmount, m.MinOrderAmount, int64(m.TotalLimit), int64(m.PerUserLimit),
-			msOf(m.StartsAt), msOf(m.EndsAt), b2i(m.FlashSale)}
+			msOf(m.StartsAt), msOf(m.EndsAt), b2i(m.FlashSale), b2i(m.Paused)}
 		for i, w := range want {
 			if !numEqual(arr[i+1], w) {
 				t.Fatalf("decodeMeta(%#v) field %d = %d, want %v", v, i+1, w, arr[i+1])
@@ -291,19 +296,25 @@ func b2i(b bool) int64 {
 }
 
 // FuzzDecodeState: decodeState never panics; an accepted reply gives one order
-// per id/value pair, sorted by id, each read from its own pair.
+// per id/value pair, sorted by id, each read from its own pair, and the finished
+// ids as sent, sorted.
 func FuzzDecodeState(f *testing.F) {
+	none := []any{}
 	seeds := []any{
 		[]any{},
-		ints(5, 1767225600000),
-		[]any{int64(3), int64(1767225600000), "o2", "7:1767225600000", "o1", "8:1767225600001"},
-		[]any{int64(3), int64(1767225600000), "o1", "7"},
-		[]any{int64(3), int64(1767225600000), "o1", "x:1"},
-		[]any{int64(3), int64(1767225600000), "o1", "1:x"},
-		[]any{int64(3), int64(1767225600000), "o1", "1:2:3"},
-		[]any{int64(3), int64(1767225600000), "", ":"},
-		[]any{int64(3), int64(1767225600000), "o1"},
-		[]any{int64(3), "1767225600000"},
+		[]any{int64(5), int64(1767225600000), none, none},
+		[]any{int64(3), int64(1767225600000), []any{"o2", "7:1767225600000", "o1", "8:1767225600001"}, []any{"o4", "o3"}},
+		[]any{int64(3), int64(1767225600000), []any{"o1", "7"}, none},
+		[]any{int64(3), int64(1767225600000), []any{"o1", "x:1"}, none},
+		[]any{int64(3), int64(1767225600000), []any{"o1", "1:x"}, none},
+		[]any{int64(3), int64(1767225600000), []any{"o1", "1:2:3"}, none},
+		[]any{int64(3), int64(1767225600000), []any{"", ":"}, none},
+		[]any{int64(3), int64(1767225600000), []any{"o1"}, none},
+		[]any{int64(3), int64(1767225600000), none, []any{int64(1)}},
+		[]any{int64(3), int64(1767225600000), none, "o1"},
+		[]any{int64(3), int64(1767225600000), none},
+		[]any{int64(3), int64(1767225600000), "o1", "7:1767225600000"}, // the reply before done
+		[]any{int64(3), "1767225600000", none, none},
 		[]any{int64(3), int64(1), int64(5), "1:1"},
 		ints(1),
 		nil,
@@ -315,7 +326,7 @@ func FuzzDecodeState(f *testing.F) {
 		v := (&replyReader{b: data}).value(0)
 		st, loaded, err := decodeState(v)
 		if err != nil || !loaded {
-			if loaded || st.Remaining != 0 || st.Orders != nil || !st.Now.IsZero() {
+			if loaded || st.Remaining != 0 || st.Orders != nil || st.Finished != nil || !st.Now.IsZero() {
 				t.Fatalf("decodeState(%#v) = %+v, %v, %v: values with an error", v, st, loaded, err)
 			}
 			if err == nil {
@@ -326,18 +337,19 @@ func FuzzDecodeState(f *testing.F) {
 			return
 		}
 		arr := v.([]any)
-		if len(arr) < 2 || len(arr)%2 != 0 || arr[0] != st.Remaining {
+		if len(arr) != 4 || arr[0] != st.Remaining {
 			t.Fatalf("decodeState(%#v) = %+v from %d elements", v, st, len(arr))
 		}
-		if len(st.Orders) != (len(arr)-2)/2 {
-			t.Fatalf("decodeState(%#v) = %d orders, want %d", v, len(st.Orders), (len(arr)-2)/2)
+		held, done := arr[2].([]any), arr[3].([]any)
+		if len(st.Orders) != len(held)/2 || len(held)%2 != 0 {
+			t.Fatalf("decodeState(%#v) = %d orders, want %d", v, len(st.Orders), len(held)/2)
 		}
 		if !slices.IsSortedFunc(st.Orders, func(a, b Order) int { return strings.Compare(a.OrderID, b.OrderID) }) {
 			t.Fatalf("decodeState(%#v) orders not sorted: %+v", v, st.Orders)
 		}
 		pairs := map[string][]string{}
-		for i := 2; i < len(arr); i += 2 {
-			pairs[arr[i].(string)] = append(pairs[arr[i].(string)], arr[i+1].(string))
+		for i := 0; i < len(held); i += 2 {
+			pairs[held[i].(string)] = append(pairs[held[i].(string)], held[i+1].(string))
 		}
 		for _, o := range st.Orders {
 			found := false
@@ -349,24 +361,35 @@ func FuzzDecodeState(f *testing.F) {
 				t.Fatalf("decodeState(%#v) invented order %+v", v, o)
 			}
 		}
+		sent := make([]string, len(done))
+		for i, e := range done {
+			sent[i] = e.(string)
+		}
+		slices.Sort(sent)
+		if !slices.Equal(sent, st.Finished) {
+			t.Fatalf("decodeState(%#v) finished = %q, want %q", v, st.Finished, sent)
+		}
 	})
 }
 
 // FuzzDecodeReconcile: decodeReconcile never panics; an accepted reply is {0}
-// (not loaded) or a header with after >= 0 and restored >= 0 and the released
-// ids, sorted.
+// (not loaded) or a header with after >= 0, restored >= 0 and termsChanged 0/1,
+// and the released ids, sorted.
 func FuzzDecodeReconcile(f *testing.F) {
 	seeds := []any{
 		ints(0),
 		ints(0, 1),
-		ints(1, 5, 4, 0),
-		[]any{int64(1), int64(5), int64(6), int64(1), "o2", "o1"},
-		ints(1, 5, -1, 0),
-		ints(1, 5, 4, -2),
-		ints(1, 5, 4),
-		[]any{int64(1), int64(5), int64(4), int64(0), int64(9)},
+		ints(1, 5, 4, 0, 0),
+		ints(1, 5, 4, 0, 1),
+		[]any{int64(1), int64(5), int64(6), int64(1), int64(0), "o2", "o1"},
+		ints(1, 5, -1, 0, 0),
+		ints(1, 5, 4, -2, 0),
+		ints(1, 5, 4, 0, 2),
+		ints(1, 5, 4, 0), // the reply before termsChanged
+		[]any{int64(1), int64(5), int64(4), int64(0), "o1"}, // ditto, with a release
+		[]any{int64(1), int64(5), int64(4), int64(0), int64(0), int64(9)},
 		ints(2),
-		[]any{"1", int64(5), int64(4), int64(0)},
+		[]any{"1", int64(5), int64(4), int64(0), int64(0)},
 		[]any{},
 		nil,
 	}
@@ -377,7 +400,7 @@ func FuzzDecodeReconcile(f *testing.F) {
 		v := (&replyReader{b: data}).value(0)
 		res, err := decodeReconcile(v)
 		if err != nil || !res.Loaded {
-			if res.Loaded || res.RemainingBefore != 0 || res.RemainingAfter != 0 || res.Restored != 0 || res.Released != nil {
+			if res.Loaded || res.RemainingBefore != 0 || res.RemainingAfter != 0 || res.Restored != 0 || res.TermsChanged || res.Released != nil {
 				t.Fatalf("decodeReconcile(%#v) = %+v, %v: values with an error or when not loaded", v, res, err)
 			}
 			if err == nil {
@@ -388,14 +411,56 @@ func FuzzDecodeReconcile(f *testing.F) {
 			return
 		}
 		arr := v.([]any)
-		if arr[0] != int64(1) || len(arr) < 4 || res.RemainingAfter < 0 || res.Restored < 0 {
+		if arr[0] != int64(1) || len(arr) < 5 || res.RemainingAfter < 0 || res.Restored < 0 {
 			t.Fatalf("decodeReconcile(%#v) = %+v", v, res)
 		}
-		if arr[1] != res.RemainingBefore || arr[2] != res.RemainingAfter || arr[3] != int64(res.Restored) {
+		if arr[1] != res.RemainingBefore || arr[2] != res.RemainingAfter || arr[3] != int64(res.Restored) || arr[4] != b2i(res.TermsChanged) {
 			t.Fatalf("decodeReconcile(%#v) = %+v, header not read as sent", v, res)
 		}
-		if len(res.Released) != len(arr)-4 || !slices.IsSorted(res.Released) {
+		if len(res.Released) != len(arr)-5 || !slices.IsSorted(res.Released) {
 			t.Fatalf("decodeReconcile(%#v) released = %q", v, res.Released)
+		}
+	})
+}
+
+// FuzzDecodeUpdate: decodeUpdate never panics; an accepted reply is {0} (not
+// loaded) or {1, before, after} read as sent, with after >= 0.
+func FuzzDecodeUpdate(f *testing.F) {
+	seeds := []any{
+		ints(0),
+		ints(1, 0, 500),
+		ints(1, 7, 0),
+		ints(1, -3, 0),
+		ints(1, 5, -1),
+		ints(1, 5),
+		ints(1, 5, 4, 0),
+		ints(0, 1),
+		ints(2, 5, 4),
+		[]any{int64(1), "5", int64(4)},
+		[]any{int64(1), int64(5), nil},
+		[]any{},
+		nil,
+	}
+	for _, s := range seeds {
+		f.Add(encodeReply(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		v := (&replyReader{b: data}).value(0)
+		res, err := decodeUpdate(v)
+		if err != nil || !res.Loaded {
+			if res != (UpdateResult{}) {
+				t.Fatalf("decodeUpdate(%#v) = %+v, %v: values with an error or when not loaded", v, res, err)
+			}
+			if err == nil {
+				if arr, ok := v.([]any); !ok || len(arr) != 1 || arr[0] != int64(0) {
+					t.Fatalf("decodeUpdate(%#v) = not loaded, want only {0} to mean not loaded", v)
+				}
+			}
+			return
+		}
+		arr := v.([]any)
+		if len(arr) != 3 || arr[0] != int64(1) || arr[1] != res.RemainingBefore || arr[2] != res.RemainingAfter || res.RemainingAfter < 0 {
+			t.Fatalf("decodeUpdate(%#v) = %+v, want the reply read as sent", v, res)
 		}
 	})
 }

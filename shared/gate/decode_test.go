@@ -21,6 +21,8 @@ func TestDecodeReserve(t *testing.T) {
 		{"one reserved", []any{int64(9), int64(1)}, 1, []Result{Reserved}, 9, false},
 		{"mixed", []any{int64(0), int64(1), int64(2), int64(3), int64(4), int64(6)}, 5,
 			[]Result{Reserved, Duplicate, OutOfStock, AlreadyUsed, OrderConflict}, 0, false},
+		{"refusals of issue 12", []any{int64(0), int64(7), int64(8), int64(9), int64(10), int64(11)}, 5,
+			[]Result{Finished, Paused, NotStarted, Ended, TooSmall}, 0, false},
 		{"all not loaded", []any{int64(0), int64(5), int64(5)}, 2, []Result{NotLoaded, NotLoaded}, 0, false},
 		{"out of stock on negative counter", []any{int64(-3), int64(3)}, 1, []Result{OutOfStock}, -3, false},
 		{"nil", nil, 1, nil, 0, true},
@@ -33,7 +35,7 @@ func TestDecodeReserve(t *testing.T) {
 		{"code as string", []any{int64(9), "1"}, 1, nil, 0, true},
 		{"code nil", []any{int64(9), nil}, 1, nil, 0, true},
 		{"code zero", []any{int64(9), int64(0)}, 1, nil, 0, true},
-		{"code seven", []any{int64(9), int64(7)}, 1, nil, 0, true},
+		{"code twelve", []any{int64(9), int64(12)}, 1, nil, 0, true},
 		{"code negative", []any{int64(9), int64(-1)}, 1, nil, 0, true},
 		{"code overflowing int", []any{int64(9), int64(1 << 40)}, 1, nil, 0, true},
 		{"code as float", []any{int64(9), 1.0}, 1, nil, 0, true},
@@ -61,49 +63,70 @@ func TestDecodeReserve(t *testing.T) {
 }
 
 func TestDecodeReplies(t *testing.T) {
-	meta := []any{int64(7), "100", "5", "10", "2", "1700000000000", "1700003600000", "1"}
+	meta := []any{int64(7), "100", "5", "10", "2", "1700000000000", "1700003600000", "1", "1"}
 	m, remaining, ok, err := decodeMeta(meta)
 	require.NoError(t, err)
 	assert.True(t, ok)
 	assert.EqualValues(t, 7, remaining)
 	assert.Equal(t, voucher.Voucher{DiscountAmount: 100, MinOrderAmount: 5, TotalLimit: 10, PerUserLimit: 2,
-		StartsAt: time.UnixMilli(1700000000000).UTC(), EndsAt: time.UnixMilli(1700003600000).UTC(), FlashSale: true}, m)
+		StartsAt: time.UnixMilli(1700000000000).UTC(), EndsAt: time.UnixMilli(1700003600000).UTC(), FlashSale: true, Paused: true}, m)
 
 	_, _, ok, err = decodeMeta([]any{})
 	assert.NoError(t, err)
 	assert.False(t, ok)
-	for _, bad := range []any{nil, "x", meta[:7], []any{int64(7), "100", "5", "10", "2", "1", "2", nil},
-		[]any{int64(7), "100", "5", "10", "0", "1", "2", "1"}, []any{int64(7), "100", "5", "10", "1", "1", "2", "2"},
-		[]any{"7", "100", "5", "10", "1", "1", "2", "1"}, []any{int64(7), "1.5", "5", "10", "1", "1", "2", "1"}} {
+	for _, bad := range []any{nil, "x", meta[:8], []any{int64(7), "100", "5", "10", "2", "1", "2", "1", nil},
+		[]any{int64(7), "100", "5", "10", "0", "1", "2", "1", "0"}, []any{int64(7), "100", "5", "10", "1", "1", "2", "2", "0"},
+		[]any{int64(7), "100", "5", "10", "1", "1", "2", "1", "2"}, append(meta[:9:9], "0"),
+		[]any{"7", "100", "5", "10", "1", "1", "2", "1", "0"}, []any{int64(7), "1.5", "5", "10", "1", "1", "2", "1", "0"}} {
 		if _, _, _, err := decodeMeta(bad); err == nil {
 			t.Errorf("decodeMeta(%#v) succeeded, want error", bad)
 		}
 	}
 
-	st, loaded, err := decodeState([]any{int64(3), int64(1700000000123), "b", "7:1700000000000", "a", "-2:0"})
+	st, loaded, err := decodeState([]any{int64(3), int64(1700000000123), []any{"b", "7:1700000000000", "a", "-2:0"}, []any{"y", "x"}})
 	require.NoError(t, err)
 	assert.True(t, loaded)
 	assert.Equal(t, State{Remaining: 3, Now: time.UnixMilli(1700000000123).UTC(), Orders: []Order{
 		{OrderID: "a", CustomerID: -2},
 		{OrderID: "b", CustomerID: 7, AdmittedAt: time.UnixMilli(1700000000000).UTC()},
-	}}, st)
-	for _, bad := range []any{nil, []any{int64(3)}, []any{int64(3), int64(1), "a"}, []any{int64(3), int64(1), "a", "7"},
-		[]any{int64(3), int64(1), "a", "x:1"}, []any{int64(3), int64(1), "a", "7:x"}, []any{int64(3), int64(1), "a", int64(7)}} {
+	}, Finished: []string{"x", "y"}}, st)
+	none := []any{}
+	for _, bad := range []any{nil, []any{int64(3)}, []any{int64(3), int64(1), none}, []any{int64(3), int64(1), []any{"a"}, none},
+		[]any{int64(3), int64(1), []any{"a", "7"}, none}, []any{int64(3), int64(1), []any{"a", "x:1"}, none},
+		[]any{int64(3), int64(1), []any{"a", "7:x"}, none}, []any{int64(3), int64(1), []any{"a", int64(7)}, none},
+		[]any{int64(3), int64(1), none, []any{int64(7)}}, []any{int64(3), int64(1), none, "x"},
+		[]any{int64(3), int64(1), "a", "7:1"}, []any{int64(3), int64(1), none, none, none}} {
 		if _, _, err := decodeState(bad); err == nil {
 			t.Errorf("decodeState(%#v) succeeded, want error", bad)
 		}
 	}
 
-	rr, err := decodeReconcile([]any{int64(1), int64(5), int64(3), int64(1), "z", "y"})
+	rr, err := decodeReconcile([]any{int64(1), int64(5), int64(3), int64(1), int64(1), "z", "y"})
 	require.NoError(t, err)
-	assert.Equal(t, ReconcileResult{Loaded: true, RemainingBefore: 5, RemainingAfter: 3, Restored: 1, Released: []string{"y", "z"}}, rr)
+	assert.Equal(t, ReconcileResult{Loaded: true, RemainingBefore: 5, RemainingAfter: 3, Restored: 1, TermsChanged: true, Released: []string{"y", "z"}}, rr)
 	rr, err = decodeReconcile([]any{int64(0)})
 	require.NoError(t, err)
 	assert.False(t, rr.Loaded)
 	for _, bad := range []any{nil, []any{}, []any{int64(0), int64(1)}, []any{int64(2)}, []any{int64(1), int64(5), int64(3)},
-		[]any{int64(1), int64(5), int64(-1), int64(0)}, []any{int64(1), int64(5), int64(3), int64(0), int64(9)}} {
+		[]any{int64(1), int64(5), int64(3), int64(0)}, []any{int64(1), int64(5), int64(-1), int64(0), int64(0)},
+		[]any{int64(1), int64(5), int64(3), int64(0), int64(2)}, []any{int64(1), int64(5), int64(3), int64(0), "0"},
+		[]any{int64(1), int64(5), int64(3), int64(0), int64(0), int64(9)}} {
 		if _, err := decodeReconcile(bad); err == nil {
 			t.Errorf("decodeReconcile(%#v) succeeded, want error", bad)
+		}
+	}
+
+	ur, err := decodeUpdate([]any{int64(1), int64(0), int64(500)})
+	require.NoError(t, err)
+	assert.Equal(t, UpdateResult{Loaded: true, RemainingBefore: 0, RemainingAfter: 500}, ur)
+	ur, err = decodeUpdate([]any{int64(0)})
+	require.NoError(t, err)
+	assert.False(t, ur.Loaded)
+	for _, bad := range []any{nil, []any{}, []any{int64(0), int64(1)}, []any{int64(2)}, []any{int64(1), int64(5)},
+		[]any{int64(1), int64(5), int64(-1)}, []any{int64(1), int64(5), int64(3), int64(0)}, []any{int64(1), "5", int64(3)},
+		[]any{"1", int64(5), int64(3)}} {
+		if _, err := decodeUpdate(bad); err == nil {
+			t.Errorf("decodeUpdate(%#v) succeeded, want error", bad)
 		}
 	}
 }

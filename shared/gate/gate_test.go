@@ -75,12 +75,21 @@ func testMeta(total, perUser int) voucher.Voucher {
 	}
 }
 
+// testAmount is an order amount above testMeta's minimum.
+const testAmount = 1_000_000
+
 // load loads a fresh voucher whose remaining is total minus the given orders.
 func load(tb testing.TB, g *Gate, code string, total, perUser int, orders ...Order) {
 	tb.Helper()
+	loadVoucher(tb, g, code, testMeta(total, perUser), orders...)
+}
+
+// loadVoucher loads v, its remaining TotalLimit minus the given orders.
+func loadVoucher(tb testing.TB, g *Gate, code string, v voucher.Voucher, orders ...Order) {
+	tb.Helper()
 	ok, err := g.Load(context.Background(), code, Snapshot{
-		Voucher:   testMeta(total, perUser),
-		Remaining: int64(total - len(orders)),
+		Voucher:   v,
+		Remaining: int64(v.TotalLimit - len(orders)),
 		Orders:    orders,
 	})
 	require.NoError(tb, err)
@@ -123,6 +132,7 @@ func TestKeys(t *testing.T) {
 		"voucher:{FLASH-100_a}:users",
 		"voucher:{FLASH-100_a}:orders",
 		"voucher:{FLASH-100_a}:meta",
+		"voucher:{FLASH-100_a}:done",
 	}
 	assert.Equal(t, want, got)
 }
@@ -157,7 +167,7 @@ func TestInvalidCodeMakesNoCall(t *testing.T) {
 	g, _ := newGate(t)
 	ctx := context.Background()
 	bad := "X}:remaining"
-	_, _, err := g.Reserve(ctx, bad, []Item{{1, "o"}})
+	_, _, err := g.Reserve(ctx, bad, []Item{{1, "o", testAmount}})
 	assert.Error(t, err)
 	_, err = g.Release(ctx, bad, "o")
 	assert.Error(t, err)
@@ -167,7 +177,7 @@ func TestInvalidCodeMakesNoCall(t *testing.T) {
 	assert.Error(t, err)
 	_, _, err = g.State(ctx, bad)
 	assert.Error(t, err)
-	_, err = g.Reconcile(ctx, bad, nil, time.Minute)
+	_, err = g.Reconcile(ctx, bad, testMeta(3, 1), nil, time.Minute)
 	assert.Error(t, err)
 	assert.Error(t, g.Unload(ctx, bad))
 	assert.Zero(t, g.Calls())
@@ -187,13 +197,13 @@ func TestScriptFlush(t *testing.T) {
 	}
 	flush()
 	load(t, g, code, 2, 1)
-	got, _, err := g.Reserve(ctx, code, []Item{{1, "a"}})
+	got, _, err := g.Reserve(ctx, code, []Item{{1, "a", testAmount}})
 	require.NoError(t, err)
 	require.Equal(t, []Result{Reserved}, got)
 
 	flush()
 	before := g.Calls()
-	got, remaining, err := g.Reserve(ctx, code, []Item{{2, "b"}, {3, "c"}})
+	got, remaining, err := g.Reserve(ctx, code, []Item{{2, "b", testAmount}, {3, "c", testAmount}})
 	require.NoError(t, err)
 	assert.Equal(t, []Result{Reserved, OutOfStock}, got)
 	assert.EqualValues(t, 0, remaining)
@@ -215,7 +225,7 @@ func TestScriptFlush(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, 1, n)
 	flush()
-	res, err := g.Reconcile(ctx, code, nil, time.Hour)
+	res, err := g.Reconcile(ctx, code, testMeta(3, 1), nil, time.Hour)
 	require.NoError(t, err)
 	assert.True(t, res.Loaded)
 	flush()

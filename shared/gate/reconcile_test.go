@@ -18,17 +18,18 @@ func TestReconcile(t *testing.T) {
 
 	t.Run("repairs both directions", func(t *testing.T) {
 		code := testCode(t, g, "v")
-		load(t, g, code, 10, 3,
+		v := testMeta(10, 3)
+		loadVoucher(t, g, code, v,
 			Order{OrderID: "hanging", CustomerID: 1, AdmittedAt: old}, // admitted, never written to the DB
 			Order{OrderID: "written", CustomerID: 2, AdmittedAt: old}, // in the DB
 		)
-		got, _, err := g.Reserve(ctx, code, []Item{{3, "young"}}) // DB write may be in flight
+		got, _, err := g.Reserve(ctx, code, []Item{{3, "young", testAmount}}) // DB write may be in flight
 		require.NoError(t, err)
 		require.Equal(t, []Result{Reserved}, got)
 		require.NoError(t, rdb.Set(ctx, Keys(code)[0], 42, redis.KeepTTL).Err()) // a drifted counter
 
 		db := []Order{{OrderID: "written", CustomerID: 2}, {OrderID: "lost", CustomerID: 4}}
-		res, err := g.Reconcile(ctx, code, db, time.Minute)
+		res, err := g.Reconcile(ctx, code, v, db, time.Minute)
 		require.NoError(t, err)
 		assert.Equal(t, ReconcileResult{Loaded: true, RemainingBefore: 42, RemainingAfter: 7, Released: []string{"hanging"}, Restored: 1}, res)
 
@@ -36,19 +37,19 @@ func TestReconcile(t *testing.T) {
 		assert.Equal(t, map[string]int64{"written": 2, "young": 3, "lost": 4}, owners)
 		assert.EqualValues(t, 7, remaining)
 		assert.Equal(t, map[int64]int{2: 1, 3: 1, 4: 1}, users(t, rdb, code))
-		for _, k := range Keys(code) {
+		for _, k := range Keys(code)[:4] { // done is empty: not created
 			at, err := rdb.PExpireTime(ctx, k).Result()
 			require.NoError(t, err)
 			assert.Positive(t, at, "%s keeps a TTL", k)
 		}
 
 		// Nothing left to do the second time.
-		res, err = g.Reconcile(ctx, code, db, time.Minute)
+		res, err = g.Reconcile(ctx, code, v, db, time.Minute)
 		require.NoError(t, err)
 		assert.Equal(t, ReconcileResult{Loaded: true, RemainingBefore: 7, RemainingAfter: 7, Released: []string{}}, res)
 
 		// With no grace the young order is hanging too.
-		res, err = g.Reconcile(ctx, code, db, 0)
+		res, err = g.Reconcile(ctx, code, v, db, 0)
 		require.NoError(t, err)
 		assert.Equal(t, []string{"young"}, res.Released)
 		assert.EqualValues(t, 8, res.RemainingAfter)
@@ -56,21 +57,23 @@ func TestReconcile(t *testing.T) {
 
 	t.Run("never below zero", func(t *testing.T) {
 		code := testCode(t, g, "v")
-		load(t, g, code, 2, 1, Order{OrderID: "a", CustomerID: 1}, Order{OrderID: "b", CustomerID: 2})
+		v := testMeta(2, 1)
+		loadVoucher(t, g, code, v, Order{OrderID: "a", CustomerID: 1}, Order{OrderID: "b", CustomerID: 2})
 		db := []Order{{OrderID: "a", CustomerID: 1}, {OrderID: "b", CustomerID: 2}, {OrderID: "c", CustomerID: 3}}
-		res, err := g.Reconcile(ctx, code, db, time.Minute)
+		res, err := g.Reconcile(ctx, code, v, db, time.Minute)
 		require.NoError(t, err)
 		assert.EqualValues(t, 0, res.RemainingAfter)
 		assert.Equal(t, 1, res.Restored)
-		got, _, err := g.Reserve(ctx, code, []Item{{9, "z"}})
+		got, _, err := g.Reserve(ctx, code, []Item{{9, "z", testAmount}})
 		require.NoError(t, err)
 		assert.Equal(t, []Result{OutOfStock}, got)
 	})
 
 	t.Run("database decides the customer", func(t *testing.T) {
 		code := testCode(t, g, "v")
-		load(t, g, code, 5, 1, Order{OrderID: "a", CustomerID: 1, AdmittedAt: old})
-		res, err := g.Reconcile(ctx, code, []Order{{OrderID: "a", CustomerID: 2}}, time.Minute)
+		v := testMeta(5, 1)
+		loadVoucher(t, g, code, v, Order{OrderID: "a", CustomerID: 1, AdmittedAt: old})
+		res, err := g.Reconcile(ctx, code, v, []Order{{OrderID: "a", CustomerID: 2}}, time.Minute)
 		require.NoError(t, err)
 		assert.Empty(t, res.Released)
 		st, _, err := g.State(ctx, code)
@@ -81,7 +84,7 @@ func TestReconcile(t *testing.T) {
 
 	t.Run("not loaded changes nothing", func(t *testing.T) {
 		code := testCode(t, g, "v")
-		res, err := g.Reconcile(ctx, code, []Order{{OrderID: "a", CustomerID: 1}}, time.Minute)
+		res, err := g.Reconcile(ctx, code, testMeta(3, 1), []Order{{OrderID: "a", CustomerID: 1}}, time.Minute)
 		require.NoError(t, err)
 		assert.False(t, res.Loaded)
 		n, err := rdb.Exists(ctx, Keys(code)...).Result()
@@ -91,9 +94,9 @@ func TestReconcile(t *testing.T) {
 
 	t.Run("refuses conflicting input", func(t *testing.T) {
 		code := testCode(t, g, "v")
-		_, err := g.Reconcile(ctx, code, nil, -time.Second)
+		_, err := g.Reconcile(ctx, code, testMeta(3, 1), nil, -time.Second)
 		assert.Error(t, err)
-		_, err = g.Reconcile(ctx, code, []Order{{OrderID: "a", CustomerID: 1}, {OrderID: "a", CustomerID: 2}}, time.Minute)
+		_, err = g.Reconcile(ctx, code, testMeta(3, 1), []Order{{OrderID: "a", CustomerID: 1}, {OrderID: "a", CustomerID: 2}}, time.Minute)
 		assert.Error(t, err)
 	})
 }

@@ -16,7 +16,7 @@ func TestRelease(t *testing.T) {
 	t.Run("twice gives one use back", func(t *testing.T) {
 		code := testCode(t, g, "v")
 		load(t, g, code, 2, 2)
-		got, _, err := g.Reserve(ctx, code, []Item{{1, "a"}, {1, "b"}})
+		got, _, err := g.Reserve(ctx, code, []Item{{1, "a", testAmount}, {1, "b", testAmount}})
 		require.NoError(t, err)
 		require.Equal(t, []Result{Reserved, Reserved}, got)
 
@@ -38,10 +38,11 @@ func TestRelease(t *testing.T) {
 		_, remaining = orderOwners(t, g, code)
 		assert.EqualValues(t, 2, remaining)
 
-		// The released order may reserve again.
-		got, _, err = g.Reserve(ctx, code, []Item{{1, "a"}})
+		// A released order is finished: its retry goes to the ledger, which
+		// answers from its row (issue 12; it used to reserve again).
+		got, _, err = g.Reserve(ctx, code, []Item{{1, "a", testAmount}})
 		require.NoError(t, err)
-		assert.Equal(t, []Result{Reserved}, got)
+		assert.Equal(t, []Result{Finished}, got)
 	})
 
 	t.Run("unknown order is a no-op", func(t *testing.T) {
@@ -73,7 +74,7 @@ func TestDrop(t *testing.T) {
 	ctx := context.Background()
 	code := testCode(t, g, "v")
 	load(t, g, code, 3, 1)
-	got, _, err := g.Reserve(ctx, code, []Item{{1, "a"}, {2, "b"}})
+	got, _, err := g.Reserve(ctx, code, []Item{{1, "a", testAmount}, {2, "b", testAmount}})
 	require.NoError(t, err)
 	require.Equal(t, []Result{Reserved, Reserved}, got)
 

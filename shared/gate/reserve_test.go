@@ -3,7 +3,9 @@ package gate
 import (
 	"context"
 	"fmt"
+	"maps"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"sync"
 	"testing"
@@ -28,7 +30,7 @@ func TestReserveConcurrentSingle(t *testing.T) {
 	var wg sync.WaitGroup
 	for i := range n {
 		wg.Go(func() {
-			res, _, err := g.Reserve(context.Background(), code, []Item{{CustomerID: int64(i + 1), OrderID: "o" + strconv.Itoa(i)}})
+			res, _, err := g.Reserve(context.Background(), code, []Item{{CustomerID: int64(i + 1), OrderID: "o" + strconv.Itoa(i), OrderAmount: testAmount}})
 			errs[i] = err
 			if err == nil {
 				results[i] = res[0]
@@ -65,7 +67,7 @@ func TestReserveConcurrentBatches(t *testing.T) {
 				items := make([]Item, batch)
 				for j := range items {
 					k := w*batch + j
-					items[j] = Item{CustomerID: int64(k + 1), OrderID: "o" + strconv.Itoa(k)}
+					items[j] = Item{CustomerID: int64(k + 1), OrderID: "o" + strconv.Itoa(k), OrderAmount: testAmount}
 				}
 				results[w], _, errs[w] = g.Reserve(context.Background(), code, items)
 			})
@@ -106,6 +108,7 @@ type model struct {
 	perUser   int
 	users     map[int64]int
 	orders    map[string]int64
+	done      map[string]bool
 }
 
 func (m *model) reserve(it Item) Result {
@@ -114,6 +117,9 @@ func (m *model) reserve(it Item) Result {
 			return Duplicate
 		}
 		return OrderConflict
+	}
+	if m.done[it.OrderID] {
+		return Finished
 	}
 	if m.users[it.CustomerID] >= m.perUser {
 		return AlreadyUsed
@@ -133,6 +139,7 @@ func (m *model) release(id string) int {
 		return 0
 	}
 	delete(m.orders, id)
+	m.done[id] = true
 	if m.users[c]--; m.users[c] == 0 {
 		delete(m.users, c)
 	}
@@ -156,7 +163,7 @@ func TestReserveBatchMatchesSingle(t *testing.T) {
 		customers := 1 + rng.IntN(8)
 		orderIDs := 1 + rng.IntN(30)
 		total := rng.IntN(25)
-		m := &model{perUser: 2, users: map[int64]int{}, orders: map[string]int64{}}
+		m := &model{perUser: 2, users: map[int64]int{}, orders: map[string]int64{}, done: map[string]bool{}}
 		// Some reservations already exist when the voucher is loaded.
 		var initial []Order
 		for i := range rng.IntN(min(total, 4) + 1) {
@@ -196,7 +203,7 @@ func TestReserveBatchMatchesSingle(t *testing.T) {
 
 			items := make([]Item, 1+rng.IntN(20))
 			for i := range items {
-				items[i] = Item{CustomerID: int64(1 + rng.IntN(customers)), OrderID: "o" + strconv.Itoa(rng.IntN(orderIDs))}
+				items[i] = Item{CustomerID: int64(1 + rng.IntN(customers)), OrderID: "o" + strconv.Itoa(rng.IntN(orderIDs)), OrderAmount: testAmount}
 			}
 			want := make([]Result, len(items))
 			for i, it := range items {
@@ -221,11 +228,14 @@ func TestReserveBatchMatchesSingle(t *testing.T) {
 			require.Equal(t, m.orders, owners, "seed %d round %d: orders of %s", seed, round, code)
 			require.Equal(t, m.users, users(t, rdb, code), "seed %d round %d: users of %s", seed, round, code)
 			require.EqualValues(t, total, remaining+int64(len(owners)), "remaining + orders = total limit")
+			st, _, err := g.State(ctx, code)
+			require.NoError(t, err)
+			require.ElementsMatch(t, slices.Collect(maps.Keys(m.done)), st.Finished, "seed %d round %d: finished of %s", seed, round, code)
 		}
 	}
 	// The generator must keep producing every outcome, or the comparison is weak.
 	t.Logf("outcomes: %v", seen)
-	for _, r := range []Result{Reserved, Duplicate, OutOfStock, AlreadyUsed, OrderConflict} {
+	for _, r := range []Result{Reserved, Duplicate, OutOfStock, AlreadyUsed, OrderConflict, Finished} {
 		assert.Greater(t, seen[r], 100, "too few %v", r)
 	}
 }
@@ -238,20 +248,20 @@ func TestReserveOutcomes(t *testing.T) {
 	load(t, g, code, 3, 1)
 
 	got, remaining, err := g.Reserve(ctx, code, []Item{
-		{1, "a"}, // reserved
-		{1, "a"}, // retry of the same order in the same batch
-		{2, "a"}, // someone else's order id
-		{1, "b"}, // customer 1 already holds a use
-		{2, "b"}, // reserved
-		{3, "c"}, // reserved: the last use
-		{4, "d"}, // sold out
+		{1, "a", testAmount}, // reserved
+		{1, "a", testAmount}, // retry of the same order in the same batch
+		{2, "a", testAmount}, // someone else's order id
+		{1, "b", testAmount}, // customer 1 already holds a use
+		{2, "b", testAmount}, // reserved
+		{3, "c", testAmount}, // reserved: the last use
+		{4, "d", testAmount}, // sold out
 	})
 	require.NoError(t, err)
 	assert.Equal(t, []Result{Reserved, Duplicate, OrderConflict, AlreadyUsed, Reserved, Reserved, OutOfStock}, got)
 	assert.EqualValues(t, 0, remaining)
 
 	// A retry long after still answers DUPLICATE, also when sold out.
-	got, _, err = g.Reserve(ctx, code, []Item{{2, "b"}})
+	got, _, err = g.Reserve(ctx, code, []Item{{2, "b", testAmount}})
 	require.NoError(t, err)
 	assert.Equal(t, []Result{Duplicate}, got)
 
@@ -267,7 +277,7 @@ func TestReserveOutcomes(t *testing.T) {
 	at, err := rdb.PExpireTime(ctx, Keys(code)[0]).Result()
 	require.NoError(t, err)
 	require.Positive(t, at)
-	for _, k := range Keys(code) {
+	for _, k := range Keys(code)[:4] { // done is empty: not created
 		kat, err := rdb.PExpireTime(ctx, k).Result()
 		require.NoError(t, err)
 		assert.Equal(t, at, kat, "PEXPIRETIME %s", k)
@@ -293,7 +303,7 @@ func TestReserveNotLoaded(t *testing.T) {
 	ctx := context.Background()
 	code := testCode(t, g, "v")
 
-	got, remaining, err := g.Reserve(ctx, code, []Item{{1, "a"}, {2, "b"}})
+	got, remaining, err := g.Reserve(ctx, code, []Item{{1, "a", testAmount}, {2, "b", testAmount}})
 	require.NoError(t, err)
 	assert.Equal(t, []Result{NotLoaded, NotLoaded}, got)
 	assert.Zero(t, remaining)
@@ -317,7 +327,7 @@ func TestReserveMissingMetaIsAnError(t *testing.T) {
 	// A counter set by hand (the article's warmup) has no perUserLimit to enforce.
 	require.NoError(t, rdb.Set(ctx, Keys(code)[0], 10, time.Minute).Err())
 
-	_, _, err := g.Reserve(ctx, code, []Item{{1, "a"}})
+	_, _, err := g.Reserve(ctx, code, []Item{{1, "a", testAmount}})
 	require.Error(t, err)
 	got, err := rdb.Get(ctx, Keys(code)[0]).Result()
 	require.NoError(t, err)
@@ -349,7 +359,7 @@ func benchmarkReserve(b *testing.B, size int) {
 		}
 		for j := range items {
 			next++
-			items[j] = Item{CustomerID: int64(next), OrderID: "o" + strconv.Itoa(next)}
+			items[j] = Item{CustomerID: int64(next), OrderID: "o" + strconv.Itoa(next), OrderAmount: testAmount}
 		}
 		res, rem, err := g.Reserve(ctx, code, items)
 		if err != nil || res[0] != Reserved {

@@ -20,8 +20,13 @@ func TestResultString(t *testing.T) {
 		{AlreadyUsed, "ALREADY_USED", false},
 		{NotLoaded, "NOT_LOADED", false},
 		{OrderConflict, "ORDER_CONFLICT", false},
+		{Finished, "FINISHED", true},
+		{Paused, "PAUSED", false},
+		{NotStarted, "NOT_STARTED", false},
+		{Ended, "ENDED", false},
+		{TooSmall, "TOO_SMALL", false},
 		{0, "Result(0)", false},
-		{7, "Result(7)", false},
+		{12, "Result(12)", false},
 	}
 	for _, tt := range tests {
 		if got := tt.r.String(); got != tt.want {
@@ -44,8 +49,13 @@ func TestResultErr(t *testing.T) {
 		{AlreadyUsed, voucher.ErrAlreadyUsed},
 		{OrderConflict, voucher.ErrOrderConflict},
 		{NotLoaded, voucher.ErrUnavailable},
+		{Finished, nil},
+		{Paused, voucher.ErrPaused},
+		{NotStarted, voucher.ErrNotStarted},
+		{Ended, voucher.ErrExpired},
+		{TooSmall, voucher.ErrOrderTooSmall},
 		{0, voucher.ErrUnavailable},
-		{7, voucher.ErrUnavailable},
+		{12, voucher.ErrUnavailable},
 	}
 	for _, tt := range tests {
 		got := tt.r.Err()
