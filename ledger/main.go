@@ -24,27 +24,31 @@ import (
 
 // Config is everything the ledger reads from its environment, read once in main.
 type Config struct {
-	Addr              string        // LEDGER_ADDR
-	DatabaseURL       string        // DATABASE_URL
-	RedisURL          string        // REDIS_URL; empty: no flash vouchers
-	Token             string        // LEDGER_TOKEN; empty: auth off
-	ReservationTTL    time.Duration // RESERVATION_TTL
-	ExpiryInterval    time.Duration // EXPIRY_INTERVAL
-	ReconcileInterval time.Duration // RECONCILE_INTERVAL
-	HangingGrace      time.Duration // HANGING_GRACE
-	MaxConns          int           // DB_MAX_CONNS
-	WriteBatch        int           // WRITE_MAX_BATCH: most admitted writes per transaction
-	MaxClientConns    int           // MAX_CONNS: open client connections
-	DebugAddr         string        // DEBUG_ADDR: pprof listener, off when empty
+	Addr              string            // LEDGER_ADDR
+	DatabaseURL       string            // DATABASE_URL
+	RedisURL          string            // REDIS_URL; empty: no flash vouchers
+	Token             string            // LEDGER_TOKEN, named "default"; with Tokens empty too: auth off
+	Tokens            map[string]string // LEDGER_TOKENS: "name:token,..." named admin tokens (audit actors)
+	ReservationTTL    time.Duration     // RESERVATION_TTL
+	ExpiryInterval    time.Duration     // EXPIRY_INTERVAL
+	ReconcileInterval time.Duration     // RECONCILE_INTERVAL
+	HangingGrace      time.Duration     // HANGING_GRACE
+	MaxConns          int               // DB_MAX_CONNS
+	WriteBatch        int               // WRITE_MAX_BATCH: most admitted writes per transaction
+	MaxClientConns    int               // MAX_CONNS: open client connections
+	DebugAddr         string            // DEBUG_ADDR: pprof listener, off when empty
 }
 
-func configFromEnv() (Config, error) {
-	e := envconf.New()
+func configFromEnv() (Config, error) { return configFrom(envconf.New()) }
+
+// configFrom reads the Config from e (the environment, or a map in tests).
+func configFrom(e *envconf.Reader) (Config, error) {
 	c := Config{
 		Addr:              e.String("LEDGER_ADDR", "127.0.0.1:8081"),
 		DatabaseURL:       e.String("DATABASE_URL", ""),
 		RedisURL:          e.String("REDIS_URL", ""),
 		Token:             e.String("LEDGER_TOKEN", ""),
+		Tokens:            e.Tokens("LEDGER_TOKENS"),
 		ReservationTTL:    e.Duration("RESERVATION_TTL", 15*time.Minute),
 		ExpiryInterval:    e.Duration("EXPIRY_INTERVAL", time.Minute),
 		ReconcileInterval: e.Duration("RECONCILE_INTERVAL", time.Minute),
@@ -60,7 +64,21 @@ func configFromEnv() (Config, error) {
 	if c.DatabaseURL == "" {
 		return c, errors.New("DATABASE_URL is required")
 	}
-	return c, nil
+	return c, checkTokens(c)
+}
+
+// checkTokens refuses LEDGER_TOKENS that would make an actor ambiguous: a
+// second "default", or LEDGER_TOKEN's token under another name.
+func checkTokens(c Config) error {
+	if _, dup := c.Tokens[httpx.DefaultActor]; dup && c.Token != "" {
+		return errors.New("LEDGER_TOKENS must not name a token default while LEDGER_TOKEN (named default) is set")
+	}
+	for name, token := range c.Tokens {
+		if token == c.Token {
+			return fmt.Errorf("LEDGER_TOKENS: %s has the same token as LEDGER_TOKEN", name)
+		}
+	}
+	return nil
 }
 
 func main() {
@@ -97,8 +115,8 @@ func run(cfg Config, log *slog.Logger) error {
 	} else {
 		log.Warn("REDIS_URL is not set: flash-sale vouchers will answer 503")
 	}
-	if cfg.Token == "" {
-		log.Warn("LEDGER_TOKEN is not set: authentication is off")
+	if cfg.Token == "" && len(cfg.Tokens) == 0 {
+		log.Warn("LEDGER_TOKEN and LEDGER_TOKENS are not set: authentication is off")
 	}
 
 	store := NewStore(pool, cfg.ReservationTTL)
@@ -108,12 +126,12 @@ func run(cfg Config, log *slog.Logger) error {
 	writer.ObserveSizes(func(n int) { lm.writeBatch.Observe(float64(n)) })
 	writer.ObserveCommits(func(d time.Duration) { lm.commitLatency.Observe(d.Seconds()) })
 	settler := NewSettler(store, g, time.Now, log)
-	ledger := NewLedger(store, writer, g, settler, log)
-	jobs := NewJobs(store, g, settler, ledger.Warmup, log, JobsConfig{
+	ledger := NewLedger(store, writer, g, rdb, settler, log)
+	jobs := NewJobs(store, g, rdb, settler, ledger.Warmup, log, JobsConfig{
 		ExpiryInterval: cfg.ExpiryInterval, ReconcileInterval: cfg.ReconcileInterval, HangingGrace: cfg.HangingGrace,
 		Metrics: lm,
 	})
-	srv := &Server{log: log, ledger: ledger, jobs: jobs, token: cfg.Token, metrics: metrics, ready: func(c *gin.Context) error {
+	srv := &Server{log: log, ledger: ledger, jobs: jobs, token: cfg.Token, tokens: cfg.Tokens, metrics: metrics, ready: func(c *gin.Context) error {
 		if err := store.Ping(c); err != nil {
 			return fmt.Errorf("postgres: %w", err)
 		}
@@ -127,6 +145,10 @@ func run(cfg Config, log *slog.Logger) error {
 
 	httpx.ServeDebug(cfg.DebugAddr, log)
 	go jobs.Run(ctx)
+	if rdb != nil {
+		// Another ledger's admin change reaches this one's terms cache at once.
+		go gate.WatchChanges(ctx, rdb, store.ForgetTerms, log)
+	}
 	log.Info("ledger listening", "addr", cfg.Addr, "reservation_ttl", cfg.ReservationTTL.String())
 	err = httpx.Serve(ctx, httpx.NewServer(cfg.Addr, srv.Handler()), cfg.MaxClientConns)
 	log.Info("ledger stopped")

@@ -22,56 +22,78 @@ type Report struct {
 
 // Reconcile brings one flash voucher's Redis state into agreement with the
 // database, under a per-voucher advisory lock so that one ledger does it at a
-// time. Admissions in Redis with no DB row are freed once older than the grace
-// period (their write can no longer be in flight); DB-active orders Redis lacks
-// are restored; remaining becomes total_limit minus the uses Redis now holds,
-// which never exceeds what the database allows.
+// time, and not while an admin change is being applied to Redis. Redis takes
+// the database's current terms (a change whose gate.Update was lost is applied
+// here). Admissions in Redis with no DB row are freed once older than the
+// grace period (their write can no longer be in flight); DB-active orders
+// Redis lacks are restored; remaining becomes total_limit minus the uses Redis
+// now holds, which never exceeds what the database allows. A reconcile that
+// released, restored or reloaded something is audited under ReconcilerActor.
 func (j *Jobs) Reconcile(ctx context.Context, code string) (Report, error) {
+	return j.ReconcileBy(ctx, code, ReconcilerActor)
+}
+
+// ReconcileBy is Reconcile asked for by actor (the admin route's token name).
+func (j *Jobs) ReconcileBy(ctx context.Context, code, actor string) (Report, error) {
 	if j.gate == nil {
 		return Report{}, errNoGate
 	}
-	rep := Report{Code: code}
-	err := j.store.WithVoucherLock(ctx, code, func() error {
-		v, orders, err := j.store.Snapshot(ctx, code)
-		if err != nil {
-			return err
-		}
-		if !v.FlashSale {
-			return voucher.Errorf(voucher.CodeInvalidRequest, "voucher %s is not a flash-sale voucher", code)
-		}
-		rep.DBRemaining = int64(v.Remaining)
-		active := make([]gate.Order, len(orders))
-		for i, o := range orders {
-			active[i] = gate.Order{OrderID: o.OrderID, CustomerID: o.CustomerID}
-		}
-		res, err := j.gate.Reconcile(ctx, code, v, active, j.cfg.HangingGrace)
-		if err != nil {
-			return fmt.Errorf("reconcile %s in redis: %w", code, err)
-		}
-		if !res.Loaded {
-			rep.Reloaded = true
-			rep.RedisRemaining = 0
-			if err := j.warm(ctx, code); err != nil {
-				return err
-			}
-			rep.RedisRemainingAfter = rep.DBRemaining
-			return nil
-		}
-		rep.RedisRemaining, rep.RedisRemainingAfter = res.RemainingBefore, res.RemainingAfter
-		rep.Drift = res.RemainingBefore - rep.DBRemaining
-		rep.Released, rep.Restored = len(res.Released), res.Restored
-		return nil
+	var rep Report
+	var termsRewritten bool
+	err := j.store.WithVoucherLock(ctx, code, func() (err error) {
+		rep, termsRewritten, err = j.reconcileLocked(ctx, code)
+		return err
 	})
 	if err != nil {
 		return Report{}, err
 	}
 	j.observe(rep)
-	if rep.Drift != 0 || rep.Released > 0 || rep.Restored > 0 || rep.Reloaded {
+	fixed := rep.Released > 0 || rep.Restored > 0 || rep.Reloaded
+	if fixed || rep.Drift != 0 || termsRewritten {
 		j.log.Warn("reconcile found drift", "code", code, "db_remaining", rep.DBRemaining,
 			"redis_remaining", rep.RedisRemaining, "redis_remaining_after", rep.RedisRemainingAfter,
-			"drift", rep.Drift, "released", rep.Released, "restored", rep.Restored, "reloaded", rep.Reloaded)
+			"drift", rep.Drift, "released", rep.Released, "restored", rep.Restored, "reloaded", rep.Reloaded,
+			"terms_rewritten", termsRewritten, "actor", actor)
+	}
+	if fixed {
+		before := gateState{Loaded: !rep.Reloaded, Remaining: rep.RedisRemaining}
+		if err := j.store.AddAudit(context.WithoutCancel(ctx), code, actor, ActionReconcile, before, rep); err != nil {
+			j.log.Error("reconcile not audited", "code", code, "err", err) // Redis was fixed all the same
+		}
 	}
 	return rep, nil
+}
+
+// reconcileLocked is one reconciliation, under the voucher's lock.
+func (j *Jobs) reconcileLocked(ctx context.Context, code string) (rep Report, termsRewritten bool, err error) {
+	rep.Code = code
+	v, orders, err := j.store.Snapshot(ctx, code)
+	if err != nil {
+		return Report{}, false, err
+	}
+	if !v.FlashSale {
+		return Report{}, false, voucher.Errorf(voucher.CodeInvalidRequest, "voucher %s is not a flash-sale voucher", code)
+	}
+	rep.DBRemaining = int64(v.Remaining)
+	active := make([]gate.Order, len(orders))
+	for i, o := range orders {
+		active[i] = gate.Order{OrderID: o.OrderID, CustomerID: o.CustomerID}
+	}
+	res, err := j.gate.Reconcile(ctx, code, v, active, j.cfg.HangingGrace)
+	if err != nil {
+		return Report{}, false, fmt.Errorf("reconcile %s in redis: %w", code, err)
+	}
+	if !res.Loaded {
+		if err := j.warm(ctx, code); err != nil {
+			return Report{}, false, err
+		}
+		rep.Reloaded, rep.RedisRemainingAfter = true, rep.DBRemaining
+		return rep, false, nil
+	}
+	rep.RedisRemaining, rep.RedisRemainingAfter = res.RemainingBefore, res.RemainingAfter
+	rep.Drift = res.RemainingBefore - rep.DBRemaining
+	rep.Released, rep.Restored = len(res.Released), res.Restored
+	return rep, res.TermsChanged, nil
 }
 
 // ReconcileAll reconciles every live flash voucher and returns the reports.

@@ -252,7 +252,7 @@ func TestReconcileHangingAndLost(t *testing.T) {
 	// One reservation through the ledger, one admission only in Redis.
 	require.Equal(t, http.StatusCreated, l.call(t, http.MethodPost, res, claimBody(1, code+"-db", 5_000)).Status)
 	before := time.Now()
-	got, _, err := l.gate.Reserve(ctx, code, []gate.Item{{CustomerID: 2, OrderID: code + "-hang"}})
+	got, _, err := l.gate.Reserve(ctx, code, []gate.Item{{CustomerID: 2, OrderID: code + "-hang", OrderAmount: 5_000}})
 	require.NoError(t, err)
 	require.Equal(t, []gate.Result{gate.Reserved}, got)
 	admitted := time.Now()

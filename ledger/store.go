@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -22,69 +23,191 @@ import (
 type Store struct {
 	pool *pgxpool.Pool
 	ttl  time.Duration
+	now  func() time.Time // ages the terms cache
 
-	// terms caches the immutable part of each voucher (no route changes a
-	// voucher after creation); counters are always read from the database.
-	terms sync.Map // code -> voucher.Voucher
+	// terms caches each voucher's terms for at most termsTTL: an admin change
+	// reaches every ledger within that, and at once the one that made it (and
+	// those that hear of it: ForgetTerms). Counters are always read from the
+	// database.
+	terms   sync.Map      // code -> cachedTerms
+	forgets atomic.Uint64 // ForgetTerms calls: a read that overlapped one is not cached
+}
+
+// termsTTL is how long Terms keeps a voucher's terms.
+const termsTTL = time.Second
+
+type cachedTerms struct {
+	v  voucher.Voucher
+	at time.Time
 }
 
 // NewStore returns a Store on pool whose reservations live for ttl.
 func NewStore(pool *pgxpool.Pool, ttl time.Duration) *Store {
-	return &Store{pool: pool, ttl: ttl}
+	return &Store{pool: pool, ttl: ttl, now: time.Now}
 }
 
 // Ping checks that Postgres answers.
 func (s *Store) Ping(ctx context.Context) error { return s.pool.Ping(ctx) }
 
-// CreateVoucher inserts v.
-func (s *Store) CreateVoucher(ctx context.Context, v voucher.Voucher) (voucher.Voucher, error) {
-	_, err := s.pool.Exec(ctx, `
-		INSERT INTO voucher (code, discount_amount, min_order_amount, total_limit,
-		                     per_user_limit, starts_at, ends_at, flash_sale)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`,
-		v.Code, v.DiscountAmount, v.MinOrderAmount, v.TotalLimit,
-		v.PerUserLimit, v.StartsAt, v.EndsAt, v.FlashSale)
-	if err != nil {
-		return voucher.Voucher{}, translate(fmt.Errorf("create voucher %s: %w", v.Code, err))
-	}
-	return s.Voucher(ctx, v.Code)
-}
+// termsColumns are the voucher columns scanTerms reads.
+const termsColumns = `code, discount_amount, min_order_amount, total_limit, per_user_limit,
+		       starts_at, ends_at, flash_sale, paused, used_count`
 
-// Voucher returns the voucher with its live counters.
-func (s *Store) Voucher(ctx context.Context, code string) (voucher.Voucher, error) {
+// scanTerms reads one row of termsColumns: the one mapping from a voucher row
+// to a Voucher's terms (used_count included, the other counters not).
+func scanTerms(row pgx.Row) (voucher.Voucher, error) {
 	var v voucher.Voucher
-	err := s.pool.QueryRow(ctx, `
-		SELECT v.code, v.discount_amount, v.min_order_amount, v.total_limit, v.per_user_limit,
-		       v.starts_at, v.ends_at, v.flash_sale, v.used_count,
-		       count(r.id) FILTER (WHERE r.status = 'RESERVED'),
-		       count(r.id) FILTER (WHERE r.status = 'CONFIRMED')
-		FROM voucher v
-		LEFT JOIN voucher_redemption r ON r.voucher_code = v.code AND r.status IN ('RESERVED', 'CONFIRMED')
-		WHERE v.code = $1
-		GROUP BY v.code`, code).Scan(
-		&v.Code, &v.DiscountAmount, &v.MinOrderAmount, &v.TotalLimit, &v.PerUserLimit,
-		&v.StartsAt, &v.EndsAt, &v.FlashSale, &v.UsedCount, &v.ReservedCount, &v.ConfirmedCount)
+	err := row.Scan(&v.Code, &v.DiscountAmount, &v.MinOrderAmount, &v.TotalLimit, &v.PerUserLimit,
+		&v.StartsAt, &v.EndsAt, &v.FlashSale, &v.Paused, &v.UsedCount)
 	if err != nil {
-		return voucher.Voucher{}, translate(fmt.Errorf("voucher %s: %w", code, err))
+		return voucher.Voucher{}, err
 	}
 	v.StartsAt, v.EndsAt = v.StartsAt.UTC(), v.EndsAt.UTC()
 	v.Remaining = v.TotalLimit - v.UsedCount
 	return v, nil
 }
 
-// Terms returns the immutable fields of a voucher (no counters), from memory
-// after the first read.
-func (s *Store) Terms(ctx context.Context, code string) (voucher.Voucher, error) {
-	if v, ok := s.terms.Load(code); ok {
-		return v.(voucher.Voucher), nil
-	}
-	v, err := s.Voucher(ctx, code)
+// viewSelect reads vouchers as the admin routes show them: terms, counters, and
+// the database's clock for their state (scanView). The caller adds WHERE,
+// ORDER BY and LIMIT on voucher v.
+const viewSelect = `
+		SELECT v.code, v.discount_amount, v.min_order_amount, v.total_limit, v.per_user_limit,
+		       v.starts_at, v.ends_at, v.flash_sale, v.paused, v.used_count,
+		       c.reserved, c.confirmed, c.refunded, now()
+		FROM voucher v
+		CROSS JOIN LATERAL (
+			SELECT count(*) FILTER (WHERE r.status = 'RESERVED') AS reserved,
+			       count(*) FILTER (WHERE r.status = 'CONFIRMED') AS confirmed,
+			       count(*) FILTER (WHERE r.status = 'REFUNDED') AS refunded
+			FROM voucher_redemption r
+			WHERE r.voucher_code = v.code AND r.status IN ('RESERVED', 'CONFIRMED', 'REFUNDED')) c`
+
+// scanView reads one row of viewSelect.
+func scanView(row pgx.Row) (voucher.Voucher, error) {
+	var v voucher.Voucher
+	var now time.Time
+	err := row.Scan(&v.Code, &v.DiscountAmount, &v.MinOrderAmount, &v.TotalLimit, &v.PerUserLimit,
+		&v.StartsAt, &v.EndsAt, &v.FlashSale, &v.Paused, &v.UsedCount,
+		&v.ReservedCount, &v.ConfirmedCount, &v.RefundedCount, &now)
 	if err != nil {
 		return voucher.Voucher{}, err
 	}
-	v.UsedCount, v.ReservedCount, v.ConfirmedCount, v.Remaining = 0, 0, 0, 0
-	s.terms.Store(code, v)
+	v.StartsAt, v.EndsAt = v.StartsAt.UTC(), v.EndsAt.UTC()
+	v.Remaining = v.TotalLimit - v.UsedCount
+	v.State = v.StateAt(now)
 	return v, nil
+}
+
+// CreateVoucher inserts v and its audit row (action create, by actor).
+func (s *Store) CreateVoucher(ctx context.Context, v voucher.Voucher, actor string) (voucher.Voucher, error) {
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		_, err := tx.Exec(ctx, `
+			INSERT INTO voucher (code, discount_amount, min_order_amount, total_limit,
+			                     per_user_limit, starts_at, ends_at, flash_sale)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`,
+			v.Code, v.DiscountAmount, v.MinOrderAmount, v.TotalLimit,
+			v.PerUserLimit, v.StartsAt, v.EndsAt, v.FlashSale)
+		if err != nil {
+			return err
+		}
+		return insertAudit(ctx, tx, v.Code, actor, ActionCreate, nil, termsOf(v))
+	})
+	if err != nil {
+		return voucher.Voucher{}, translate(fmt.Errorf("create voucher %s: %w", v.Code, err))
+	}
+	return s.Voucher(ctx, v.Code)
+}
+
+// Voucher returns the voucher with its live counters and its state.
+func (s *Store) Voucher(ctx context.Context, code string) (voucher.Voucher, error) {
+	v, err := scanView(s.pool.QueryRow(ctx, viewSelect+` WHERE v.code = $1`, code))
+	if err != nil {
+		return voucher.Voucher{}, translate(fmt.Errorf("voucher %s: %w", code, err))
+	}
+	return v, nil
+}
+
+// Terms returns a voucher's terms (no counters), from memory when they were
+// read less than termsTTL ago and not forgotten since.
+func (s *Store) Terms(ctx context.Context, code string) (voucher.Voucher, error) {
+	if c, ok := s.terms.Load(code); ok && s.now().Sub(c.(cachedTerms).at) < termsTTL {
+		return c.(cachedTerms).v, nil
+	}
+	forgets, at := s.forgets.Load(), s.now()
+	v, err := s.currentTerms(ctx, code)
+	if err != nil {
+		return voucher.Voucher{}, err
+	}
+	v.UsedCount, v.Remaining = 0, 0
+	if s.forgets.Load() == forgets {
+		// Otherwise a change may have committed after this read: the next
+		// call reads again rather than keep what may be the old terms.
+		s.terms.Store(code, cachedTerms{v: v, at: at})
+	}
+	return v, nil
+}
+
+// currentTerms reads a voucher's terms from the database, past the cache.
+func (s *Store) currentTerms(ctx context.Context, code string) (voucher.Voucher, error) {
+	v, err := scanTerms(s.pool.QueryRow(ctx, `SELECT `+termsColumns+` FROM voucher WHERE code = $1`, code))
+	if err != nil {
+		return voucher.Voucher{}, translate(fmt.Errorf("terms %s: %w", code, err))
+	}
+	return v, nil
+}
+
+// ForgetTerms drops the cached terms of code, so the next Terms reads the
+// database: called after a change here and when another ledger announces one.
+func (s *Store) ForgetTerms(code string) {
+	s.forgets.Add(1)
+	s.terms.Delete(code)
+}
+
+// ChangeVoucher changes a voucher's terms in one transaction: it locks the
+// row, lets change compute the new terms from the current ones, refuses a
+// totalLimit below the uses held (LIMIT_BELOW_USED), writes the terms, moves
+// each customer's limit to GREATEST(new, uses held) so that a lower
+// perUserLimit keeps the uses already held and stops new ones above it, and
+// writes an audit row (action, by actor). Terms that come back unchanged write
+// nothing: changed is false. before and after are the terms with used_count.
+func (s *Store) ChangeVoucher(ctx context.Context, code, actor, action string,
+	change func(voucher.Voucher) (voucher.Voucher, error)) (before, after voucher.Voucher, changed bool, err error) {
+	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		before, err = scanTerms(tx.QueryRow(ctx, `SELECT `+termsColumns+` FROM voucher WHERE code = $1 FOR UPDATE`, code))
+		if err != nil {
+			return err
+		}
+		if after, err = change(before); err != nil {
+			return err
+		}
+		after.Remaining = after.TotalLimit - after.UsedCount
+		if changed = termsOf(after) != termsOf(before); !changed {
+			return nil
+		}
+		if after.TotalLimit < before.UsedCount {
+			return voucher.ErrLimitBelowUsed
+		}
+		if _, err := tx.Exec(ctx, `
+			UPDATE voucher SET discount_amount = $2, min_order_amount = $3, total_limit = $4,
+			       per_user_limit = $5, starts_at = $6, ends_at = $7, paused = $8, updated_at = now()
+			WHERE code = $1`,
+			code, after.DiscountAmount, after.MinOrderAmount, after.TotalLimit,
+			after.PerUserLimit, after.StartsAt, after.EndsAt, after.Paused); err != nil {
+			return err
+		}
+		if after.PerUserLimit != before.PerUserLimit {
+			if _, err := tx.Exec(ctx, `
+				UPDATE voucher_customer_usage SET per_user_limit = GREATEST($2::int, used_count)
+				WHERE voucher_code = $1`, code, after.PerUserLimit); err != nil {
+				return err
+			}
+		}
+		return insertAudit(ctx, tx, code, actor, action, termsOf(before), termsOf(after))
+	})
+	if err != nil {
+		return voucher.Voucher{}, voucher.Voucher{}, false, translate(fmt.Errorf("change voucher %s: %w", code, err))
+	}
+	return before, after, changed, nil
 }
 
 // Now returns the database's clock: it, not any service's, decides time.
@@ -168,12 +291,8 @@ func collectActiveOrders(rows pgx.Rows) ([]ActiveOrder, error) {
 func (s *Store) Snapshot(ctx context.Context, code string) (v voucher.Voucher, orders []ActiveOrder, err error) {
 	err = pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly},
 		func(tx pgx.Tx) error {
-			err := tx.QueryRow(ctx, `
-				SELECT code, discount_amount, min_order_amount, total_limit, per_user_limit,
-				       starts_at, ends_at, flash_sale, used_count
-				FROM voucher WHERE code = $1`, code).Scan(
-				&v.Code, &v.DiscountAmount, &v.MinOrderAmount, &v.TotalLimit, &v.PerUserLimit,
-				&v.StartsAt, &v.EndsAt, &v.FlashSale, &v.UsedCount)
+			var err error
+			v, err = scanTerms(tx.QueryRow(ctx, `SELECT `+termsColumns+` FROM voucher WHERE code = $1`, code))
 			if err != nil {
 				return err
 			}
@@ -189,8 +308,6 @@ func (s *Store) Snapshot(ctx context.Context, code string) (v voucher.Voucher, o
 	if err != nil {
 		return voucher.Voucher{}, nil, translate(fmt.Errorf("snapshot %s: %w", code, err))
 	}
-	v.StartsAt, v.EndsAt = v.StartsAt.UTC(), v.EndsAt.UTC()
-	v.Remaining = v.TotalLimit - v.UsedCount
 	return v, orders, nil
 }
 
