@@ -22,14 +22,16 @@ type shot struct {
 	code           string // the error code, with NOT_ELIGIBLE's reason after a slash
 }
 
-// burst is a fixed number of reserves of one voucher sent as fast as workers
-// goroutines can, each by its own customer (request i is customer i+1 with
-// order code-i), with an operator's call made beside it once midAt requests
-// were sent.
+// burst is a fixed number of reserves of one voucher sent by workers
+// goroutines at a constant rate (request i not before i/rate from the start, as
+// the load harness sends them), each by its own customer (request i is customer
+// i+1 with order code-i), with an operator's call made beside it once midAt
+// requests were sent.
 type burst struct {
 	baseURL           string // the proxy
 	code              string
 	requests, workers int
+	rate              float64 // requests per second; 0: as fast as the workers can
 	orderAmount       int64
 	midAt             int
 	mid               func(since func() time.Duration) // runs once, beside the burst
@@ -73,6 +75,9 @@ func fire(tb testing.TB, b burst) ([]shot, time.Duration) {
 				i := int(next.Add(1) - 1)
 				if i >= b.requests {
 					return
+				}
+				if b.rate > 0 {
+					time.Sleep(time.Until(start.Add(time.Duration(float64(i) / b.rate * float64(time.Second)))))
 				}
 				if i == b.midAt {
 					midOnce.Do(func() { close(midGo) })
