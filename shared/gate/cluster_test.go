@@ -86,4 +86,30 @@ func TestOnRedisCluster(t *testing.T) {
 	n, err := g.Release(ctx, codes[0], st.Orders[0].OrderID) // an order that holds a use
 	require.NoError(t, err)
 	assert.Equal(t, 1, n)
+
+	// The five keys share one slot, so the scripts that touch done, and update's
+	// rewrite of every key, run there too.
+	slot, err := cc.ClusterKeySlot(ctx, Keys(codes[0])[0]).Result()
+	require.NoError(t, err)
+	for _, k := range Keys(codes[0]) {
+		s, err := cc.ClusterKeySlot(ctx, k).Result()
+		require.NoError(t, err)
+		assert.Equal(t, slot, s, "slot of %s", k)
+	}
+	o := st.Orders[0]
+	rs, _, err := g.Reserve(ctx, codes[0], []Item{{o.CustomerID, o.OrderID, testAmount}})
+	require.NoError(t, err)
+	assert.Equal(t, []Result{Finished}, rs)
+	st, _, err = g.State(ctx, codes[0])
+	require.NoError(t, err)
+	assert.Equal(t, []string{o.OrderID}, st.Finished)
+	m, _, _, err := g.Meta(ctx, codes[0])
+	require.NoError(t, err)
+	m.TotalLimit += 10
+	up, err := g.Update(ctx, codes[0], m)
+	require.NoError(t, err)
+	assert.Equal(t, UpdateResult{Loaded: true, RemainingBefore: 1, RemainingAfter: 11}, up)
+	rec, err := g.Reconcile(ctx, codes[0], m, st.Orders[1:], time.Minute)
+	require.NoError(t, err)
+	assert.Equal(t, ReconcileResult{Loaded: true, RemainingBefore: 11, RemainingAfter: 11, Released: []string{}}, rec)
 }

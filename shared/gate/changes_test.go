@@ -1,0 +1,157 @@
+package gate
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"log/slog"
+	"regexp"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/flashgate/flashgate/shared/devstack/devstacktest"
+)
+
+// watcher runs WatchChanges on its own named connection and records the codes.
+type watcher struct {
+	name string
+	mu   sync.Mutex
+	seen map[string]int
+	done chan struct{}
+	logs *syncBuffer
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func startWatcher(t *testing.T, ctx context.Context) *watcher {
+	t.Helper()
+	opt, err := redis.ParseURL(devstacktest.RedisURL(t))
+	require.NoError(t, err)
+	w := &watcher{name: fmt.Sprintf("watch-%d", time.Now().UnixNano()), seen: map[string]int{},
+		done: make(chan struct{}), logs: &syncBuffer{}}
+	opt.ClientName = w.name
+	sub := redis.NewClient(opt)
+	t.Cleanup(func() { _ = sub.Close() })
+	go func() {
+		defer close(w.done)
+		WatchChanges(ctx, sub, func(code string) {
+			w.mu.Lock()
+			w.seen[code]++
+			w.mu.Unlock()
+		}, slog.New(slog.NewTextHandler(w.logs, nil)))
+	}()
+	return w
+}
+
+func (w *watcher) count(code string) int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.seen[code]
+}
+
+// publishUntilSeen publishes code until w has seen it: a subscription that
+// is (re)connecting misses what was published before it was in place.
+func publishUntilSeen(t *testing.T, rdb *redis.Client, w *watcher, code string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for w.count(code) == 0 {
+		require.NoError(t, PublishChange(context.Background(), rdb, code))
+		require.True(t, time.Now().Before(deadline), "%s never saw %s", w.name, code)
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func TestChangesRoundTrip(t *testing.T) {
+	t.Parallel()
+	rdb := newClient(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	w := startWatcher(t, ctx)
+
+	publishUntilSeen(t, rdb, w, "CHG-first")
+	// Delivery is in order: once a marker is seen, no earlier publish is in flight.
+	require.NoError(t, PublishChange(ctx, rdb, "CHG-marker"))
+	require.Eventually(t, func() bool { return w.count("CHG-marker") == 1 }, 5*time.Second, 5*time.Millisecond)
+	// Once subscribed, every publish is delivered once.
+	before := w.count("CHG-first")
+	for range 5 {
+		require.NoError(t, PublishChange(ctx, rdb, "CHG-first"))
+	}
+	require.NoError(t, PublishChange(ctx, rdb, "CHG-second"))
+	require.Eventually(t, func() bool { return w.count("CHG-second") == 1 }, 5*time.Second, 5*time.Millisecond)
+	assert.Equal(t, before+5, w.count("CHG-first"), "messages are delivered in order, each once")
+
+	// A message that is not a code is logged and skipped.
+	require.NoError(t, rdb.Publish(ctx, ChangesChannel, "not a code}").Err())
+	require.NoError(t, PublishChange(ctx, rdb, "CHG-third"))
+	require.Eventually(t, func() bool { return w.count("CHG-third") == 1 }, 5*time.Second, 5*time.Millisecond)
+	assert.Zero(t, w.count("not a code}"))
+	assert.Contains(t, w.logs.String(), "invalid code")
+
+	assert.Error(t, PublishChange(ctx, rdb, "bad:code"), "an invalid code is not published")
+
+	cancel()
+	select {
+	case <-w.done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("WatchChanges did not return when its context ended")
+	}
+}
+
+// The subscription survives its connection being killed: go-redis reconnects
+// and resubscribes, and later messages arrive again.
+func TestChangesSurviveReconnect(t *testing.T) {
+	t.Parallel()
+	rdb := newClient(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	w := startWatcher(t, ctx)
+	publishUntilSeen(t, rdb, w, "CHG-before")
+
+	for round := range 2 {
+		list, err := rdb.ClientList(ctx).Result()
+		require.NoError(t, err)
+		m := regexp.MustCompile(`(?m)^id=(\d+) .*name=` + w.name + ` `).FindStringSubmatch(list)
+		require.NotNil(t, m, "no connection named %s in\n%s", w.name, list)
+		require.NoError(t, rdb.Do(ctx, "CLIENT", "KILL", "ID", m[1]).Err())
+		publishUntilSeen(t, rdb, w, fmt.Sprintf("CHG-after-%d", round))
+	}
+	select {
+	case <-w.done:
+		t.Fatal("WatchChanges returned after a lost connection")
+	default:
+	}
+	cancel()
+	select {
+	case <-w.done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("WatchChanges did not return when its context ended")
+	}
+}
+
+// PublishChange takes the Publish method alone and WatchChanges the Subscribe
+// method alone: a redis.UniversalClient (single or cluster) satisfies both.
+var (
+	_ Publisher  = redis.UniversalClient(nil)
+	_ Subscriber = redis.UniversalClient(nil)
+)
