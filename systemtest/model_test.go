@@ -129,9 +129,10 @@ type voucherSpec struct {
 //	               state except when o is active for c; then only OUT_OF_STOCK,
 //	               and only within flagWindow of o becoming active (see below).
 //	confirm(o)     RESERVED: 200 CONFIRMED. CONFIRMED: 200, no change.
-//	               RELEASED: 200 CONFIRMED iff fits(owner) (takes a use again),
-//	               409 RESERVATION_EXPIRED otherwise; flash: also when it fits
-//	               (Redis's counts lag the database's).
+//	               RELEASED: 409 RESERVATION_RELEASED (issue 12: an explicit
+//	               release is final; the histories' releases are all explicit,
+//	               as no reservation lives long enough to expire, so the
+//	               late-payment rule of expired ones is not exercised here).
 //	               unknown: 404 RESERVATION_NOT_FOUND.
 //	release(o)     RESERVED: 204, RELEASED (the use is back). RELEASED: 204.
 //	               CONFIRMED: 409 ALREADY_CONFIRMED. unknown: 404.
@@ -142,8 +143,9 @@ type voucherSpec struct {
 // after stock came back through another path, and after a release Redis's
 // counters catch up a moment after the database's; a reserve that Redis admits
 // but the ledger refuses holds a Redis use for a moment. A released orderId is
-// not in Redis any more, so its retry is judged as a new order there (and may
-// get OUT_OF_STOCK / ALREADY_USED instead of RESERVATION_RELEASED).
+// kept in Redis's done hash (issue 12), but a proxy's sold-out flag set before
+// it was released elsewhere may refuse its retry until the change published
+// by that release arrives (OUT_OF_STOCK instead of RESERVATION_RELEASED).
 //
 // The sold-out flag and a retry of an order that holds a use (flagged() in
 // proxy/admit.go): the flag holds a snapshot of the orders Redis held at a
@@ -273,12 +275,9 @@ func (spec voucherSpec) apply(s linState, op linOp, r linResult) (linState, bool
 				return s, true
 			case st == ordConfirmed:
 				return s, true
-			case st == ordReleased && fits(owner):
-				s.status[o], s.activeAt[o] = ordConfirmed, op.Return
-				return s, true
 			}
-		case r.Status == http.StatusConflict && r.Code == voucher.CodeReservationExpired:
-			return s, st == ordReleased && (!spec.exact || !fits(owner))
+		case r.Status == http.StatusConflict && r.Code == voucher.CodeReservationReleased:
+			return s, st == ordReleased
 		}
 	case linRelease:
 		switch {
