@@ -32,6 +32,7 @@ type testLedger struct {
 	pool  *pgxpool.Pool
 	store *Store
 	gate  *gate.Gate
+	pub   gate.Publisher // the Redis client; nil without Redis
 	jobs  *Jobs
 	led   *Ledger
 	// settler and log are led's, for jobs built beside l.jobs.
@@ -69,6 +70,7 @@ func newTestLedger(tb testing.TB, o ledgerOptions) *testLedger {
 	tb.Cleanup(pool.Close)
 
 	var g *gate.Gate
+	var pub gate.Publisher
 	if !o.noRedis {
 		if o.redis == "" {
 			o.redis = devstacktest.RedisURL(tb)
@@ -76,15 +78,15 @@ func newTestLedger(tb testing.TB, o ledgerOptions) *testLedger {
 		rdb, err := gate.NewClient(o.redis, gate.ClientOptions{Timeout: time.Second})
 		require.NoError(tb, err)
 		tb.Cleanup(func() { rdb.Close() })
-		g = gate.New(rdb)
+		g, pub = gate.New(rdb), rdb
 	}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	store := NewStore(pool, o.ttl)
 	wctx, cancel := context.WithCancel(context.Background())
 	tb.Cleanup(cancel)
 	settler := NewSettler(store, g, time.Now, log)
-	led := NewLedger(store, NewWriter(wctx, store, 256, 10*time.Second), g, settler, log)
-	l := &testLedger{Token: o.token, pool: pool, store: store, gate: g, led: led, settler: settler, log: log}
+	led := NewLedger(store, NewWriter(wctx, store, 256, 10*time.Second), g, pub, settler, log)
+	l := &testLedger{Token: o.token, pool: pool, store: store, gate: g, pub: pub, led: led, settler: settler, log: log}
 	l.jobs = l.newJobs(JobsConfig{ExpiryInterval: time.Hour, ReconcileInterval: time.Hour, HangingGrace: o.grace})
 	srv := &Server{ledger: led, jobs: l.jobs, token: o.token, ready: func(c *gin.Context) error { return store.Ping(c) }}
 	hs := httptest.NewServer(srv.Handler())
@@ -95,7 +97,7 @@ func newTestLedger(tb testing.TB, o ledgerOptions) *testLedger {
 
 // newJobs returns jobs wired to l as main wires them to its ledger.
 func (l *testLedger) newJobs(cfg JobsConfig) *Jobs {
-	return NewJobs(l.store, l.gate, l.settler, l.led.Warmup, l.log, cfg)
+	return NewJobs(l.store, l.gate, l.pub, l.settler, l.led.Warmup, l.log, cfg)
 }
 
 // newCode returns a voucher code unique to this test run.

@@ -21,25 +21,27 @@ type JobsConfig struct {
 // the Redis reload at start. Every job is safe with several ledgers running.
 type Jobs struct {
 	store   *Store
-	gate    *gate.Gate // nil when no Redis is configured: only the sweep runs
+	gate    *gate.Gate     // nil when no Redis is configured: only the sweep runs
+	pub     gate.Publisher // announces vouchers whose stock came back; nil without Redis
 	settler *Settler
 	warm    func(ctx context.Context, code string) error
 	cfg     JobsConfig
 	log     *slog.Logger
 }
 
-// NewJobs returns the jobs over store and g (g may be nil). settler is the
+// NewJobs returns the jobs over store and g (g may be nil); pub (nil without
+// Redis) announces the vouchers a sweep gave uses back to. settler is the
 // requests' own, so that the orders they park are resolved here; warm loads a
 // voucher into Redis, shared with the requests so that one load serves both.
-func NewJobs(store *Store, g *gate.Gate, settler *Settler, warm func(ctx context.Context, code string) error,
-	log *slog.Logger, cfg JobsConfig) *Jobs {
+func NewJobs(store *Store, g *gate.Gate, pub gate.Publisher, settler *Settler,
+	warm func(ctx context.Context, code string) error, log *slog.Logger, cfg JobsConfig) *Jobs {
 	if cfg.ExpiryBatch <= 0 {
 		cfg.ExpiryBatch = 500
 	}
 	if cfg.Metrics == nil {
 		cfg.Metrics = newLedgerMetrics(nil)
 	}
-	return &Jobs{store: store, gate: g, settler: settler, warm: warm, cfg: cfg, log: log}
+	return &Jobs{store: store, gate: g, pub: pub, settler: settler, warm: warm, cfg: cfg, log: log}
 }
 
 // Run reloads live flash vouchers that Redis lacks, then sweeps and reconciles

@@ -17,7 +17,8 @@ import (
 type Ledger struct {
 	store   *Store
 	writer  *Writer
-	gate    *gate.Gate // nil when no Redis is configured: flash vouchers are then unavailable
+	gate    *gate.Gate     // nil when no Redis is configured: flash vouchers are then unavailable
+	pub     gate.Publisher // names vouchers whose stock came back; nil without Redis
 	settler *Settler
 	log     *slog.Logger
 
@@ -25,27 +26,14 @@ type Ledger struct {
 }
 
 // NewLedger returns a Ledger over store, writing admitted reservations with w,
-// and g (g may be nil), settling Redis with settler.
-func NewLedger(store *Store, w *Writer, g *gate.Gate, settler *Settler, log *slog.Logger) *Ledger {
-	return &Ledger{store: store, writer: w, gate: g, settler: settler, log: log}
+// and g (g may be nil), settling Redis with settler; pub (nil without Redis)
+// announces stock coming back on gate.ChangesChannel.
+func NewLedger(store *Store, w *Writer, g *gate.Gate, pub gate.Publisher, settler *Settler, log *slog.Logger) *Ledger {
+	return &Ledger{store: store, writer: w, gate: g, pub: pub, settler: settler, log: log}
 }
 
 // errNoGate answers flash-voucher operations when the ledger has no Redis.
 var errNoGate = fmt.Errorf("flash voucher needs Redis: %w", voucher.ErrUnavailable)
-
-// CreateVoucher creates a voucher; a flash voucher is loaded into Redis at once.
-// A failed load is only logged: the voucher exists, and the first reserve (or
-// POST .../warmup) loads it.
-func (l *Ledger) CreateVoucher(ctx context.Context, v voucher.Voucher) (voucher.Voucher, error) {
-	v, err := l.store.CreateVoucher(ctx, v)
-	if err != nil || !v.FlashSale {
-		return v, err
-	}
-	if err := l.Warmup(ctx, v.Code); err != nil {
-		l.log.Warn("flash voucher created but not loaded into Redis", "code", v.Code, "err", err)
-	}
-	return v, nil
-}
 
 // Voucher returns a voucher with its counters.
 func (l *Ledger) Voucher(ctx context.Context, code string) (voucher.Voucher, error) {
@@ -72,9 +60,20 @@ func (l *Ledger) Warmup(ctx context.Context, code string) error {
 		if !v.FlashSale {
 			return nil, voucher.Errorf(voucher.CodeInvalidRequest, "voucher %s is not a flash-sale voucher", code)
 		}
+		finished, err := l.store.FinishedOrders(ctx, code)
+		if err != nil {
+			return nil, err
+		}
 		snap := gate.Snapshot{Voucher: v, Remaining: int64(v.Remaining)}
+		active := make(map[string]bool, len(orders))
 		for _, o := range orders {
+			active[o.OrderID] = true
 			snap.Orders = append(snap.Orders, gate.Order{OrderID: o.OrderID, CustomerID: o.CustomerID})
+		}
+		for _, o := range finished {
+			if !active[o.OrderID] { // confirmed late since the snapshot: it holds a use
+				snap.Finished = append(snap.Finished, gate.Order{OrderID: o.OrderID, CustomerID: o.CustomerID})
+			}
 		}
 		loaded, err := l.gate.Load(ctx, code, snap)
 		if err != nil {
@@ -88,33 +87,29 @@ func (l *Ledger) Warmup(ctx context.Context, code string) error {
 	return err
 }
 
-// Reserve serves the public reserve route. Standard vouchers take the guarded
-// UPDATE; a flash voucher passes the Redis gate first, exactly as through the
-// proxy, so that Redis and Postgres never diverge.
-func (l *Ledger) Reserve(ctx context.Context, code string, cl voucher.Claim) (voucher.Reservation, error) {
+// Reserve serves the public reserve route; replayed reports a retry answered
+// from the row an earlier request wrote. Retries are decided before
+// eligibility on every path. Standard vouchers take the guarded UPDATE; a
+// flash voucher passes the Redis gate first, exactly as through the proxy (the
+// script decides pause, window and minimum), so that Redis and Postgres never
+// diverge.
+func (l *Ledger) Reserve(ctx context.Context, code string, cl voucher.Claim) (r voucher.Reservation, replayed bool, err error) {
 	v, err := l.store.Terms(ctx, code)
 	if err != nil {
-		return voucher.Reservation{}, err
+		return voucher.Reservation{}, false, err
 	}
 	if !v.FlashSale {
 		return l.store.Reserve(ctx, code, cl)
 	}
 	if r, found, err := l.store.Existing(ctx, code, cl); found || err != nil {
-		return r, err
-	}
-	now, err := l.store.Now(ctx)
-	if err != nil {
-		return voucher.Reservation{}, err
-	}
-	if err := v.Eligible(now, cl.OrderAmount); err != nil {
-		return voucher.Reservation{}, err
+		return r, found, err
 	}
 	res, err := l.admit(ctx, code, cl)
 	if err != nil {
-		return voucher.Reservation{}, err
+		return voucher.Reservation{}, false, err
 	}
 	if err := res.Err(); err != nil {
-		return voucher.Reservation{}, err
+		return voucher.Reservation{}, false, err
 	}
 	return l.WriteAdmitted(ctx, code, cl)
 }
@@ -136,25 +131,26 @@ func (l *Ledger) admit(ctx context.Context, code string, cl voucher.Claim) (gate
 }
 
 // WriteAdmitted makes a use that the gate admitted durable: the redemption row,
-// the customer's count and used_count, idempotent by orderId. If the database
-// rejects or fails the write, the use goes back to Redis and the caller gets the
-// mapped error (see Drop for the out-of-stock case); Postgres's constraints stay
-// the last guard whatever Redis said.
-func (l *Ledger) WriteAdmitted(ctx context.Context, code string, cl voucher.Claim) (voucher.Reservation, error) {
-	rs, errs := l.WriteAdmittedMany(ctx, code, []voucher.Claim{cl})
-	return rs[0], errs[0]
+// the customer's count and used_count, idempotent by orderId (replayed: the
+// answer is read from an earlier request's row). If the database rejects or
+// fails the write, the use goes back to Redis and the caller gets the mapped
+// error (see Drop for the out-of-stock case); Postgres's constraints stay the
+// last guard whatever Redis said.
+func (l *Ledger) WriteAdmitted(ctx context.Context, code string, cl voucher.Claim) (r voucher.Reservation, replayed bool, err error) {
+	out := l.WriteAdmittedMany(ctx, code, []voucher.Claim{cl})
+	return out[0].r, out[0].replayed, out[0].err
 }
 
 // WriteAdmittedMany is WriteAdmitted for claims that arrived together; they
 // are written in one transaction when no guard fires.
-func (l *Ledger) WriteAdmittedMany(ctx context.Context, code string, claims []voucher.Claim) ([]voucher.Reservation, []error) {
-	rs, errs := l.writer.WriteMany(ctx, code, claims)
+func (l *Ledger) WriteAdmittedMany(ctx context.Context, code string, claims []voucher.Claim) []written {
+	out := l.writer.WriteMany(ctx, code, claims)
 	if l.gate == nil {
-		return rs, errs
+		return out
 	}
-	var released, dropped, unsettled []string
-	for i, err := range errs {
-		switch {
+	var givenBack, dropped, unsettled []string
+	for i := range out {
+		switch err := out[i].err; {
 		case err == nil:
 		case !errors.As(err, new(*voucher.Error)):
 			// A fault (timeout, the caller left, the connection broke, no
@@ -162,14 +158,16 @@ func (l *Ledger) WriteAdmittedMany(ctx context.Context, code string, claims []vo
 			// may have had its row already, so nothing is given back yet. The
 			// use stays held until the database can tell (Settler.Resolve).
 			unsettled = append(unsettled, claims[i].OrderID)
-			errs[i] = fmt.Errorf("write %s/%s: %w: %w", code, claims[i].OrderID, err, voucher.ErrUnavailable)
+			out[i].err = fmt.Errorf("write %s/%s: %w: %w", code, claims[i].OrderID, err, voucher.ErrUnavailable)
 		case voucher.ErrorCode(err) == voucher.CodeOutOfStock:
 			// The database has no use left: Redis counted one too many. Forget
 			// the order without restocking, so Redis converges on the database
 			// instead of admitting the next request into the same refusal.
 			dropped = append(dropped, claims[i].OrderID)
 		default:
-			released = append(released, claims[i].OrderID)
+			// Refused: no row holds this admission's use (a row that exists
+			// and holds one is held again by Settle below).
+			givenBack = append(givenBack, claims[i].OrderID)
 		}
 	}
 	l.settler.Park(code, unsettled)
@@ -177,7 +175,7 @@ func (l *Ledger) WriteAdmittedMany(ctx context.Context, code string, claims []vo
 	for _, give := range []struct {
 		back   func(context.Context, string, ...string) (int, error)
 		orders []string
-	}{{l.gate.GiveBack, released}, {l.gate.Drop, dropped}} {
+	}{{l.gate.GiveBack, givenBack}, {l.gate.Drop, dropped}} {
 		if len(give.orders) == 0 {
 			continue
 		}
@@ -186,12 +184,13 @@ func (l *Ledger) WriteAdmittedMany(ctx context.Context, code string, claims []vo
 		}
 		l.settler.Settle(bg, code, give.orders...)
 	}
-	return rs, errs
+	return out
 }
 
-// Confirm confirms a reservation (idempotent). A late payment takes a use again
-// when one is left; for a flash voucher that use is taken in Redis first and
-// given back there if the database then refuses.
+// Confirm confirms a reservation (idempotent). A late payment (the hold ran
+// out) takes a use again when one is left; for a flash voucher that use is
+// taken in Redis first when the gate can take it, and given back there if the
+// database then refuses. A refunded or cancelled reservation is refused.
 func (l *Ledger) Confirm(ctx context.Context, code, orderID string) (voucher.Reservation, error) {
 	r, late, err := l.store.Confirm(ctx, code, orderID)
 	if err != nil || !late {
@@ -222,33 +221,86 @@ func (l *Ledger) Confirm(ctx context.Context, code, orderID string) (voucher.Res
 		if err != nil || did != LateNeedsUse {
 			return r, err
 		}
-		res, err := l.admit(ctx, code, voucher.Claim{CustomerID: r.CustomerID, OrderID: orderID})
+		res, err := l.admit(ctx, code, voucher.Claim{CustomerID: r.CustomerID, OrderID: orderID, OrderAmount: amountOf(r)})
 		if err != nil {
 			return voucher.Reservation{}, err
 		}
-		if res.Err() != nil {
-			return voucher.Reservation{}, voucher.ErrReservationExpired
+		switch err := res.Err(); {
+		case res == gate.OutOfStock:
+			return voucher.Reservation{}, errLateNoUseLeft
+		case res == gate.AlreadyUsed:
+			return voucher.Reservation{}, errLateOverLimit
+		case err != nil && !errors.As(err, new(*voucher.Error)):
+			return voucher.Reservation{}, err // not loaded after a warmup, or unknown
 		}
+		// Reserved: the gate took the use. Anything else (the order is held or
+		// recorded finished, or a refusal by pause, window or minimum, which a
+		// payment for an order placed earlier is not subject to): the
+		// database's guards decide alone, and Settle holds the use in Redis.
 		mayTake, heldByUs = true, res == gate.Reserved
 	}
 }
 
-// Release gives a reserved use back, in Postgres and then in Redis. Releasing
-// twice is fine; a confirmed reservation cannot be released.
+// amountOf is the order amount a reservation was made with; 0 for a row
+// written before amounts were kept.
+func amountOf(r voucher.Reservation) int64 {
+	if r.OrderAmount == nil {
+		return 0
+	}
+	return *r.OrderAmount
+}
+
+// Release cancels a reservation (final) and gives its use back, in Postgres
+// and then in Redis. Releasing twice, or releasing a refunded one, is fine; a
+// confirmed reservation cannot be released.
 func (l *Ledger) Release(ctx context.Context, code, orderID string) error {
 	r, released, err := l.store.Release(ctx, code, orderID)
 	if err != nil || !released {
 		return err
 	}
+	return l.restocked(ctx, code, r.OrderID)
+}
+
+// Refund pays a confirmed reservation back and gives its use back to the
+// voucher and the customer, in Postgres and then in Redis. A refunded one is
+// answered as it is (idempotent); anything else not confirmed is NOT_CONFIRMED.
+func (l *Ledger) Refund(ctx context.Context, code, orderID string) (voucher.Reservation, error) {
+	r, refunded, err := l.store.Refund(ctx, code, orderID)
+	if err != nil || !refunded {
+		return r, err
+	}
+	return r, l.restocked(ctx, code, r.OrderID)
+}
+
+// restocked tells Redis (for a flash voucher) and every subscriber that the
+// database gave orderID's use back. The database has committed: a failure here
+// only leaves Redis holding a use (undersell) until the reconciler notices, or
+// a proxy's sold-out flag standing until its TTL.
+func (l *Ledger) restocked(ctx context.Context, code, orderID string) error {
 	v, err := l.store.Terms(ctx, code)
-	if err != nil || !v.FlashSale || l.gate == nil {
+	if err != nil || l.gate == nil {
 		return err
 	}
-	// The database has released: a failure here only leaves Redis holding a use
-	// (undersell) until the reconciler notices.
-	if _, err := l.gate.Release(context.WithoutCancel(ctx), code, r.OrderID); err != nil {
-		l.log.Error("release in redis", "code", code, "order", orderID, "err", err)
+	bg := context.WithoutCancel(ctx)
+	if v.FlashSale {
+		if _, err := l.gate.Release(bg, code, orderID); err != nil {
+			l.log.Error("release in redis", "code", code, "order", orderID, "err", err)
+		}
+		// A late confirmation may have taken the use again meanwhile.
+		l.settler.Settle(bg, code, orderID)
 	}
-	l.settler.Settle(context.WithoutCancel(ctx), code, r.OrderID)
+	publishChange(bg, l.pub, code, l.log)
 	return nil
+}
+
+// publishChange names code on the change channel, so that proxies drop their
+// sold-out flag and cached terms at once; a failure is logged (they fall back
+// to their TTLs). A nil p publishes nothing.
+func publishChange(ctx context.Context, p gate.Publisher, code string, log *slog.Logger) {
+	if p == nil {
+		return
+	}
+	if err := gate.PublishChange(ctx, p, code); err != nil {
+		log.Error("publish voucher change", "code", code, "err", fmt.Errorf("proxies fall back to their TTLs: %w", err))
+	}
 }

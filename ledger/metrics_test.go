@@ -36,8 +36,8 @@ func TestMetricsDocumented(t *testing.T) {
 	w.ObserveCommits(func(d time.Duration) { lm.commitLatency.Observe(d.Seconds()) })
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	settler := NewSettler(tl.store, tl.gate, time.Now, log)
-	led := NewLedger(tl.store, w, tl.gate, settler, log)
-	jobs := NewJobs(tl.store, tl.gate, settler, led.Warmup, log,
+	led := NewLedger(tl.store, w, tl.gate, tl.pub, settler, log)
+	jobs := NewJobs(tl.store, tl.gate, tl.pub, settler, led.Warmup, log,
 		JobsConfig{ExpiryInterval: time.Hour, ReconcileInterval: time.Hour, HangingGrace: 30 * time.Second, Metrics: lm})
 	srv := &Server{ledger: led, jobs: jobs, token: tl.Token, metrics: m, ready: func(c *gin.Context) error { return tl.store.Ping(c) }}
 	h := srv.Handler()

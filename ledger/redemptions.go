@@ -12,11 +12,12 @@ import (
 
 // Confirm marks a RESERVED reservation CONFIRMED; the database's clock decides
 // expiry in the same UPDATE. An already confirmed one is answered as it is
-// (idempotent). late reports a reservation that is not live (expired or
-// released), returned as it stands: its confirmation goes through LateConfirm.
+// (idempotent); a refunded or cancelled one is refused (see unconfirmable).
+// late reports a reservation whose hold ran out (expired, swept or not),
+// returned as it stands: its confirmation goes through LateConfirm.
 func (s *Store) Confirm(ctx context.Context, code, orderID string) (r voucher.Reservation, late bool, err error) {
 	r, err = scanReservation(s.pool.QueryRow(ctx, `
-		UPDATE voucher_redemption r SET status = 'CONFIRMED', updated_at = now()
+		UPDATE voucher_redemption r SET status = 'CONFIRMED', confirmed_at = now(), updated_at = now()
 		FROM voucher v
 		WHERE v.code = r.voucher_code AND r.order_id = $1 AND r.voucher_code = $2
 		  AND r.status = 'RESERVED' AND r.expires_at > now()
@@ -31,7 +32,23 @@ func (s *Store) Confirm(ctx context.Context, code, orderID string) (r voucher.Re
 	if err != nil || r.Status == voucher.Confirmed {
 		return r, false, err
 	}
+	if err := unconfirmable(r); err != nil {
+		return voucher.Reservation{}, false, err
+	}
 	return r, true, nil
+}
+
+// unconfirmable refuses the confirmation of a reservation whose ending is
+// final: a refund, or an explicit release (DELETE). Only a hold that ran out
+// may still be paid late.
+func unconfirmable(r voucher.Reservation) error {
+	switch {
+	case r.Status == voucher.Refunded:
+		return voucher.ErrReservationRefunded
+	case r.Status == voucher.Released && r.ReleaseReason != nil && *r.ReleaseReason == voucher.ReasonCancelled:
+		return voucher.ErrReservationReleased
+	}
+	return nil
 }
 
 // LateOutcome is what LateConfirm did.
@@ -50,10 +67,12 @@ const (
 // LateConfirm confirms a reservation whose hold ran out before the payment
 // arrived. An expired reservation the sweeper has not reached yet still holds
 // its use, so it is confirmed as it stands (releasing it and taking a use again
-// would net to the same counts). A released one takes a use again through the
-// stock and per-customer guards, else RESERVATION_EXPIRED; it does so only when
-// mayTake, else it changes nothing and answers LateNeedsUse with the row. The
-// validity window is not checked again: the order was placed inside it.
+// would net to the same counts). One the sweeper released takes a use again
+// through the stock and per-customer guards, else RESERVATION_EXPIRED naming
+// the cause; it does so only when mayTake, else it changes nothing and answers
+// LateNeedsUse with the row. Neither pause nor the validity window is checked
+// again: the order was placed inside it. A cancelled or refunded reservation
+// is refused (unconfirmable).
 func (s *Store) LateConfirm(ctx context.Context, code, orderID string, mayTake bool) (r voucher.Reservation, did LateOutcome, err error) {
 	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		var err error
@@ -63,6 +82,9 @@ func (s *Store) LateConfirm(ctx context.Context, code, orderID string, mayTake b
 		}
 		if r.VoucherCode != code {
 			return voucher.ErrReservationNotFound
+		}
+		if err := unconfirmable(r); err != nil {
+			return err
 		}
 		switch r.Status {
 		case voucher.Confirmed:
@@ -77,10 +99,16 @@ func (s *Store) LateConfirm(ctx context.Context, code, orderID string, mayTake b
 			}
 			did = LateTookUse
 		}
-		_, err = tx.Exec(ctx, `
-			UPDATE voucher_redemption SET status = 'CONFIRMED', updated_at = now()
-			WHERE order_id = $1`, orderID)
-		r.Status = voucher.Confirmed
+		err = tx.QueryRow(ctx, `
+			UPDATE voucher_redemption
+			SET status = 'CONFIRMED', confirmed_at = now(), updated_at = now(),
+			    released_at = NULL, release_reason = NULL
+			WHERE order_id = $1
+			RETURNING confirmed_at`, orderID).Scan(&r.ConfirmedAt)
+		r.Status, r.ReleasedAt, r.ReleaseReason = voucher.Confirmed, nil, nil
+		if r.ConfirmedAt != nil {
+			*r.ConfirmedAt = r.ConfirmedAt.UTC()
+		}
 		return err
 	})
 	if err != nil {
@@ -90,13 +118,9 @@ func (s *Store) LateConfirm(ctx context.Context, code, orderID string, mayTake b
 }
 
 // takeUseAgain takes a use for a released reservation being confirmed late,
-// through the per-customer and stock guards.
+// through the per-customer (current limit) and stock guards.
 func (s *Store) takeUseAgain(ctx context.Context, tx pgx.Tx, code string, customerID int64) error {
-	v, err := s.Terms(ctx, code)
-	if err != nil {
-		return err
-	}
-	if err := takeCustomerUse(ctx, tx, code, customerID, v.PerUserLimit, 1); err != nil {
+	if err := takeCustomerUses(ctx, tx, code, map[int64]int{customerID: 1}); err != nil {
 		return lateError(err)
 	}
 	if err := takeVoucherUses(ctx, tx, code, 1, false); err != nil {
@@ -105,23 +129,37 @@ func (s *Store) takeUseAgain(ctx context.Context, tx pgx.Tx, code string, custom
 	return nil
 }
 
-// lateError maps a failed guard during a late confirmation to RESERVATION_EXPIRED.
+// The RESERVATION_EXPIRED answers of a late confirmation that cannot take a
+// use again, one per cause.
+var (
+	errLateNoUseLeft = voucher.Errorf(voucher.CodeReservationExpired,
+		"the reservation expired and there is no use left")
+	errLateOverLimit = voucher.Errorf(voucher.CodeReservationExpired,
+		"the reservation expired and the customer's limit is reached: the customer holds as many uses as perUserLimit allows")
+)
+
+// lateError maps a failed guard during a late confirmation to
+// RESERVATION_EXPIRED with its cause; anything else is returned as it is.
 func lateError(err error) error {
 	switch voucher.ErrorCode(err) {
-	case voucher.CodeOutOfStock, voucher.CodeAlreadyUsed:
-		return voucher.ErrReservationExpired
+	case voucher.CodeOutOfStock:
+		return errLateNoUseLeft
+	case voucher.CodeAlreadyUsed:
+		return errLateOverLimit
 	}
 	return err
 }
 
-// Release gives a RESERVED reservation's use back to the voucher and the
-// customer. released is false when it was already released (the call is then a
-// no-op); a confirmed reservation cannot be released.
+// Release cancels a RESERVED reservation (RELEASED, reason CANCELLED: final)
+// and gives its use back to the voucher and the customer. released is false
+// when it had given its use back already, released or refunded (the call is
+// then a no-op); a confirmed reservation cannot be released.
 func (s *Store) Release(ctx context.Context, code, orderID string) (r voucher.Reservation, released bool, err error) {
 	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		var err error
 		r, err = scanReservation(tx.QueryRow(ctx, `
-			UPDATE voucher_redemption r SET status = 'RELEASED', updated_at = now()
+			UPDATE voucher_redemption r
+			SET status = 'RELEASED', release_reason = 'CANCELLED', released_at = now(), updated_at = now()
 			FROM voucher v
 			WHERE v.code = r.voucher_code AND r.order_id = $1 AND r.voucher_code = $2
 			  AND r.status = 'RESERVED'
@@ -154,6 +192,66 @@ func (s *Store) Release(ctx context.Context, code, orderID string) (r voucher.Re
 	return r, false, nil
 }
 
+// Refund pays a CONFIRMED reservation back: REFUNDED (reason REFUNDED), and
+// its use goes back to the voucher and the customer. refunded is false when it
+// was refunded already (the call is then a no-op); a reservation that is not
+// confirmed is NOT_CONFIRMED. Concurrent refunds of one order give one use back:
+// only the UPDATE that finds the row CONFIRMED changes it.
+func (s *Store) Refund(ctx context.Context, code, orderID string) (r voucher.Reservation, refunded bool, err error) {
+	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		var err error
+		r, err = scanReservation(tx.QueryRow(ctx, `
+			UPDATE voucher_redemption r
+			SET status = 'REFUNDED', release_reason = 'REFUNDED', released_at = now(), updated_at = now()
+			FROM voucher v
+			WHERE v.code = r.voucher_code AND r.order_id = $1 AND r.voucher_code = $2
+			  AND r.status = 'CONFIRMED'
+			RETURNING `+reservationColumns, orderID, code))
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		refunded = true
+		return giveBackUses(ctx, tx, code, r.CustomerID, 1)
+	})
+	if err != nil {
+		return voucher.Reservation{}, false, translate(fmt.Errorf("refund %s/%s: %w", code, orderID, err))
+	}
+	if refunded {
+		return r, true, nil
+	}
+	r, err = s.Reservation(ctx, code, orderID)
+	switch {
+	case err != nil:
+		return voucher.Reservation{}, false, err
+	case r.Status == voucher.Refunded:
+		return r, false, nil
+	case r.Status == voucher.Confirmed:
+		// Confirmed late between the UPDATE and the read: try once more.
+		return s.Refund(ctx, code, orderID)
+	}
+	return voucher.Reservation{}, false, voucher.ErrNotConfirmed
+}
+
+// FinishedOrders returns the orders of voucher code whose row gave its use
+// back (RELEASED or REFUNDED): what Redis records in done, so that a retry of
+// one reaches the ledger.
+func (s *Store) FinishedOrders(ctx context.Context, code string) ([]ActiveOrder, error) {
+	rows, err := s.pool.Query(ctx, `
+		SELECT `+activeOrderColumns+` FROM voucher_redemption
+		WHERE voucher_code = $1 AND status IN ('RELEASED', 'REFUNDED')`, code)
+	if err != nil {
+		return nil, translate(fmt.Errorf("finished orders %s: %w", code, err))
+	}
+	out, err := collectActiveOrders(rows)
+	if err != nil {
+		return nil, translate(fmt.Errorf("finished orders %s: %w", code, err))
+	}
+	return out, nil
+}
+
 // ExpiredOrder is a reservation the sweeper released.
 type ExpiredOrder struct {
 	VoucherCode string
@@ -176,7 +274,8 @@ func (s *Store) ExpireBatch(ctx context.Context, limit int) ([]ExpiredOrder, err
 			LIMIT $1
 			FOR UPDATE SKIP LOCKED
 		), released AS (
-			UPDATE voucher_redemption r SET status = 'RELEASED', updated_at = now()
+			UPDATE voucher_redemption r
+			SET status = 'RELEASED', release_reason = 'EXPIRED', released_at = now(), updated_at = now()
 			FROM due WHERE r.id = due.id AND r.status = 'RESERVED'
 			RETURNING r.voucher_code, r.customer_id, r.order_id
 		), customers AS (

@@ -39,9 +39,11 @@ func scanReservation(row pgx.Row) (voucher.Reservation, error) {
 }
 
 // written is the answer to one claim's write: its reservation, or why not.
+// replayed marks an answer read from the row an earlier request wrote.
 type written struct {
-	r   voucher.Reservation
-	err error
+	r        voucher.Reservation
+	err      error
+	replayed bool
 }
 
 // Reservation returns the reservation of orderID under voucher code.
@@ -127,19 +129,24 @@ func (s *Store) ExistingMany(ctx context.Context, code string, claims []voucher.
 	out, found = make([]written, len(claims)), make([]bool, len(claims))
 	for i, cl := range claims {
 		if r, ok := rows[cl.OrderID]; ok {
-			out[i], found[i] = written{r: r, err: retryAnswer(r, code, cl)}, true
+			out[i], found[i] = written{r: r, err: retryAnswer(r, code, cl), replayed: true}, true
 		}
 	}
 	return out, found, nil
 }
 
-// retryAnswer is what a reserve with an orderId that already has row r gets.
+// retryAnswer is what a reserve with an orderId that already has row r gets,
+// whatever the voucher's terms are now: the same voucher, customer and amount
+// replay the stored answer; anything else is a conflict; an order that gave its
+// use back is never reserved again.
 func retryAnswer(r voucher.Reservation, code string, cl voucher.Claim) error {
 	switch {
 	case !r.Same(code, cl):
 		return voucher.ErrOrderConflict
 	case r.Status == voucher.Released:
 		return voucher.ErrReservationReleased
+	case r.Status == voucher.Refunded:
+		return voucher.ErrReservationRefunded
 	}
 	return nil
 }
@@ -162,8 +169,9 @@ func (s *Store) ActiveOf(ctx context.Context, code string, orderIDs []string) ([
 
 // Reserve is the article's first solution, for standard vouchers: the guarded
 // UPDATE and the INSERT in one transaction, the constraints as the last guard.
-// A retry with the same orderId gets the same answer and consumes nothing.
-func (s *Store) Reserve(ctx context.Context, code string, cl voucher.Claim) (voucher.Reservation, error) {
+// A retry with the same orderId gets the same answer (replayed true), decided
+// before eligibility, and consumes nothing.
+func (s *Store) Reserve(ctx context.Context, code string, cl voucher.Claim) (r voucher.Reservation, replayed bool, err error) {
 	return s.insertWithRetry(ctx, code, cl, func() (voucher.Voucher, error) {
 		v, err := s.Terms(ctx, code)
 		if err != nil {
@@ -179,7 +187,7 @@ func (s *Store) Reserve(ctx context.Context, code string, cl voucher.Claim) (vou
 
 // InsertAdmitted writes one claim of v that the gate admitted (see insert for
 // what it checks), answering as Existing does if its orderId has a row.
-func (s *Store) InsertAdmitted(ctx context.Context, v voucher.Voucher, cl voucher.Claim) (voucher.Reservation, error) {
+func (s *Store) InsertAdmitted(ctx context.Context, v voucher.Voucher, cl voucher.Claim) (r voucher.Reservation, replayed bool, err error) {
 	return s.insertWithRetry(ctx, v.Code, cl, func() (voucher.Voucher, error) { return v, nil })
 }
 
@@ -188,27 +196,27 @@ func (s *Store) InsertAdmitted(ctx context.Context, v voucher.Voucher, cl vouche
 // (after any check of its own); when a concurrent request takes the orderId
 // first, it starts over, to answer as that request was answered.
 func (s *Store) insertWithRetry(ctx context.Context, code string, cl voucher.Claim,
-	terms func() (voucher.Voucher, error)) (voucher.Reservation, error) {
+	terms func() (voucher.Voucher, error)) (voucher.Reservation, bool, error) {
 	for {
 		r, found, err := s.Existing(ctx, code, cl)
 		if found || err != nil {
-			return r, err
+			return r, found, err
 		}
 		v, err := terms()
 		if err != nil {
-			return voucher.Reservation{}, err
+			return voucher.Reservation{}, false, err
 		}
 		r, err = s.insert(ctx, v, cl)
 		if !errors.Is(err, errOrderTaken) {
-			return r, err
+			return r, false, err
 		}
 	}
 }
 
 // insert writes one reservation: the redemption row, the customer's count and
 // the voucher's used_count, in one transaction. The hot voucher row is touched
-// last so that its lock is held as briefly as possible. It checks the validity
-// window with the database's clock but not the order amount.
+// last so that its lock is held as briefly as possible. It checks pause and the
+// validity window with the database's clock but not the order amount.
 func (s *Store) insert(ctx context.Context, v voucher.Voucher, cl voucher.Claim) (voucher.Reservation, error) {
 	amount := cl.OrderAmount
 	r := voucher.Reservation{
@@ -230,7 +238,7 @@ func (s *Store) insert(ctx context.Context, v voucher.Voucher, cl voucher.Claim)
 		if err != nil {
 			return err
 		}
-		if err := takeCustomerUse(ctx, tx, v.Code, cl.CustomerID, v.PerUserLimit, 1); err != nil {
+		if err := takeCustomerUses(ctx, tx, v.Code, map[int64]int{cl.CustomerID: 1}); err != nil {
 			return err
 		}
 		return takeVoucherUses(ctx, tx, v.Code, 1, true)
@@ -301,19 +309,44 @@ func (s *Store) insertMany(ctx context.Context, tx pgx.Tx, v voucher.Voucher, cl
 			if !ok {
 				return nil, errOrderTaken // inserted by a transaction not yet visible
 			}
-			out[i] = written{r: r, err: retryAnswer(r, v.Code, cl)}
+			out[i] = written{r: r, err: retryAnswer(r, v.Code, cl), replayed: true}
 		}
 	}
 	if len(perCustomer) == 0 {
 		return out, nil
 	}
-	if err := takeCustomerUses(ctx, tx, v.Code, perCustomer, v.PerUserLimit); err != nil {
+	if err := takeCustomerUses(ctx, tx, v.Code, perCustomer); err != nil {
 		return nil, err
 	}
 	if err := takeVoucherUses(ctx, tx, v.Code, len(at), true); err != nil {
 		return nil, err
 	}
 	return out, nil
+}
+
+// Shut returns why no new reservation of voucher code can be written now, by
+// the database's state and clock (paused, not started, ended, no use left), or
+// nil when one can.
+func (s *Store) Shut(ctx context.Context, code string) (why error, err error) {
+	var left int
+	var paused, notStarted, ended bool
+	err = s.pool.QueryRow(ctx, `
+		SELECT total_limit - used_count, paused, now() < starts_at, now() >= ends_at
+		FROM voucher WHERE code = $1`, code).Scan(&left, &paused, &notStarted, &ended)
+	if err != nil {
+		return nil, translate(fmt.Errorf("voucher %s open: %w", code, err))
+	}
+	switch {
+	case paused:
+		return voucher.ErrPaused, nil
+	case notStarted:
+		return voucher.ErrNotStarted, nil
+	case ended:
+		return voucher.ErrExpired, nil
+	case left <= 0:
+		return voucher.ErrOutOfStock, nil
+	}
+	return nil, nil
 }
 
 // inserted is when a new redemption row was created and when its hold ends.
@@ -350,26 +383,12 @@ func (s *Store) insertRows(ctx context.Context, tx pgx.Tx, v voucher.Voucher, cl
 	return at, err
 }
 
-// takeCustomerUse counts n more uses for a customer, guarded by its limit.
-func takeCustomerUse(ctx context.Context, tx pgx.Tx, code string, customerID int64, perUserLimit, n int) error {
-	tag, err := tx.Exec(ctx, `
-		INSERT INTO voucher_customer_usage AS u (voucher_code, customer_id, used_count, per_user_limit)
-		VALUES ($1, $2, $4, $3)
-		ON CONFLICT (voucher_code, customer_id)
-		DO UPDATE SET used_count = u.used_count + $4 WHERE u.used_count + $4 <= u.per_user_limit`,
-		code, customerID, perUserLimit, n)
-	if err != nil {
-		return err
-	}
-	if tag.RowsAffected() == 0 {
-		return voucher.ErrAlreadyUsed
-	}
-	return nil
-}
-
-// takeCustomerUses is takeCustomerUse for several customers in one statement
-// (perCustomer: customer -> uses); ALREADY_USED if any would pass its limit.
-func takeCustomerUses(ctx context.Context, tx pgx.Tx, code string, perCustomer map[int64]int, perUserLimit int) error {
+// takeCustomerUses counts more uses for customers (perCustomer: customer ->
+// uses) in one statement, guarded by the voucher's CURRENT per_user_limit (read
+// here, not from cached terms, so a lowered limit stops new uses at once while
+// the uses held above it stay); ALREADY_USED if any would pass it. The usage
+// row keeps GREATEST(limit, used_count), so its CHECK stays the last guard.
+func takeCustomerUses(ctx context.Context, tx pgx.Tx, code string, perCustomer map[int64]int) error {
 	customers := make([]int64, 0, len(perCustomer))
 	counts := make([]int32, 0, len(perCustomer))
 	for c, n := range perCustomer {
@@ -377,13 +396,15 @@ func takeCustomerUses(ctx context.Context, tx pgx.Tx, code string, perCustomer m
 	}
 	tag, err := tx.Exec(ctx, `
 		INSERT INTO voucher_customer_usage AS u (voucher_code, customer_id, used_count, per_user_limit)
-		SELECT $1, c, n, $4 FROM unnest($2::bigint[], $3::int[]) AS t(c, n)
-		WHERE n <= $4
-		ORDER BY c -- one lock order for customers' rows, as the sweeper's
+		SELECT v.code, t.c, t.n, v.per_user_limit
+		FROM unnest($2::bigint[], $3::int[]) AS t(c, n) JOIN voucher v ON v.code = $1
+		WHERE t.n <= v.per_user_limit
+		ORDER BY t.c -- one lock order for customers' rows, as the sweeper's
 		ON CONFLICT (voucher_code, customer_id)
-		DO UPDATE SET used_count = u.used_count + EXCLUDED.used_count
-		WHERE u.used_count + EXCLUDED.used_count <= u.per_user_limit`,
-		code, customers, counts, perUserLimit)
+		DO UPDATE SET used_count = u.used_count + EXCLUDED.used_count,
+		              per_user_limit = GREATEST(EXCLUDED.per_user_limit, u.used_count + EXCLUDED.used_count)
+		WHERE u.used_count + EXCLUDED.used_count <= EXCLUDED.per_user_limit`,
+		code, customers, counts)
 	if err != nil {
 		return err
 	}
@@ -393,19 +414,20 @@ func takeCustomerUses(ctx context.Context, tx pgx.Tx, code string, perCustomer m
 	return nil
 }
 
-// takeVoucherUses adds n to used_count, guarded by the stock and, when
-// inWindow, by the validity window on the database's clock.
-func takeVoucherUses(ctx context.Context, tx pgx.Tx, code string, n int, inWindow bool) error {
-	var outOfStock, notStarted, ended bool
+// takeVoucherUses adds n to used_count, guarded by the stock and, when open
+// (a new reservation, not a late confirmation), by pause and the validity
+// window on the database's clock.
+func takeVoucherUses(ctx context.Context, tx pgx.Tx, code string, n int, open bool) error {
+	var outOfStock, paused, notStarted, ended bool
 	err := tx.QueryRow(ctx, `
 		WITH upd AS (
 			UPDATE voucher SET used_count = used_count + $2
 			WHERE code = $1 AND used_count + $2 <= total_limit
-			  AND (NOT $3 OR (now() >= starts_at AND now() < ends_at))
+			  AND (NOT $3 OR (NOT paused AND now() >= starts_at AND now() < ends_at))
 			RETURNING 1
 		)
-		SELECT NOT EXISTS (SELECT 1 FROM upd), now() < starts_at, now() >= ends_at
-		FROM voucher WHERE code = $1`, code, n, inWindow).Scan(&outOfStock, &notStarted, &ended)
+		SELECT NOT EXISTS (SELECT 1 FROM upd), paused, now() < starts_at, now() >= ends_at
+		FROM voucher WHERE code = $1`, code, n, open).Scan(&outOfStock, &paused, &notStarted, &ended)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return voucher.ErrVoucherNotFound
 	}
@@ -415,10 +437,12 @@ func takeVoucherUses(ctx context.Context, tx pgx.Tx, code string, n int, inWindo
 	switch {
 	case !outOfStock:
 		return nil
-	case inWindow && notStarted:
-		return voucher.NotEligible(voucher.ReasonNotStarted, "the voucher is not valid yet")
-	case inWindow && ended:
-		return voucher.NotEligible(voucher.ReasonExpired, "the voucher has expired")
+	case open && paused:
+		return voucher.ErrPaused
+	case open && notStarted:
+		return voucher.ErrNotStarted
+	case open && ended:
+		return voucher.ErrExpired
 	}
 	return voucher.ErrOutOfStock
 }

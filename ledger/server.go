@@ -19,90 +19,25 @@ type Server struct {
 	jobs    *Jobs // nil in tests that do not run the background jobs
 	ready   func(*gin.Context) error
 	token   string
-	metrics *httpx.Metrics // nil: no /metrics
+	tokens  map[string]string // LEDGER_TOKENS: named tokens beside token (named "default")
+	metrics *httpx.Metrics    // nil: no /metrics
 }
 
 // Handler returns the gin engine with every route registered.
 func (s *Server) Handler() *gin.Engine {
-	r := httpx.NewServiceEngine(httpx.Service{Log: s.log, Metrics: s.metrics, Token: s.token, Ready: s.ready})
+	r := httpx.NewServiceEngine(httpx.Service{Log: s.log, Metrics: s.metrics, Token: s.token, Tokens: s.tokens, Ready: s.ready})
 
-	r.POST("/admin/vouchers", s.createVoucher)
-	r.GET("/admin/vouchers/:code", s.getVoucher)
-	r.POST("/admin/vouchers/:code/warmup", s.warmup)
-	r.POST("/admin/vouchers/:code/reconcile", s.reconcile)
+	s.adminRoutes(r)
 
 	r.POST("/vouchers/:code/reservations", s.reserve)
 	r.GET("/vouchers/:code/reservations/:orderId", s.getReservation)
 	r.POST("/vouchers/:code/reservations/:orderId/confirm", s.confirm)
 	r.DELETE("/vouchers/:code/reservations/:orderId", s.release)
+	r.POST("/vouchers/:code/reservations/:orderId/refund", s.refund)
 
 	r.POST("/internal/vouchers/:code/reservations", s.writeAdmitted)
 	r.POST("/internal/vouchers/:code/reservations/batch", s.writeAdmittedBatch)
 	return r
-}
-
-func (s *Server) createVoucher(c *gin.Context) {
-	var req voucher.NewVoucher
-	if err := httpx.BindJSON(c, &req); err != nil {
-		httpx.WriteError(c, err)
-		return
-	}
-	v, err := req.Validate()
-	if err != nil {
-		httpx.WriteError(c, err)
-		return
-	}
-	v, err = s.ledger.CreateVoucher(c, v)
-	if err != nil {
-		httpx.WriteError(c, err)
-		return
-	}
-	c.JSON(http.StatusCreated, v)
-}
-
-func (s *Server) getVoucher(c *gin.Context) {
-	code, err := httpx.CodeParam(c)
-	if err != nil {
-		httpx.WriteError(c, err)
-		return
-	}
-	v, err := s.ledger.Voucher(c, code)
-	if err != nil {
-		httpx.WriteError(c, err)
-		return
-	}
-	c.JSON(http.StatusOK, v)
-}
-
-func (s *Server) warmup(c *gin.Context) {
-	code, err := httpx.CodeParam(c)
-	if err != nil {
-		httpx.WriteError(c, err)
-		return
-	}
-	if err := s.ledger.Warmup(c, code); err != nil {
-		httpx.WriteError(c, err)
-		return
-	}
-	c.JSON(http.StatusOK, gin.H{"code": code, "loaded": true})
-}
-
-func (s *Server) reconcile(c *gin.Context) {
-	code, err := httpx.CodeParam(c)
-	if err != nil {
-		httpx.WriteError(c, err)
-		return
-	}
-	if s.jobs == nil {
-		httpx.WriteError(c, voucher.ErrUnavailable)
-		return
-	}
-	rep, err := s.jobs.Reconcile(c, code)
-	if err != nil {
-		httpx.WriteError(c, err)
-		return
-	}
-	c.JSON(http.StatusOK, rep)
 }
 
 // bindClaim reads the voucher code from the path and the claim from the body.
@@ -125,10 +60,23 @@ func (s *Server) reserve(c *gin.Context) {
 		httpx.WriteError(c, err)
 		return
 	}
-	r, err := s.ledger.Reserve(c, code, cl)
+	r, replayed, err := s.ledger.Reserve(c, code, cl)
 	if err != nil {
 		httpx.WriteError(c, err)
 		return
+	}
+	writeReceipt(c, r, replayed)
+}
+
+// ReplayedHeader marks a reserve answered from the reservation an earlier
+// request with the same orderId made.
+const ReplayedHeader = "Idempotent-Replayed"
+
+// writeReceipt answers a reserve with 201 and the stored discount; a replay
+// says so in ReplayedHeader.
+func writeReceipt(c *gin.Context, r voucher.Reservation, replayed bool) {
+	if replayed {
+		c.Header(ReplayedHeader, "true")
 	}
 	c.JSON(http.StatusCreated, voucher.Receipt{OrderID: r.OrderID, DiscountAmount: r.DiscountAmount})
 }
@@ -139,12 +87,12 @@ func (s *Server) writeAdmitted(c *gin.Context) {
 		httpx.WriteError(c, err)
 		return
 	}
-	r, err := s.ledger.WriteAdmitted(c, code, cl)
+	r, replayed, err := s.ledger.WriteAdmitted(c, code, cl)
 	if err != nil {
 		httpx.WriteError(c, err)
 		return
 	}
-	c.JSON(http.StatusCreated, voucher.Receipt{OrderID: r.OrderID, DiscountAmount: r.DiscountAmount})
+	writeReceipt(c, r, replayed)
 }
 
 // AdmittedBatch is the body of the batch admitted-write route: the claims one
@@ -154,10 +102,12 @@ type AdmittedBatch struct {
 }
 
 // ItemReply is one claim's answer in a batch: the status and body the single
-// route would have answered.
+// route would have answered, and Replayed where it would have set
+// ReplayedHeader.
 type ItemReply struct {
-	Status int `json:"status"`
-	Body   any `json:"body"`
+	Status   int  `json:"status"`
+	Body     any  `json:"body"`
+	Replayed bool `json:"replayed,omitempty"`
 }
 
 func (s *Server) writeAdmittedBatch(c *gin.Context) {
@@ -184,15 +134,16 @@ func (s *Server) writeAdmittedBatch(c *gin.Context) {
 			return
 		}
 	}
-	rs, errs := s.ledger.WriteAdmittedMany(c, code, claims)
+	ws := s.ledger.WriteAdmittedMany(c, code, claims)
 	out := make([]ItemReply, len(claims))
-	for i := range claims {
-		if errs[i] != nil {
-			st, body := httpx.AnswerError(c, errs[i]) // each claim's fault is logged once, as WriteError would
+	for i, w := range ws {
+		if w.err != nil {
+			st, body := httpx.AnswerError(c, w.err) // each claim's fault is logged once, as WriteError would
 			out[i] = ItemReply{Status: st, Body: body}
 			continue
 		}
-		out[i] = ItemReply{Status: http.StatusCreated, Body: voucher.Receipt{OrderID: rs[i].OrderID, DiscountAmount: rs[i].DiscountAmount}}
+		out[i] = ItemReply{Status: http.StatusCreated, Replayed: w.replayed,
+			Body: voucher.Receipt{OrderID: w.r.OrderID, DiscountAmount: w.r.DiscountAmount}}
 	}
 	c.JSON(http.StatusOK, gin.H{"results": out})
 }
@@ -236,4 +187,18 @@ func (s *Server) release(c *gin.Context) {
 		return
 	}
 	c.Status(http.StatusNoContent)
+}
+
+func (s *Server) refund(c *gin.Context) {
+	code, orderID, err := httpx.OrderParams(c)
+	if err != nil {
+		httpx.WriteError(c, err)
+		return
+	}
+	r, err := s.ledger.Refund(c, code, orderID)
+	if err != nil {
+		httpx.WriteError(c, err)
+		return
+	}
+	c.JSON(http.StatusOK, voucher.Confirmation{OrderID: r.OrderID, Status: r.Status, DiscountAmount: r.DiscountAmount})
 }

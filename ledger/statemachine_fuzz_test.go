@@ -17,14 +17,15 @@ import (
 	"github.com/flashgate/flashgate/shared/voucher"
 )
 
-// FuzzStateMachine runs short sequences of reserve, confirm, release and get
-// over HTTP against a fresh standard voucher on the real Postgres, and checks
-// every answer against a small model of the voucher, and the database's
-// counters against the model after every step.
+// FuzzStateMachine runs short sequences of reserve, confirm, release, refund
+// and get over HTTP against a fresh standard voucher on the real Postgres, and
+// checks every answer against a small model of the voucher, and the
+// database's counters against the model after every step.
 //
 // The input reads as: stock (1..4), per-user limit (1..3), then up to
 // smMaxOps operations of two bytes each: the kind, and the customer (1..3)
-// and order (0..3 of this voucher, 4 = an order of another voucher).
+// and order (0..3 of this voucher, 4 = an order of another voucher, 5 = an
+// orderId made only of dots).
 func FuzzStateMachine(f *testing.F) {
 	for _, p := range smSeeds {
 		f.Add(p)
@@ -42,12 +43,17 @@ func FuzzStateMachine(f *testing.F) {
 	f.Fuzz(func(t *testing.T, input []byte) {
 		p := smDecode(input)
 		code := smCode("")
-		l.createVoucher(t, spec(code, p.stock, p.limit, false))
+		s := spec(code, p.stock, p.limit, false)
+		s.DiscountAmount = smDiscount // below every order amount that reserves
+		l.createVoucher(t, s)
 		m := &smModel{stock: p.stock, limit: p.limit, orders: map[string]*smOrder{}, foreign: foreignOrder}
 		for i, o := range p.ops {
 			id := foreignOrder
-			if o.order < 4 {
+			switch {
+			case o.order < 4:
 				id = code + "-o" + strconv.Itoa(o.order)
+			case o.order == 5:
+				id = smDots
 			}
 			got := o.send(t, l, code, id)
 			want := m.apply(o, id)
@@ -88,7 +94,18 @@ var smSeeds = [][]byte{
 	smProgram(2, 2, smOp(smReserveSmall, 1, 0), smOp(smReserve, 1, 0), smOp(smReserveSmall, 1, 0),
 		smOp(smReserveSmall, 2, 1), smOp(smGet, 0, 1)),
 	// Unknown orders.
-	smProgram(1, 1, smOp(smConfirm, 0, 3), smOp(smRelease, 0, 3), smOp(smGet, 0, 3)),
+	smProgram(1, 1, smOp(smConfirm, 0, 3), smOp(smRelease, 0, 3), smOp(smGet, 0, 3), smOp(smRefund, 0, 3)),
+	// A refund gives the use back, is idempotent, and is final; only a
+	// confirmed reservation is refunded.
+	smProgram(1, 1, smOp(smReserve, 1, 0), smOp(smRefund, 0, 0), smOp(smConfirm, 0, 0), smOp(smRefund, 0, 0),
+		smOp(smRefund, 0, 0), smOp(smReserve, 2, 1), smOp(smConfirm, 0, 0), smOp(smRelease, 0, 0), smOp(smReserve, 1, 0),
+		smOp(smGet, 0, 0), smOp(smRefund, 0, 1)),
+	// The amount is part of a retry: another amount is a conflict.
+	smProgram(2, 2, smOp(smReserve, 1, 0), smOp(smReserveOther, 1, 0), smOp(smReserveOther, 1, 1),
+		smOp(smReserve, 1, 1), smOp(smReserveOther, 1, 1)),
+	// orderIds made only of dots are refused, in bodies and paths.
+	smProgram(1, 1, smOp(smReserve, 1, 5), smOp(smConfirm, 0, 5), smOp(smRelease, 0, 5), smOp(smGet, 0, 5),
+		smOp(smRefund, 0, 5)),
 	// Per-user limit 3 and stock 4 with three customers.
 	smProgram(4, 3, smOp(smReserve, 1, 0), smOp(smReserve, 1, 1), smOp(smReserve, 1, 2), smOp(smReserve, 1, 3),
 		smOp(smReserve, 2, 3), smOp(smConfirm, 0, 1), smOp(smRelease, 0, 2), smOp(smReserve, 3, 3), smOp(smConfirm, 0, 2)),
@@ -103,19 +120,43 @@ const (
 	smConfirm             // POST .../reservations/{orderId}/confirm
 	smRelease             // DELETE .../reservations/{orderId}
 	smGet                 // GET .../reservations/{orderId}
+	smReserveOther        // POST .../reservations, orderAmount 7000
+	smRefund              // POST .../reservations/{orderId}/refund
 	smKinds
 )
 
-var smOpNames = [...]string{"reserve", "reserve-small", "confirm", "release", "get"}
+var smOpNames = [...]string{"reserve", "reserve-small", "confirm", "release", "get", "reserve-other", "refund"}
+
+// smDiscount is the model voucher's discount, below every amount that reserves.
+const smDiscount = 2_000
+
+// smDots is order 5: an orderId made only of dots.
+const smDots = ".."
+
+// amount is the order amount a reserve kind sends.
+func (o smOpCode) amount() int64 {
+	switch o.kind {
+	case smReserveSmall:
+		return 999
+	case smReserveOther:
+		return 7_000
+	}
+	return 5_000
+}
+
+// reserves reports whether the operation is a reserve.
+func (o smOpCode) reserves() bool {
+	return o.kind == smReserve || o.kind == smReserveSmall || o.kind == smReserveOther
+}
 
 type smOpCode struct {
 	kind     int
 	customer int64 // 1..3
-	order    int   // 0..3, or 4: the other voucher's order
+	order    int   // 0..3, or 4: the other voucher's order, or 5: smDots
 }
 
 func (o smOpCode) describe(id string) string {
-	if o.kind == smReserve || o.kind == smReserveSmall {
+	if o.reserves() {
 		return fmt.Sprintf("%s(customer %d, %s)", smOpNames[o.kind], o.customer, id)
 	}
 	return fmt.Sprintf("%s(%s)", smOpNames[o.kind], id)
@@ -144,7 +185,7 @@ func smDecode(b []byte) smProgramSpec {
 	p := smProgramSpec{stock: 1 + int(at(0)%4), limit: 1 + int(at(1)%3)}
 	for i := 2; i+1 < len(b) && len(p.ops) < smMaxOps; i += 2 {
 		arg := int(b[i+1])
-		p.ops = append(p.ops, smOpCode{kind: int(b[i]) % smKinds, customer: int64(1 + arg%3), order: (arg / 3) % 5})
+		p.ops = append(p.ops, smOpCode{kind: int(b[i]) % smKinds, customer: int64(1 + arg%3), order: (arg / 3) % 6})
 	}
 	return p
 }
@@ -176,14 +217,14 @@ func smCode(kind string) string {
 func (o smOpCode) send(t *testing.T, l *testLedger, code, id string) reply {
 	base := "/vouchers/" + code + "/reservations"
 	switch o.kind {
-	case smReserve:
-		return l.call(t, http.MethodPost, base, claimBody(o.customer, id, 5_000))
-	case smReserveSmall:
-		return l.call(t, http.MethodPost, base, claimBody(o.customer, id, 999))
+	case smReserve, smReserveSmall, smReserveOther:
+		return l.call(t, http.MethodPost, base, claimBody(o.customer, id, o.amount()))
 	case smConfirm:
 		return l.call(t, http.MethodPost, base+"/"+id+"/confirm", nil)
 	case smRelease:
 		return l.call(t, http.MethodDelete, base+"/"+id, nil)
+	case smRefund:
+		return l.call(t, http.MethodPost, base+"/"+id+"/refund", nil)
 	}
 	return l.call(t, http.MethodGet, base+"/"+id, nil)
 }
@@ -198,6 +239,7 @@ type smModel struct {
 
 type smOrder struct {
 	customer int64
+	amount   int64
 	status   voucher.Status
 }
 
@@ -234,10 +276,11 @@ func (m *smModel) count(s voucher.Status) int {
 // smExpected is one answer: the status, the error code (for errors) and the
 // reservation as it must stand afterwards.
 type smExpected struct {
-	status int
-	code   string
-	reason string
-	order  *smOrder
+	status   int
+	code     string
+	reason   string
+	order    *smOrder
+	replayed bool // a 201 answered from the stored reservation
 }
 
 func smFail(status int, code string) smExpected { return smExpected{status: status, code: code} }
@@ -245,57 +288,69 @@ func smFail(status int, code string) smExpected { return smExpected{status: stat
 // apply runs one operation on the model, as README's API describes it.
 func (m *smModel) apply(o smOpCode, id string) smExpected {
 	r, exists := m.orders[id]
-	if id == m.foreign {
-		if o.kind == smReserve || o.kind == smReserveSmall {
-			return smFail(http.StatusConflict, voucher.CodeOrderConflict) // held by another voucher
-		}
+	switch {
+	case id == smDots:
+		return smFail(http.StatusBadRequest, voucher.CodeInvalidRequest)
+	case id == m.foreign && o.reserves():
+		return smFail(http.StatusConflict, voucher.CodeOrderConflict) // held by another voucher
+	case id == m.foreign:
+		return smFail(http.StatusNotFound, voucher.CodeReservationNotFound)
+	case !exists && !o.reserves():
 		return smFail(http.StatusNotFound, voucher.CodeReservationNotFound)
 	}
 	switch o.kind {
-	case smReserve, smReserveSmall:
-		switch {
-		case exists && r.customer != o.customer:
-			return smFail(http.StatusConflict, voucher.CodeOrderConflict)
-		case exists && r.status == voucher.Released:
-			return smFail(http.StatusConflict, voucher.CodeReservationReleased)
-		case exists:
-			return smExpected{status: http.StatusCreated, order: r} // a retry
-		case o.kind == smReserveSmall:
-			return smExpected{status: http.StatusUnprocessableEntity, code: voucher.CodeNotEligible, reason: voucher.ReasonOrderTooSmall}
-		case m.active(o.customer) >= m.limit:
-			return smFail(http.StatusConflict, voucher.CodeAlreadyUsed)
-		case m.used() >= m.stock:
-			return smFail(http.StatusConflict, voucher.CodeOutOfStock)
-		}
-		r = &smOrder{customer: o.customer, status: voucher.Reserved}
-		m.orders[id] = r
-		return smExpected{status: http.StatusCreated, order: r}
+	case smReserve, smReserveSmall, smReserveOther:
+		return m.reserve(o, id, r)
 	case smConfirm:
-		switch {
-		case !exists:
-			return smFail(http.StatusNotFound, voucher.CodeReservationNotFound)
-		case r.status == voucher.Released:
-			// A late payment: it confirms only through the same guards.
-			if m.active(r.customer) >= m.limit || m.used() >= m.stock {
-				return smFail(http.StatusConflict, voucher.CodeReservationExpired)
-			}
+		switch r.status {
+		case voucher.Refunded:
+			return smFail(http.StatusConflict, voucher.CodeReservationRefunded)
+		case voucher.Released: // every release here is a DELETE: final
+			return smFail(http.StatusConflict, voucher.CodeReservationReleased)
 		}
 		r.status = voucher.Confirmed
 		return smExpected{status: http.StatusOK, order: r}
 	case smRelease:
-		switch {
-		case !exists:
-			return smFail(http.StatusNotFound, voucher.CodeReservationNotFound)
-		case r.status == voucher.Confirmed:
+		switch r.status {
+		case voucher.Confirmed:
 			return smFail(http.StatusConflict, voucher.CodeAlreadyConfirmed)
+		case voucher.Reserved:
+			r.status = voucher.Released
 		}
-		r.status = voucher.Released
 		return smExpected{status: http.StatusNoContent}
-	}
-	if !exists {
-		return smFail(http.StatusNotFound, voucher.CodeReservationNotFound)
+	case smRefund:
+		switch r.status {
+		case voucher.Reserved, voucher.Released:
+			return smFail(http.StatusConflict, voucher.CodeNotConfirmed)
+		}
+		r.status = voucher.Refunded
+		return smExpected{status: http.StatusOK, order: r}
 	}
 	return smExpected{status: http.StatusOK, order: r}
+}
+
+// reserve is apply for a reserve of id (r: its order, nil if new): a retry is
+// decided before eligibility.
+func (m *smModel) reserve(o smOpCode, id string, r *smOrder) smExpected {
+	switch {
+	case r != nil && (r.customer != o.customer || r.amount != o.amount()):
+		return smFail(http.StatusConflict, voucher.CodeOrderConflict)
+	case r != nil && r.status == voucher.Released:
+		return smFail(http.StatusConflict, voucher.CodeReservationReleased)
+	case r != nil && r.status == voucher.Refunded:
+		return smFail(http.StatusConflict, voucher.CodeReservationRefunded)
+	case r != nil:
+		return smExpected{status: http.StatusCreated, order: r, replayed: true}
+	case o.kind == smReserveSmall:
+		return smExpected{status: http.StatusUnprocessableEntity, code: voucher.CodeNotEligible, reason: voucher.ReasonOrderTooSmall}
+	case m.active(o.customer) >= m.limit:
+		return smFail(http.StatusConflict, voucher.CodeAlreadyUsed)
+	case m.used() >= m.stock:
+		return smFail(http.StatusConflict, voucher.CodeOutOfStock)
+	}
+	r = &smOrder{customer: o.customer, amount: o.amount(), status: voucher.Reserved}
+	m.orders[id] = r
+	return smExpected{status: http.StatusCreated, order: r}
 }
 
 // smCheckAnswer compares an HTTP answer with the model's, body included.
@@ -319,10 +374,14 @@ func smCheckAnswer(t *testing.T, step string, kind int, id string, got reply, wa
 			t.Errorf("%s = 204 with body %q, want none", step, got.Raw)
 		}
 	case http.StatusCreated:
-		smCheckJSON(t, step, got.Raw, fmt.Sprintf(`{"orderId":%q,"discountAmount":100000}`, id))
+		smCheckJSON(t, step, got.Raw, fmt.Sprintf(`{"orderId":%q,"discountAmount":%d}`, id, smDiscount))
+		if replayed := got.Header.Get(ReplayedHeader) == "true"; replayed != want.replayed {
+			t.Errorf("%s: %s header %q, want replayed %v", step, ReplayedHeader, got.Header.Get(ReplayedHeader), want.replayed)
+		}
 	case http.StatusOK:
-		if kind == smConfirm {
-			smCheckJSON(t, step, got.Raw, fmt.Sprintf(`{"orderId":%q,"status":"CONFIRMED","discountAmount":100000}`, id))
+		switch kind {
+		case smConfirm, smRefund:
+			smCheckJSON(t, step, got.Raw, fmt.Sprintf(`{"orderId":%q,"status":%q,"discountAmount":%d}`, id, want.order.status, smDiscount))
 			return
 		}
 		var r voucher.Reservation
@@ -331,7 +390,7 @@ func smCheckAnswer(t *testing.T, step string, kind int, id string, got reply, wa
 			return
 		}
 		if r.OrderID != id || r.CustomerID != want.order.customer || r.Status != want.order.status ||
-			r.DiscountAmount != 100_000 || !r.ExpiresAt.After(r.CreatedAt) || len(got.Body) != 6 {
+			r.DiscountAmount != smDiscount || !r.ExpiresAt.After(r.CreatedAt) || len(got.Body) != 6 {
 			t.Errorf("%s = %s, want order %s of customer %d, %s", step, got.Raw, id, want.order.customer, want.order.status)
 		}
 	}

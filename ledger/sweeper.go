@@ -5,12 +5,20 @@ import (
 	"fmt"
 )
 
-// Sweep releases every reservation whose hold expired, in bounded batches, and
-// then gives the flash vouchers' uses back in Redis. It returns how many it
-// released. Two ledgers sweeping at once never release a row twice: each batch
-// locks its rows with SKIP LOCKED and only RESERVED rows change.
+// Sweep releases every reservation whose hold expired (RELEASED, reason
+// EXPIRED: a late payment may still take a use again), in bounded batches, and
+// then gives the flash vouchers' uses back in Redis. Each voucher whose stock
+// came back is announced once per sweep. It returns how many it released. Two
+// ledgers sweeping at once never release a row twice: each batch locks its
+// rows with SKIP LOCKED and only RESERVED rows change.
 func (j *Jobs) Sweep(ctx context.Context) (int, error) {
 	total := 0
+	restocked := map[string]bool{}
+	defer func() {
+		for code := range restocked {
+			publishChange(ctx, j.pub, code, j.log)
+		}
+	}()
 	for {
 		batch, err := j.store.ExpireBatch(ctx, j.cfg.ExpiryBatch)
 		if err != nil {
@@ -18,6 +26,9 @@ func (j *Jobs) Sweep(ctx context.Context) (int, error) {
 		}
 		total += len(batch)
 		j.cfg.Metrics.expired.Add(float64(len(batch)))
+		for _, o := range batch {
+			restocked[o.VoucherCode] = true
+		}
 		j.releaseInRedis(ctx, batch)
 		if len(batch) < j.cfg.ExpiryBatch {
 			return total, nil

@@ -37,21 +37,22 @@ func (w *Writer) ObserveSizes(f func(int)) { w.batcher.ObserveSizes(f) }
 func (w *Writer) ObserveCommits(f func(time.Duration)) { w.commit = f }
 
 // WriteMany makes admitted claims of one voucher durable (idempotent by
-// orderId) and returns their reservations once committed. Claims that arrive
-// together (the proxy forwards its batches whole) join the same transaction.
-func (w *Writer) WriteMany(ctx context.Context, code string, claims []voucher.Claim) ([]voucher.Reservation, []error) {
+// orderId) and returns their answers once committed: a reservation (replayed
+// when an earlier request wrote it) or why not. Claims that arrive together
+// (the proxy forwards its batches whole) join the same transaction.
+func (w *Writer) WriteMany(ctx context.Context, code string, claims []voucher.Claim) []written {
 	outs, errs := w.batcher.DoAll(ctx, code, claims)
-	rs := make([]voucher.Reservation, len(claims))
-	for i, out := range outs {
-		if errs[i] == nil {
-			rs[i], errs[i] = out.r, out.err
+	for i, err := range errs {
+		if err != nil {
+			outs[i] = written{err: err}
 		}
 	}
-	return rs, errs
+	return outs
 }
 
-// writeBatch answers one batch of claims of voucher code: the ineligible at
-// once, the rest through writeGroup, a repeated orderId as its first claim.
+// writeBatch answers one batch of claims of voucher code: those below the
+// minimum order amount at once (unless a retry: see small), the rest through
+// writeGroup, a repeated orderId as its first claim.
 func (w *Writer) writeBatch(ctx context.Context, code string, claims []voucher.Claim) ([]written, error) {
 	ctx, cancel := context.WithTimeout(ctx, w.timeout)
 	defer cancel()
@@ -68,14 +69,18 @@ func (w *Writer) writeBatch(ctx context.Context, code string, claims []voucher.C
 		return out, nil
 	}
 
-	// The ineligible are answered at once; retries of orders that exist are
+	// Orders too small are answered at once; retries of orders that exist are
 	// answered inside the group's transaction (see InsertMany).
+	small, err := w.small(ctx, v, claims)
+	if err != nil {
+		return nil, err
+	}
 	var fresh []int           // indexes of claims to insert, one per new orderId
 	first := map[string]int{} // orderId -> index of its first claim in this batch
 	var followers []int       // later claims of an orderId already in fresh
 	for i, cl := range claims {
-		if cl.OrderAmount < v.MinOrderAmount {
-			out[i].err = voucher.NotEligible(voucher.ReasonOrderTooSmall, "the order amount is below the voucher's minimum")
+		if a, ok := small[i]; ok {
+			out[i] = a
 			continue
 		}
 		if _, dup := first[cl.OrderID]; dup {
@@ -105,7 +110,7 @@ func (w *Writer) writeBatch(ctx context.Context, code string, claims []voucher.C
 		lead := out[first[claims[i].OrderID]]
 		switch {
 		case lead.err == nil:
-			out[i] = written{r: lead.r, err: retryAnswer(lead.r, code, claims[i])}
+			out[i] = written{r: lead.r, err: retryAnswer(lead.r, code, claims[i]), replayed: true}
 		case claims[i].CustomerID == claims[first[claims[i].OrderID]].CustomerID:
 			out[i] = lead
 		default:
@@ -115,11 +120,39 @@ func (w *Writer) writeBatch(ctx context.Context, code string, claims []voucher.C
 	return out, nil
 }
 
+// small answers the claims below the voucher's minimum order amount (by index):
+// a retry of an order that has a row is answered from it, as always (the
+// minimum may have been raised since); a new one is ORDER_TOO_SMALL.
+func (w *Writer) small(ctx context.Context, v voucher.Voucher, claims []voucher.Claim) (map[int]written, error) {
+	var idx []int
+	var tooSmall []voucher.Claim
+	for i, cl := range claims {
+		if cl.OrderAmount < v.MinOrderAmount {
+			idx, tooSmall = append(idx, i), append(tooSmall, cl)
+		}
+	}
+	if len(idx) == 0 {
+		return nil, nil
+	}
+	found, ok, err := w.store.ExistingMany(ctx, v.Code, tooSmall)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[int]written, len(idx))
+	for j, i := range idx {
+		out[i] = found[j]
+		if !ok[j] {
+			out[i] = written{err: voucher.ErrOrderTooSmall}
+		}
+	}
+	return out, nil
+}
+
 // writeGroup writes claims in one transaction if no guard fires. Otherwise it
 // splits the group in halves (earlier arrivals first) until the items that
 // break a guard are alone and fail alone: a sell-out inside a batch costs a
-// few transactions, not one per item. Once the stock is gone the rest are
-// answered OUT_OF_STOCK without another try.
+// few transactions, not one per item. Once the stock is gone, or the voucher
+// is paused or out of its window, the rest are answered without another try.
 func (w *Writer) writeGroup(ctx context.Context, v voucher.Voucher, claims []voucher.Claim) ([]written, error) {
 	start := time.Now()
 	done, refused, err := w.store.InsertMany(ctx, v, claims)
@@ -134,12 +167,12 @@ func (w *Writer) writeGroup(ctx context.Context, v voucher.Voucher, claims []vou
 	case len(claims) == 1:
 		return []written{w.one(ctx, v, claims[0])}, nil
 	}
-	left, err := w.store.Remaining(ctx, v.Code)
+	shut, err := w.store.Shut(ctx, v.Code)
 	if err != nil {
 		return nil, err
 	}
-	if left <= 0 {
-		// No use left for a new order; a retry of one already written is
+	if shut != nil {
+		// No new order can be written; a retry of one already written is
 		// answered with its row, as always.
 		out, found, err := w.store.ExistingMany(ctx, v.Code, claims)
 		if err != nil {
@@ -147,7 +180,7 @@ func (w *Writer) writeGroup(ctx context.Context, v voucher.Voucher, claims []vou
 		}
 		for i := range out {
 			if !found[i] {
-				out[i].err = voucher.ErrOutOfStock
+				out[i].err = shut
 			}
 		}
 		return out, nil
@@ -166,6 +199,6 @@ func (w *Writer) writeGroup(ctx context.Context, v voucher.Voucher, claims []vou
 
 // one writes a single claim on its own.
 func (w *Writer) one(ctx context.Context, v voucher.Voucher, cl voucher.Claim) written {
-	r, err := w.store.InsertAdmitted(ctx, v, cl)
-	return written{r: r, err: err}
+	r, replayed, err := w.store.InsertAdmitted(ctx, v, cl)
+	return written{r: r, err: err, replayed: replayed}
 }

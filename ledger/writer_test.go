@@ -28,8 +28,8 @@ func newWriter(tb testing.TB, l *testLedger) (*Writer, *[]int) {
 
 // writeOne writes one admitted claim through w, as WriteAdmitted does.
 func writeOne(w *Writer, code string, cl voucher.Claim) (voucher.Reservation, error) {
-	rs, errs := w.WriteMany(context.Background(), code, []voucher.Claim{cl})
-	return rs[0], errs[0]
+	out := w.WriteMany(context.Background(), code, []voucher.Claim{cl})
+	return out[0].r, out[0].err
 }
 
 // Many concurrent admitted writes for one voucher: exact counts, grouped into
@@ -155,15 +155,27 @@ func TestAdmittedBatchRoute(t *testing.T) {
 	results, _ := r.Body["results"].([]any)
 	require.Len(t, results, len(claims))
 	want := []struct {
-		status int
-		code   string
-	}{{201, ""}, {201, ""}, {409, "ORDER_CONFLICT"}, {422, "NOT_ELIGIBLE"}, {409, "ALREADY_USED"}, {201, ""}}
+		status   int
+		code     string
+		replayed bool
+	}{{201, "", false}, {201, "", true}, {409, "ORDER_CONFLICT", false}, {422, "NOT_ELIGIBLE", false},
+		{409, "ALREADY_USED", false}, {201, "", false}}
 	for i, res := range results {
 		item := res.(map[string]any)
 		body, _ := item["body"].(map[string]any)
 		got, _ := body["error"].(string)
 		assert.EqualValues(t, want[i].status, item["status"], "claim %d: %v", i, item)
 		assert.Equal(t, want[i].code, got, "claim %d", i)
+		_, has := item["replayed"]
+		assert.Equal(t, want[i].replayed, has, "claim %d: replayed present only on a replay: %v", i, item)
+	}
+	// The whole batch again: every 201 is now a replay.
+	r = l.call(t, "POST", path, map[string]any{"claims": claims[:2]})
+	require.Equal(t, 200, r.Status, r.Raw)
+	for i, res := range r.Body["results"].([]any) {
+		item := res.(map[string]any)
+		assert.EqualValues(t, 201, item["status"], "retry %d: %v", i, item)
+		assert.Equal(t, true, item["replayed"], "retry %d: %v", i, item)
 	}
 	assert.Equal(t, dbCounts{Used: 2, Rows: 2, Active: 2, MaxPerCustomer: 1}, l.counts(t, code))
 

@@ -1,0 +1,238 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/flashgate/flashgate/shared/voucher"
+)
+
+// sql runs a statement on l's database, as an operator would.
+func (l *testLedger) sql(tb testing.TB, stmt string, args ...any) {
+	tb.Helper()
+	_, err := l.pool.Exec(context.Background(), stmt, args...)
+	require.NoError(tb, err)
+}
+
+// A retry is decided before eligibility, on every path: the same voucher,
+// customer and amount replay the stored answer (marked Idempotent-Replayed),
+// whatever changed since; any of them different is ORDER_CONFLICT; a released
+// order stays released.
+func TestReserveRetries(t *testing.T) {
+	t.Parallel()
+	for _, flash := range []bool{false, true} {
+		t.Run(fmt.Sprintf("flash=%v", flash), func(t *testing.T) {
+			t.Parallel()
+			l := newTestLedger(t, ledgerOptions{})
+			code, other := newCode(t), newCode(t)
+			l.createVoucher(t, spec(code, 2, 1, flash))
+			l.createVoucher(t, spec(other, 2, 1, flash))
+			res := "/vouchers/" + code + "/reservations"
+			o := code + "-a"
+
+			first := l.call(t, "POST", res, claimBody(1, o, 5_000))
+			require.Equal(t, 201, first.Status, first.Raw)
+			assert.Empty(t, first.Header.Get(ReplayedHeader), "the first answer is no replay")
+			assert.JSONEq(t, fmt.Sprintf(`{"orderId":%q,"discountAmount":5000}`, o), first.Raw, "the discount is capped at the order")
+
+			// The voucher's terms change under the held order: it is sold out,
+			// its minimum and discount rise, its window ends. The retry is
+			// still answered as the first request was.
+			require.Equal(t, 201, l.call(t, "POST", res, claimBody(2, code+"-b", 5_000)).Status)
+			l.sql(t, `UPDATE voucher SET min_order_amount = 9000, discount_amount = 7, ends_at = now() WHERE code = $1`, code)
+			l.store.ForgetTerms(code)
+			for i := 0; i < 2; i++ {
+				r := l.call(t, "POST", res, claimBody(1, o, 5_000))
+				assert.Equal(t, 201, r.Status, r.Raw)
+				assert.Equal(t, first.Raw, r.Raw)
+				assert.Equal(t, "true", r.Header.Get(ReplayedHeader))
+			}
+			for name, c := range map[string]struct {
+				path string
+				body any
+			}{
+				"another amount":   {res, claimBody(1, o, 5_001)},
+				"another customer": {res, claimBody(2, o, 5_000)},
+				"another voucher":  {"/vouchers/" + other + "/reservations", claimBody(1, o, 5_000)},
+			} {
+				r := l.call(t, "POST", c.path, c.body)
+				assert.Equal(t, 409, r.Status, "%s: %s", name, r.Raw)
+				assert.Equal(t, voucher.CodeOrderConflict, r.Code(), name)
+				assert.Empty(t, r.Header.Get(ReplayedHeader), name)
+			}
+			require.Equal(t, 204, l.call(t, "DELETE", res+"/"+o, nil).Status)
+			r := l.call(t, "POST", res, claimBody(1, o, 5_000))
+			assert.Equal(t, 409, r.Status, r.Raw)
+			assert.Equal(t, voucher.CodeReservationReleased, r.Code())
+			b := l.checkBooks(t, code)
+			assert.Equal(t, 1, b.Used)
+			if flash {
+				checkRedisMatches(t, l.gate, b, code)
+			}
+		})
+	}
+}
+
+// The single internal route marks a replay with the header too.
+func TestAdmittedRouteReplayHeader(t *testing.T) {
+	t.Parallel()
+	l := newTestLedger(t, ledgerOptions{})
+	code := newCode(t)
+	l.createVoucher(t, spec(code, 2, 1, true))
+	path := "/internal/vouchers/" + code + "/reservations"
+	r := l.call(t, "POST", path, claimBody(1, code+"-a", 150_000))
+	require.Equal(t, 201, r.Status, r.Raw)
+	assert.Empty(t, r.Header.Get(ReplayedHeader))
+	r = l.call(t, "POST", path, claimBody(1, code+"-a", 150_000))
+	require.Equal(t, 201, r.Status, r.Raw)
+	assert.Equal(t, "true", r.Header.Get(ReplayedHeader))
+	r = l.call(t, "POST", path, claimBody(1, code+"-a", 150_001))
+	assert.Equal(t, 409, r.Status, r.Raw)
+	assert.Equal(t, voucher.CodeOrderConflict, r.Code())
+	assert.Equal(t, dbCounts{Used: 1, Rows: 1, Active: 1, MaxPerCustomer: 1}, l.counts(t, code))
+}
+
+// orderIds made only of dots are refused in bodies and in paths, and a path
+// with a dot segment never reaches a handler as that segment.
+func TestDotOnlyOrderIDs(t *testing.T) {
+	t.Parallel()
+	l := newTestLedger(t, ledgerOptions{noRedis: true})
+	code := newCode(t)
+	l.createVoucher(t, spec(code, 5, 5, false))
+	res := "/vouchers/" + code + "/reservations"
+	for _, id := range []string{".", "..", "...."} {
+		r := l.call(t, "POST", res, claimBody(1, id, 5_000))
+		assert.Equal(t, 400, r.Status, "reserve %q: %s", id, r.Raw)
+		assert.Equal(t, voucher.CodeInvalidRequest, r.Code())
+	}
+	assert.Equal(t, 201, l.call(t, "POST", res, claimBody(1, "a.b", 5_000)).Status, "dots inside an id are fine")
+
+	// Sent as is, without a client's path normalisation.
+	h := (&Server{ledger: l.led}).Handler()
+	for _, p := range []struct{ method, path string }{
+		{"POST", res + "/../confirm"}, {"POST", res + "/./confirm"}, {"POST", res + "/../refund"},
+		{"DELETE", res + "/.."}, {"GET", res + "/.."}, {"DELETE", res + "/."},
+	} {
+		req := httptest.NewRequest(p.method, res, nil)
+		req.URL.Path, req.RequestURI = p.path, p.path
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, req)
+		assert.Equal(t, 400, w.Code, "%s %s = %d %s", p.method, p.path, w.Code, w.Body)
+		assert.Contains(t, w.Body.String(), voucher.CodeInvalidRequest, "%s %s", p.method, p.path)
+	}
+	assert.Equal(t, dbCounts{Used: 1, Rows: 1, Active: 1, MaxPerCustomer: 1}, l.counts(t, code))
+}
+
+// A lowered perUserLimit keeps the uses customers hold and stops new ones
+// above it, under concurrency, with the usage rows' CHECK intact.
+func TestLoweredPerUserLimit(t *testing.T) {
+	t.Parallel()
+	for _, flash := range []bool{false, true} {
+		t.Run(fmt.Sprintf("flash=%v", flash), func(t *testing.T) {
+			t.Parallel()
+			l := newTestLedger(t, ledgerOptions{})
+			code := newCode(t)
+			l.createVoucher(t, spec(code, 100, 3, flash))
+			res := "/vouchers/" + code + "/reservations"
+			for i := 0; i < 3; i++ {
+				require.Equal(t, 201, l.call(t, "POST", res, claimBody(1, fmt.Sprintf("%s-held%d", code, i), 5_000)).Status)
+			}
+			// As PATCH does it (LEDGER-ADMIN builds the route): the voucher and the
+			// usage rows, then Redis for a flash voucher.
+			l.sql(t, `UPDATE voucher SET per_user_limit = 1 WHERE code = $1`, code)
+			l.sql(t, `UPDATE voucher_customer_usage SET per_user_limit = GREATEST(1, used_count) WHERE voucher_code = $1`, code)
+			if flash {
+				v, err := l.store.Voucher(context.Background(), code)
+				require.NoError(t, err)
+				_, err = l.gate.Update(context.Background(), code, v)
+				require.NoError(t, err)
+			}
+			l.store.ForgetTerms(code)
+
+			// Customer 1 keeps 3 and gets no more; 20 new customers race with 4
+			// orders each and get exactly one use each.
+			var mu sync.Mutex
+			got := map[string]int{}
+			var wg sync.WaitGroup
+			for c := 1; c <= 21; c++ {
+				for o := 0; o < 4; o++ {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						r := l.call(t, "POST", res, claimBody(int64(c), fmt.Sprintf("%s-c%d-%d", code, c, o), 5_000))
+						mu.Lock()
+						got[fmt.Sprint(r.Status, r.Code())]++
+						mu.Unlock()
+					}()
+				}
+			}
+			wg.Wait()
+			assert.Equal(t, map[string]int{"201": 20, "409ALREADY_USED": 64}, got)
+			b := l.checkBooks(t, code)
+			assert.Equal(t, 23, b.Used)
+			assert.Equal(t, 3, b.Active[1], "the uses held above the new limit stay")
+			require.Equal(t, 200, l.call(t, "POST", res+"/"+code+"-held0/confirm", nil).Status)
+			require.Equal(t, 204, l.call(t, "DELETE", res+"/"+code+"-held1", nil).Status)
+			r := l.call(t, "POST", res, claimBody(1, code+"-again", 5_000))
+			assert.Equal(t, 409, r.Status, "2 held, limit 1: %s", r.Raw)
+			var limit int
+			require.NoError(t, l.pool.QueryRow(context.Background(), `SELECT per_user_limit FROM voucher_customer_usage
+				WHERE voucher_code = $1 AND customer_id = 2`, code).Scan(&limit))
+			assert.Equal(t, 1, limit, "a new usage row carries the current limit")
+			if flash {
+				checkRedisMatches(t, l.gate, l.checkBooks(t, code), code)
+			}
+		})
+	}
+}
+
+// A paused standard voucher refuses new reservations (the guarded UPDATE
+// decides even when the cached terms are not yet paused) while confirm,
+// release, refund, reads and retries work as usual.
+func TestPausedStandardVoucher(t *testing.T) {
+	t.Parallel()
+	l := newTestLedger(t, ledgerOptions{noRedis: true})
+	code := newCode(t)
+	l.createVoucher(t, spec(code, 10, 5, false))
+	res := "/vouchers/" + code + "/reservations"
+	for _, o := range []string{"a", "b", "c"} {
+		require.Equal(t, 201, l.call(t, "POST", res, claimBody(1, code+"-"+o, 150_000)).Status)
+	}
+	require.Equal(t, 200, l.call(t, "POST", res+"/"+code+"-c/confirm", nil).Status)
+	l.sql(t, `UPDATE voucher SET paused = true WHERE code = $1`, code) // the terms stay cached: the UPDATE's guard answers
+	r := l.call(t, "POST", res, claimBody(2, code+"-new", 150_000))
+	assert.Equal(t, 422, r.Status, r.Raw)
+	assert.Equal(t, voucher.ReasonPaused, r.Body["reason"])
+	l.store.ForgetTerms(code)
+	r = l.call(t, "POST", res, claimBody(2, code+"-new2", 150_000))
+	assert.Equal(t, 422, r.Status, r.Raw)
+	assert.Equal(t, voucher.ReasonPaused, r.Body["reason"])
+
+	steps := []struct {
+		method, path string
+		body         any
+		status       int
+	}{
+		{"POST", res, claimBody(1, code+"-a", 150_000), 201},
+		{"POST", res + "/" + code + "-a/confirm", nil, 200},
+		{"DELETE", res + "/" + code + "-b", nil, 204},
+		{"POST", res + "/" + code + "-c/refund", nil, 200},
+		{"GET", res + "/" + code + "-c", nil, 200},
+		{"GET", "/admin/vouchers/" + code, nil, 200},
+	}
+	for _, s := range steps {
+		r := l.call(t, s.method, s.path, s.body)
+		assert.Equal(t, s.status, r.Status, "%s %s while paused = %s", s.method, s.path, r.Raw)
+	}
+	assert.Equal(t, dbCounts{Used: 1, Rows: 3, Active: 1, MaxPerCustomer: 1}, l.counts(t, code))
+	l.sql(t, `UPDATE voucher SET paused = false WHERE code = $1`, code)
+	l.store.ForgetTerms(code)
+	assert.Equal(t, http.StatusCreated, l.call(t, "POST", res, claimBody(2, code+"-after", 150_000)).Status)
+}
