@@ -180,6 +180,11 @@ func (s *Store) ChangeVoucher(ctx context.Context, code, actor, action string,
 		if after, err = change(before); err != nil {
 			return err
 		}
+		// Postgres keeps microseconds: compare what it will store.
+		after.StartsAt, after.EndsAt = after.StartsAt.Truncate(time.Microsecond), after.EndsAt.Truncate(time.Microsecond)
+		if !after.StartsAt.Before(after.EndsAt) {
+			return errWindow
+		}
 		after.Remaining = after.TotalLimit - after.UsedCount
 		if changed = termsOf(after) != termsOf(before); !changed {
 			return nil
@@ -258,6 +263,8 @@ func translate(err error) error {
 			return voucher.ErrAlreadyUsed
 		case pe.Code == "23505" && pe.ConstraintName == "uq_order":
 			return errOrderTaken
+		case pe.Code == "23514" && pe.ConstraintName == "ck_window":
+			return errWindow
 		case pe.Code == "23505" && pe.ConstraintName == "voucher_pkey":
 			return voucher.ErrVoucherExists
 		case pe.Code == "23503":
@@ -266,6 +273,10 @@ func translate(err error) error {
 	}
 	return err
 }
+
+// errWindow refuses a window that is empty once stored (Postgres keeps
+// microseconds, so two instants in the same microsecond are one).
+var errWindow = voucher.Errorf(voucher.CodeInvalidRequest, "startsAt must be before endsAt (to the microsecond)")
 
 // ActiveOrder is a reservation that holds a use (RESERVED or CONFIRMED).
 type ActiveOrder struct {

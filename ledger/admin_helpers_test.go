@@ -1,0 +1,82 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+
+	"github.com/gin-gonic/gin"
+	"github.com/stretchr/testify/require"
+
+	"github.com/flashgate/flashgate/shared/voucher"
+)
+
+// adminTokens are the named tokens of newAdminLedger, beside its LEDGER_TOKEN.
+var adminTokens = map[string]string{"alice": "alice-token", "bob": "bob-token"}
+
+// newAdminLedger is newTestLedger served with LEDGER_TOKEN "default-token"
+// and LEDGER_TOKENS alice and bob (adminTokens), as main wires them.
+func newAdminLedger(tb testing.TB) *testLedger {
+	tb.Helper()
+	l := newTestLedger(tb, ledgerOptions{token: "default-token"})
+	srv := &Server{ledger: l.led, jobs: l.jobs, token: l.Token, tokens: adminTokens,
+		ready: func(c *gin.Context) error { return l.store.Ping(c) }}
+	hs := httptest.NewServer(srv.Handler())
+	tb.Cleanup(hs.Close)
+	l.URL = hs.URL
+	return l
+}
+
+// callAs sends a request with the named token of actor (adminTokens), or
+// LEDGER_TOKEN for "default".
+func (l *testLedger) callAs(tb testing.TB, actor, method, path string, body any) reply {
+	tb.Helper()
+	token := adminTokens[actor]
+	if actor == "default" {
+		token = l.Token
+	}
+	return call(tb, method, l.URL+path, token, body)
+}
+
+// view decodes a voucher view reply, requiring status want.
+func view(tb testing.TB, r reply, want int) voucher.Voucher {
+	tb.Helper()
+	require.Equal(tb, want, r.Status, "reply %s", r.Raw)
+	var v voucher.Voucher
+	require.NoError(tb, json.Unmarshal([]byte(r.Raw), &v))
+	return v
+}
+
+// patch sends PATCH /admin/vouchers/{code}.
+func (l *testLedger) patch(tb testing.TB, code string, body any) reply {
+	tb.Helper()
+	return l.call(tb, http.MethodPatch, "/admin/vouchers/"+code, body)
+}
+
+// reserve reserves through the ledger's public route (the gate first for a
+// flash voucher, as through a proxy).
+func (l *testLedger) reserve(tb testing.TB, code string, customer int64, order string, amount int64) reply {
+	tb.Helper()
+	return l.call(tb, http.MethodPost, "/vouchers/"+code+"/reservations", claimBody(customer, order, amount))
+}
+
+// auditEvents reads GET /admin/vouchers/{code}/audit.
+func (l *testLedger) auditEvents(tb testing.TB, code string) []AuditEvent {
+	tb.Helper()
+	r := l.call(tb, http.MethodGet, "/admin/vouchers/"+code+"/audit", nil)
+	require.Equal(tb, http.StatusOK, r.Status, r.Raw)
+	var body struct {
+		Events []AuditEvent `json:"events"`
+	}
+	require.NoError(tb, json.Unmarshal([]byte(r.Raw), &body))
+	return body.Events
+}
+
+// exec runs SQL on the test database.
+func (l *testLedger) exec(tb testing.TB, sql string, args ...any) {
+	tb.Helper()
+	_, err := l.pool.Exec(context.Background(), sql, args...)
+	require.NoError(tb, err, sql)
+}
