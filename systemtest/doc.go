@@ -16,4 +16,11 @@
 // (history_test.go), the client and workload that make it (client_test.go,
 // workload_test.go, run_test.go), the checks (checker_test.go), the processes
 // (stack_test.go) and the tests (linearizability_test.go).
+//
+// The live sale of issue 12 is driven the same way: a fixed burst of reserves
+// from many goroutines at a constant rate (burst_test.go) with an operator's
+// call in its middle (operator_test.go), a raise of totalLimit and a pause,
+// checked exactly against Postgres and Redis (livesale_test.go); and the same
+// retry sent to a proxy and to the ledger's public route after each change
+// that must not alter its answer (retry_test.go).
 package systemtest
