@@ -129,3 +129,27 @@ func TestReserveMetaWithoutPausedIsAnError(t *testing.T) {
 	_, _, _, err = g.Meta(ctx, code)
 	assert.Error(t, err)
 }
+
+// TestMetaWithoutPaused: keys loaded before pause existed (a rolling upgrade
+// during a sale) have no paused field; the voucher is read as not paused
+// rather than failing every reserve until the next reconcile.
+func TestMetaWithoutPaused(t *testing.T) {
+	t.Parallel()
+	g, rdb := newGate(t)
+	ctx := context.Background()
+	code := testCode(t, g, "legacy")
+	loadVoucher(t, g, code, testMeta(10, 1))
+	require.NoError(t, rdb.HDel(ctx, Keys(code)[3], "paused").Err())
+
+	rs, _, err := g.Reserve(ctx, code, []Item{{1, "o1", testAmount}})
+	require.NoError(t, err)
+	assert.Equal(t, []Result{Reserved}, rs)
+	m, _, loaded, err := g.Meta(ctx, code)
+	require.NoError(t, err)
+	assert.True(t, loaded)
+	assert.False(t, m.Paused)
+
+	require.NoError(t, rdb.HSet(ctx, Keys(code)[3], "paused", "x").Err())
+	_, _, err = g.Reserve(ctx, code, []Item{{2, "o2", testAmount}})
+	assert.Error(t, err, "a paused field that is not a number is still an error")
+}

@@ -18,5 +18,9 @@ if not remaining then
 end
 local out = redis.call('HMGET', KEYS[4], 'discountAmount', 'minOrderAmount',
   'totalLimit', 'perUserLimit', 'startsAt', 'endsAt', 'flashSale', 'paused')
+-- A meta loaded before pause existed has no paused field: not paused.
+if out[8] == false then
+  out[8] = '0'
+end
 table.insert(out, 1, remaining)
 return out

@@ -38,10 +38,17 @@ if not remaining then
   return out
 end
 local terms = {}
+-- A meta loaded before pause existed has no paused field: not paused (the
+-- next update or reconcile writes it). Any other missing field is an error.
+if redis.call('HEXISTS', KEYS[4], 'paused') == 0 then
+  terms.paused = 0
+end
 for _, field in ipairs({'perUserLimit', 'minOrderAmount', 'startsAt', 'endsAt', 'paused'}) do
-  local v, missing = metaNumber('reserve', field)
-  if missing then return missing end
-  terms[field] = v
+  if terms[field] == nil then
+    local v, missing = metaNumber('reserve', field)
+    if missing then return missing end
+    terms[field] = v
+  end
 end
 for i = 3, #ARGV, 3 do
   if not tonumber(ARGV[i]) then
