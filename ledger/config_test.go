@@ -1,0 +1,44 @@
+package main
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+
+	"github.com/flashgate/flashgate/shared/envconf"
+)
+
+// TestConfigTokens checks that LEDGER_TOKENS is read beside LEDGER_TOKEN and
+// that a bad value fails the start with a message naming the variable.
+func TestConfigTokens(t *testing.T) {
+	env := func(kv ...string) *envconf.Reader {
+		m := map[string]string{"DATABASE_URL": "postgres://x"}
+		for i := 0; i < len(kv); i += 2 {
+			m[kv[i]] = kv[i+1]
+		}
+		return envconf.NewFrom(m)
+	}
+	c, err := configFrom(env("LEDGER_TOKEN", "t0", "LEDGER_TOKENS", "alice:ta,bob:tb"))
+	assert.NoError(t, err)
+	assert.Equal(t, "t0", c.Token)
+	assert.Equal(t, map[string]string{"alice": "ta", "bob": "tb"}, c.Tokens)
+	c, err = configFrom(env("LEDGER_TOKENS", "default:td"))
+	assert.NoError(t, err, "default may be named when LEDGER_TOKEN is unset")
+	assert.Equal(t, map[string]string{"default": "td"}, c.Tokens)
+
+	for _, bad := range [][]string{
+		{"LEDGER_TOKENS", "alice"},
+		{"LEDGER_TOKENS", "alice:ta,alice:tb"},
+		{"LEDGER_TOKENS", "alice:ta,bob:ta"},
+		{"LEDGER_TOKENS", "al ice:ta"},
+		{"LEDGER_TOKENS", "alice:ta,"},
+		{"LEDGER_TOKEN", "t0", "LEDGER_TOKENS", "default:td"},
+		{"LEDGER_TOKEN", "t0", "LEDGER_TOKENS", "alice:t0"},
+	} {
+		_, err := configFrom(env(bad...))
+		if assert.Error(t, err, "%v", bad) {
+			assert.Contains(t, err.Error(), "LEDGER_TOKENS", "%v", bad)
+			assert.NotContains(t, err.Error(), ":ta", "%v: no token in the message", bad)
+		}
+	}
+}
