@@ -115,21 +115,6 @@ func TestReserveBadAmountIsAnError(t *testing.T) {
 	assert.EqualValues(t, 3, remaining)
 }
 
-// Meta without paused (a hand-made or pre-issue-12 load) is refused loudly,
-// like any other missing field.
-func TestReserveMetaWithoutPausedIsAnError(t *testing.T) {
-	t.Parallel()
-	g, rdb := newGate(t)
-	ctx := context.Background()
-	code := testCode(t, g, "v")
-	loadVoucher(t, g, code, testMeta(3, 1))
-	require.NoError(t, rdb.HDel(ctx, Keys(code)[3], "paused").Err())
-	_, _, err := g.Reserve(ctx, code, []Item{{1, "a", testAmount}})
-	assert.ErrorContains(t, err, "paused")
-	_, _, _, err = g.Meta(ctx, code)
-	assert.Error(t, err)
-}
-
 // TestMetaWithoutPaused: keys loaded before pause existed (a rolling upgrade
 // during a sale) have no paused field; the voucher is read as not paused
 // rather than failing every reserve until the next reconcile.
