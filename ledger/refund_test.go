@@ -195,7 +195,7 @@ func TestConfirmAfterEndings(t *testing.T) {
 	for _, flash := range []bool{false, true} {
 		t.Run(fmt.Sprintf("flash=%v", flash), func(t *testing.T) {
 			t.Parallel()
-			l := newTestLedger(t, ledgerOptions{ttl: 300 * time.Millisecond})
+			l := newTestLedger(t, ledgerOptions{db: ownPostgres(t), ttl: 300 * time.Millisecond}) // sweeps take this test's rows only
 			code := newCode(t)
 			l.createVoucher(t, spec(code, 2, 1, flash))
 			res := "/vouchers/" + code + "/reservations"
@@ -250,7 +250,7 @@ func TestLateConfirmNoUseLeftMessage(t *testing.T) {
 	for _, flash := range []bool{false, true} {
 		t.Run(fmt.Sprintf("flash=%v", flash), func(t *testing.T) {
 			t.Parallel()
-			l := newTestLedger(t, ledgerOptions{ttl: 300 * time.Millisecond})
+			l := newTestLedger(t, ledgerOptions{db: ownPostgres(t), ttl: 300 * time.Millisecond}) // sweeps take this test's rows only
 			code := newCode(t)
 			l.createVoucher(t, spec(code, 1, 1, flash))
 			res := "/vouchers/" + code + "/reservations"
@@ -276,7 +276,7 @@ func TestLateConfirmNoUseLeftMessage(t *testing.T) {
 // channel.
 func TestStockBackIsPublished(t *testing.T) {
 	t.Parallel()
-	l := newTestLedger(t, ledgerOptions{ttl: 300 * time.Millisecond})
+	l := newTestLedger(t, ledgerOptions{db: ownPostgres(t), ttl: 300 * time.Millisecond}) // sweeps take this test's rows only
 	changes := subscribe(t, l)
 	released, swept := newCode(t), newCode(t)
 	for _, code := range []string{released, swept} {

@@ -236,3 +236,52 @@ func TestPausedStandardVoucher(t *testing.T) {
 	l.store.ForgetTerms(code)
 	assert.Equal(t, http.StatusCreated, l.call(t, "POST", res, claimBody(2, code+"-after", 150_000)).Status)
 }
+
+// A flash voucher paused in the database but not (yet) in Redis: the gate
+// admits, the guarded UPDATE refuses PAUSED, and the use is given back
+// without recording the order finished, so it may be admitted once resumed.
+func TestFlashPausedInDatabaseGivesBack(t *testing.T) {
+	t.Parallel()
+	l := newTestLedger(t, ledgerOptions{})
+	code := newCode(t)
+	l.createVoucher(t, spec(code, 3, 2, true))
+	res := "/vouchers/" + code + "/reservations"
+	require.Equal(t, 201, l.call(t, "POST", res, claimBody(1, code+"-held", 150_000)).Status)
+	l.sql(t, `UPDATE voucher SET paused = true WHERE code = $1`, code)
+	l.store.ForgetTerms(code)
+
+	var wg sync.WaitGroup
+	replies := make([]reply, 10)
+	for i := range replies {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			replies[i] = l.call(t, "POST", res, claimBody(int64(10+i), fmt.Sprintf("%s-n%d", code, i), 150_000))
+		}()
+	}
+	wg.Wait()
+	paused := 0
+	for _, r := range replies {
+		switch {
+		case r.Status == 422 && r.Body["reason"] == voucher.ReasonPaused:
+			paused++
+		case r.Status == 409 && r.Code() == voucher.CodeOutOfStock: // Redis had lent its 2 uses out at that instant
+		default:
+			t.Errorf("Reserve while paused in the database = %d %s, want 422 PAUSED or 409 OUT_OF_STOCK", r.Status, r.Raw)
+		}
+	}
+	assert.GreaterOrEqual(t, paused, 2, "the gate admitted at least its 2 uses, and the database refused them")
+	r := l.call(t, "POST", res, claimBody(1, code+"-held", 150_000))
+	assert.Equal(t, 201, r.Status, "a held order's retry while paused: %s", r.Raw)
+	assert.Equal(t, "true", r.Header.Get(ReplayedHeader))
+	b := l.checkBooks(t, code)
+	assert.Equal(t, 1, b.Used)
+	checkRedisMatches(t, l.gate, b, code)
+	assert.Empty(t, redisState(t, l.gate, code).Finished, "a refused write is not a finished order")
+
+	l.sql(t, `UPDATE voucher SET paused = false WHERE code = $1`, code)
+	l.store.ForgetTerms(code)
+	r = l.call(t, "POST", res, claimBody(10, code+"-n0", 150_000))
+	assert.Equal(t, 201, r.Status, "the same order once resumed: %s", r.Raw)
+	checkRedisMatches(t, l.gate, l.checkBooks(t, code), code)
+}
