@@ -29,8 +29,8 @@ type Store struct {
 	// reaches every ledger within that, and at once the one that made it (and
 	// those that hear of it: ForgetTerms). Counters are always read from the
 	// database.
-	terms   sync.Map      // code -> cachedTerms
-	forgets atomic.Uint64 // ForgetTerms calls: a read that overlapped one is not cached
+	terms   sync.Map // code -> cachedTerms
+	forgets sync.Map // code -> *atomic.Uint64, its ForgetTerms calls: a read that overlapped one is not cached
 }
 
 // termsTTL is how long Terms keeps a voucher's terms.
@@ -133,13 +133,14 @@ func (s *Store) Terms(ctx context.Context, code string) (voucher.Voucher, error)
 	if c, ok := s.terms.Load(code); ok && s.now().Sub(c.(cachedTerms).at) < termsTTL {
 		return c.(cachedTerms).v, nil
 	}
-	forgets, at := s.forgets.Load(), s.now()
+	forgets := s.forgetsOf(code)
+	seen, at := forgets.Load(), s.now()
 	v, err := s.currentTerms(ctx, code)
 	if err != nil {
 		return voucher.Voucher{}, err
 	}
 	v.UsedCount, v.Remaining = 0, 0
-	if s.forgets.Load() == forgets {
+	if forgets.Load() == seen {
 		// Otherwise a change may have committed after this read: the next
 		// call reads again rather than keep what may be the old terms.
 		s.terms.Store(code, cachedTerms{v: v, at: at})
@@ -159,8 +160,17 @@ func (s *Store) currentTerms(ctx context.Context, code string) (voucher.Voucher,
 // ForgetTerms drops the cached terms of code, so the next Terms reads the
 // database: called after a change here and when another ledger announces one.
 func (s *Store) ForgetTerms(code string) {
-	s.forgets.Add(1)
+	s.forgetsOf(code).Add(1)
 	s.terms.Delete(code)
+}
+
+// forgetsOf returns the counter of code's ForgetTerms calls.
+func (s *Store) forgetsOf(code string) *atomic.Uint64 {
+	if n, ok := s.forgets.Load(code); ok {
+		return n.(*atomic.Uint64)
+	}
+	n, _ := s.forgets.LoadOrStore(code, new(atomic.Uint64))
+	return n.(*atomic.Uint64)
 }
 
 // ChangeVoucher changes a voucher's terms in one transaction: it locks the
