@@ -147,11 +147,7 @@ func checkFleet(t *testing.T, f *fleet, codes []string, out []clusterOutcome, st
 
 func createFlash(t *testing.T, ledgerURL, code string, stock int) {
 	t.Helper()
-	r := call(t, "POST", ledgerURL+"/admin/vouchers", "test-token", map[string]any{
-		"code": code, "discountAmount": 100_000, "minOrderAmount": 1_000, "totalLimit": stock,
-		"perUserLimit": 1, "flashSale": true,
-		"startsAt": time.Now().Add(-time.Hour).Format(time.RFC3339), "endsAt": time.Now().Add(time.Hour).Format(time.RFC3339),
-	})
+	r := call(t, "POST", ledgerURL+"/admin/vouchers", "test-token", voucherBody(code, stock, 1, true))
 	require.Equal(t, 201, r.Status, r.Raw)
 }
 

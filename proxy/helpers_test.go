@@ -106,6 +106,7 @@ func startProxy(tb testing.TB, o stackOptions, ledgerURL string) *stack {
 	}, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	require.NoError(tb, err)
 	tb.Cleanup(admit.Close)
+	tb.Cleanup(watchChanges(ctx, rdb, admit, slog.New(slog.NewTextHandler(io.Discard, nil))))
 	srv := &Server{log: o.log, admit: admit, ledger: lc, ready: func(context.Context) error { return nil }}
 	hs := httptest.NewServer(srv.Handler())
 	tb.Cleanup(hs.Close)
@@ -118,20 +119,38 @@ func newCode(tb testing.TB) string {
 	return httpxtest.NewCode(tb, 16)
 }
 
+// voucherBody is the create body of a voucher live for the next hour. Its
+// discount (1,000) is below the tests' order amount (5,000), so the answered
+// discount is the voucher's, not capped at the order.
+func voucherBody(code string, limit, perUser int, flash bool) map[string]any {
+	return map[string]any{
+		"code": code, "discountAmount": 1_000, "minOrderAmount": 1_000, "totalLimit": limit,
+		"perUserLimit": perUser, "flashSale": flash,
+		"startsAt": time.Now().Add(-time.Hour).Format(time.RFC3339), "endsAt": time.Now().Add(time.Hour).Format(time.RFC3339),
+	}
+}
+
 // createVoucher creates a voucher through the ledger's admin route.
 func (s *stack) createVoucher(tb testing.TB, code string, limit, perUser int, flash bool) {
 	tb.Helper()
-	r := call(tb, "POST", s.LedgerURL+"/admin/vouchers", "test-token", map[string]any{
-		"code": code, "discountAmount": 100_000, "minOrderAmount": 1_000, "totalLimit": limit,
-		"perUserLimit": perUser, "flashSale": flash,
-		"startsAt": time.Now().Add(-time.Hour).Format(time.RFC3339), "endsAt": time.Now().Add(time.Hour).Format(time.RFC3339),
-	})
+	s.create(tb, voucherBody(code, limit, perUser, flash))
+}
+
+// create sends a create body to the ledger's admin route.
+func (s *stack) create(tb testing.TB, body map[string]any) {
+	tb.Helper()
+	r := call(tb, "POST", s.LedgerURL+"/admin/vouchers", "test-token", body)
 	require.Equal(tb, 201, r.Status, r.Raw)
 }
 
+// reserve sends a reserve of 5,000 through the proxy.
 func (s *stack) reserve(tb testing.TB, code string, customer int64, order string) reply {
+	return s.reserveAmount(tb, code, customer, order, 5_000)
+}
+
+func (s *stack) reserveAmount(tb testing.TB, code string, customer int64, order string, amount int64) reply {
 	return call(tb, "POST", s.ProxyURL+"/vouchers/"+code+"/reservations", "",
-		map[string]any{"customerId": customer, "orderId": order, "orderAmount": 5_000})
+		map[string]any{"customerId": customer, "orderId": order, "orderAmount": amount})
 }
 
 // reply is a decoded response.

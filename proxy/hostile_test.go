@@ -88,12 +88,13 @@ func TestProxyHostileInput(t *testing.T) {
 			Body: httpxtest.Claim("7", `"`+prefix+`-a4"`, "5000"), Status: 404, Code: notFound},
 		{Name: "dot-dot to the internal write", Method: http.MethodPost, Path: "/vouchers/../internal/vouchers/" + flash + "/reservations",
 			Body: httpxtest.Claim("7", `"`+prefix+`-a5"`, "5000"), Status: 404, Code: notFound},
-		// orderIds the rules allow that look like path segments: the ledger gets
-		// them as orderIds, not as directions.
-		{Name: "orderId '..' on get", Method: http.MethodGet, Path: reserve + "/..", Status: 404, Code: voucher.CodeReservationNotFound},
-		{Name: "orderId '..' on confirm", Method: http.MethodPost, Path: reserve + "/../confirm", Status: 404, Code: voucher.CodeReservationNotFound},
-		{Name: "orderId '.' on release", Method: http.MethodDelete, Path: reserve + "/.", Status: 404, Code: voucher.CodeReservationNotFound},
-		{Name: "encoded orderId '..' on release", Method: http.MethodDelete, Path: reserve + "/%2E%2E", Status: 404, Code: voucher.CodeReservationNotFound},
+		// orderIds made only of dots look like path segments to clients that
+		// normalise paths: refused at the edge (issue 12), never sent on.
+		{Name: "orderId '..' on get", Method: http.MethodGet, Path: reserve + "/..", Status: 400, Code: voucher.CodeInvalidRequest},
+		{Name: "orderId '..' on confirm", Method: http.MethodPost, Path: reserve + "/../confirm", Status: 400, Code: voucher.CodeInvalidRequest},
+		{Name: "orderId '..' on refund", Method: http.MethodPost, Path: reserve + "/../refund", Status: 400, Code: voucher.CodeInvalidRequest},
+		{Name: "orderId '.' on release", Method: http.MethodDelete, Path: reserve + "/.", Status: 400, Code: voucher.CodeInvalidRequest},
+		{Name: "encoded orderId '..' on release", Method: http.MethodDelete, Path: reserve + "/%2E%2E", Status: 400, Code: voucher.CodeInvalidRequest},
 	}...)
 	httpxtest.RunHostile(t, base, token, cases, get,
 		func(tb testing.TB) proxyHostileCounts { return countProxyHostile(tb, s, prefix, flash) })

@@ -151,7 +151,9 @@ func TestSoldOutFlag(t *testing.T) {
 	assert.Equal(t, calls, s.gate.Calls(), "sold-out requests reached Redis")
 	assert.GreaterOrEqual(t, s.admit.flagHits.Load(), int64(50))
 	// A retry of an admitted order still gets its 201 while the flag is up.
-	assert.Equal(t, 201, s.reserve(t, code, 1, code+"-1").Status)
+	r = s.reserve(t, code, 1, code+"-1")
+	assert.Equal(t, 201, r.Status)
+	assert.True(t, replayed(r), "a retry's 201 is marked Idempotent-Replayed")
 
 	time.Sleep(800 * time.Millisecond)
 	r = s.reserve(t, code, 4, code+"-4")
@@ -303,7 +305,8 @@ func TestProxyForwardsAndValidates(t *testing.T) {
 	assert.Equal(t, "ORDER_CONFLICT", s.reserve(t, flash, 2, flash+"-1").Code())
 	assert.Equal(t, "ALREADY_USED", s.reserve(t, flash, 1, flash+"-9").Code())
 
-	// Eligibility and unknown vouchers are answered at the edge.
+	// Eligibility (by the reserve script) and unknown vouchers are answered at
+	// the edge.
 	r = call(t, "POST", s.ProxyURL+"/vouchers/"+flash+"/reservations", "",
 		map[string]any{"customerId": 3, "orderId": flash + "-small", "orderAmount": 10})
 	assert.Equal(t, 422, r.Status)
