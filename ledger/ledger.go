@@ -164,6 +164,11 @@ func (l *Ledger) WriteAdmittedMany(ctx context.Context, code string, claims []vo
 			// the order without restocking, so Redis converges on the database
 			// instead of admitting the next request into the same refusal.
 			dropped = append(dropped, claims[i].OrderID)
+		case out[i].replayed && out[i].r.VoucherCode == code && out[i].r.Status.Active() &&
+			out[i].r.CustomerID == claims[i].CustomerID:
+			// Answered from this order's own row, which holds the use Redis
+			// holds for it (a retry with another amount, say): nothing to give
+			// back, and giving it back would leave the order unheld in Redis.
 		default:
 			// Refused: no row holds this admission's use (a row that exists
 			// and holds one is held again by Settle below).

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/flashgate/flashgate/shared/httpx"
 	"github.com/flashgate/flashgate/shared/voucher"
 )
 
@@ -39,7 +40,7 @@ func TestReserveRetries(t *testing.T) {
 
 			first := l.call(t, "POST", res, claimBody(1, o, 5_000))
 			require.Equal(t, 201, first.Status, first.Raw)
-			assert.Empty(t, first.Header.Get(ReplayedHeader), "the first answer is no replay")
+			assert.Empty(t, first.Header.Get(httpx.ReplayedHeader), "the first answer is no replay")
 			assert.JSONEq(t, fmt.Sprintf(`{"orderId":%q,"discountAmount":5000}`, o), first.Raw, "the discount is capped at the order")
 
 			// The voucher's terms change under the held order: it is sold out,
@@ -52,7 +53,7 @@ func TestReserveRetries(t *testing.T) {
 				r := l.call(t, "POST", res, claimBody(1, o, 5_000))
 				assert.Equal(t, 201, r.Status, r.Raw)
 				assert.Equal(t, first.Raw, r.Raw)
-				assert.Equal(t, "true", r.Header.Get(ReplayedHeader))
+				assert.Equal(t, "true", r.Header.Get(httpx.ReplayedHeader))
 			}
 			for name, c := range map[string]struct {
 				path string
@@ -65,7 +66,7 @@ func TestReserveRetries(t *testing.T) {
 				r := l.call(t, "POST", c.path, c.body)
 				assert.Equal(t, 409, r.Status, "%s: %s", name, r.Raw)
 				assert.Equal(t, voucher.CodeOrderConflict, r.Code(), name)
-				assert.Empty(t, r.Header.Get(ReplayedHeader), name)
+				assert.Empty(t, r.Header.Get(httpx.ReplayedHeader), name)
 			}
 			require.Equal(t, 204, l.call(t, "DELETE", res+"/"+o, nil).Status)
 			r := l.call(t, "POST", res, claimBody(1, o, 5_000))
@@ -89,10 +90,10 @@ func TestAdmittedRouteReplayHeader(t *testing.T) {
 	path := "/internal/vouchers/" + code + "/reservations"
 	r := l.call(t, "POST", path, claimBody(1, code+"-a", 150_000))
 	require.Equal(t, 201, r.Status, r.Raw)
-	assert.Empty(t, r.Header.Get(ReplayedHeader))
+	assert.Empty(t, r.Header.Get(httpx.ReplayedHeader))
 	r = l.call(t, "POST", path, claimBody(1, code+"-a", 150_000))
 	require.Equal(t, 201, r.Status, r.Raw)
-	assert.Equal(t, "true", r.Header.Get(ReplayedHeader))
+	assert.Equal(t, "true", r.Header.Get(httpx.ReplayedHeader))
 	r = l.call(t, "POST", path, claimBody(1, code+"-a", 150_001))
 	assert.Equal(t, 409, r.Status, r.Raw)
 	assert.Equal(t, voucher.CodeOrderConflict, r.Code())
@@ -273,7 +274,7 @@ func TestFlashPausedInDatabaseGivesBack(t *testing.T) {
 	assert.GreaterOrEqual(t, paused, 2, "the gate admitted at least its 2 uses, and the database refused them")
 	r := l.call(t, "POST", res, claimBody(1, code+"-held", 150_000))
 	assert.Equal(t, 201, r.Status, "a held order's retry while paused: %s", r.Raw)
-	assert.Equal(t, "true", r.Header.Get(ReplayedHeader))
+	assert.Equal(t, "true", r.Header.Get(httpx.ReplayedHeader))
 	b := l.checkBooks(t, code)
 	assert.Equal(t, 1, b.Used)
 	checkRedisMatches(t, l.gate, b, code)
@@ -284,4 +285,37 @@ func TestFlashPausedInDatabaseGivesBack(t *testing.T) {
 	r = l.call(t, "POST", res, claimBody(10, code+"-n0", 150_000))
 	assert.Equal(t, 201, r.Status, "the same order once resumed: %s", r.Raw)
 	checkRedisMatches(t, l.gate, l.checkBooks(t, code), code)
+}
+
+// A batch of retries of a held order with another amount and with its own:
+// the changed one is ORDER_CONFLICT, the others replay (each claim is answered
+// for itself, not copied from the first claim of the same orderId), and Redis
+// keeps holding the order's use throughout (a conflict answered from the
+// order's own row gives nothing back).
+func TestBatchRetriesOfHeldOrder(t *testing.T) {
+	t.Parallel()
+	l := newTestLedger(t, ledgerOptions{})
+	code := newCode(t)
+	l.createVoucher(t, spec(code, 3, 1, true))
+	order := code + "-a"
+	r := l.call(t, "POST", "/vouchers/"+code+"/reservations", claimBody(1, order, 150_000))
+	require.Equal(t, 201, r.Status, r.Raw)
+
+	claims := []map[string]any{
+		claimBody(1, order, 150_001), claimBody(1, order, 150_000), claimBody(1, order, 150_000),
+	}
+	r = l.call(t, "POST", "/internal/vouchers/"+code+"/reservations/batch", map[string]any{"claims": claims})
+	require.Equal(t, 200, r.Status, r.Raw)
+	results := r.Body["results"].([]any)
+	require.Len(t, results, 3)
+	for i, want := range []int{409, 201, 201} {
+		assert.EqualValues(t, want, results[i].(map[string]any)["status"], "claim %d: %v", i, results[i])
+	}
+	st, loaded, err := l.gate.State(context.Background(), code)
+	require.NoError(t, err)
+	require.True(t, loaded)
+	require.Len(t, st.Orders, 1, "the order still holds its use in redis")
+	assert.Equal(t, order, st.Orders[0].OrderID)
+	assert.EqualValues(t, 2, st.Remaining)
+	assert.Equal(t, dbCounts{Used: 1, Rows: 1, Active: 1, MaxPerCustomer: 1}, l.counts(t, code))
 }

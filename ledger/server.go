@@ -68,15 +68,11 @@ func (s *Server) reserve(c *gin.Context) {
 	writeReceipt(c, r, replayed)
 }
 
-// ReplayedHeader marks a reserve answered from the reservation an earlier
-// request with the same orderId made.
-const ReplayedHeader = "Idempotent-Replayed"
-
 // writeReceipt answers a reserve with 201 and the stored discount; a replay
-// says so in ReplayedHeader.
+// says so in httpx.ReplayedHeader.
 func writeReceipt(c *gin.Context, r voucher.Reservation, replayed bool) {
 	if replayed {
-		c.Header(ReplayedHeader, "true")
+		c.Header(httpx.ReplayedHeader, "true")
 	}
 	c.JSON(http.StatusCreated, voucher.Receipt{OrderID: r.OrderID, DiscountAmount: r.DiscountAmount})
 }
@@ -103,7 +99,7 @@ type AdmittedBatch struct {
 
 // ItemReply is one claim's answer in a batch: the status and body the single
 // route would have answered, and Replayed where it would have set
-// ReplayedHeader.
+// httpx.ReplayedHeader.
 type ItemReply struct {
 	Status   int  `json:"status"`
 	Body     any  `json:"body"`

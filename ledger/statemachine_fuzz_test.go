@@ -14,6 +14,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/flashgate/flashgate/shared/httpx"
 	"github.com/flashgate/flashgate/shared/voucher"
 )
 
@@ -375,8 +376,8 @@ func smCheckAnswer(t *testing.T, step string, kind int, id string, got reply, wa
 		}
 	case http.StatusCreated:
 		smCheckJSON(t, step, got.Raw, fmt.Sprintf(`{"orderId":%q,"discountAmount":%d}`, id, smDiscount))
-		if replayed := got.Header.Get(ReplayedHeader) == "true"; replayed != want.replayed {
-			t.Errorf("%s: %s header %q, want replayed %v", step, ReplayedHeader, got.Header.Get(ReplayedHeader), want.replayed)
+		if replayed := got.Header.Get(httpx.ReplayedHeader) == "true"; replayed != want.replayed {
+			t.Errorf("%s: %s header %q, want replayed %v", step, httpx.ReplayedHeader, got.Header.Get(httpx.ReplayedHeader), want.replayed)
 		}
 	case http.StatusOK:
 		switch kind {

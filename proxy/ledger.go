@@ -42,10 +42,6 @@ func NewLedgerClient(base, token string, timeout time.Duration) *LedgerClient {
 	}
 }
 
-// replayedHeader marks an answer that replays the first answer to the same
-// order (a retry); the ledger's batch route says it per item as "replayed".
-const replayedHeader = "Idempotent-Replayed"
-
 // Reply is a ledger answer relayed as it is: the proxy serves the same bodies.
 // Err is what an error answer means, read from its body once, here.
 type Reply struct {
@@ -126,7 +122,7 @@ func (l *LedgerClient) Do(ctx context.Context, call, method, path string, body a
 		return Reply{}, fmt.Errorf("ledger %s %s: read: %w: %w", method, path, err, voucher.ErrUnavailable)
 	}
 	rep := newReply(resp.StatusCode, raw)
-	rep.Replayed = resp.Header.Get(replayedHeader) == "true"
+	rep.Replayed = resp.Header.Get(httpx.ReplayedHeader) == "true"
 	return rep, nil
 }
 

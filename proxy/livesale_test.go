@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/flashgate/flashgate/shared/gate"
+	"github.com/flashgate/flashgate/shared/httpx"
 )
 
 // each runs f(0..n-1) on at most inflight goroutines at once and returns the
@@ -61,7 +62,7 @@ func (s *stack) flagged(code string) bool {
 }
 
 // replayed reports whether an answer says it replays the order's first one.
-func replayed(r reply) bool { return r.Header.Get(replayedHeader) == "true" }
+func replayed(r reply) bool { return r.Header.Get(httpx.ReplayedHeader) == "true" }
 
 // notReplay says how r fails to replay first (201, the same body, the
 // header); "" when it does.

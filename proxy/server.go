@@ -89,7 +89,7 @@ func relay(c *gin.Context, rep Reply) {
 		c.Header("Retry-After", httpx.RetryAfter)
 	}
 	if rep.Replayed {
-		c.Header(replayedHeader, "true")
+		c.Header(httpx.ReplayedHeader, "true")
 	}
 	if len(rep.Body) == 0 {
 		c.Status(rep.Status)

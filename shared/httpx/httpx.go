@@ -258,6 +258,10 @@ func OrderParams(c *gin.Context) (code, orderID string, err error) {
 // that their log lines can be joined.
 const RequestIDHeader = "X-Request-ID"
 
+// ReplayedHeader marks an answer that replays the first answer to the same
+// orderId (a retry): "true" on the reserve routes' 201s that created nothing.
+const ReplayedHeader = "Idempotent-Replayed"
+
 const requestIDKey = "flashgate.requestID"
 
 // RequestID takes the caller's X-Request-ID (when it is short and printable) or

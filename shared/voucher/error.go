@@ -84,7 +84,7 @@ var (
 var (
 	ErrOutOfStock          = &Error{Code: CodeOutOfStock, Message: "the voucher has no uses left"}
 	ErrAlreadyUsed         = &Error{Code: CodeAlreadyUsed, Message: "the customer has reached the voucher's per-customer limit"}
-	ErrOrderConflict       = &Error{Code: CodeOrderConflict, Message: "this orderId is already used with another voucher or customer"}
+	ErrOrderConflict       = &Error{Code: CodeOrderConflict, Message: "this orderId is already used with another voucher, customer or order amount"}
 	ErrReservationReleased = &Error{Code: CodeReservationReleased, Message: "this orderId's reservation was released: a new order needs a new orderId"}
 	ErrReservationExpired  = &Error{Code: CodeReservationExpired, Message: "the reservation expired or was released and no use is left"}
 	ErrReservationNotFound = &Error{Code: CodeReservationNotFound, Message: "no reservation with this orderId for this voucher"}
