@@ -48,7 +48,9 @@ func TestReconcile(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, ReconcileResult{Loaded: true, RemainingBefore: 7, RemainingAfter: 7, Released: []string{}}, res)
 
-		// With no grace the young order is hanging too.
+		// With no grace the young order is hanging too, once a millisecond of
+		// Redis's clock has passed since its admission (age > grace).
+		time.Sleep(2 * time.Millisecond)
 		res, err = g.Reconcile(ctx, code, v, db, 0)
 		require.NoError(t, err)
 		assert.Equal(t, []string{"young"}, res.Released)
