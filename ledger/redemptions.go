@@ -155,37 +155,14 @@ func lateError(err error) error {
 // when it had given its use back already, released or refunded (the call is
 // then a no-op); a confirmed reservation cannot be released.
 func (s *Store) Release(ctx context.Context, code, orderID string) (r voucher.Reservation, released bool, err error) {
-	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		var err error
-		r, err = scanReservation(tx.QueryRow(ctx, `
-			UPDATE voucher_redemption r
-			SET status = 'RELEASED', release_reason = 'CANCELLED', released_at = now(), updated_at = now()
-			FROM voucher v
-			WHERE v.code = r.voucher_code AND r.order_id = $1 AND r.voucher_code = $2
-			  AND r.status = 'RESERVED'
-			RETURNING `+reservationColumns, orderID, code))
-		if errors.Is(err, pgx.ErrNoRows) {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		released = true
-		return giveBackUses(ctx, tx, code, r.CustomerID, 1)
-	})
-	if err != nil {
-		return voucher.Reservation{}, false, translate(fmt.Errorf("release %s/%s: %w", code, orderID, err))
+	r, released, err = s.endHold(ctx, code, orderID, voucher.Reserved, voucher.Released, voucher.ReasonCancelled)
+	if err != nil || released {
+		return r, released, err
 	}
-	if released {
-		return r, true, nil
-	}
-	r, err = s.Reservation(ctx, code, orderID)
-	switch {
-	case err != nil:
-		return voucher.Reservation{}, false, err
-	case r.Status == voucher.Confirmed:
+	switch r.Status {
+	case voucher.Confirmed:
 		return r, false, voucher.ErrAlreadyConfirmed
-	case r.Status == voucher.Reserved:
+	case voucher.Reserved:
 		// Released and taken again by a late confirm in between: try once more.
 		return s.Release(ctx, code, orderID)
 	}
@@ -198,41 +175,49 @@ func (s *Store) Release(ctx context.Context, code, orderID string) (r voucher.Re
 // confirmed is NOT_CONFIRMED. Concurrent refunds of one order give one use back:
 // only the UPDATE that finds the row CONFIRMED changes it.
 func (s *Store) Refund(ctx context.Context, code, orderID string) (r voucher.Reservation, refunded bool, err error) {
+	r, refunded, err = s.endHold(ctx, code, orderID, voucher.Confirmed, voucher.Refunded, voucher.ReasonRefunded)
+	if err != nil || refunded {
+		return r, refunded, err
+	}
+	switch r.Status {
+	case voucher.Refunded:
+		return r, false, nil
+	case voucher.Confirmed:
+		// Confirmed late between the UPDATE and the read: try once more.
+		return s.Refund(ctx, code, orderID)
+	}
+	return voucher.Reservation{}, false, voucher.ErrNotConfirmed
+}
+
+// endHold moves orderID's reservation from status from to status to with the
+// given release reason and gives its use back to the voucher and the customer,
+// in one transaction. When the row was not in status from, ended is false and
+// r is the row as it is now (for the caller to answer from).
+func (s *Store) endHold(ctx context.Context, code, orderID string, from, to voucher.Status, reason string) (r voucher.Reservation, ended bool, err error) {
 	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		var err error
 		r, err = scanReservation(tx.QueryRow(ctx, `
 			UPDATE voucher_redemption r
-			SET status = 'REFUNDED', release_reason = 'REFUNDED', released_at = now(), updated_at = now()
-			FROM voucher v
-			WHERE v.code = r.voucher_code AND r.order_id = $1 AND r.voucher_code = $2
-			  AND r.status = 'CONFIRMED'
-			RETURNING `+reservationColumns, orderID, code))
+			SET status = $4, release_reason = $5, released_at = now(), updated_at = now()
+			WHERE r.order_id = $1 AND r.voucher_code = $2 AND r.status = $3
+			RETURNING `+reservationColumns, orderID, code, from, to, reason))
 		if errors.Is(err, pgx.ErrNoRows) {
 			return nil
 		}
 		if err != nil {
 			return err
 		}
-		refunded = true
+		ended = true
 		return giveBackUses(ctx, tx, code, r.CustomerID, 1)
 	})
 	if err != nil {
-		return voucher.Reservation{}, false, translate(fmt.Errorf("refund %s/%s: %w", code, orderID, err))
+		return voucher.Reservation{}, false, translate(fmt.Errorf("%s/%s to %s: %w", code, orderID, to, err))
 	}
-	if refunded {
+	if ended {
 		return r, true, nil
 	}
 	r, err = s.Reservation(ctx, code, orderID)
-	switch {
-	case err != nil:
-		return voucher.Reservation{}, false, err
-	case r.Status == voucher.Refunded:
-		return r, false, nil
-	case r.Status == voucher.Confirmed:
-		// Confirmed late between the UPDATE and the read: try once more.
-		return s.Refund(ctx, code, orderID)
-	}
-	return voucher.Reservation{}, false, voucher.ErrNotConfirmed
+	return r, false, err
 }
 
 // FinishedOrders returns the orders of voucher code whose row gave its use
