@@ -150,9 +150,10 @@ func TestExportCSV(t *testing.T) {
 	for next() {
 	}
 	took := time.Since(began)
-	// A server that keeps what it has sent (or buffers what it has not) grows
-	// with the rows read; one that streams holds one row and its buffers.
-	assert.Less(t, late-early, 4.0, "live heap grew by %.1f MiB between rows 10,000 and 90,000", late-early)
+	// The heap is the whole test process's, other tests running in parallel
+	// included, so it is reported, not asserted: that the export streams is
+	// asserted above (its query still runs while the client reads its first
+	// rows); a server that buffered the rows would have finished it.
 	assert.Equal(t, n, read, "every row of the table, in id order")
 	t.Logf("exported %d rows (%.1f MiB of CSV) in %s; live heap after GC (client and server in this process, "+
 		"the table's rows held by the test): %.1f MiB before, %.1f MiB at row 10,000, %.1f MiB at row 90,000",
