@@ -39,10 +39,7 @@ fuzz: deps
 	@set -e; for t in $(FUZZ_TARGETS); do \
 		pkg=$${t%%:*}; name=$${t##*:}; \
 		echo "fuzz $$name ($$pkg, $(FUZZTIME))"; \
-		log=$$(mktemp); \
-		if $(GO) test $$pkg -run '^$$' -fuzz "^$$name\$$" -fuzztime $(FUZZTIME) -parallel 2 >$$log 2>&1; then \
-			grep -v '^\[ledger\]' $$log | tail -n 3; rm -f $$log; \
-		else grep -v '^\[ledger\]' $$log | grep -v '^fuzz: elapsed' | tail -n 60; rm -f $$log; exit 1; fi; \
+		scripts/fuzz.sh $$pkg $$name $(FUZZTIME); \
 	done
 
 # The stack in the foreground on throwaway servers: Ctrl-C stops and cleans up.
