@@ -36,6 +36,7 @@ type Config struct {
 	MaxConns          int               // DB_MAX_CONNS
 	WriteBatch        int               // WRITE_MAX_BATCH: most admitted writes per transaction
 	MaxClientConns    int               // MAX_CONNS: open client connections
+	MaxInflight       int               // MAX_INFLIGHT: requests worked on at once; the excess is shed
 	DebugAddr         string            // DEBUG_ADDR: pprof listener, off when empty
 }
 
@@ -56,6 +57,7 @@ func configFrom(e *envconf.Reader) (Config, error) {
 		MaxConns:          e.Int("DB_MAX_CONNS", 32, 2),
 		WriteBatch:        e.Int("WRITE_MAX_BATCH", 256, 1),
 		MaxClientConns:    e.Int("MAX_CONNS", 10_000, 1),
+		MaxInflight:       e.Int("MAX_INFLIGHT", 256, 1),
 		DebugAddr:         e.String("DEBUG_ADDR", ""),
 	}
 	if err := e.Err(); err != nil {
@@ -131,7 +133,7 @@ func run(cfg Config, log *slog.Logger) error {
 		ExpiryInterval: cfg.ExpiryInterval, ReconcileInterval: cfg.ReconcileInterval, HangingGrace: cfg.HangingGrace,
 		Metrics: lm,
 	})
-	srv := &Server{log: log, ledger: ledger, jobs: jobs, token: cfg.Token, tokens: cfg.Tokens, metrics: metrics, ready: func(c *gin.Context) error {
+	srv := &Server{log: log, ledger: ledger, jobs: jobs, token: cfg.Token, tokens: cfg.Tokens, metrics: metrics, maxInflight: cfg.MaxInflight, ready: func(c *gin.Context) error {
 		if err := store.Ping(c); err != nil {
 			return fmt.Errorf("postgres: %w", err)
 		}

@@ -21,11 +21,14 @@ type Server struct {
 	token   string
 	tokens  map[string]string // LEDGER_TOKENS: named tokens beside token (named "default")
 	metrics *httpx.Metrics    // nil: no /metrics
+
+	maxInflight int // MAX_INFLIGHT; 0: no bound
 }
 
 // Handler returns the gin engine with every route registered.
 func (s *Server) Handler() *gin.Engine {
-	r := httpx.NewServiceEngine(httpx.Service{Log: s.log, Metrics: s.metrics, Token: s.token, Tokens: s.tokens, Ready: s.ready})
+	r := httpx.NewServiceEngine(httpx.Service{Log: s.log, Metrics: s.metrics, Token: s.token, Tokens: s.tokens, Ready: s.ready,
+		MaxInflight: s.maxInflight})
 
 	s.adminRoutes(r)
 

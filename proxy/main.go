@@ -36,6 +36,7 @@ type Config struct {
 	MaxBatch        int           // PROXY_MAX_BATCH
 	RedisPool       int           // REDIS_POOL_SIZE; 0: go-redis's default
 	MaxClientConns  int           // MAX_CONNS: open client connections
+	MaxInflight     int           // MAX_INFLIGHT: requests worked on at once; the excess is shed
 	DebugAddr       string        // DEBUG_ADDR: pprof listener, off when empty
 }
 
@@ -55,6 +56,7 @@ func configFromEnv() (Config, error) {
 		MaxBatch:        e.Int("PROXY_MAX_BATCH", 256, 1),
 		RedisPool:       e.Int("REDIS_POOL_SIZE", 0, 0),
 		MaxClientConns:  e.Int("MAX_CONNS", 10_000, 1),
+		MaxInflight:     e.Int("MAX_INFLIGHT", 256, 1),
 		DebugAddr:       e.String("DEBUG_ADDR", ""),
 	}
 	if err := e.Err(); err != nil {
@@ -92,7 +94,7 @@ func run(cfg Config, log *slog.Logger) error {
 	}
 	defer admit.Close()
 	defer watchChanges(ctx, rdb, admit, log)()
-	srv := &Server{log: log, admit: admit, ledger: ledger, token: cfg.Token, metrics: metrics, ready: func(c context.Context) error {
+	srv := &Server{log: log, admit: admit, ledger: ledger, token: cfg.Token, metrics: metrics, maxInflight: cfg.MaxInflight, ready: func(c context.Context) error {
 		if err := rdb.Ping(c).Err(); err != nil {
 			return fmt.Errorf("redis: %w", err)
 		}

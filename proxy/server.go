@@ -20,12 +20,14 @@ type Server struct {
 	token   string // PROXY_TOKEN; empty: the edge is open
 	ready   func(context.Context) error
 	metrics *httpx.Metrics // nil: no /metrics
+
+	maxInflight int // MAX_INFLIGHT; 0: no bound
 }
 
 // Handler returns the gin engine with every route registered.
 func (s *Server) Handler() *gin.Engine {
 	r := httpx.NewServiceEngine(httpx.Service{Log: s.log, Metrics: s.metrics, Token: s.token,
-		Ready: func(c *gin.Context) error { return s.ready(c) }})
+		Ready: func(c *gin.Context) error { return s.ready(c) }, MaxInflight: s.maxInflight})
 
 	r.POST("/vouchers/:code/reservations", s.reserve)
 	r.GET("/vouchers/:code/reservations/:orderId", s.forward("get", "", 0))

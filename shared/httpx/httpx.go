@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/gin-gonic/gin"
+	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/net/netutil"
 
 	"github.com/flashgate/flashgate/shared/voucher"
@@ -182,6 +183,9 @@ type Service struct {
 	Token   string                   // the token named DefaultActor; with Tokens empty too: auth off
 	Tokens  map[string]string        // more tokens by name (LEDGER_TOKENS), beside Token
 	Ready   func(*gin.Context) error // GET /readyz
+	// MaxInflight bounds the requests worked on at once (MAX_INFLIGHT); the
+	// excess is shed (Shedder). 0: no bound.
+	MaxInflight int
 }
 
 // NewServiceEngine returns NewEngine with the metrics middleware and
@@ -193,7 +197,15 @@ func NewServiceEngine(s Service) *gin.Engine {
 		r.Use(s.Metrics.Middleware())
 		s.Metrics.ServeMetrics(r)
 	}
-	r.Use(RequestID(), Auth(s.tokens(), OpenPaths...))
+	r.Use(RequestID())
+	if s.MaxInflight > 0 {
+		var reg prometheus.Registerer
+		if s.Metrics != nil {
+			reg = s.Metrics.Registry
+		}
+		r.Use(NewShedder(s.MaxInflight, reg).Middleware())
+	}
+	r.Use(Auth(s.tokens(), OpenPaths...))
 	Health(r, s.Ready)
 	ServeOpenAPI(r)
 	return r
