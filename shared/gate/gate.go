@@ -49,16 +49,22 @@ var (
 	holdLua string
 	//go:embed update.lua
 	updateLua string
+	//go:embed reassert.lua
+	reassertLua string
+	//go:embed generation.lua
+	generationLua string
 
-	reserveScript   = newScript(reserveLua)
-	releaseScript   = newScript(releaseLua)
-	loadScript      = newScript(loadLua)
-	metaScript      = newScript(metaLua)
-	stateScript     = newScript(stateLua)
-	reconcileScript = newScript(reconcileLua)
-	unloadScript    = newScript(unloadLua)
-	holdScript      = newScript(holdLua)
-	updateScript    = newScript(updateLua)
+	reserveScript    = newScript(reserveLua)
+	releaseScript    = newScript(releaseLua)
+	loadScript       = newScript(loadLua)
+	metaScript       = newScript(metaLua)
+	stateScript      = newScript(stateLua)
+	reconcileScript  = newScript(reconcileLua)
+	unloadScript     = newScript(unloadLua)
+	holdScript       = newScript(holdLua)
+	updateScript     = newScript(updateLua)
+	reassertScript   = newScript(reassertLua)
+	generationScript = newScript(generationLua)
 )
 
 // newScript puts prelude.lua's shared opening after the script's #! line (which

@@ -6,7 +6,8 @@
 -- KEYS[1] voucher:{CODE}:remaining  set to ARGV[1]
 -- KEYS[2] voucher:{CODE}:users      rebuilt: customerId -> number of orders below
 -- KEYS[3] voucher:{CODE}:orders     rebuilt: orderId -> "customerId:admittedAtMillis"
--- KEYS[4] voucher:{CODE}:meta       rebuilt from the terms and flashSale
+-- KEYS[4] voucher:{CODE}:meta       rebuilt from the terms and flashSale; its
+--                                   generation names this load (prelude)
 -- KEYS[5] voucher:{CODE}:done       rebuilt: orderId -> customerId, finished orders
 -- ARGV[1]    remaining
 -- ARGV[2..9] the terms block (prelude's termsValid): expire-at (unix millis,
@@ -38,6 +39,7 @@ redis.call('DEL', KEYS[2], KEYS[3], KEYS[4], KEYS[5])
 redis.call('SET', KEYS[1], ARGV[1])
 writeTerms(2)
 redis.call('HSET', KEYS[4], 'flashSale', ARGV[10])
+writeGeneration()
 local last = 11 + 3 * n
 for i = 12, last, 3 do
   local order, customer, at = ARGV[i], ARGV[i + 1], ARGV[i + 2]

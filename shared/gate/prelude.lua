@@ -17,6 +17,15 @@
 --   whether any of them changed.
 -- expireAll(at): PEXPIREAT at on every key.
 -- customerOf(value): the customer id in an orders value "customerId:millis".
+-- runId(): this redis-server process's run_id (INFO server): a new one at every
+--   start, also after a restart that reloads a snapshot, and on a replica
+--   promoted by a failover.
+-- writeGeneration(): sets meta's generation to runId() .. ':' .. Redis TIME in
+--   unix micros: the voucher's state was just written from the database by this
+--   process (each load and reconcile is a new generation). A meta whose
+--   generation names another process (or has none: it was loaded before
+--   generations existed) may lack orders the database wrote since: the ledger
+--   reconciles it (generation.lua).
 
 local function remainingOf(script)
   local raw = redis.call('GET', KEYS[1])
@@ -89,3 +98,11 @@ local function customerOf(value)
   return string.match(value, '^([^:]*)')
 end
 
+local function runId()
+  return string.match(redis.call('INFO', 'server'), 'run_id:(%x+)')
+end
+
+local function writeGeneration()
+  local t = redis.call('TIME')
+  redis.call('HSET', KEYS[4], 'generation', runId() .. ':' .. t[1] .. string.format('%06d', tonumber(t[2])))
+end

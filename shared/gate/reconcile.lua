@@ -6,7 +6,8 @@
 --                                   totalLimit from ARGV (the current terms)
 -- KEYS[2] voucher:{CODE}:users      rebuilt from orders
 -- KEYS[3] voucher:{CODE}:orders     hanging orders removed, missing ones added
--- KEYS[4] voucher:{CODE}:meta       terms rewritten from ARGV
+-- KEYS[4] voucher:{CODE}:meta       terms rewritten from ARGV; generation set
+--                                   (prelude): Redis agrees with the database now
 -- KEYS[5] voucher:{CODE}:done       the database's active orders removed
 -- ARGV[1]     grace, millis: a Redis-only order younger than this is kept, its
 --             database write may still be in flight
@@ -85,6 +86,7 @@ local after = total - #held / 2
 if after < 0 then after = 0 end
 redis.call('SET', KEYS[1], after)
 if writeTerms(2) then out[5] = 1 end
+writeGeneration()
 -- users was just recreated and orders may have been: every key gets the
 -- current end's expiry.
 expireAll(ARGV[2])
