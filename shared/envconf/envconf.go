@@ -4,6 +4,7 @@
 package envconf
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -64,6 +65,26 @@ func (r *Reader) Duration(name string, def time.Duration) time.Duration {
 	return d
 }
 
+// DurationMin returns a duration of at least min (which may be 0), or def:
+// below min a setting would break a promise, and the message names the bound.
+func (r *Reader) DurationMin(name string, def, min time.Duration) time.Duration {
+	v, ok := r.get(name)
+	if !ok {
+		return def
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d < min {
+		r.fail(name, "a duration of at least "+min.String()+" such as "+def.String(), v)
+		return def
+	}
+	return d
+}
+
+// ErrBadSetting marks an error of run that is a setting refused once the
+// service could check it (against another service's): Main exits 2 for it, as
+// for a configuration refused at once.
+var ErrBadSetting = errors.New("bad configuration")
+
 // Int returns an integer >= min, or def.
 func (r *Reader) Int(name string, def, min int) int {
 	v, ok := r.get(name)
@@ -106,6 +127,10 @@ func Main[C any](name string, config func() (C, error), run func(C, *slog.Logger
 		os.Exit(2)
 	}
 	if err := run(cfg, log); err != nil {
+		if errors.Is(err, ErrBadSetting) {
+			log.Error("bad configuration", "err", err)
+			os.Exit(2)
+		}
 		log.Error(name+" stopped", "err", err)
 		os.Exit(1)
 	}

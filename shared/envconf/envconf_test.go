@@ -52,3 +52,23 @@ func TestTokens(t *testing.T) {
 		}
 	}
 }
+
+func TestDurationMin(t *testing.T) {
+	r := NewFrom(map[string]string{"ZERO": "0s", "OK": "2s"})
+	assert.Equal(t, time.Duration(0), r.DurationMin("ZERO", 5*time.Second, 0), "0 is allowed when the floor is 0")
+	assert.Equal(t, 2*time.Second, r.DurationMin("OK", 30*time.Second, time.Second))
+	assert.Equal(t, 30*time.Second, r.DurationMin("MISSING", 30*time.Second, time.Second))
+	assert.NoError(t, r.Err())
+
+	for _, bad := range []string{"1ns", "999ms", "-1s", "soon"} {
+		r := NewFrom(map[string]string{"HANGING_GRACE": bad})
+		r.DurationMin("HANGING_GRACE", 30*time.Second, time.Second)
+		if r.Err() == nil {
+			t.Errorf("DurationMin(HANGING_GRACE=%q) accepted it, want an error", bad)
+			continue
+		}
+		// The message names the variable and the bound.
+		assert.Contains(t, r.Err().Error(), "HANGING_GRACE")
+		assert.Contains(t, r.Err().Error(), "at least 1s")
+	}
+}
