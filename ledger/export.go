@@ -34,7 +34,7 @@ func (s *Store) EachRecord(ctx context.Context, code string, each func(voucher.R
 	if err := voucherExists(ctx, s.pool, code); err != nil {
 		return translate(fmt.Errorf("export %s: %w", code, err))
 	}
-	rows, err := s.pool.Query(ctx, `
+	rows, err := s.pool.Query(withoutStatementDeadline(ctx), `
 		SELECT `+reservationColumns+` -- reservations export
 		FROM voucher_redemption r WHERE r.voucher_code = $1 ORDER BY r.id`, code)
 	if err != nil {

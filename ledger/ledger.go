@@ -21,6 +21,7 @@ type Ledger struct {
 	pub     gate.Publisher // names vouchers whose stock came back; nil without Redis
 	settler *Settler
 	log     *slog.Logger
+	limiter *Limiter // bounds the standard path per voucher; nil: unbounded
 
 	warming singleflight.Group
 }
@@ -31,6 +32,10 @@ type Ledger struct {
 func NewLedger(store *Store, w *Writer, g *gate.Gate, pub gate.Publisher, settler *Settler, log *slog.Logger) *Ledger {
 	return &Ledger{store: store, writer: w, gate: g, pub: pub, settler: settler, log: log}
 }
+
+// LimitStandard bounds the standard path's reserves per voucher with lim
+// (before the ledger serves).
+func (l *Ledger) LimitStandard(lim *Limiter) { l.limiter = lim }
 
 // errNoGate answers flash-voucher operations when the ledger has no Redis.
 var errNoGate = fmt.Errorf("flash voucher needs Redis: %w", voucher.ErrUnavailable)
@@ -99,7 +104,11 @@ func (l *Ledger) Reserve(ctx context.Context, code string, cl voucher.Claim) (r 
 		return voucher.Reservation{}, false, err
 	}
 	if !v.FlashSale {
-		return l.store.Reserve(ctx, code, cl)
+		err = l.limiter.Do(ctx, code, func() (err error) {
+			r, replayed, err = l.store.Reserve(ctx, code, cl)
+			return err
+		})
+		return r, replayed, err
 	}
 	if r, found, err := l.store.Existing(ctx, code, cl); found || err != nil {
 		return r, found, err

@@ -37,6 +37,9 @@ type Config struct {
 	WriteBatch        int               // WRITE_MAX_BATCH: most admitted writes per transaction
 	MaxClientConns    int               // MAX_CONNS: open client connections
 	MaxInflight       int               // MAX_INFLIGHT: requests worked on at once; the excess is shed
+	MaxPerVoucher     int               // MAX_INFLIGHT_PER_VOUCHER: standard-path reserves of one voucher at once
+	VoucherWait       time.Duration     // VOUCHER_WAIT: longest wait for one of those slots
+	DBTimeout         time.Duration     // DB_TIMEOUT: deadline of each statement and connection wait
 	DebugAddr         string            // DEBUG_ADDR: pprof listener, off when empty
 }
 
@@ -58,6 +61,9 @@ func configFrom(e *envconf.Reader) (Config, error) {
 		WriteBatch:        e.Int("WRITE_MAX_BATCH", 256, 1),
 		MaxClientConns:    e.Int("MAX_CONNS", 10_000, 1),
 		MaxInflight:       e.Int("MAX_INFLIGHT", 256, 1),
+		MaxPerVoucher:     e.Int("MAX_INFLIGHT_PER_VOUCHER", 16, 1),
+		VoucherWait:       e.Duration("VOUCHER_WAIT", 500*time.Millisecond),
+		DBTimeout:         e.Duration("DB_TIMEOUT", 500*time.Millisecond),
 		DebugAddr:         e.String("DEBUG_ADDR", ""),
 	}
 	if err := e.Err(); err != nil {
@@ -65,6 +71,12 @@ func configFrom(e *envconf.Reader) (Config, error) {
 	}
 	if c.DatabaseURL == "" {
 		return c, errors.New("DATABASE_URL is required")
+	}
+	if err := checkVoucherWait(c.VoucherWait); err != nil {
+		return c, err
+	}
+	if err := checkDBTimeout(c.DBTimeout); err != nil {
+		return c, err
 	}
 	return c, checkTokens(c)
 }
@@ -100,6 +112,7 @@ func run(cfg Config, log *slog.Logger) error {
 		return fmt.Errorf("DATABASE_URL: %w", err)
 	}
 	poolCfg.MaxConns = int32(cfg.MaxConns)
+	withStatementDeadlines(poolCfg, cfg.DBTimeout)
 	pool, err := pgxpool.NewWithConfig(ctx, poolCfg)
 	if err != nil {
 		return fmt.Errorf("connect to postgres: %w", err)
@@ -129,6 +142,7 @@ func run(cfg Config, log *slog.Logger) error {
 	writer.ObserveCommits(func(d time.Duration) { lm.commitLatency.Observe(d.Seconds()) })
 	settler := NewSettler(store, g, time.Now, log)
 	ledger := NewLedger(store, writer, g, rdb, settler, log)
+	ledger.LimitStandard(NewLimiter(cfg.MaxPerVoucher, cfg.VoucherWait))
 	jobs := NewJobs(store, g, rdb, settler, ledger.Warmup, log, JobsConfig{
 		ExpiryInterval: cfg.ExpiryInterval, ReconcileInterval: cfg.ReconcileInterval, HangingGrace: cfg.HangingGrace,
 		Metrics: lm,
