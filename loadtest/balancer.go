@@ -1,20 +1,32 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"sync"
 	"sync/atomic"
 	"time"
 )
 
+// readyEvery is how often a balancer that follows readiness asks each backend's
+// /readyz: a load balancer's health check, fast enough that a SHUTDOWN_DELAY of
+// a second moves new connections away.
+const readyEvery = 100 * time.Millisecond
+
 // balancer spreads TCP connections round-robin over backends and skips one
-// that refuses, as a load balancer in front of several ledgers would.
+// that refuses, as a load balancer in front of several ledgers would. Once
+// told to follow readiness, it also skips a backend whose /readyz does not
+// answer 200 (unless none does); connections already open stay where they are,
+// as behind a Kubernetes Service.
 type balancer struct {
 	ln       net.Listener
 	backends []string
+	ready    []atomic.Bool
 	next     atomic.Uint64
+	stop     chan struct{}
 
 	mu     sync.Mutex
 	conns  map[net.Conn]struct{}
@@ -27,10 +39,60 @@ func startBalancer(backends ...string) (*balancer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("balancer: %w", err)
 	}
-	b := &balancer{ln: ln, backends: backends, conns: map[net.Conn]struct{}{}}
+	b := &balancer{ln: ln, backends: backends, ready: make([]atomic.Bool, len(backends)),
+		conns: map[net.Conn]struct{}{}, stop: make(chan struct{})}
+	for i := range b.ready {
+		b.ready[i].Store(true)
+	}
 	b.wg.Add(1)
 	go b.serve()
 	return b, nil
+}
+
+// followReadiness starts asking every backend's /readyz each readyEvery.
+func (b *balancer) followReadiness() {
+	client := &http.Client{Timeout: 500 * time.Millisecond}
+	for i, addr := range b.backends {
+		b.wg.Add(1)
+		go func() {
+			defer b.wg.Done()
+			tick := time.NewTicker(readyEvery)
+			defer tick.Stop()
+			for {
+				b.ready[i].Store(isReady(client, "http://"+addr+"/readyz"))
+				select {
+				case <-b.stop:
+					return
+				case <-tick.C:
+				}
+			}
+		}()
+	}
+}
+
+func isReady(client *http.Client, url string) bool {
+	resp, err := client.Get(url)
+	if err != nil {
+		return false
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp.StatusCode == http.StatusOK
+}
+
+// waitReady waits until the balancer has seen addr ready, up to bound.
+func (b *balancer) waitReady(ctx context.Context, addr string, bound time.Duration) error {
+	for end := time.Now().Add(bound); ; {
+		for i, a := range b.backends {
+			if a == addr && b.ready[i].Load() {
+				return nil
+			}
+		}
+		if time.Now().After(end) || ctx.Err() != nil {
+			return fmt.Errorf("balancer: %s not ready within %s", addr, bound)
+		}
+		sleepCtx(ctx, readyEvery)
+	}
 }
 
 // Addr is where the balancer listens.
@@ -50,14 +112,9 @@ func (b *balancer) serve() {
 
 func (b *balancer) handle(c net.Conn) {
 	defer b.wg.Done()
-	var up net.Conn
-	first := b.next.Add(1)
-	for i := range len(b.backends) {
-		addr := b.backends[(first+uint64(i))%uint64(len(b.backends))]
-		var err error
-		if up, err = net.DialTimeout("tcp", addr, time.Second); err == nil {
-			break
-		}
+	up := b.dial(true)
+	if up == nil {
+		up = b.dial(false) // no ready backend: try them all, as a balancer that fails open
 	}
 	if up == nil || !b.track(c, up) {
 		c.Close()
@@ -79,6 +136,22 @@ func (b *balancer) handle(c net.Conn) {
 	b.mu.Unlock()
 }
 
+// dial connects to the next backend that accepts, among the ready ones only
+// when readyOnly.
+func (b *balancer) dial(readyOnly bool) net.Conn {
+	first := b.next.Add(1)
+	for i := range len(b.backends) {
+		k := (first + uint64(i)) % uint64(len(b.backends))
+		if readyOnly && !b.ready[k].Load() {
+			continue
+		}
+		if up, err := net.DialTimeout("tcp", b.backends[k], time.Second); err == nil {
+			return up
+		}
+	}
+	return nil
+}
+
 func (b *balancer) track(cs ...net.Conn) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -95,6 +168,9 @@ func (b *balancer) track(cs ...net.Conn) bool {
 func (b *balancer) Close() {
 	b.ln.Close()
 	b.mu.Lock()
+	if !b.closed {
+		close(b.stop)
+	}
 	b.closed = true
 	for c := range b.conns {
 		c.Close()

@@ -45,8 +45,11 @@ type ChaosConfig struct {
 	SettleBound   time.Duration // after the last request, Redis = DB within this
 	Fast503       time.Duration // while the fault lasts, p99 of the 503 answers stays within this
 	Seed          uint64
+	Short         bool    // the test's plan: scenarios with their own (Tune, Run) take their short one
+	FlashMax      float64 // the flash path's maximum sustainable rate: overload sends 3x, soak 1/2
 	Attack        AttackOptions
 	ServiceLog    io.Writer // where the services write their output; nil: stderr
+	Progress      io.Writer // a line per finished soak round; nil: none
 }
 
 // DefaultChaos is `loadtest chaos` without flags: a rate this 2-core machine
@@ -55,13 +58,15 @@ type ChaosConfig struct {
 var DefaultChaos = ChaosConfig{
 	Rate: 1500, Duration: 6 * time.Second, FaultAt: 1500 * time.Millisecond, FaultFor: 2 * time.Second,
 	RecoveryBound: 10 * time.Second, SettleBound: 10 * time.Second, Fast503: 1500 * time.Millisecond, Seed: 1,
-	Attack: AttackOptions{Workers: 64, MaxWorkers: 4096, Connections: 4096, Timeout: 5 * time.Second},
+	FlashMax: flashMax,
+	Attack:   AttackOptions{Workers: 64, MaxWorkers: 4096, Connections: 4096, Timeout: 5 * time.Second},
 }
 
 // ShortChaos is the test's version (`--short`): every scenario in a few seconds.
 var ShortChaos = func() ChaosConfig {
 	c := DefaultChaos
 	c.Rate, c.Duration, c.FaultAt, c.FaultFor = 1000, 2*time.Second, 500*time.Millisecond, 800*time.Millisecond
+	c.Short = true
 	return c
 }()
 
@@ -71,6 +76,12 @@ func (c ChaosConfig) requests() int { return requestCount(c.Rate, c.Duration) }
 // RunScenario runs sc under a burst on a system of its own and judges it:
 // invariants against the database and Redis, and recovery within the bounds.
 func RunScenario(ctx context.Context, pg *devstack.Postgres, sc Scenario, cfg ChaosConfig) (*ChaosResult, error) {
+	if sc.Tune != nil {
+		cfg = sc.Tune(cfg)
+	}
+	if sc.Run != nil {
+		return sc.Run(ctx, pg, sc, cfg)
+	}
 	r, err := startRig(ctx, pg, sc, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("%s: start the system: %w", sc.Name, err)
@@ -89,6 +100,10 @@ func RunScenario(ctx context.Context, pg *devstack.Postgres, sc Scenario, cfg Ch
 	res := t.result(sc, cfg, settled, settleDetail)
 	if err := t.judge(ctx, r.bench, res, cfg, quiet.Sub(t.faultEnd)); err != nil {
 		return nil, fmt.Errorf("%s: %w", sc.Name, err)
+	}
+	if sc.Strict {
+		res.Checks = append(res.Checks, res.answeredCheck())
+		res.Pass = Passed(res.Checks)
 	}
 	return res, nil
 }
@@ -134,6 +149,7 @@ func parseChaosFlags(args []string) (chaosCmd, error) {
 	fs.DurationVar(&cfg.SettleBound, "settle-bound", cfg.SettleBound, "Redis must equal the database within this after the last request")
 	fs.DurationVar(&cfg.Fast503, "fast-503", cfg.Fast503, "while a fault lasts, the p99 of the 503 answers must stay within this")
 	fs.Uint64Var(&cfg.Seed, "seed", cfg.Seed, "seed of the request plans")
+	fs.Float64Var(&cfg.FlashMax, "flash-max", cfg.FlashMax, "the flash path's maximum sustainable rate (BENCHMARKS.md): overload sends 3x, soak half")
 	fs.DurationVar(&cfg.Attack.Timeout, "timeout", cfg.Attack.Timeout, "per-request timeout of the clients (no answer within it: a failed request)")
 	fs.IntVar(&cfg.Attack.MaxWorkers, "max-workers", cfg.Attack.MaxWorkers, "most requests in flight")
 	fs.StringVar(&c.Out, "out", "", "report directory (default loadtest/reports/chaos-<timestamp>)")
@@ -144,6 +160,7 @@ func parseChaosFlags(args []string) (chaosCmd, error) {
 		return c, nil
 	}
 	if *short {
+		cfg.Short = true
 		set := map[string]bool{}
 		fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 		cfg.shorten(set)
@@ -194,7 +211,7 @@ func runChaos(ctx context.Context, args []string) error {
 		return err
 	}
 	defer logFile.Close()
-	c.Config.ServiceLog = logFile
+	c.Config.ServiceLog, c.Config.Progress = logFile, os.Stdout
 	fmt.Printf("chaos: %d scenarios, each under %d requests at %.0f/s with the fault %s in for %s; services log to %s\n",
 		len(c.Scenarios), c.Config.requests(), c.Config.Rate, c.Config.FaultAt, c.Config.FaultFor, logPath)
 	rep, err := c.run(ctx)

@@ -15,6 +15,7 @@ const (
 	checkFast503   = "fast 503 while the fault lasted"
 	checkRecovered = "reserves answered again"
 	checkSettled   = "Redis = DB, exactly, on its own"
+	checkAnswered  = "no 503 and no connection error"
 )
 
 // fast503Check: while the fault lasted, the system said "unavailable" fast
@@ -24,6 +25,21 @@ func (res *ChaosResult) fast503Check(bound time.Duration) Check {
 		Pass: res.DuringFault503 == 0 || res.DuringFault503P99 <= float64(bound.Milliseconds()),
 		Detail: fmt.Sprintf("%d answers 503 to requests sent while the fault lasted: p99 %.0f ms, max %.0f ms (bound: p99 within %s); %d requests sent meanwhile answered 201",
 			res.DuringFault503, res.DuringFault503P99, res.DuringFault503Max, bound, res.DuringFault201)}
+}
+
+// answeredCheck: every request got its real answer; no 503 and no connection
+// error (a deploy must not show).
+func (res *ChaosResult) answeredCheck() Check {
+	return Check{Name: checkAnswered, Pass: res.Unavailable == 0 && res.Errors == 0,
+		Detail: fmt.Sprintf("%d answers 503 and %d without an answer or with another status, of %d requests%s",
+			res.Unavailable, res.Errors, res.Requests, samples(res.ErrorSamples))}
+}
+
+func samples(s []string) string {
+	if len(s) == 0 {
+		return ""
+	}
+	return " (" + strings.Join(s, "; ") + ")"
 }
 
 // recoveredCheck: reserves were answered again within bound of the fault's

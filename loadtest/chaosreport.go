@@ -59,15 +59,22 @@ func PrintChaosTable(w io.Writer, results []*ChaosResult) {
 	}
 }
 
+// behaviourChecks are the checks on how the system behaved (speed, recovery,
+// answers through a deploy or an overload), not invariants.
+var behaviourChecks = map[string]bool{
+	checkFast503: true, checkRecovered: true, checkSettled: true, checkAnswered: true,
+	checkAllP99: true, checkNoTimeouts: true, checkFlat: true,
+}
+
 // invariantsVerdict is PASS or FAIL over the checks that are invariants
-// (all but the three on behaviour through the fault), or ERROR when the
+// (all but behaviourChecks), or ERROR when the
 // scenario did not run.
 func invariantsVerdict(r *ChaosResult) string {
 	if r.Error != "" {
 		return "ERROR"
 	}
 	for _, c := range r.Checks {
-		if !c.Pass && c.Name != checkFast503 && c.Name != checkRecovered && c.Name != checkSettled {
+		if !c.Pass && !behaviourChecks[c.Name] {
 			return "FAIL"
 		}
 	}
@@ -153,6 +160,9 @@ func chaosMarkdown(rep *ChaosReport) string {
 		}
 		for _, c := range r.Checks {
 			fmt.Fprintf(&b, "- %s %s: %s\n", verdict(c.Pass), c.Name, c.Detail)
+		}
+		if len(r.Rounds) > 0 {
+			b.WriteString(soakMarkdown(r))
 		}
 	}
 	return b.String()

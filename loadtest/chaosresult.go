@@ -48,6 +48,11 @@ type ChaosResult struct {
 	SettleBound   float64 `json:"settleBoundSeconds"`
 	SettleDetail  string  `json:"settleDetail,omitempty"`
 
+	// Latency of every answer (overload); Rounds and Samples: the soak's.
+	Latency *Latency       `json:"latency,omitempty"`
+	Rounds  []*ChaosResult `json:"rounds,omitempty"`
+	Samples []ProcSample   `json:"samples,omitempty"`
+
 	DB             *DBSummary `json:"db,omitempty"`
 	RedisRemaining *int64     `json:"redisRemaining,omitempty"`
 	Checks         []Check    `json:"checks"`

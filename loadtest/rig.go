@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/url"
+	"slices"
 	"strings"
 	"time"
 
@@ -33,7 +34,9 @@ type rig struct {
 	net     *faultNet
 	lb      *balancer
 	st      *Stack
-	ledgerB *devstack.Service // the second ledger of a two-ledger scenario
+	ledgerB *devstack.Service // the second ledger of a two-ledger scenario or a fleet
+	fleet   *fleet            // two proxies and two ledgers behind balancers (Scenario.Fleet)
+	entry   string            // where clients send: the proxy, or the fleet's balancer
 	bench   *Bench
 	dbName  string
 }
@@ -57,6 +60,10 @@ func startRig(ctx context.Context, pg *devstack.Postgres, sc Scenario, cfg Chaos
 	links := map[string]string{linkProxyRedis: r.redis.Addr, linkLedgerRedis: r.redis.Addr, linkLedgerPG: pg.Addr}
 	addrs := map[string]string{}
 	for name, upstream := range links {
+		addrs[name] = upstream
+		if sc.Direct {
+			continue
+		}
 		if addrs[name], err = r.net.Link(name, upstream); err != nil {
 			return r, err
 		}
@@ -66,10 +73,15 @@ func startRig(ctx context.Context, pg *devstack.Postgres, sc Scenario, cfg Chaos
 		LedgerDBURL:    withHost(dbURL, addrs[linkLedgerPG]),
 		LedgerRedisURL: "redis://" + addrs[linkLedgerRedis] + "/0",
 		ProxyRedisURL:  "redis://" + addrs[linkProxyRedis] + "/0",
-		LedgerEnv:      chaosLedgerEnv, ProxyEnv: chaosProxyEnv, ServiceLog: cfg.ServiceLog,
+		LedgerEnv:      slices.Concat(chaosLedgerEnv, sc.LedgerEnv), ProxyEnv: slices.Clone(chaosProxyEnv),
+		ServiceLog: cfg.ServiceLog,
 	}
 	var addrB string
-	if sc.TwoLedgers {
+	if sc.Fleet {
+		if err = r.planFleet(&o); err != nil {
+			return r, err
+		}
+	} else if sc.TwoLedgers {
 		if o.LedgerAddr, err = addrOr(""); err != nil {
 			return r, err
 		}
@@ -89,7 +101,15 @@ func startRig(ctx context.Context, pg *devstack.Postgres, sc Scenario, cfg Chaos
 			return r, err
 		}
 	}
-	r.bench, err = OpenBench(ctx, r.st.Endpoints())
+	e := r.st.Endpoints()
+	if sc.Fleet {
+		if err = r.startFleet(ctx); err != nil {
+			return r, err
+		}
+		e = r.fleet.endpoints(e)
+	}
+	r.entry = e.ProxyURL
+	r.bench, err = OpenBench(ctx, e)
 	return r, err
 }
 
@@ -103,6 +123,9 @@ func (r *rig) Close(ctx context.Context) {
 	}
 	if r.lb != nil {
 		r.lb.Close()
+	}
+	if r.fleet != nil {
+		r.fleet.Close()
 	}
 	if r.net != nil {
 		r.net.Close()

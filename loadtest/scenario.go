@@ -25,6 +25,24 @@ type Scenario struct {
 	Fault         string // what happens, for the report; {d} is the fault's duration
 	NoPersistence bool   // Redis without AOF (otherwise appendonly, everysec)
 	TwoLedgers    bool   // two ledgers behind a TCP balancer; the proxy talks to the balancer
+	// Fleet: two proxies and two ledgers, each pair behind a balancer that
+	// follows /readyz; clients send to the proxies' balancer.
+	Fleet     bool
+	LedgerEnv []string // the ledgers' environment beyond chaosLedgerEnv (a later entry wins)
+	// Direct: the services reach Redis and Postgres without toxiproxy (no
+	// toxic scenario; as BENCHMARKS.md measured the rates).
+	Direct bool
+	// Strict: every request gets its real answer: no 503 and no connection
+	// error at all (a deploy must be invisible to clients).
+	Strict bool
+	// ByName: runs only when named (--scenario), not in "all".
+	ByName bool
+	// Tune sets the scenario's own traffic and bounds from the run's (which
+	// says whether the run is short); nil: the run's as they are.
+	Tune func(ChaosConfig) ChaosConfig
+	// Run replaces the burst-and-fault run (RunScenario's) with the scenario's
+	// own; Inject is then unused.
+	Run func(ctx context.Context, pg *devstack.Postgres, sc Scenario, cfg ChaosConfig) (*ChaosResult, error)
 	// Inject starts the fault and returns what ends it (removes the toxics,
 	// restarts what was killed). A fault that is over when Inject returns (a
 	// restart) returns a nil end.
@@ -60,7 +78,29 @@ func Scenarios() []Scenario {
 			Inject: kill(func(r *rig) *devstack.Service { return r.ledgerB })},
 		{Name: "proxy-kill", Fault: "kill -9 the proxy with requests in flight, down for {d}, restarted",
 			Inject: kill(func(r *rig) *devstack.Service { return r.st.Proxy })},
+		{Name: "rolling-restart", Fleet: true, Strict: true, Tune: tuneRollingRestart,
+			// No reconciler during the run: Redis must equal the database
+			// because every stop was clean, not because a reconcile fixed it.
+			LedgerEnv: []string{"RECONCILE_INTERVAL=1h"},
+			Fault:     "two proxies and two ledgers behind balancers that follow /readyz; each in turn gets SIGTERM and is started again once it has exited (ledger a, ledger b, proxy a, proxy b)",
+			Inject:    rollingRestart},
+		{Name: "overload", Run: runOverload, Direct: true,
+			Fault: "3x the flash path's maximum sustainable rate ({d} of it), every request admitted unless shed"},
+		{Name: "soak", Run: runSoak, ByName: true, Fleet: true,
+			Fault: "a fault every round drawn from redis-kill-aof, redis-stall, pg-restart, ledger-kill, proxy-kill and rolling-restart, at half the flash path's maximum rate, with confirm, release and refund traffic"},
 	}
+}
+
+// tuneRollingRestart is rolling-restart's plan: a burst long enough for four
+// restarts (2,000/s for 30 s; short: 1,000/s for 16 s), and Redis = DB within
+// 2 s of the last request with the reconciler off.
+func tuneRollingRestart(c ChaosConfig) ChaosConfig {
+	c.Rate, c.Duration, c.FaultAt = 2000, 30*time.Second, 3*time.Second
+	if c.Short {
+		c.Rate, c.Duration, c.FaultAt = 1000, 16*time.Second, time.Second
+	}
+	c.SettleBound = 2 * time.Second
+	return c
 }
 
 // ScenarioNames lists the scenarios' names.
@@ -77,7 +117,7 @@ func ScenarioNames() []string {
 func pickScenarios(names []string) ([]Scenario, error) {
 	scenarios := Scenarios()
 	if len(names) == 0 {
-		return scenarios, nil
+		return slices.DeleteFunc(scenarios, func(s Scenario) bool { return s.ByName }), nil
 	}
 	var chosen []Scenario
 	for _, name := range names {

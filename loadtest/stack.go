@@ -48,6 +48,7 @@ type Stack struct {
 
 	proxyBin, ledgerBin string
 	ledgerEnv           []string            // the first ledger's environment, for StartLedger
+	proxyEnv            []string            // the first proxy's environment, for StartProxyLike
 	serviceLog          io.Writer           // every service's output, restarts included
 	extra               []*devstack.Service // services started by StartProxy and StartLedger
 }
@@ -95,6 +96,7 @@ func StartStack(o StackOptions) (s *Stack, err error) {
 	}
 	env = append([]string{"PROXY_ADDR=" + s.ProxyAddr, "REDIS_URL=" + cmp.Or(o.ProxyRedisURL, s.RedisURL),
 		"LEDGER_URL=" + cmp.Or(o.ProxyLedgerURL, s.LedgerURL), "LEDGER_TOKEN=" + o.Token}, o.ProxyEnv...)
+	s.proxyEnv = env
 	if s.Proxy, err = devstack.StartService("proxy", proxyBin, env, s.ProxyURL+"/healthz", s.serviceLog); err != nil {
 		return s, err
 	}
@@ -117,6 +119,24 @@ func (s *Stack) StartProxy(name string, env ...string) (string, error) {
 	}
 	s.extra = append(s.extra, svc)
 	return "http://" + addr, nil
+}
+
+// StartProxyLike starts one more proxy at addr (a free port when empty) with
+// the first proxy's environment plus env: the same Redis and ledger as it
+// sees them. It returns the service, to stop and restart, and its URL; Stop
+// stops it with the rest.
+func (s *Stack) StartProxyLike(name, addr string, env ...string) (*devstack.Service, string, error) {
+	addr, err := addrOr(addr)
+	if err != nil {
+		return nil, "", err
+	}
+	env = append(append(slices.Clone(s.proxyEnv), "PROXY_ADDR="+addr), env...)
+	svc, err := devstack.StartService(name, s.proxyBin, env, "http://"+addr+"/healthz", s.serviceLog)
+	if err != nil {
+		return nil, "", err
+	}
+	s.extra = append(s.extra, svc)
+	return svc, "http://" + addr, nil
 }
 
 // StartLedger starts one more ledger at addr (a free port when empty) on the

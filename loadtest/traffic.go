@@ -22,6 +22,7 @@ type traffic struct {
 	start           time.Time // of the burst
 	faultStart      time.Time
 	faultEnd        time.Time
+	faultOver       chan struct{} // closed once the fault has ended
 }
 
 // newTraffic creates the scenario's two vouchers and plans its burst.
@@ -36,6 +37,7 @@ func newTraffic(ctx context.Context, b *Bench, name string, cfg ChaosConfig) (*t
 		probeSpec: VoucherSpec{Code: newCode("probe"), Stock: probeStock, PerUser: 1, Flash: true},
 		// Customers below the order count: some order twice and meet their limit.
 		customers: max(n*7/10, 1),
+		faultOver: make(chan struct{}),
 	}
 	for _, v := range []VoucherSpec{t.spec, t.probeSpec} {
 		if err := b.CreateVoucher(ctx, v); err != nil {
@@ -51,11 +53,11 @@ func newTraffic(ctx context.Context, b *Bench, name string, cfg ChaosConfig) (*t
 // fault on, and returns once all three are done.
 func (t *traffic) drive(ctx context.Context, r *rig, sc Scenario, cfg ChaosConfig) error {
 	volley := make(chan Volley, 1)
-	t.rc = newRetryingClients(r.st.ProxyURL, t.spec.Code, int64(t.customers)+1, cfg.Attack.Timeout)
+	t.rc = newRetryingClients(r.entry, t.spec.Code, int64(t.customers)+1, cfg.Attack.Timeout)
 	retried := make(chan struct{})
 	t.start = time.Now()
 	go func() {
-		volley <- Fire(ctx, reserveURL(r.st.ProxyURL, t.spec.Code), t.plan, orderAmount, cfg.Rate, cfg.Attack)
+		volley <- Fire(ctx, reserveURL(r.entry, t.spec.Code), t.plan, orderAmount, cfg.Rate, cfg.Attack)
 	}()
 	go func() {
 		defer close(retried)
@@ -63,7 +65,7 @@ func (t *traffic) drive(ctx context.Context, r *rig, sc Scenario, cfg ChaosConfi
 	}()
 	sleepCtx(ctx, time.Until(t.start.Add(cfg.FaultAt)))
 
-	t.pr = newProber(r.st.ProxyURL, t.probeSpec.Code, cfg.RecoveryBound)
+	t.pr = newProber(r.entry, t.probeSpec.Code, cfg.RecoveryBound)
 	go t.pr.run(ctx)
 	t.faultStart = time.Now()
 	end, faultErr := sc.Inject(ctx, r, cfg.FaultFor)
@@ -72,6 +74,7 @@ func (t *traffic) drive(ctx context.Context, r *rig, sc Scenario, cfg ChaosConfi
 		faultErr = end()
 	}
 	t.faultEnd = time.Now()
+	close(t.faultOver)
 	t.pr.faultEnded(t.faultEnd)
 	t.volley = <-volley
 	<-retried

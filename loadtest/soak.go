@@ -1,0 +1,232 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/flashgate/flashgate/shared/devstack"
+)
+
+// soakFaults are the faults a soak draws from, by scenario name.
+var soakFaults = []string{"redis-kill-aof", "redis-stall", "pg-restart", "ledger-kill", "proxy-kill", "rolling-restart"}
+
+const (
+	soakPayRate   = 40  // new payer orders per second beside the reserves
+	soakMaxGrowth = 0.2 // RSS and goroutines may grow this much after warm-up
+)
+
+// soakPlan is a soak's shape: rounds of Round, one fault each, for Total.
+type soakPlan struct {
+	Total, Round, FaultAt, SampleEvery time.Duration
+}
+
+// soakPlanOf is 10 minutes of 30 s rounds, the fault 5 s in, sampled every
+// 10 s; short: 60 s of 10 s rounds, the fault 2 s in, sampled every 3 s.
+func soakPlanOf(c ChaosConfig) soakPlan {
+	if c.Short {
+		return soakPlan{Total: time.Minute, Round: 10 * time.Second, FaultAt: 2 * time.Second, SampleEvery: 3 * time.Second}
+	}
+	return soakPlan{Total: 10 * time.Minute, Round: 30 * time.Second, FaultAt: 5 * time.Second, SampleEvery: 10 * time.Second}
+}
+
+// soakOrder draws the rounds' faults: every fault once, in a random order
+// (seeded), then again in another order, and so on.
+func soakOrder(n int, seed uint64) []string {
+	rng := rand.New(rand.NewPCG(seed, 13))
+	var out []string
+	for len(out) < n {
+		cycle := slices.Clone(soakFaults)
+		rng.Shuffle(len(cycle), func(i, j int) { cycle[i], cycle[j] = cycle[j], cycle[i] })
+		out = append(out, cycle...)
+	}
+	return out[:n]
+}
+
+// soakRound is one round under way: its traffic, its payers and, once judged,
+// its result.
+type soakRound struct {
+	i     int
+	sc    Scenario
+	cfg   ChaosConfig
+	t     *traffic
+	pay   *payers
+	res   *ChaosResult
+	codes []string
+}
+
+// runSoak runs the fleet at half the flash path's maximum rate for the plan's
+// Total: round after round, each on vouchers of its own, each with one fault
+// and the payers beside; each round is judged (every invariant) once its
+// traffic is over, while the next runs. At the end: Redis = DB on every voucher
+// after a reconcile, and the RSS and goroutines flat after warm-up.
+func runSoak(ctx context.Context, pg *devstack.Postgres, sc Scenario, cfg ChaosConfig) (*ChaosResult, error) {
+	plan := soakPlanOf(cfg)
+	byName := map[string]Scenario{}
+	for _, s := range Scenarios() {
+		byName[s.Name] = s
+	}
+	r, err := startRig(ctx, pg, sc, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("%s: start the system: %w", sc.Name, err)
+	}
+	defer r.Close(ctx)
+	smp := startSampler(ctx, r.fleet, plan.SampleEvery)
+	start := time.Now()
+	var judging sync.WaitGroup
+	var rounds []*soakRound
+	prevFault := make(chan struct{})
+	close(prevFault)
+	n := int(plan.Total / plan.Round)
+	for i, name := range soakOrder(n, cfg.Seed) {
+		sleepCtx(ctx, time.Until(start.Add(time.Duration(i)*plan.Round)))
+		select { // one fault at a time: a rolling restart may outlast its round
+		case <-prevFault:
+		case <-ctx.Done():
+		}
+		if ctx.Err() != nil {
+			break
+		}
+		rd, err := startRound(ctx, r, i, byName[name], plan, cfg)
+		if err != nil {
+			return nil, err
+		}
+		rounds, prevFault = append(rounds, rd), rd.t.faultOver
+		judging.Add(1)
+		go func() {
+			defer judging.Done()
+			rd.run(ctx, r)
+		}()
+	}
+	judging.Wait()
+	elapsed := time.Since(start)
+	samples := smp.finish()
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	return soakResult(ctx, r, sc, cfg, plan, rounds, samples, elapsed), nil
+}
+
+// startRound creates the round's vouchers; run drives and judges it.
+func startRound(ctx context.Context, r *rig, i int, fault Scenario, plan soakPlan, cfg ChaosConfig) (*soakRound, error) {
+	c := cfg
+	c.Rate, c.Duration, c.FaultAt, c.Seed = cfg.FlashMax/2, plan.Round, plan.FaultAt, cfg.Seed+uint64(i)
+	t, err := newTraffic(ctx, r.bench, fmt.Sprintf("soak%d", i), c)
+	if err != nil {
+		return nil, fmt.Errorf("soak round %d: %w", i+1, err)
+	}
+	payCode := newCode("pay")
+	if err := r.bench.CreateVoucher(ctx, VoucherSpec{Code: payCode, Stock: probeStock, PerUser: 1, Flash: true}); err != nil {
+		return nil, fmt.Errorf("soak round %d: %w", i+1, err)
+	}
+	return &soakRound{i: i, sc: fault, cfg: c, t: t, pay: newPayers(r.entry, payCode, 1),
+		codes: []string{t.spec.Code, t.probeSpec.Code, payCode}}, nil
+}
+
+// run drives the round's traffic and fault, then judges it.
+func (rd *soakRound) run(ctx context.Context, r *rig) {
+	rd.pay.start(ctx, soakPayRate, rd.cfg.Duration)
+	err := rd.t.drive(ctx, r, rd.sc, rd.cfg)
+	rd.pay.wait()
+	if err != nil {
+		rd.res = &ChaosResult{Scenario: rd.sc.Name, Error: err.Error(), RecoverySeconds: -1, SettleSeconds: -1, Statuses: map[string]int{}}
+		return
+	}
+	quiet := time.Now()
+	settled, detail := waitSettled(ctx, r.bench, rd.cfg.SettleBound, rd.codes...)
+	res := rd.t.result(rd.sc, rd.cfg, settled, detail)
+	res.FaultAt += float64(rd.i) * rd.cfg.Duration.Seconds()
+	// The next round's fault may have Redis or Postgres down for a moment:
+	// judging is read-only, so try again.
+	for attempt := 0; ; attempt++ {
+		err = rd.t.judge(ctx, r.bench, res, rd.cfg, quiet.Sub(rd.t.faultEnd))
+		var pay []Check
+		if err == nil {
+			pay, err = rd.pay.checks(ctx, r.bench)
+		}
+		if err == nil || attempt == 10 || ctx.Err() != nil {
+			res.Checks = append(res.Checks, pay...)
+			break
+		}
+		sleepCtx(ctx, time.Second)
+	}
+	if err != nil {
+		res.Error = err.Error()
+	}
+	res.Pass = err == nil && Passed(res.Checks)
+	rd.res = res
+	if rd.cfg.Progress != nil {
+		fmt.Fprintf(rd.cfg.Progress, "\n    round %d %-15s %d requests: 201 %d, 409 %d, 503 %d, errors %d; recovered %s, Redis = DB %s: %s",
+			rd.i+1, rd.sc.Name, res.Requests, res.Created, res.Refused, res.Unavailable, res.Errors,
+			seconds(res.RecoverySeconds), seconds(res.SettleSeconds), verdict(res.Pass))
+	}
+	rd.t = nil // let the round's shots go
+}
+
+// soakResult adds the rounds up and makes the checks of the whole soak.
+func soakResult(ctx context.Context, r *rig, sc Scenario, cfg ChaosConfig, plan soakPlan, rounds []*soakRound, samples []ProcSample, elapsed time.Duration) *ChaosResult {
+	res := &ChaosResult{Scenario: sc.Name, Fault: sc.Describe(plan.Round), Rate: cfg.FlashMax / 2, Statuses: map[string]int{},
+		FaultSeconds: elapsed.Seconds(), RecoveryBound: cfg.RecoveryBound.Seconds(), SettleBound: cfg.SettleBound.Seconds(),
+		Samples: samples}
+	var codes, failed []string
+	for _, rd := range rounds {
+		rr := rd.res
+		res.Rounds = append(res.Rounds, rr)
+		codes = append(codes, rd.codes...)
+		res.Requests += rr.Requests
+		res.Created += rr.Created
+		res.Refused += rr.Refused
+		res.Unavailable += rr.Unavailable
+		res.Errors += rr.Errors
+		res.Probes += rr.Probes
+		res.RetryingSends += rr.RetryingSends
+		for k, v := range rr.Statuses {
+			res.Statuses[k] += v
+		}
+		res.RecoverySeconds = max(res.RecoverySeconds, rr.RecoverySeconds)
+		if !rr.Pass {
+			failed = append(failed, fmt.Sprintf("round %d (%s): %s", rd.i+1, rr.Scenario, failedNames(rr)))
+		}
+		res.Achieved += rr.Achieved / float64(len(rounds))
+	}
+	res.Checks = append(res.Checks, check("every round: every invariant and recovery", len(failed) == 0,
+		"%d rounds, one fault each (%s); %d failed%s", len(rounds), faultList(rounds), len(failed), sample(failed)))
+	// The reconciler runs every second (chaosLedgerEnv): wait for one, then
+	// Redis must hold exactly what the database holds, voucher by voucher.
+	sleepCtx(ctx, 2*time.Second)
+	settled, detail := waitSettled(ctx, r.bench, cfg.SettleBound, codes...)
+	res.SettleSeconds, res.SettleDetail = -1, detail
+	if settled >= 0 {
+		res.SettleSeconds = settled.Seconds()
+	}
+	res.Checks = append(res.Checks, check("Redis = DB on every voucher after the last reconcile", settled >= 0,
+		"%d vouchers (burst, probe and payers' of each round): %s%s", len(codes), seconds(res.SettleSeconds), suffix(detail)))
+	total := plan.Total.Seconds()
+	res.Checks = append(res.Checks, flatChecks(samples, [2]float64{total / 5, total/5 + total/10}, [2]float64{total * 9 / 10, total}, soakMaxGrowth)...)
+	res.Pass = Passed(res.Checks)
+	return res
+}
+
+func failedNames(r *ChaosResult) string {
+	if r.Error != "" {
+		return r.Error
+	}
+	var names []string
+	for _, c := range r.Checks {
+		if !c.Pass {
+			names = append(names, c.Name+": "+c.Detail)
+		}
+	}
+	return fmt.Sprint(names)
+}
+
+func faultList(rounds []*soakRound) string {
+	count := map[string]int{}
+	for _, rd := range rounds {
+		count[rd.sc.Name]++
+	}
+	return statusList(count)
+}
