@@ -45,8 +45,10 @@ func NewJobs(store *Store, g *gate.Gate, pub gate.Publisher, settler *Settler,
 }
 
 // Run reloads live flash vouchers that Redis lacks, then sweeps and reconciles
-// on their intervals until ctx ends.
-func (j *Jobs) Run(ctx context.Context) {
+// on their intervals until stop ends. Each run goes under ctx (the service's
+// lifetime): a run in progress when stop ends finishes, so that a shutdown
+// never cuts a sweep or a reconcile between the database and Redis.
+func (j *Jobs) Run(stop, ctx context.Context) {
 	j.WarmAll(ctx)
 	sweep := time.NewTicker(j.cfg.ExpiryInterval)
 	defer sweep.Stop()
@@ -55,8 +57,11 @@ func (j *Jobs) Run(ctx context.Context) {
 	unsettled := time.NewTicker(time.Second)
 	defer unsettled.Stop()
 	for {
+		if stop.Err() != nil {
+			return
+		}
 		select {
-		case <-ctx.Done():
+		case <-stop.Done():
 			return
 		case <-sweep.C:
 			if n, err := j.Sweep(ctx); err != nil {
@@ -70,6 +75,7 @@ func (j *Jobs) Run(ctx context.Context) {
 			if n := j.settler.Resolve(ctx); n > 0 {
 				j.log.Info("settled writes that failed on a fault", "orders", n)
 			}
+			j.ReconcileInherited(ctx) // after a Redis restart or failover: within a second
 		}
 	}
 }

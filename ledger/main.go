@@ -41,7 +41,18 @@ type Config struct {
 	VoucherWait       time.Duration     // VOUCHER_WAIT: longest wait for one of those slots
 	DBTimeout         time.Duration     // DB_TIMEOUT: deadline of each statement and connection wait
 	DebugAddr         string            // DEBUG_ADDR: pprof listener, off when empty
+	Shutdown          httpx.Shutdown    // SHUTDOWN_DELAY, SHUTDOWN_TIMEOUT
 }
+
+// writeTimeout bounds one group commit (and so an admitted write in flight
+// when the ledger stops accepting).
+const writeTimeout = 10 * time.Second
+
+// minHangingGrace is HANGING_GRACE's floor: an admission younger than the
+// grace may still be on its way to the database, and a grace shorter than a
+// second would let the reconciler free holds whose writes are still in flight.
+// Tests run the jobs fast with a grace of 1 to 2 s.
+const minHangingGrace = time.Second
 
 func configFromEnv() (Config, error) { return configFrom(envconf.New()) }
 
@@ -56,7 +67,7 @@ func configFrom(e *envconf.Reader) (Config, error) {
 		ReservationTTL:    e.Duration("RESERVATION_TTL", 15*time.Minute),
 		ExpiryInterval:    e.Duration("EXPIRY_INTERVAL", time.Minute),
 		ReconcileInterval: e.Duration("RECONCILE_INTERVAL", time.Minute),
-		HangingGrace:      e.Duration("HANGING_GRACE", 30*time.Second),
+		HangingGrace:      e.DurationMin("HANGING_GRACE", 30*time.Second, minHangingGrace),
 		MaxConns:          e.Int("DB_MAX_CONNS", 32, 2),
 		WriteBatch:        e.Int("WRITE_MAX_BATCH", 256, 1),
 		MaxClientConns:    e.Int("MAX_CONNS", 10_000, 1),
@@ -65,12 +76,19 @@ func configFrom(e *envconf.Reader) (Config, error) {
 		VoucherWait:       e.Duration("VOUCHER_WAIT", 500*time.Millisecond),
 		DBTimeout:         e.Duration("DB_TIMEOUT", 500*time.Millisecond),
 		DebugAddr:         e.String("DEBUG_ADDR", ""),
+		Shutdown: httpx.Shutdown{
+			Delay:   e.DurationMin("SHUTDOWN_DELAY", 5*time.Second, 0),
+			Timeout: e.Duration("SHUTDOWN_TIMEOUT", 25*time.Second),
+		},
 	}
 	if err := e.Err(); err != nil {
 		return c, err
 	}
 	if c.DatabaseURL == "" {
 		return c, errors.New("DATABASE_URL is required")
+	}
+	if err := c.Shutdown.Check(writeTimeout, "the group commit's deadline"); err != nil {
+		return c, err
 	}
 	if err := checkVoucherWait(c.VoucherWait); err != nil {
 		return c, err
@@ -101,10 +119,13 @@ func main() {
 }
 
 func run(cfg Config, log *slog.Logger) error {
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	stopping, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
+	life := httpx.NewLifecycle(stopping, cfg.Shutdown, log)
+	defer life.End()
+	ctx := life.Context() // what requests wait on outlives the drain
 
-	if err := migrations.MigrateURL(ctx, cfg.DatabaseURL); err != nil {
+	if err := migrations.MigrateURL(stopping, cfg.DatabaseURL); err != nil {
 		return err
 	}
 	poolCfg, err := pgxpool.ParseConfig(cfg.DatabaseURL)
@@ -137,7 +158,7 @@ func run(cfg Config, log *slog.Logger) error {
 	store := NewStore(pool, cfg.ReservationTTL)
 	metrics := httpx.NewMetrics("ledger")
 	lm := newLedgerMetrics(metrics.Registry)
-	writer := NewWriter(ctx, store, cfg.WriteBatch, 10*time.Second)
+	writer := NewWriter(ctx, store, cfg.WriteBatch, writeTimeout)
 	writer.ObserveSizes(func(n int) { lm.writeBatch.Observe(float64(n)) })
 	writer.ObserveCommits(func(d time.Duration) { lm.commitLatency.Observe(d.Seconds()) })
 	settler := NewSettler(store, g, time.Now, log)
@@ -147,26 +168,33 @@ func run(cfg Config, log *slog.Logger) error {
 		ExpiryInterval: cfg.ExpiryInterval, ReconcileInterval: cfg.ReconcileInterval, HangingGrace: cfg.HangingGrace,
 		Metrics: lm,
 	})
-	srv := &Server{log: log, ledger: ledger, jobs: jobs, token: cfg.Token, tokens: cfg.Tokens, metrics: metrics, maxInflight: cfg.MaxInflight, ready: func(c *gin.Context) error {
-		if err := store.Ping(c); err != nil {
-			return fmt.Errorf("postgres: %w", err)
-		}
-		if rdb != nil {
-			if err := rdb.Ping(c).Err(); err != nil {
-				return fmt.Errorf("redis: %w", err)
+	srv := &Server{log: log, ledger: ledger, jobs: jobs, token: cfg.Token, tokens: cfg.Tokens, metrics: metrics, maxInflight: cfg.MaxInflight,
+		hangingGrace: cfg.HangingGrace, ready: func(c *gin.Context) error {
+			// Ready while Postgres answers: without Redis, standard vouchers,
+			// confirm and release still work (flash reserves get a fast 503).
+			if err := life.Err(); err != nil {
+				return err
 			}
-		}
-		return nil
-	}}
+			if err := store.Ping(c); err != nil {
+				return fmt.Errorf("postgres: %w", err)
+			}
+			return nil
+		}}
 
 	httpx.ServeDebug(cfg.DebugAddr, log)
-	go jobs.Run(ctx)
+	jobsDone := make(chan struct{})
+	go func() {
+		defer close(jobsDone)
+		jobs.Run(stopping, ctx) // a run in progress at the signal finishes
+	}()
 	if rdb != nil {
 		// Another ledger's admin change reaches this one's terms cache at once.
 		go gate.WatchChanges(ctx, rdb, store.ForgetTerms, log)
 	}
 	log.Info("ledger listening", "addr", cfg.Addr, "reservation_ttl", cfg.ReservationTTL.String())
-	err = httpx.Serve(ctx, httpx.NewServer(cfg.Addr, srv.Handler()), cfg.MaxClientConns)
+	err = life.Serve(httpx.NewServer(cfg.Addr, srv.Handler()), cfg.MaxClientConns)
+	stop() // when serving failed, the jobs stop too
+	<-jobsDone
 	log.Info("ledger stopped")
 	return err
 }

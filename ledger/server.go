@@ -4,6 +4,7 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
+	"time"
 
 	"github.com/gin-gonic/gin"
 
@@ -21,6 +22,8 @@ type Server struct {
 	token   string
 	tokens  map[string]string // LEDGER_TOKENS: named tokens beside token (named "default")
 	metrics *httpx.Metrics    // nil: no /metrics
+
+	hangingGrace time.Duration // HANGING_GRACE, served on httpx.SettingsPath
 
 	maxInflight int // MAX_INFLIGHT; 0: no bound
 }
@@ -40,6 +43,7 @@ func (s *Server) Handler() *gin.Engine {
 
 	r.POST("/internal/vouchers/:code/reservations", s.writeAdmitted)
 	r.POST("/internal/vouchers/:code/reservations/batch", s.writeAdmittedBatch)
+	r.GET(httpx.SettingsPath, s.settings)
 	return r
 }
 

@@ -23,21 +23,22 @@ import (
 
 // Config is everything the proxy reads from its environment, read once in main.
 type Config struct {
-	Addr            string        // PROXY_ADDR
-	RedisURL        string        // REDIS_URL
-	LedgerURL       string        // LEDGER_URL
-	LedgerToken     string        // LEDGER_TOKEN: sent to the ledger
-	Token           string        // PROXY_TOKEN: required from clients when set
-	SoldOutTTL      time.Duration // SOLDOUT_TTL
-	VoucherCacheTTL time.Duration // VOUCHER_CACHE_TTL
-	RedisTimeout    time.Duration // REDIS_TIMEOUT
-	LedgerTimeout   time.Duration // LEDGER_TIMEOUT
-	Coalesce        bool          // PROXY_COALESCE (on|off)
-	MaxBatch        int           // PROXY_MAX_BATCH
-	RedisPool       int           // REDIS_POOL_SIZE; 0: go-redis's default
-	MaxClientConns  int           // MAX_CONNS: open client connections
-	MaxInflight     int           // MAX_INFLIGHT: requests worked on at once; the excess is shed
-	DebugAddr       string        // DEBUG_ADDR: pprof listener, off when empty
+	Addr            string         // PROXY_ADDR
+	RedisURL        string         // REDIS_URL
+	LedgerURL       string         // LEDGER_URL
+	LedgerToken     string         // LEDGER_TOKEN: sent to the ledger
+	Token           string         // PROXY_TOKEN: required from clients when set
+	SoldOutTTL      time.Duration  // SOLDOUT_TTL
+	VoucherCacheTTL time.Duration  // VOUCHER_CACHE_TTL
+	RedisTimeout    time.Duration  // REDIS_TIMEOUT
+	LedgerTimeout   time.Duration  // LEDGER_TIMEOUT
+	Coalesce        bool           // PROXY_COALESCE (on|off)
+	MaxBatch        int            // PROXY_MAX_BATCH
+	RedisPool       int            // REDIS_POOL_SIZE; 0: go-redis's default
+	MaxClientConns  int            // MAX_CONNS: open client connections
+	MaxInflight     int            // MAX_INFLIGHT: requests worked on at once; the excess is shed
+	DebugAddr       string         // DEBUG_ADDR: pprof listener, off when empty
+	Shutdown        httpx.Shutdown // SHUTDOWN_DELAY, SHUTDOWN_TIMEOUT
 }
 
 func configFromEnv() (Config, error) {
@@ -51,13 +52,17 @@ func configFromEnv() (Config, error) {
 		SoldOutTTL:      e.Duration("SOLDOUT_TTL", 2*time.Second),
 		VoucherCacheTTL: e.Duration("VOUCHER_CACHE_TTL", 5*time.Second),
 		RedisTimeout:    e.Duration("REDIS_TIMEOUT", 250*time.Millisecond),
-		LedgerTimeout:   e.Duration("LEDGER_TIMEOUT", 10*time.Second),
+		LedgerTimeout:   e.Duration("LEDGER_TIMEOUT", time.Second),
 		Coalesce:        e.Switch("PROXY_COALESCE", true),
 		MaxBatch:        e.Int("PROXY_MAX_BATCH", 256, 1),
 		RedisPool:       e.Int("REDIS_POOL_SIZE", 0, 0),
 		MaxClientConns:  e.Int("MAX_CONNS", 10_000, 1),
 		MaxInflight:     e.Int("MAX_INFLIGHT", 256, 1),
 		DebugAddr:       e.String("DEBUG_ADDR", ""),
+		Shutdown: httpx.Shutdown{
+			Delay:   e.DurationMin("SHUTDOWN_DELAY", 5*time.Second, 0),
+			Timeout: e.Duration("SHUTDOWN_TIMEOUT", 25*time.Second),
+		},
 	}
 	if err := e.Err(); err != nil {
 		return c, err
@@ -65,7 +70,7 @@ func configFromEnv() (Config, error) {
 	if c.RedisURL == "" {
 		return c, errors.New("REDIS_URL is required")
 	}
-	return c, nil
+	return c, c.Shutdown.Check(c.LedgerTimeout, "LEDGER_TIMEOUT")
 }
 
 func main() {
@@ -74,8 +79,11 @@ func main() {
 }
 
 func run(cfg Config, log *slog.Logger) error {
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	stopping, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
+	life := httpx.NewLifecycle(stopping, cfg.Shutdown, log)
+	defer life.End()
+	ctx := life.Context() // batches and forwarded writes outlive the drain
 
 	rdb, err := gate.NewClient(cfg.RedisURL, gate.ClientOptions{Timeout: cfg.RedisTimeout, PoolSize: cfg.RedisPool})
 	if err != nil {
@@ -85,6 +93,10 @@ func run(cfg Config, log *slog.Logger) error {
 	metrics := httpx.NewMetrics("proxy")
 	ledger := NewLedgerClient(cfg.LedgerURL, cfg.LedgerToken, cfg.LedgerTimeout)
 	ledger.ObserveLatency(newLedgerLatency(metrics.Registry))
+	ledger.ObserveBreaker(metrics.Registry, log)
+	if err := checkLedgerSettings(stopping, ledger, cfg.LedgerTimeout, log); err != nil {
+		return err
+	}
 	admit, err := NewAdmitter(ctx, gate.New(rdb), ledger, AdmitConfig{
 		SoldOutTTL: cfg.SoldOutTTL, VoucherCacheTTL: cfg.VoucherCacheTTL, RedisTimeout: cfg.RedisTimeout,
 		Coalesce: cfg.Coalesce, MaxBatch: cfg.MaxBatch, Registerer: metrics.Registry,
@@ -95,8 +107,10 @@ func run(cfg Config, log *slog.Logger) error {
 	defer admit.Close()
 	defer watchChanges(ctx, rdb, admit, log)()
 	srv := &Server{log: log, admit: admit, ledger: ledger, token: cfg.Token, metrics: metrics, maxInflight: cfg.MaxInflight, ready: func(c context.Context) error {
-		if err := rdb.Ping(c).Err(); err != nil {
-			return fmt.Errorf("redis: %w", err)
+		// Ready while a ledger answers: without Redis, standard vouchers,
+		// confirm and release still work (flash reserves get a fast 503).
+		if err := life.Err(); err != nil {
+			return err
 		}
 		rep, err := ledger.Do(c, "readyz", http.MethodGet, "/readyz", nil)
 		if err != nil {
@@ -110,7 +124,7 @@ func run(cfg Config, log *slog.Logger) error {
 
 	httpx.ServeDebug(cfg.DebugAddr, log)
 	log.Info("proxy listening", "addr", cfg.Addr, "ledger", cfg.LedgerURL, "coalesce", cfg.Coalesce)
-	err = httpx.Serve(ctx, httpx.NewServer(cfg.Addr, srv.Handler()), cfg.MaxClientConns)
+	err = life.Serve(httpx.NewServer(cfg.Addr, srv.Handler()), cfg.MaxClientConns)
 	log.Info("proxy stopped")
 	return err
 }

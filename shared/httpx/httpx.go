@@ -12,7 +12,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"net/http/pprof"
 	"reflect"
@@ -24,7 +23,6 @@ import (
 
 	"github.com/gin-gonic/gin"
 	"github.com/prometheus/client_golang/prometheus"
-	"golang.org/x/net/netutil"
 
 	"github.com/flashgate/flashgate/shared/voucher"
 )
@@ -134,12 +132,16 @@ func describeJSONError(err error) string {
 // OpenPaths are the routes that never require a token.
 var OpenPaths = []string{"/healthz", "/readyz", "/metrics", "/openapi.yaml"}
 
-// Health registers GET /healthz (the process is up) and GET /readyz (200 only
-// while ready answers nil).
+// ReadyTimeout bounds one readiness check: a hung dependency makes /readyz
+// answer 503 within it, never hang.
+const ReadyTimeout = time.Second
+
+// Health registers GET /healthz (the process is up: it checks nothing else)
+// and GET /readyz (200 only while ready answers nil within ReadyTimeout).
 func Health(r gin.IRoutes, ready func(*gin.Context) error) {
 	r.GET("/healthz", func(c *gin.Context) { c.JSON(http.StatusOK, gin.H{"status": "ok"}) })
 	r.GET("/readyz", func(c *gin.Context) {
-		if err := ready(c); err != nil {
+		if err := checkReady(c, ready); err != nil {
 			LoggerFrom(c).Warn("not ready", "err", err)
 			c.Header("Retry-After", RetryAfter)
 			c.JSON(http.StatusServiceUnavailable, ErrorBody{Error: voucher.CodeUnavailable, Message: "not ready"})
@@ -147,6 +149,24 @@ func Health(r gin.IRoutes, ready func(*gin.Context) error) {
 		}
 		c.JSON(http.StatusOK, gin.H{"status": "ready"})
 	})
+}
+
+// checkReady runs ready with ReadyTimeout as its context's deadline (engines
+// from NewEngine read their context from the request) and answers at that
+// deadline even if ready ignores it, on its own copy of c.
+func checkReady(c *gin.Context, ready func(*gin.Context) error) error {
+	ctx, cancel := context.WithTimeout(c.Request.Context(), ReadyTimeout)
+	defer cancel()
+	c.Request = c.Request.WithContext(ctx)
+	cp := c.Copy()
+	done := make(chan error, 1)
+	go func() { done <- ready(cp) }()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		return fmt.Errorf("readiness check: no answer within %s: %w", ReadyTimeout, ctx.Err())
+	}
 }
 
 // NewEngine returns a gin engine with flashgate's defaults: log on every
@@ -307,30 +327,6 @@ func validRequestID(id string) bool {
 		}
 	}
 	return true
-}
-
-// Serve listens on srv.Addr with at most maxConns connections open at once
-// (the rest wait in the accept queue) and serves until ctx ends; then it stops
-// accepting and lets requests in flight finish (up to 10 s). A failure to
-// listen or serve is returned at once.
-func Serve(ctx context.Context, srv *http.Server, maxConns int) error {
-	ln, err := net.Listen("tcp", srv.Addr)
-	if err != nil {
-		return err
-	}
-	if maxConns > 0 {
-		ln = netutil.LimitListener(ln, maxConns)
-	}
-	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(ln) }()
-	select {
-	case err := <-errc:
-		return err
-	case <-ctx.Done():
-	}
-	shutCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-	defer cancel()
-	return srv.Shutdown(shutCtx)
 }
 
 // ServeDebug serves net/http/pprof on addr (loopback only, for profiling under

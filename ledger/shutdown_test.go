@@ -1,0 +1,182 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/flashgate/flashgate/shared/devstack"
+	"github.com/flashgate/flashgate/shared/devstack/devstacktest"
+	"github.com/flashgate/flashgate/shared/envconf"
+	"github.com/flashgate/flashgate/shared/httpx"
+	"github.com/flashgate/flashgate/shared/httpx/httpxtest"
+)
+
+// lockVoucher holds code's voucher row (FOR UPDATE) until the returned
+// release: the ledger's writes for it wait, in flight.
+func lockVoucher(tb testing.TB, db, code string) (release func()) {
+	tb.Helper()
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, db)
+	require.NoError(tb, err)
+	tx, err := conn.Begin(ctx)
+	require.NoError(tb, err)
+	_, err = tx.Exec(ctx, `SELECT 1 FROM voucher WHERE code = $1 FOR UPDATE`, code)
+	require.NoError(tb, err)
+	return func() {
+		assert.NoError(tb, tx.Rollback(ctx))
+		conn.Close(ctx)
+	}
+}
+
+// TestSIGTERMUnderLoad is the issue's cliff: a ledger told to stop while
+// flash reserves stream in answers /readyz 503 at once, serves on for
+// SHUTDOWN_DELAY, then refuses new connections while the group commits in
+// flight (held on a row lock across the moment it stopped accepting) finish:
+// every request that reached it gets its 201, none a 503 or a cut
+// connection, and the clean stop leaves Redis holding exactly the orders the
+// database holds (no hold without its row).
+func TestSIGTERMUnderLoad(t *testing.T) {
+	t.Parallel()
+	db := devstacktest.PostgresURL(t)
+	rds := devstacktest.RedisURL(t)
+	const delay = time.Second
+	lp := startLedger(t, db, rds, "SHUTDOWN_DELAY="+delay.String(), "SHUTDOWN_TIMEOUT=15s", "DB_TIMEOUT=1500ms")
+	l := newTestLedger(t, ledgerOptions{db: db, redis: rds, grace: time.Second})
+	code := newCode(t)
+	r := call(t, http.MethodPost, lp.URL+"/admin/vouchers", "", spec(code, 100_000, 100, true))
+	require.Equal(t, http.StatusCreated, r.Status, r.Raw)
+
+	var release func()
+	stopped := make(chan time.Time, 1)
+	var signalled time.Time
+	res := httpxtest.ShutdownLoad{
+		URL: lp.URL, Delay: delay, Workers: 32, Warmup: 500 * time.Millisecond,
+		Request: func(w, i int) (string, string, any) {
+			return http.MethodPost, httpx.ReservationsPath(code), claimBody(int64(1+w*1000+i%1000), fmt.Sprintf("w%d-%d", w, i), 5_000)
+		},
+		Signal: func() {
+			signalled = time.Now()
+			go func() {
+				assert.NoError(t, lp.Stop(), "the ledger did not exit on SIGTERM")
+				stopped <- time.Now()
+			}()
+		},
+		Hold:    func() { release = lockVoucher(t, db, code) },
+		Release: func() { release() },
+	}.Run(t)
+	res.Check(t, http.StatusCreated)
+	exited := <-stopped
+	t.Logf("exited %v after SIGTERM", exited.Sub(signalled))
+	assert.Less(t, exited.Sub(signalled), 15*time.Second, "exit after SHUTDOWN_TIMEOUT")
+
+	created := 0
+	for _, s := range res.Shots {
+		if s.Status == http.StatusCreated {
+			created++
+		}
+	}
+	b := l.checkBooks(t, code)
+	assert.Equal(t, created, b.active(), "the database holds %d orders, the clients got %d 201s", b.active(), created)
+	checkRedisMatches(t, l.gate, b, code)
+}
+
+// TestLedgerSettingsRefused: HANGING_GRACE below a second and a
+// SHUTDOWN_TIMEOUT without room for a write in flight are refused at start
+// (exit 2) with a message naming the variable and the bound; the pair tests
+// use (HANGING_GRACE=2s) is valid.
+func TestLedgerSettingsRefused(t *testing.T) {
+	base := map[string]string{"DATABASE_URL": "postgres://x"}
+	with := func(kv ...string) map[string]string {
+		m := map[string]string{}
+		for k, v := range base {
+			m[k] = v
+		}
+		for i := 0; i < len(kv); i += 2 {
+			m[kv[i]] = kv[i+1]
+		}
+		return m
+	}
+	for _, tc := range []struct {
+		env  map[string]string
+		want []string // in the message; none: valid
+	}{
+		{with("HANGING_GRACE", "1ns"), []string{"HANGING_GRACE", "at least 1s"}},
+		{with("HANGING_GRACE", "999ms"), []string{"HANGING_GRACE", "at least 1s"}},
+		{with("HANGING_GRACE", "2s"), nil},
+		{with("SHUTDOWN_DELAY", "0s"), nil},
+		{with("SHUTDOWN_DELAY", "-1s"), []string{"SHUTDOWN_DELAY", "at least 0s"}},
+		{with("SHUTDOWN_DELAY", "20s"), []string{"SHUTDOWN_TIMEOUT (25s)", "SHUTDOWN_DELAY (20s)"}},
+		{with("SHUTDOWN_TIMEOUT", "10s"), []string{"SHUTDOWN_TIMEOUT (10s)", "SHUTDOWN_DELAY (5s)"}},
+	} {
+		_, err := configFrom(envconf.NewFrom(tc.env))
+		if tc.want == nil {
+			assert.NoError(t, err, "configFrom(%v)", tc.env)
+			continue
+		}
+		if !assert.Error(t, err, "configFrom(%v)", tc.env) {
+			continue
+		}
+		for _, w := range tc.want {
+			assert.Contains(t, err.Error(), w, "configFrom(%v)", tc.env)
+		}
+	}
+
+	// The process itself: exit 2 with the message on stderr.
+	cmd := exec.Command(ledgerBinary(t))
+	cmd.Env = append(os.Environ(), "DATABASE_URL=postgres://127.0.0.1:1/x", "HANGING_GRACE=1ns")
+	out, err := cmd.CombinedOutput()
+	var exit *exec.ExitError
+	require.ErrorAs(t, err, &exit, "%s", out)
+	assert.Equal(t, 2, exit.ExitCode(), "%s", out)
+	assert.True(t, strings.Contains(string(out), "HANGING_GRACE"), "%s", out)
+}
+
+// TestLedgerSettingsRoute: GET /internal/settings serves HANGING_GRACE behind
+// the token.
+func TestLedgerSettingsRoute(t *testing.T) {
+	t.Parallel()
+	port, err := devstack.FreePort()
+	require.NoError(t, err)
+	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	led, err := devstack.StartService("ledger-settings", ledgerBinary(t), []string{
+		"LEDGER_ADDR=" + addr, "DATABASE_URL=" + devstacktest.PostgresURL(t), "REDIS_URL=" + devstacktest.RedisURL(t),
+		"LEDGER_TOKEN=settings-token", "HANGING_GRACE=2s", "SHUTDOWN_DELAY=0s",
+	}, "http://"+addr+"/healthz", os.Stderr)
+	require.NoError(t, err)
+	t.Cleanup(func() { led.Stop() })
+	r := call(t, http.MethodGet, "http://"+addr+httpx.SettingsPath, "", nil)
+	assert.Equal(t, http.StatusUnauthorized, r.Status, r.Raw)
+	r = call(t, http.MethodGet, "http://"+addr+httpx.SettingsPath, "settings-token", nil)
+	require.Equal(t, http.StatusOK, r.Status, r.Raw)
+	assert.Equal(t, map[string]any{"hangingGrace": "2s"}, r.Body)
+}
+
+// TestLedgerReadiness: the ledger is ready while Postgres answers, also with
+// its Redis gone (standard vouchers, confirm and release still work).
+func TestLedgerReadiness(t *testing.T) {
+	t.Parallel()
+	rs := devstacktest.NewRedis(t, devstack.RedisOptions{})
+	lp := startLedger(t, devstacktest.PostgresURL(t), rs.URL(), "SHUTDOWN_DELAY=0s")
+	r := call(t, http.MethodGet, lp.URL+"/readyz", "", nil)
+	require.Equal(t, http.StatusOK, r.Status, r.Raw)
+	require.NoError(t, rs.Kill())
+	start := time.Now()
+	r = call(t, http.MethodGet, lp.URL+"/readyz", "", nil)
+	assert.Equal(t, http.StatusOK, r.Status, "/readyz with redis down: %s", r.Raw)
+	assert.Less(t, time.Since(start), time.Second)
+	code := newCode(t)
+	r = call(t, http.MethodPost, lp.URL+"/admin/vouchers", "", spec(code, 10, 1, false))
+	require.Equal(t, http.StatusCreated, r.Status, r.Raw)
+	r = call(t, http.MethodPost, lp.URL+httpx.ReservationsPath(code), "", claimBody(1, "o1", 5_000))
+	assert.Equal(t, http.StatusCreated, r.Status, "a standard reserve with redis down: %s", r.Raw)
+}
