@@ -4,13 +4,16 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/url"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/sony/gobreaker/v2"
 
 	"github.com/flashgate/flashgate/shared/httpx"
 	"github.com/flashgate/flashgate/shared/voucher"
@@ -18,17 +21,23 @@ import (
 
 // LedgerClient calls the ledger. Any failure to get an answer (refused,
 // timed out, cut) is voucher.ErrUnavailable for the client: it retries with the
-// same orderId, which is always safe.
+// same orderId, which is always safe. Each call has a deadline (LEDGER_TIMEOUT)
+// and passes a circuit breaker, like the one on Redis: after 5 calls in a row
+// got no answer, calls are refused at once for a second, then one trial call
+// decides. A stopped or hung ledger then costs one timeout for the requests
+// already waiting and a fast 503 for everyone after.
 type LedgerClient struct {
 	base    string
 	token   string
 	http    *http.Client
 	latency *prometheus.HistogramVec // by call; nil: not observed
+	breaker *gobreaker.CircuitBreaker[*http.Response]
+	log     *slog.Logger // breaker state changes
 }
 
 // NewLedgerClient returns a client for the ledger at base (http://host:port).
 func NewLedgerClient(base, token string, timeout time.Duration) *LedgerClient {
-	return &LedgerClient{
+	l := &LedgerClient{
 		base:  base,
 		token: token,
 		http: &http.Client{
@@ -39,7 +48,30 @@ func NewLedgerClient(base, token string, timeout time.Duration) *LedgerClient {
 				IdleConnTimeout:     90 * time.Second,
 			},
 		},
+		log: slog.New(slog.DiscardHandler),
 	}
+	l.breaker = gobreaker.NewCircuitBreaker[*http.Response](gobreaker.Settings{
+		Name:        "ledger",
+		MaxRequests: 1,
+		Timeout:     time.Second, // open for 1s, then one trial call
+		ReadyToTrip: func(c gobreaker.Counts) bool { return c.ConsecutiveFailures >= 5 },
+		// A caller that left (its client hung up) says nothing about the ledger.
+		IsExcluded: func(err error) bool { return errors.Is(err, context.Canceled) },
+		OnStateChange: func(_ string, from, to gobreaker.State) {
+			l.log.Warn("ledger circuit breaker", "from", from.String(), "to", to.String())
+		},
+	})
+	return l
+}
+
+// ObserveBreaker logs the breaker's state changes to log and exports its
+// state as flashgate_ledger_breaker_state on reg.
+func (l *LedgerClient) ObserveBreaker(reg prometheus.Registerer, log *slog.Logger) {
+	l.log = log
+	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "flashgate_ledger_breaker_state",
+		Help: "Ledger circuit breaker: 0 closed, 1 half-open, 2 open.",
+	}, func() float64 { return breakerState(l.breaker.State()) }))
 }
 
 // Reply is a ledger answer relayed as it is: the proxy serves the same bodies.
@@ -112,7 +144,7 @@ func (l *LedgerClient) Do(ctx context.Context, call, method, path string, body a
 	if id := httpx.RequestIDFrom(ctx); id != "" {
 		req.Header.Set(httpx.RequestIDHeader, id)
 	}
-	resp, err := l.http.Do(req)
+	resp, err := l.breaker.Execute(func() (*http.Response, error) { return l.http.Do(req) })
 	if err != nil {
 		return Reply{}, fmt.Errorf("ledger %s %s: %w: %w", method, path, err, voucher.ErrUnavailable)
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"sync"
+	"syscall"
 	"time"
 )
 
@@ -107,6 +108,32 @@ func (l *lifecycle) Kill() error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.killProc()
+}
+
+// Pause stops the process and its children with SIGSTOP, as a hung host or a
+// stalled disk would: connections stay open and nothing answers. Resume
+// continues them.
+func (l *lifecycle) Pause() error { return l.signalAll(syscall.SIGSTOP) }
+
+// Resume continues a paused process and its children (SIGCONT).
+func (l *lifecycle) Resume() error { return l.signalAll(syscall.SIGCONT) }
+
+// signalAll sends sig to the process and then to its children (Postgres's
+// backends; none for the others).
+func (l *lifecycle) signalAll(sig syscall.Signal) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !l.proc.running() {
+		return fmt.Errorf("signal %s: not running", l.name())
+	}
+	pid := l.proc.pid()
+	if err := syscall.Kill(pid, sig); err != nil {
+		return fmt.Errorf("signal %s: %w", l.name(), err)
+	}
+	for _, child := range childPids(pid) {
+		syscall.Kill(child, sig) // ESRCH: it exited meanwhile
+	}
+	return nil
 }
 
 // Restart stops the process if it is running, starts it again the same way (same port,

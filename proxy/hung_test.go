@@ -1,0 +1,92 @@
+package main
+
+import (
+	"fmt"
+	"net/http"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// TestLedgerStoppedAnswers503Fast reproduces the stopped ledger
+// (SIGSTOP: connections stay open, nothing answers) under steady load through
+// a proxy with its defaults: every request gets an HTTP answer, 503 with
+// Retry-After, within 2 s at p99 (one LEDGER_TIMEOUT for the requests caught
+// in flight, then the ledger breaker's fast 503); /readyz answers 503 within
+// its own deadline; once the ledger continues the proxy serves again.
+func TestLedgerStoppedAnswers503Fast(t *testing.T) {
+	s := newProcStack(t, stackOptions{})
+	std, flash := newCode(t), newCode(t)
+	s.createVoucher(t, std, 100_000, 1, false)
+	s.createVoucher(t, flash, 100_000, 1, true)
+	require.Equal(t, 201, s.reserve(t, std, 1, std+"-warm").Status)
+	require.Equal(t, 201, s.reserve(t, flash, 1, flash+"-warm").Status)
+
+	require.NoError(t, s.Ledger.Pause())
+	t.Cleanup(func() { s.Ledger.Resume() })
+	as := steadyLoad(t, 20, 4*time.Second, func(c *http.Client, w, i int) (*http.Response, error) {
+		order := fmt.Sprintf("%s-%d-%d", std, w, i)
+		switch i % 3 {
+		case 0:
+			return reserveReq(s.ProxyURL, std, int64(1000+w*1000+i), order)(c)
+		case 1:
+			return reserveReq(s.ProxyURL, flash, int64(1000+w*1000+i), order)(c)
+		}
+		return c.Get(s.ProxyURL + "/vouchers/" + std + "/reservations/" + std + "-warm")
+	})
+	ready := timed(&http.Client{Timeout: 10 * time.Second}, 0, func(c *http.Client, _ int) (*http.Response, error) {
+		return c.Get(s.ProxyURL + "/readyz")
+	})
+	require.NoError(t, s.Ledger.Resume())
+
+	counts, p99 := tally(as)
+	t.Logf("ledger stopped: %d requests, %v, p99 %v, slowest %v; /readyz %d in %v",
+		len(as), counts, p99, slowest(as), ready.status, ready.took)
+	require.Equal(t, map[int]int{503: len(as)}, counts, "every request answered 503 (-1: no answer)")
+	for _, a := range as {
+		require.Equal(t, "1", a.retryAfter, "a 503 carries Retry-After")
+	}
+	require.Less(t, p99, 2*time.Second, "p99 with the ledger stopped")
+	require.Equal(t, 503, ready.status)
+	require.Less(t, ready.took, 2*time.Second, "/readyz with the ledger stopped (target 1 s)")
+
+	require.Eventually(t, func() bool {
+		return s.reserve(t, std, 2, std+"-after").Status == 201
+	}, 10*time.Second, 100*time.Millisecond, "the proxy serves again once the ledger continues")
+}
+
+func slowest(as []answer) time.Duration {
+	var m time.Duration
+	for _, a := range as {
+		m = max(m, a.took)
+	}
+	return m
+}
+
+// steadyLoad runs workers goroutines, each sending one request after another
+// for d, and returns every answer.
+func steadyLoad(tb testing.TB, workers int, d time.Duration, send func(c *http.Client, w, i int) (*http.Response, error)) []answer {
+	tb.Helper()
+	c := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: workers}}
+	tb.Cleanup(c.CloseIdleConnections)
+	var mu sync.Mutex
+	var out []answer
+	var wg sync.WaitGroup
+	end := time.Now().Add(d)
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; time.Now().Before(end); i++ {
+				a := timed(c, i, func(c *http.Client, i int) (*http.Response, error) { return send(c, w, i) })
+				mu.Lock()
+				out = append(out, a)
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	return out
+}
