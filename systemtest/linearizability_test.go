@@ -70,8 +70,9 @@ func TestLinearizabilityWithFaults(t *testing.T) {
 	rs := devstacktest.NewRedis(t, devstack.RedisOptions{})
 	s := newStack(t, stackOptions{coalesce: true, redisURL: rs.URL(), soldOutTTL: linSoldOutTTL,
 		// Nothing is in flight when the test reconciles at the end, so an
-		// admission without a row can be freed at once.
-		ledgerEnv: []string{"HANGING_GRACE=1ms"}})
+		// admission without a row can be freed once the grace passed (its
+		// floor is 1s; the proxies' LEDGER_TIMEOUT of 1s stays below it).
+		ledgerEnv: []string{"HANGING_GRACE=2s"}})
 	spec := voucherSpec{stock: 5, perUser: 2, flagWindow: linFlagWindow}
 	code := newCode(t)
 	s.createVoucher(t, code, spec.stock, spec.perUser, true)
@@ -96,6 +97,7 @@ func TestLinearizabilityWithFaults(t *testing.T) {
 	// Redis lost its data mid-run: an admission whose write committed after
 	// the reload is missing there until the reconciler restores it (the
 	// design's recovery), so the retries come after one reconcile.
+	time.Sleep(2 * time.Second) // past HANGING_GRACE
 	rep := call(t, "POST", s.LedgerURL+"/admin/vouchers/"+code+"/reconcile", ledgerToken, nil)
 	require.Equal(t, http.StatusOK, rep.Status, rep.Raw)
 	t.Logf("reconcile before the final retries: %s", rep.Raw)
