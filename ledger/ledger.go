@@ -111,6 +111,11 @@ func (l *Ledger) Reserve(ctx context.Context, code string, cl voucher.Claim) (r 
 		return r, replayed, err
 	}
 	if r, found, err := l.store.Existing(ctx, code, cl); found || err != nil {
+		if found && r.Status.Active() {
+			// Redis may have lost the order (a restart from an older
+			// snapshot): hold it again, so the proxy's path admits its retry.
+			l.reassert(ctx, code, []gate.Order{{OrderID: r.OrderID, CustomerID: r.CustomerID}})
+		}
 		return r, found, err
 	}
 	res, err := l.admit(ctx, code, cl)
@@ -158,7 +163,11 @@ func (l *Ledger) WriteAdmittedMany(ctx context.Context, code string, claims []vo
 		return out
 	}
 	var givenBack, dropped, unsettled []string
+	var holding []gate.Order // committed orders holding a use: Redis must hold them too
 	for i := range out {
+		if r := out[i].r; r.Status.Active() && r.VoucherCode == code && (out[i].err == nil || r.CustomerID == claims[i].CustomerID) {
+			holding = append(holding, gate.Order{OrderID: r.OrderID, CustomerID: r.CustomerID})
+		}
 		switch err := out[i].err; {
 		case err == nil:
 		case !errors.As(err, new(*voucher.Error)):
@@ -185,6 +194,7 @@ func (l *Ledger) WriteAdmittedMany(ctx context.Context, code string, claims []vo
 		}
 	}
 	l.settler.Park(code, unsettled)
+	l.reassert(ctx, code, holding)
 	bg := context.WithoutCancel(ctx)
 	for _, give := range []struct {
 		back   func(context.Context, string, ...string) (int, error)
@@ -305,6 +315,17 @@ func (l *Ledger) restocked(ctx context.Context, code, orderID string) error {
 	}
 	publishChange(bg, l.pub, code, l.log)
 	return nil
+}
+
+// reassert makes Redis hold orders that hold a use in the database (see
+// Settler.Reassert) and, when Redis had lost some, names the voucher on the
+// change channel: a proxy's sold-out flag set meanwhile would refuse their
+// retries.
+func (l *Ledger) reassert(ctx context.Context, code string, orders []gate.Order) {
+	bg := context.WithoutCancel(ctx)
+	if l.settler.Reassert(bg, code, orders) > 0 {
+		publishChange(bg, l.pub, code, l.log)
+	}
 }
 
 // publishChange names code on the change channel, so that proxies drop their

@@ -14,7 +14,7 @@ type Report struct {
 	DBRemaining         int64  `json:"dbRemaining"`
 	RedisRemaining      int64  `json:"redisRemaining"`      // before
 	RedisRemainingAfter int64  `json:"redisRemainingAfter"` // after
-	Drift               int64  `json:"drift"`               // redisRemaining - dbRemaining, before
+	Drift               int64  `json:"drift"`               // redisRemaining - dbRemaining, before; at least restored
 	Released            int    `json:"released"`            // hanging admissions freed in Redis
 	Restored            int    `json:"restored"`            // DB-active orders put back into Redis
 	Reloaded            bool   `json:"reloaded"`            // Redis did not hold the voucher: loaded from the DB
@@ -55,6 +55,10 @@ func (j *Jobs) ReconcileBy(ctx context.Context, code, actor string) (Report, err
 			"drift", rep.Drift, "released", rep.Released, "restored", rep.Restored, "reloaded", rep.Reloaded,
 			"terms_rewritten", termsRewritten, "actor", actor)
 	}
+	if rep.Released > 0 || rep.Restored > 0 {
+		// Stock came back, or orders did: a proxy's sold-out flag is stale.
+		publishChange(context.WithoutCancel(ctx), j.pub, code, j.log)
+	}
 	if fixed {
 		before := gateState{Loaded: !rep.Reloaded, Remaining: rep.RedisRemaining}
 		if err := j.store.AddAudit(context.WithoutCancel(ctx), code, actor, ActionReconcile, before, rep); err != nil {
@@ -91,8 +95,13 @@ func (j *Jobs) reconcileLocked(ctx context.Context, code string) (rep Report, te
 		return rep, false, nil
 	}
 	rep.RedisRemaining, rep.RedisRemainingAfter = res.RemainingBefore, res.RemainingAfter
-	rep.Drift = res.RemainingBefore - rep.DBRemaining
 	rep.Released, rep.Restored = len(res.Released), res.Restored
+	// Each order Redis lost is a use it could hand out again (a retry of the
+	// order refused meanwhile), even when remaining agreed (both at 0).
+	rep.Drift = res.RemainingBefore - rep.DBRemaining
+	if res.Restored > 0 {
+		rep.Drift = max(rep.Drift, int64(res.Restored))
+	}
 	return rep, res.TermsChanged, nil
 }
 
@@ -116,6 +125,41 @@ func (j *Jobs) ReconcileAll(ctx context.Context) []Report {
 		reps = append(reps, rep)
 	}
 	j.log.Info("reconcile run", "vouchers", len(codes), "reconciled", len(reps))
+	return reps
+}
+
+// ReconcileInherited reconciles at once every live flash voucher whose Redis
+// state the serving Redis process did not write from the database
+// (gate.GenInherited): a restart from a snapshot or an append-only file, or a
+// failover, may have lost orders the database committed since, whose retries
+// the gate would refuse until the next ReconcileAll. It runs every second; it
+// stops at the first Redis error (a Redis that is down has nothing to check).
+func (j *Jobs) ReconcileInherited(ctx context.Context) []Report {
+	if j.gate == nil {
+		return nil
+	}
+	codes, err := j.store.LiveFlashVouchers(ctx)
+	if err != nil {
+		return nil // the database does not answer: the periodic reconcile logs that
+	}
+	var reps []Report
+	for _, code := range codes {
+		gen, err := j.gate.Generation(ctx, code)
+		if err != nil {
+			return reps
+		}
+		if gen != gate.GenInherited {
+			continue
+		}
+		rep, err := j.Reconcile(ctx, code)
+		if err != nil {
+			j.log.Error("reconcile inherited redis state", "code", code, "err", err)
+			continue
+		}
+		j.log.Warn("redis state not written by this redis process (restart, failover): reconciled",
+			"code", code, "drift", rep.Drift, "restored", rep.Restored, "released", rep.Released)
+		reps = append(reps, rep)
+	}
 	return reps
 }
 

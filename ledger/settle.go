@@ -57,6 +57,35 @@ func (s *Settler) Settle(ctx context.Context, code string, orderIDs ...string) {
 	}
 }
 
+// reassertTimeout bounds Reassert, which runs after a commit before the answer:
+// a slow Redis costs each write at most this. An order it could not put back
+// is found by the reconciler, at once after a restart (Jobs.ReconcileInherited).
+const reassertTimeout = 250 * time.Millisecond
+
+// Reassert makes Redis hold orders the database holds a use for, just
+// committed or found by a retry: Redis may have lost them while their write
+// was in flight (a reload from the database before the commit, a restart from
+// an older snapshot), and would refuse their retries OUT_OF_STOCK until the
+// next reconcile. It returns how many Redis had lost; a failure is logged and
+// left for the reconciler.
+func (s *Settler) Reassert(ctx context.Context, code string, orders []gate.Order) int {
+	if s.gate == nil || len(orders) == 0 {
+		return 0
+	}
+	ctx, cancel := context.WithTimeout(ctx, reassertTimeout)
+	defer cancel()
+	n, err := s.gate.Reassert(ctx, code, orders)
+	if err != nil {
+		s.log.Error("reassert committed orders in redis", "code", code, "orders", len(orders),
+			"err", fmt.Errorf("left for the reconciler: %w", err))
+		return 0
+	}
+	if n > 0 {
+		s.log.Warn("redis had lost committed orders: held again", "code", code, "orders", n)
+	}
+	return n
+}
+
 // Park records orders whose fate the database must settle later (Resolve).
 func (s *Settler) Park(code string, orderIDs []string) {
 	if len(orderIDs) == 0 {
