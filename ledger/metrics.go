@@ -39,7 +39,7 @@ func newLedgerMetrics(reg prometheus.Registerer) *ledgerMetrics {
 		}),
 		reconcileDrift: httpx.NewBoundedGauge(reg, prometheus.GaugeOpts{
 			Name: "flashgate_reconcile_drift",
-			Help: "Redis remaining minus database remaining per voucher, at the last reconcile (before fixing).",
+			Help: "Redis remaining minus database remaining per voucher, at the last reconcile (before fixing); at least the orders it restored.",
 		}, httpx.MaxVoucherSeries),
 		reconcileFixes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "flashgate_reconcile_fixes_total",
