@@ -116,7 +116,8 @@ func readProc(ctx context.Context, client *http.Client, url string) (ProcSample,
 // moment and a leak raises the floor. Growth above maxGrowth fails.
 func flatChecks(samples []ProcSample, warm, last [2]float64, maxGrowth float64) []Check {
 	var cs []Check
-	for _, kind := range []string{"proxy", "ledger"} {
+	for _, k := range [][2]string{{"proxy", "proxies'"}, {"ledger", "ledgers'"}} {
+		kind, kinds := k[0], k[1]
 		sums := sumByTime(samples, kind)
 		for _, what := range []string{"RSS", "goroutines"} {
 			a, b := floorIn(sums, warm, what), floorIn(sums, last, what)
@@ -124,7 +125,7 @@ func flatChecks(samples []ProcSample, warm, last [2]float64, maxGrowth float64) 
 			if a > 0 {
 				growth = b/a - 1
 			}
-			cs = append(cs, Check{Name: fmt.Sprintf("%s %s %s", checkFlat, kind+"s'", what), Pass: a > 0 && b > 0 && growth <= maxGrowth,
+			cs = append(cs, Check{Name: fmt.Sprintf("%s %s %s", checkFlat, kinds, what), Pass: a > 0 && b > 0 && growth <= maxGrowth,
 				Detail: fmt.Sprintf("least %s of both %ss together: %.0f in %.0f-%.0f s, %.0f in %.0f-%.0f s: %+.1f%% (bound +%.0f%%); %d restarts of a %s in the run",
 					what, kind, a, warm[0], warm[1], b, last[0], last[1], 100*growth, 100*maxGrowth, restarts(samples, kind), kind)})
 		}
