@@ -39,7 +39,7 @@ func TestMetricsDocumented(t *testing.T) {
 	led := NewLedger(tl.store, w, tl.gate, tl.pub, settler, log)
 	jobs := NewJobs(tl.store, tl.gate, tl.pub, settler, led.Warmup, log,
 		JobsConfig{ExpiryInterval: time.Hour, ReconcileInterval: time.Hour, HangingGrace: 30 * time.Second, Metrics: lm})
-	srv := &Server{ledger: led, jobs: jobs, token: tl.Token, metrics: m, ready: func(c *gin.Context) error { return tl.store.Ping(c) }}
+	srv := &Server{ledger: led, jobs: jobs, token: tl.Token, metrics: m, maxInflight: 256, ready: func(c *gin.Context) error { return tl.store.Ping(c) }}
 	h := srv.Handler()
 	do := func(method, path string, body any) *httptest.ResponseRecorder {
 		t.Helper()

@@ -27,6 +27,7 @@ func TestMetricsDocumented(t *testing.T) {
 	m := httpx.NewMetrics("proxy")
 	lc := NewLedgerClient(s.LedgerURL, "test-token", 10*time.Second)
 	lc.ObserveLatency(newLedgerLatency(m.Registry))
+	lc.ObserveBreaker(m.Registry, slog.New(slog.DiscardHandler))
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	admit, err := NewAdmitter(ctx, s.gate, lc, AdmitConfig{
@@ -36,7 +37,7 @@ func TestMetricsDocumented(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(admit.Close)
 	const edgeToken = "edge-token"
-	srv := &Server{admit: admit, ledger: lc, token: edgeToken, metrics: m, ready: func(context.Context) error { return nil }}
+	srv := &Server{admit: admit, ledger: lc, token: edgeToken, metrics: m, maxInflight: 256, ready: func(context.Context) error { return nil }}
 	h := srv.Handler()
 
 	code := newCode(t)
