@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -51,24 +52,48 @@ func (s Shot) Failed() bool {
 
 // Volley is the outcome of one attack.
 type Volley struct {
-	Rate  float64 // requested, per second
-	Shots []Shot  // in the order answers arrived
+	Rate    float64 // requested, per second
+	Shots   []Shot  // in the order answers arrived
+	Replays int64   // requests the transport resent on another connection (see idempotencyKey)
 }
 
 // reqHeader carries the plan index of a request; tagTransport copies it onto the
 // response so that each result can be tied to its order.
 const reqHeader = "X-Loadtest-Req"
 
-// tagTransport echoes reqHeader from each request onto its response. vegeta's
-// results carry response headers but nothing of the request.
-type tagTransport struct{ base http.RoundTripper }
+// idempotencyKey marks a reserve as safe to resend, as the API makes it (the
+// same orderId is the same order): Go's transport then resends a request
+// written on a kept-alive connection that the server closed as idle without
+// reading it, the race every HTTP/1.1 client has with a server that stops.
+const idempotencyKey = "Idempotency-Key"
+
+// tagTransport echoes reqHeader from each request onto its response (vegeta's
+// results carry response headers but nothing of the request) and counts the
+// requests its base transport sent more than once.
+type tagTransport struct {
+	base    http.RoundTripper
+	replays *atomic.Int64
+}
 
 func (t tagTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	var conns int
+	req = req.WithContext(httptrace.WithClientTrace(req.Context(),
+		&httptrace.ClientTrace{GotConn: func(httptrace.GotConnInfo) { conns++ }}))
 	resp, err := t.base.RoundTrip(req)
-	if err == nil {
+	if conns > 1 {
+		t.replays.Add(1)
+	}
+	if err == nil && req.Header.Get(reqHeader) != "" {
 		resp.Header.Set(reqHeader, req.Header.Get(reqHeader))
 	}
 	return resp, err
+}
+
+// CloseIdleConnections closes the base transport's idle connections.
+func (t tagTransport) CloseIdleConnections() {
+	if c, ok := t.base.(interface{ CloseIdleConnections() }); ok {
+		c.CloseIdleConnections()
+	}
 }
 
 // Fire sends plan's requests to url (POST, JSON bodies) at rate per second and
@@ -88,7 +113,8 @@ func Fire(ctx context.Context, url string, plan Plan, orderAmount int64, rate fl
 		t.Method = http.MethodPost
 		t.URL = url
 		t.Body = bodies[plan.Requests[i]]
-		t.Header = http.Header{"Content-Type": {"application/json"}, reqHeader: {strconv.Itoa(i)}}
+		t.Header = http.Header{"Content-Type": {"application/json"}, reqHeader: {strconv.Itoa(i)},
+			idempotencyKey: {plan.Orders[plan.Requests[i]].ID}}
 		return nil
 	}
 	pacer := countedPacer{ConstantPacer: vegeta.Rate{Freq: max(int(rate), 1), Per: time.Second}, n: uint64(n)}
@@ -104,8 +130,9 @@ func Fire(ctx context.Context, url string, plan Plan, orderAmount int64, rate fl
 	// vegeta.Connections and vegeta.KeepAlive configure vegeta's own transport;
 	// this client replaces it (to tag answers), so the same settings are made
 	// above: keep-alive on, o.Connections idle connections per host.
+	var replays atomic.Int64
 	atk := vegeta.NewAttacker(
-		vegeta.Client(&http.Client{Transport: tagTransport{tr}, Timeout: o.Timeout}),
+		vegeta.Client(&http.Client{Transport: tagTransport{tr, &replays}, Timeout: o.Timeout}),
 		vegeta.Workers(uint64(max(o.Workers, 1))),
 		vegeta.MaxWorkers(uint64(max(o.MaxWorkers, 1))),
 		vegeta.MaxBody(4<<10),
@@ -117,6 +144,7 @@ func Fire(ctx context.Context, url string, plan Plan, orderAmount int64, rate fl
 	for res := range atk.Attack(targeter, pacer, 0, "burst") {
 		v.Shots = append(v.Shots, shotOf(res))
 	}
+	v.Replays = replays.Load()
 	return v
 }
 
@@ -198,6 +226,7 @@ func postReserve(ctx context.Context, client *http.Client, url string, o Order) 
 		return s, 0
 	}
 	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set(idempotencyKey, o.ID)
 	resp, err := client.Do(req)
 	if err != nil {
 		s.Latency, s.Err = time.Since(s.At), err.Error()

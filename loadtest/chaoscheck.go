@@ -31,8 +31,8 @@ func (res *ChaosResult) fast503Check(bound time.Duration) Check {
 // error (a deploy must not show).
 func (res *ChaosResult) answeredCheck() Check {
 	return Check{Name: checkAnswered, Pass: res.Unavailable == 0 && res.Errors == 0,
-		Detail: fmt.Sprintf("%d answers 503 and %d without an answer or with another status, of %d requests%s",
-			res.Unavailable, res.Errors, res.Requests, samples(res.ErrorSamples))}
+		Detail: fmt.Sprintf("%d answers 503 and %d without an answer or with another status, of %d requests%s; %d requests resent by the clients' transport after a server closed an idle keep-alive connection under them (Idempotency-Key)",
+			res.Unavailable, res.Errors, res.Requests, samples(res.ErrorSamples), res.Replays)}
 }
 
 func samples(s []string) string {

@@ -152,9 +152,13 @@ func chaosMarkdown(rep *ChaosReport) string {
 		}
 		fmt.Fprintf(&b, "Burst voucher %s (%d uses), probe voucher %s. Requested %.0f/s, achieved %.0f/s; "+
 			"the retrying clients sent %d orders in %d requests; %d probes. "+
-			"Answers: %s. While the fault lasted: %d requests, %d answered 201, %d answered 503 (p99 %.0f ms, max %.0f ms).\n\n",
+			"Answers: %s. While the fault lasted: %d requests, %d answered 201, %d answered 503 (p99 %.0f ms, max %.0f ms). "+
+			"Resent by the clients' transport on a new connection (Idempotency-Key): %d.\n\n",
 			r.Code, r.Stock, r.ProbeCode, r.Rate, r.Achieved, r.RetryingOrders, r.RetryingSends, r.Probes,
-			statusLine(r.Statuses), r.DuringFault, r.DuringFault201, r.DuringFault503, r.DuringFault503P99, r.DuringFault503Max)
+			statusLine(r.Statuses), r.DuringFault, r.DuringFault201, r.DuringFault503, r.DuringFault503P99, r.DuringFault503Max, r.Replays)
+		if r.Latency != nil {
+			fmt.Fprintf(&b, "Latency of every answer: p50 %.1f ms, p99 %.1f ms, max %.0f ms.\n\n", r.Latency.P50, r.Latency.P99, r.Latency.Max)
+		}
 		if len(r.ErrorSamples) > 0 {
 			fmt.Fprintf(&b, "Errors seen: %s.\n\n", strings.Join(r.ErrorSamples, "; "))
 		}

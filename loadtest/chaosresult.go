@@ -20,16 +20,19 @@ type ChaosResult struct {
 	Achieved     float64 `json:"achievedRate"`   // of the burst
 
 	// Every request, of the burst and the probes, and so every one checked.
-	Requests       int            `json:"requests"`
-	Probes         int            `json:"probes"`
-	RetryingOrders int            `json:"retryingOrders"` // orders of the clients that retry their 503s
-	RetryingSends  int            `json:"retryingSends"`  // and their requests, first sends included
-	Created        int            `json:"answers201"`
-	Refused        int            `json:"answers409"` // 409 and 422
-	Unavailable    int            `json:"answers503"`
-	Errors         int            `json:"errors"` // no answer (transport error, timeout) or another status
-	Statuses       map[string]int `json:"statuses"`
-	ErrorSamples   []string       `json:"errorSamples,omitempty"`
+	Requests       int `json:"requests"`
+	Probes         int `json:"probes"`
+	RetryingOrders int `json:"retryingOrders"` // orders of the clients that retry their 503s
+	RetryingSends  int `json:"retryingSends"`  // and their requests, first sends included
+	Created        int `json:"answers201"`
+	Refused        int `json:"answers409"` // 409 and 422
+	Unavailable    int `json:"answers503"`
+	Errors         int `json:"errors"` // no answer (transport error, timeout) or another status
+	// Replays: requests the clients' transport sent again on a new connection
+	// because the server had closed an idle one under them (idempotencyKey).
+	Replays      int64          `json:"replays"`
+	Statuses     map[string]int `json:"statuses"`
+	ErrorSamples []string       `json:"errorSamples,omitempty"`
 
 	// Answers to requests sent while the fault lasted.
 	DuringFault       int     `json:"duringFault"`

@@ -77,13 +77,7 @@ func runOverload(ctx context.Context, pg *devstack.Postgres, sc Scenario, cfg Ch
 	}
 	res.tally(v.Shots, nil, start, end)
 	res.Achieved = summarize(BurstConfig{Label: sc.Name, Rate: cfg.Rate, Duration: cfg.Duration}, spec, plan, v).AchievedRate
-	all := make([]time.Duration, 0, len(v.Shots))
-	for _, s := range v.Shots {
-		if s.Status != 0 {
-			all = append(all, s.Latency)
-		}
-	}
-	l := LatencyOf(all)
+	l := answeredLatency(v.Shots)
 	res.Latency = &l
 	j, err := chaosChecks(ctx, r.bench, spec, plan, v.Shots, "")
 	if err != nil {

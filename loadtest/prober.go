@@ -15,6 +15,7 @@ type prober struct {
 	url, code string
 	bound     time.Duration
 	client    *http.Client
+	replays   atomic.Int64
 	end       atomic.Int64 // when the fault ended (UnixNano); 0 while it lasts
 	done      chan struct{}
 
@@ -23,10 +24,9 @@ type prober struct {
 }
 
 func newProber(proxyURL, code string, bound time.Duration) *prober {
-	return &prober{
-		url: reserveURL(proxyURL, code), code: code, bound: bound,
-		client: &http.Client{Timeout: probeTimeout}, done: make(chan struct{}),
-	}
+	p := &prober{url: reserveURL(proxyURL, code), code: code, bound: bound, done: make(chan struct{})}
+	p.client = &http.Client{Timeout: probeTimeout, Transport: tagTransport{&http.Transport{}, &p.replays}}
+	return p
 }
 
 func (p *prober) faultEnded(t time.Time) { p.end.Store(t.UnixNano()) }

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -22,6 +23,7 @@ type retryingClients struct {
 	code          string
 	firstCustomer int64
 	client        *http.Client
+	replays       atomic.Int64
 
 	mu    sync.Mutex
 	plan  Plan
@@ -34,10 +36,9 @@ const (
 )
 
 func newRetryingClients(proxyURL, code string, firstCustomer int64, timeout time.Duration) *retryingClients {
-	return &retryingClients{
-		url: reserveURL(proxyURL, code), code: code, firstCustomer: firstCustomer,
-		client: &http.Client{Timeout: timeout, Transport: &http.Transport{MaxIdleConnsPerHost: 256}},
-	}
+	rc := &retryingClients{url: reserveURL(proxyURL, code), code: code, firstCustomer: firstCustomer}
+	rc.client = &http.Client{Timeout: timeout, Transport: tagTransport{&http.Transport{MaxIdleConnsPerHost: 256}, &rc.replays}}
+	return rc
 }
 
 // run starts a new order every 1/rate for d and returns when every order has

@@ -73,7 +73,7 @@ func startRig(ctx context.Context, pg *devstack.Postgres, sc Scenario, cfg Chaos
 		LedgerDBURL:    withHost(dbURL, addrs[linkLedgerPG]),
 		LedgerRedisURL: "redis://" + addrs[linkLedgerRedis] + "/0",
 		ProxyRedisURL:  "redis://" + addrs[linkProxyRedis] + "/0",
-		LedgerEnv:      slices.Concat(chaosLedgerEnv, sc.LedgerEnv), ProxyEnv: slices.Clone(chaosProxyEnv),
+		LedgerEnv:      slices.Concat(chaosLedgerEnv, sc.LedgerEnv), ProxyEnv: slices.Concat(chaosProxyEnv, sc.ProxyEnv),
 		ServiceLog: cfg.ServiceLog,
 	}
 	var addrB string

@@ -197,6 +197,7 @@ func soakResult(ctx context.Context, r *rig, sc Scenario, cfg ChaosConfig, plan 
 		res.Refused += rr.Refused
 		res.Unavailable += rr.Unavailable
 		res.Errors += rr.Errors
+		res.Replays += rr.Replays
 		res.Probes += rr.Probes
 		res.RetryingSends += rr.RetryingSends
 		for k, v := range rr.Statuses {

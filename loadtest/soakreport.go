@@ -11,12 +11,12 @@ import (
 // instances' RSS and goroutines over time.
 func soakMarkdown(r *ChaosResult) string {
 	var b strings.Builder
-	b.WriteString("\n### Rounds\n\n| round | fault | fault at | lasted | requests | 201 | 409 | 503 | errors | 503 p99 in fault | invariants | reserves answered again | Redis = DB | verdict |\n")
-	b.WriteString("| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: | --- |\n")
+	b.WriteString("\n### Rounds\n\n| round | fault | fault at | lasted | requests | 201 | 409 | 503 | errors | p99 | 503 p99 in fault | invariants | reserves answered again | Redis = DB | verdict |\n")
+	b.WriteString("| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: | --- |\n")
 	for i, rr := range r.Rounds {
-		fmt.Fprintf(&b, "| %d | %s | %.0f s | %.1f s | %d | %d | %d | %d | %d | %s | %s | %s | %s | %s |\n",
+		fmt.Fprintf(&b, "| %d | %s | %.0f s | %.1f s | %d | %d | %d | %d | %d | %s | %s | %s | %s | %s | %s |\n",
 			i+1, rr.Scenario, rr.FaultAt, rr.FaultSeconds, rr.Requests, rr.Created, rr.Refused, rr.Unavailable, rr.Errors,
-			p99Of503(rr), invariantsVerdict(rr), seconds(rr.RecoverySeconds), seconds(rr.SettleSeconds), verdict(rr.Pass))
+			p99Of(rr), p99Of503(rr), invariantsVerdict(rr), seconds(rr.RecoverySeconds), seconds(rr.SettleSeconds), verdict(rr.Pass))
 	}
 	for i, rr := range r.Rounds {
 		if rr.Pass {
@@ -35,6 +35,14 @@ func soakMarkdown(r *ChaosResult) string {
 	b.WriteString("\n### RSS (MB) and goroutines over time\n\n")
 	writeSampleTable(&b, r.Samples)
 	return b.String()
+}
+
+// p99Of is the p99 of every answer, or "-".
+func p99Of(r *ChaosResult) string {
+	if r.Latency == nil {
+		return "-"
+	}
+	return fmt.Sprintf("%.0fms", r.Latency.P99)
 }
 
 // writeSampleTable writes one row per sampling round: each instance's RSS and

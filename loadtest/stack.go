@@ -163,10 +163,13 @@ func (s *Stack) Endpoints() Endpoints {
 	return Endpoints{ProxyURL: s.ProxyURL, LedgerURL: s.LedgerURL, DBURL: s.DBURL, RedisURL: s.RedisURL, Token: s.Token}
 }
 
-// Stop stops the services and the servers and removes their data.
+// Stop stops the services and the servers and removes their data. The
+// services are killed, not drained: their data goes with them, and a graceful
+// stop would wait SHUTDOWN_DELAY for a load balancer there is none of.
 func (s *Stack) Stop() {
 	for _, svc := range append(slices.Clone(s.extra), s.Proxy, s.Ledger) {
 		if svc != nil {
+			_ = svc.Kill()
 			svc.Stop()
 		}
 	}

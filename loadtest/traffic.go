@@ -97,7 +97,10 @@ func (t *traffic) result(sc Scenario, cfg ChaosConfig, settled time.Duration, se
 	}
 	_, rcShots := t.rc.merge(Plan{}, nil)
 	res.tally(slices.Concat(t.volley.Shots, rcShots), t.probes, t.faultStart, t.faultEnd)
+	l := answeredLatency(t.volley.Shots, rcShots, t.probes)
+	res.Latency = &l
 	res.RetryingOrders, res.RetryingSends = len(t.rc.plan.Orders), len(rcShots)
+	res.Replays = t.volley.Replays + t.rc.replays.Load() + t.pr.replays.Load()
 	res.Achieved = summarize(BurstConfig{Label: sc.Name, Rate: cfg.Rate, Duration: cfg.Duration}, t.spec, t.plan, t.volley).AchievedRate
 	if at, ok := recoveredAt(t.probes, t.faultEnd, probesInARow); ok {
 		res.RecoverySeconds = at.Sub(t.faultEnd).Seconds()
@@ -106,6 +109,19 @@ func (t *traffic) result(sc Scenario, cfg ChaosConfig, settled time.Duration, se
 		res.SettleSeconds = settled.Seconds()
 	}
 	return res
+}
+
+// answeredLatency is the latency of every request that got an answer.
+func answeredLatency(shots ...[]Shot) Latency {
+	var ds []time.Duration
+	for _, ss := range shots {
+		for _, s := range ss {
+			if s.Status != 0 {
+				ds = append(ds, s.Latency)
+			}
+		}
+	}
+	return LatencyOf(ds)
 }
 
 // judge checks the invariants on both vouchers and how the system behaved
