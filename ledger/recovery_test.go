@@ -48,6 +48,7 @@ func startLedger(tb testing.TB, db, redis string, env ...string) *ledgerProcess 
 	env = append([]string{
 		"LEDGER_ADDR=" + addr, "DATABASE_URL=" + db, "REDIS_URL=" + redis, "LEDGER_TOKEN=",
 		"EXPIRY_INTERVAL=1h", "RECONCILE_INTERVAL=1h", "HANGING_GRACE=1s", "DB_MAX_CONNS=16",
+		"SHUTDOWN_DELAY=0s", // no load balancer to wait for: a test's stop is immediate
 	}, env...)
 	svc, err := devstack.StartService("ledger", ledgerBinary(tb), env, "http://"+addr+"/healthz", os.Stderr)
 	require.NoError(tb, err)

@@ -79,6 +79,7 @@ func startLedger(tb testing.TB, o stackOptions) (*devstack.Service, string) {
 	env := []string{
 		"LEDGER_ADDR=" + addr, "DATABASE_URL=" + o.dbURL, "REDIS_URL=" + o.redisURL,
 		"LEDGER_TOKEN=test-token", "EXPIRY_INTERVAL=1h", "RECONCILE_INTERVAL=1h",
+		"SHUTDOWN_DELAY=0s", // no load balancer to wait for: a test's stop is immediate
 	}
 	led, err := devstack.StartService("ledger", ledgerBinary(tb), env, "http://"+addr+"/healthz", os.Stderr)
 	require.NoError(tb, err)

@@ -93,7 +93,7 @@ func TestSIGTERMUnderLoad(t *testing.T) {
 	code := newCode(t)
 	s.createVoucher(t, code, 100_000, 100, true)
 
-	var release func()
+	hold, release := voucherLock(t, o.dbURL, code)
 	stopped := make(chan time.Time, 1)
 	var signalled time.Time
 	res := httpxtest.ShutdownLoad{
@@ -109,8 +109,7 @@ func TestSIGTERMUnderLoad(t *testing.T) {
 				stopped <- time.Now()
 			}()
 		},
-		Hold:    func() { release = lockVoucher(t, o.dbURL, code) },
-		Release: func() { release() },
+		Hold: hold, Release: release,
 	}.Run(t)
 	res.Check(t, http.StatusCreated)
 	exited := <-stopped
@@ -128,21 +127,25 @@ func TestSIGTERMUnderLoad(t *testing.T) {
 	assert.EqualValues(t, d.Remaining, s.redisRemaining(t, code), "redis remaining vs the database's")
 }
 
-// lockVoucher holds code's voucher row (FOR UPDATE) until the returned
-// release: the ledger's writes for it wait, in flight.
-func lockVoucher(tb testing.TB, db, code string) (release func()) {
+// voucherLock connects to db at once and returns hold, which takes code's
+// voucher row (FOR UPDATE), and release: between them the ledger's writes for
+// it wait, in flight.
+func voucherLock(tb testing.TB, db, code string) (hold, release func()) {
 	tb.Helper()
 	ctx := context.Background()
 	conn, err := pgx.Connect(ctx, db)
 	require.NoError(tb, err)
-	tx, err := conn.Begin(ctx)
-	require.NoError(tb, err)
-	_, err = tx.Exec(ctx, `SELECT 1 FROM voucher WHERE code = $1 FOR UPDATE`, code)
-	require.NoError(tb, err)
-	return func() {
-		assert.NoError(tb, tx.Rollback(ctx))
-		conn.Close(ctx)
+	tb.Cleanup(func() { conn.Close(ctx) })
+	var tx pgx.Tx
+	hold = func() {
+		var err error
+		tx, err = conn.Begin(ctx)
+		require.NoError(tb, err)
+		_, err = tx.Exec(ctx, `SELECT 1 FROM voucher WHERE code = $1 FOR UPDATE`, code)
+		require.NoError(tb, err)
 	}
+	release = func() { assert.NoError(tb, tx.Rollback(ctx)) }
+	return hold, release
 }
 
 // TestLedgerTimeoutAgainstHangingGrace: a proxy whose LEDGER_TIMEOUT is at or

@@ -109,7 +109,7 @@ func startService(tb testing.TB, name, addrVar string, env []string) (*devstack.
 	port, err := devstack.FreePort()
 	require.NoError(tb, err)
 	addr := "127.0.0.1:" + strconv.Itoa(port)
-	env = append(env, addrVar+"="+addr)
+	env = append(env, addrVar+"="+addr, "SHUTDOWN_DELAY=0s") // no load balancer to wait for
 	svc, err := devstack.StartService(name, serviceBinary(tb, name), env, "http://"+addr+"/healthz", os.Stderr)
 	require.NoError(tb, err)
 	tb.Cleanup(func() { svc.Stop() })

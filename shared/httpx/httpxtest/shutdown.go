@@ -16,9 +16,9 @@ import (
 // ShutdownLoad drives a service through its graceful stop under load, as a
 // load balancer that follows /readyz would: workers send requests until the
 // service is told to stop and on through SHUTDOWN_DELAY, and stop sending new
-// ones shortly before the delay ends (by then the balancer has moved them
-// elsewhere); Hold is called shortly before the delay ends and Release
-// shortly after, so that requests are in flight when the service stops
+// ones 250 ms before the delay ends (by then the balancer has moved them
+// elsewhere); Hold is called 400 ms before the delay ends (it must take
+// effect within 150 ms) and Release 300 ms after, so that requests are in flight when the service stops
 // accepting (hold what they wait on: a row lock in Postgres).
 type ShutdownLoad struct {
 	URL     string        // the service
@@ -52,6 +52,7 @@ type ShutdownResult struct {
 	ReadyAfter   time.Duration // how long after the signal that answer came
 	AfterDelay   error         // a new connection shortly after the delay ended
 	InFlightHeld int           // requests sent before the drain that were answered after it began
+	HeldAt       time.Time     // when Hold returned
 }
 
 // Run runs the load and returns what the clients saw.
@@ -97,8 +98,9 @@ func (o ShutdownLoad) Run(tb testing.TB) ShutdownResult {
 		time.Sleep(10 * time.Millisecond)
 	}
 
-	time.Sleep(time.Until(drainAt.Add(-300 * time.Millisecond)))
+	time.Sleep(time.Until(drainAt.Add(-400 * time.Millisecond)))
 	o.Hold()
+	res.HeldAt = time.Now()
 	time.Sleep(time.Until(drainAt.Add(150 * time.Millisecond)))
 	fresh := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
 	res.AfterDelay = send(fresh, http.MethodGet, o.URL+"/healthz", nil).Err
@@ -151,6 +153,13 @@ func (r ShutdownResult) Check(tb testing.TB, want ...int) {
 			}
 		}
 	}
+	var last time.Time
+	for _, s := range r.Shots {
+		if s.End.After(last) {
+			last = s.End
+		}
+	}
+	tb.Logf("held %v after the signal; last answer %v after it", r.HeldAt.Sub(r.Signalled), last.Sub(r.Signalled))
 	tb.Logf("%d requests: %v by status, %d refused (sent after it stopped accepting), %d failed; %d in flight at the drain; /readyz %d after %v",
 		len(r.Shots), byStatus, refused, failed, r.InFlightHeld, r.ReadyStatus, r.ReadyAfter)
 }
