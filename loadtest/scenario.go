@@ -65,6 +65,8 @@ func Scenarios() []Scenario {
 			Inject: toxic(redis, "reset_peer", "downstream", map[string]any{"timeout": 0})},
 		{Name: "redis-stall", Fault: "Redis replies held back (timeout toxic) for {d}, far past the proxy's REDIS_TIMEOUT of 250 ms; then the stalled connections are closed",
 			Inject: toxic(redis, "timeout", "downstream", map[string]any{"timeout": 0})},
+		{Name: "redis-pause", Direct: true, Fault: "Redis stopped (SIGSTOP) for {d}: every call hangs, nothing is refused or cut; then SIGCONT",
+			Inject: pauseRedis},
 		{Name: "redis-kill-aof", Fault: "kill -9 Redis (appendonly yes, appendfsync everysec), down for {d}, restarted from its AOF",
 			Inject: killRedis},
 		{Name: "redis-kill-empty", NoPersistence: true, Fault: "kill -9 Redis without persistence, down for {d}, restarted empty",
@@ -90,10 +92,19 @@ func Scenarios() []Scenario {
 			Fault:  "two proxies and two ledgers behind balancers that follow /readyz; each in turn gets SIGTERM and is started again once it has exited (ledger a, ledger b, proxy a, proxy b)",
 			Inject: rollingRestart},
 		{Name: "overload", Run: runOverload, Direct: true,
-			Fault: "3x the flash path's maximum sustainable rate ({d} of it), every request admitted unless shed"},
-		{Name: "soak", Run: runSoak, ByName: true, Fleet: true,
-			Fault: "a fault every round drawn from redis-kill-aof, redis-stall, pg-restart, ledger-kill, proxy-kill and rolling-restart, at half the flash path's maximum rate, with confirm, release and refund traffic"},
+			Fault: "3x the flash path's maximum sustainable rate (--flash-max) for 20 s (--short: 5 s) on one flash voucher with a use for every order"},
+		{Name: "soak", Run: runSoak, ByName: true, Fleet: true, Direct: true,
+			LedgerEnv: []string{"RECONCILE_INTERVAL=" + soakReconcile.String()}, Tune: tuneSoak,
+			Fault: "the fleet for 10 min (--short: 60 s) at half the flash path's maximum rate (--short: at most 1,000/s), a round every 30 s (10 s) with one fault drawn from redis-kill-aof, redis-pause, pg-restart, ledger-kill, proxy-kill and rolling-restart, and payers confirming, refunding and releasing beside"},
 	}
+}
+
+// tuneSoak gives each round 20 s to settle: a use held for a request the
+// fault left unanswered comes back HANGING_GRACE after it, at the next
+// reconcile (soakReconcile).
+func tuneSoak(c ChaosConfig) ChaosConfig {
+	c.SettleBound = 20 * time.Second
+	return c
 }
 
 // tuneRollingRestart is rolling-restart's plan: a burst long enough for four
@@ -153,6 +164,13 @@ func killRedis(_ context.Context, r *rig, _ time.Duration) (func() error, error)
 		return nil, err
 	}
 	return r.redis.Restart, nil
+}
+
+func pauseRedis(_ context.Context, r *rig, _ time.Duration) (func() error, error) {
+	if err := r.redis.Pause(); err != nil {
+		return nil, err
+	}
+	return r.redis.Resume, nil
 }
 
 func restartPostgres(_ context.Context, r *rig, _ time.Duration) (func() error, error) {
