@@ -136,16 +136,6 @@ func (b *Bench) CreateVoucher(ctx context.Context, v VoucherSpec) error {
 	return nil
 }
 
-// EndVoucher ends code's sale now (PATCH endsAt): the ledgers' reconciler no
-// longer counts it among the live vouchers it goes over every interval.
-func (b *Bench) EndVoucher(ctx context.Context, code string) error {
-	body := map[string]any{"endsAt": time.Now().UTC().Format(time.RFC3339Nano)}
-	if err := b.admin(ctx, http.MethodPatch, "/admin/vouchers/"+code, body, http.StatusOK); err != nil {
-		return fmt.Errorf("end voucher %s: %w", code, err)
-	}
-	return nil
-}
-
 // admin sends body to the ledger with the admin token and expects want.
 func (b *Bench) admin(ctx context.Context, method, path string, body any, want int) error {
 	var rd io.Reader
