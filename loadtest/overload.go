@@ -67,7 +67,7 @@ func runOverload(ctx context.Context, pg *devstack.Postgres, sc Scenario, cfg Ch
 	}
 	settled, detail := waitSettled(ctx, r.bench, cfg.SettleBound, spec.Code)
 	res := &ChaosResult{
-		Scenario: sc.Name, Fault: sc.Describe(cfg.Duration), Code: spec.Code, Stock: spec.Stock,
+		Scenario: sc.Name, Fault: sc.Fault, Code: spec.Code, Stock: spec.Stock,
 		FaultSeconds: end.Sub(start).Seconds(), Rate: cfg.Rate, Statuses: map[string]int{},
 		RecoveryBound: cfg.RecoveryBound.Seconds(), SettleBound: cfg.SettleBound.Seconds(),
 		SettleSeconds: -1, SettleDetail: detail,
@@ -97,9 +97,11 @@ func runOverload(ctx context.Context, pg *devstack.Postgres, sc Scenario, cfg Ch
 func serverP99Check(h serverHistogram) Check {
 	p99, n := h.quantile(0.99)
 	p50, _ := h.quantile(0.50)
+	p90, _ := h.quantile(0.90)
+	p95, _ := h.quantile(0.95)
 	return Check{Name: "p99 inside the proxy (reported)", Pass: true,
-		Detail: fmt.Sprintf("%d reserves in the proxy's flashgate_http_request_duration_seconds: p50 within %s, p99 within %s (bucket bounds)",
-			n, bucketSeconds(p50), bucketSeconds(p99))}
+		Detail: fmt.Sprintf("%d reserves in the proxy's flashgate_http_request_duration_seconds: p50 within %s, p90 within %s, p95 within %s, p99 within %s (bucket bounds)",
+			n, bucketSeconds(p50), bucketSeconds(p90), bucketSeconds(p95), bucketSeconds(p99))}
 }
 
 func bucketSeconds(s float64) string {
