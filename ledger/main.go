@@ -35,13 +35,10 @@ type Config struct {
 	HangingGrace      time.Duration     // HANGING_GRACE
 	MaxConns          int               // DB_MAX_CONNS
 	WriteBatch        int               // WRITE_MAX_BATCH: most admitted writes per transaction
-	MaxClientConns    int               // MAX_CONNS: open client connections
-	MaxInflight       int               // MAX_INFLIGHT: requests worked on at once; the excess is shed
 	MaxPerVoucher     int               // MAX_INFLIGHT_PER_VOUCHER: standard-path reserves of one voucher at once
 	VoucherWait       time.Duration     // VOUCHER_WAIT: longest wait for one of those slots
 	DBTimeout         time.Duration     // DB_TIMEOUT: deadline of each statement and connection wait
-	DebugAddr         string            // DEBUG_ADDR: pprof listener, off when empty
-	Shutdown          httpx.Shutdown    // SHUTDOWN_DELAY, SHUTDOWN_TIMEOUT
+	httpx.Serving                       // MAX_CONNS, MAX_INFLIGHT, DEBUG_ADDR, SHUTDOWN_DELAY, SHUTDOWN_TIMEOUT
 }
 
 // writeTimeout bounds one group commit (and so an admitted write in flight
@@ -70,16 +67,10 @@ func configFrom(e *envconf.Reader) (Config, error) {
 		HangingGrace:      e.DurationMin("HANGING_GRACE", 30*time.Second, minHangingGrace),
 		MaxConns:          e.Int("DB_MAX_CONNS", 32, 2),
 		WriteBatch:        e.Int("WRITE_MAX_BATCH", 256, 1),
-		MaxClientConns:    e.Int("MAX_CONNS", 10_000, 1),
-		MaxInflight:       e.Int("MAX_INFLIGHT", 256, 1),
 		MaxPerVoucher:     e.Int("MAX_INFLIGHT_PER_VOUCHER", 16, 1),
 		VoucherWait:       e.Duration("VOUCHER_WAIT", 500*time.Millisecond),
 		DBTimeout:         e.Duration("DB_TIMEOUT", 500*time.Millisecond),
-		DebugAddr:         e.String("DEBUG_ADDR", ""),
-		Shutdown: httpx.Shutdown{
-			Delay:   e.DurationMin("SHUTDOWN_DELAY", 5*time.Second, 0),
-			Timeout: e.Duration("SHUTDOWN_TIMEOUT", 25*time.Second),
-		},
+		Serving:           httpx.ReadServing(e),
 	}
 	if err := e.Err(); err != nil {
 		return c, err

@@ -23,22 +23,19 @@ import (
 
 // Config is everything the proxy reads from its environment, read once in main.
 type Config struct {
-	Addr            string         // PROXY_ADDR
-	RedisURL        string         // REDIS_URL
-	LedgerURL       string         // LEDGER_URL
-	LedgerToken     string         // LEDGER_TOKEN: sent to the ledger
-	Token           string         // PROXY_TOKEN: required from clients when set
-	SoldOutTTL      time.Duration  // SOLDOUT_TTL
-	VoucherCacheTTL time.Duration  // VOUCHER_CACHE_TTL
-	RedisTimeout    time.Duration  // REDIS_TIMEOUT
-	LedgerTimeout   time.Duration  // LEDGER_TIMEOUT
-	Coalesce        bool           // PROXY_COALESCE (on|off)
-	MaxBatch        int            // PROXY_MAX_BATCH
-	RedisPool       int            // REDIS_POOL_SIZE; 0: go-redis's default
-	MaxClientConns  int            // MAX_CONNS: open client connections
-	MaxInflight     int            // MAX_INFLIGHT: requests worked on at once; the excess is shed
-	DebugAddr       string         // DEBUG_ADDR: pprof listener, off when empty
-	Shutdown        httpx.Shutdown // SHUTDOWN_DELAY, SHUTDOWN_TIMEOUT
+	Addr            string        // PROXY_ADDR
+	RedisURL        string        // REDIS_URL
+	LedgerURL       string        // LEDGER_URL
+	LedgerToken     string        // LEDGER_TOKEN: sent to the ledger
+	Token           string        // PROXY_TOKEN: required from clients when set
+	SoldOutTTL      time.Duration // SOLDOUT_TTL
+	VoucherCacheTTL time.Duration // VOUCHER_CACHE_TTL
+	RedisTimeout    time.Duration // REDIS_TIMEOUT
+	LedgerTimeout   time.Duration // LEDGER_TIMEOUT
+	Coalesce        bool          // PROXY_COALESCE (on|off)
+	MaxBatch        int           // PROXY_MAX_BATCH
+	RedisPool       int           // REDIS_POOL_SIZE; 0: go-redis's default
+	httpx.Serving                 // MAX_CONNS, MAX_INFLIGHT, DEBUG_ADDR, SHUTDOWN_DELAY, SHUTDOWN_TIMEOUT
 }
 
 func configFromEnv() (Config, error) {
@@ -56,13 +53,7 @@ func configFromEnv() (Config, error) {
 		Coalesce:        e.Switch("PROXY_COALESCE", true),
 		MaxBatch:        e.Int("PROXY_MAX_BATCH", 256, 1),
 		RedisPool:       e.Int("REDIS_POOL_SIZE", 0, 0),
-		MaxClientConns:  e.Int("MAX_CONNS", 10_000, 1),
-		MaxInflight:     e.Int("MAX_INFLIGHT", 256, 1),
-		DebugAddr:       e.String("DEBUG_ADDR", ""),
-		Shutdown: httpx.Shutdown{
-			Delay:   e.DurationMin("SHUTDOWN_DELAY", 5*time.Second, 0),
-			Timeout: e.Duration("SHUTDOWN_TIMEOUT", 25*time.Second),
-		},
+		Serving:         httpx.ReadServing(e),
 	}
 	if err := e.Err(); err != nil {
 		return c, err
