@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"fmt"
 	"net/http"
 	"os"
@@ -10,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -20,27 +18,6 @@ import (
 	"github.com/flashgate/flashgate/shared/httpx"
 	"github.com/flashgate/flashgate/shared/httpx/httpxtest"
 )
-
-// voucherLock connects to db at once and returns hold, which takes code's
-// voucher row (FOR UPDATE), and release: between them the ledger's writes for
-// it wait, in flight.
-func voucherLock(tb testing.TB, db, code string) (hold, release func()) {
-	tb.Helper()
-	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, db)
-	require.NoError(tb, err)
-	tb.Cleanup(func() { conn.Close(ctx) })
-	var tx pgx.Tx
-	hold = func() {
-		var err error
-		tx, err = conn.Begin(ctx)
-		require.NoError(tb, err)
-		_, err = tx.Exec(ctx, `SELECT 1 FROM voucher WHERE code = $1 FOR UPDATE`, code)
-		require.NoError(tb, err)
-	}
-	release = func() { assert.NoError(tb, tx.Rollback(ctx)) }
-	return hold, release
-}
 
 // TestSIGTERMUnderLoad is the issue's cliff: a ledger told to stop while
 // flash reserves stream in answers /readyz 503 at once, serves on for
@@ -60,7 +37,7 @@ func TestSIGTERMUnderLoad(t *testing.T) {
 	r := call(t, http.MethodPost, lp.URL+"/admin/vouchers", "", spec(code, 100_000, 100, true))
 	require.Equal(t, http.StatusCreated, r.Status, r.Raw)
 
-	hold, release := voucherLock(t, db, code)
+	hold, release := httpxtest.VoucherLock(t, db, code)
 	stopped := make(chan time.Time, 1)
 	var signalled time.Time
 	res := httpxtest.ShutdownLoad{

@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -93,7 +92,7 @@ func TestSIGTERMUnderLoad(t *testing.T) {
 	code := newCode(t)
 	s.createVoucher(t, code, 100_000, 100, true)
 
-	hold, release := voucherLock(t, o.dbURL, code)
+	hold, release := httpxtest.VoucherLock(t, o.dbURL, code)
 	stopped := make(chan time.Time, 1)
 	var signalled time.Time
 	res := httpxtest.ShutdownLoad{
@@ -125,27 +124,6 @@ func TestSIGTERMUnderLoad(t *testing.T) {
 	d := s.db(t, code)
 	assert.Equal(t, created, d.Active, "the database holds %d orders, the clients got %d 201s", d.Active, created)
 	assert.EqualValues(t, d.Remaining, s.redisRemaining(t, code), "redis remaining vs the database's")
-}
-
-// voucherLock connects to db at once and returns hold, which takes code's
-// voucher row (FOR UPDATE), and release: between them the ledger's writes for
-// it wait, in flight.
-func voucherLock(tb testing.TB, db, code string) (hold, release func()) {
-	tb.Helper()
-	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, db)
-	require.NoError(tb, err)
-	tb.Cleanup(func() { conn.Close(ctx) })
-	var tx pgx.Tx
-	hold = func() {
-		var err error
-		tx, err = conn.Begin(ctx)
-		require.NoError(tb, err)
-		_, err = tx.Exec(ctx, `SELECT 1 FROM voucher WHERE code = $1 FOR UPDATE`, code)
-		require.NoError(tb, err)
-	}
-	release = func() { assert.NoError(tb, tx.Rollback(ctx)) }
-	return hold, release
 }
 
 // TestLedgerTimeoutAgainstHangingGrace: a proxy whose LEDGER_TIMEOUT is at or
