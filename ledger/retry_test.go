@@ -15,13 +15,6 @@ import (
 	"github.com/flashgate/flashgate/shared/voucher"
 )
 
-// sql runs a statement on l's database, as an operator would.
-func (l *testLedger) sql(tb testing.TB, stmt string, args ...any) {
-	tb.Helper()
-	_, err := l.pool.Exec(context.Background(), stmt, args...)
-	require.NoError(tb, err)
-}
-
 // A retry is decided before eligibility, on every path: the same voucher,
 // customer and amount replay the stored answer (marked Idempotent-Replayed),
 // whatever changed since; any of them different is ORDER_CONFLICT; a released
@@ -47,7 +40,7 @@ func TestReserveRetries(t *testing.T) {
 			// its minimum and discount rise, its window ends. The retry is
 			// still answered as the first request was.
 			require.Equal(t, 201, l.call(t, "POST", res, claimBody(2, code+"-b", 5_000)).Status)
-			l.sql(t, `UPDATE voucher SET min_order_amount = 9000, discount_amount = 7, ends_at = now() WHERE code = $1`, code)
+			l.exec(t, `UPDATE voucher SET min_order_amount = 9000, discount_amount = 7, ends_at = now() WHERE code = $1`, code)
 			l.store.ForgetTerms(code)
 			for i := 0; i < 2; i++ {
 				r := l.call(t, "POST", res, claimBody(1, o, 5_000))
@@ -147,8 +140,8 @@ func TestLoweredPerUserLimit(t *testing.T) {
 			}
 			// As PATCH does it (LEDGER-ADMIN builds the route): the voucher and the
 			// usage rows, then Redis for a flash voucher.
-			l.sql(t, `UPDATE voucher SET per_user_limit = 1 WHERE code = $1`, code)
-			l.sql(t, `UPDATE voucher_customer_usage SET per_user_limit = GREATEST(1, used_count) WHERE voucher_code = $1`, code)
+			l.exec(t, `UPDATE voucher SET per_user_limit = 1 WHERE code = $1`, code)
+			l.exec(t, `UPDATE voucher_customer_usage SET per_user_limit = GREATEST(1, used_count) WHERE voucher_code = $1`, code)
 			if flash {
 				v, err := l.store.Voucher(context.Background(), code)
 				require.NoError(t, err)
@@ -207,7 +200,7 @@ func TestPausedStandardVoucher(t *testing.T) {
 		require.Equal(t, 201, l.call(t, "POST", res, claimBody(1, code+"-"+o, 150_000)).Status)
 	}
 	require.Equal(t, 200, l.call(t, "POST", res+"/"+code+"-c/confirm", nil).Status)
-	l.sql(t, `UPDATE voucher SET paused = true WHERE code = $1`, code) // the terms stay cached: the UPDATE's guard answers
+	l.exec(t, `UPDATE voucher SET paused = true WHERE code = $1`, code) // the terms stay cached: the UPDATE's guard answers
 	r := l.call(t, "POST", res, claimBody(2, code+"-new", 150_000))
 	assert.Equal(t, 422, r.Status, r.Raw)
 	assert.Equal(t, voucher.ReasonPaused, r.Body["reason"])
@@ -233,7 +226,7 @@ func TestPausedStandardVoucher(t *testing.T) {
 		assert.Equal(t, s.status, r.Status, "%s %s while paused = %s", s.method, s.path, r.Raw)
 	}
 	assert.Equal(t, dbCounts{Used: 1, Rows: 3, Active: 1, MaxPerCustomer: 1}, l.counts(t, code))
-	l.sql(t, `UPDATE voucher SET paused = false WHERE code = $1`, code)
+	l.exec(t, `UPDATE voucher SET paused = false WHERE code = $1`, code)
 	l.store.ForgetTerms(code)
 	assert.Equal(t, http.StatusCreated, l.call(t, "POST", res, claimBody(2, code+"-after", 150_000)).Status)
 }
@@ -248,7 +241,7 @@ func TestFlashPausedInDatabaseGivesBack(t *testing.T) {
 	l.createVoucher(t, spec(code, 3, 2, true))
 	res := "/vouchers/" + code + "/reservations"
 	require.Equal(t, 201, l.call(t, "POST", res, claimBody(1, code+"-held", 150_000)).Status)
-	l.sql(t, `UPDATE voucher SET paused = true WHERE code = $1`, code)
+	l.exec(t, `UPDATE voucher SET paused = true WHERE code = $1`, code)
 	l.store.ForgetTerms(code)
 
 	var wg sync.WaitGroup
@@ -280,7 +273,7 @@ func TestFlashPausedInDatabaseGivesBack(t *testing.T) {
 	checkRedisMatches(t, l.gate, b, code)
 	assert.Empty(t, redisState(t, l.gate, code).Finished, "a refused write is not a finished order")
 
-	l.sql(t, `UPDATE voucher SET paused = false WHERE code = $1`, code)
+	l.exec(t, `UPDATE voucher SET paused = false WHERE code = $1`, code)
 	l.store.ForgetTerms(code)
 	r = l.call(t, "POST", res, claimBody(10, code+"-n0", 150_000))
 	assert.Equal(t, 201, r.Status, "the same order once resumed: %s", r.Raw)
