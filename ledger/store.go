@@ -234,16 +234,6 @@ func (s *Store) Now(ctx context.Context) (time.Time, error) {
 	return now, nil
 }
 
-// Remaining returns total_limit - used_count as the database has it now.
-func (s *Store) Remaining(ctx context.Context, code string) (int, error) {
-	var n int
-	err := s.pool.QueryRow(ctx, `SELECT total_limit - used_count FROM voucher WHERE code = $1`, code).Scan(&n)
-	if err != nil {
-		return 0, translate(fmt.Errorf("remaining %s: %w", code, err))
-	}
-	return n, nil
-}
-
 // querier is what both a pool and a transaction offer for reads.
 type querier interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
