@@ -27,6 +27,7 @@ type Jobs struct {
 	warm    func(ctx context.Context, code string) error
 	cfg     JobsConfig
 	log     *slog.Logger
+	clean   cleanMarks // what ReconcileAll may skip
 }
 
 // NewJobs returns the jobs over store and g (g may be nil); pub (nil without

@@ -13,7 +13,10 @@ type ledgerMetrics struct {
 	expired        prometheus.Counter
 	reconcileDrift *httpx.BoundedGauge
 	reconcileFixes *prometheus.CounterVec
-	remaining      *httpx.BoundedGauge
+	// reconcileSkipped counts vouchers a reconcile run left alone: unchanged
+	// since their last clean reconcile.
+	reconcileSkipped prometheus.Counter
+	remaining        *httpx.BoundedGauge
 }
 
 // newLedgerMetrics registers the ledger's metrics on reg (nil: a throwaway
@@ -45,11 +48,15 @@ func newLedgerMetrics(reg prometheus.Registerer) *ledgerMetrics {
 			Name: "flashgate_reconcile_fixes_total",
 			Help: "Orders the reconciler released (hanging admissions) or restored in Redis, and vouchers it reloaded.",
 		}, []string{"action"}),
+		reconcileSkipped: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "flashgate_reconcile_skipped_total",
+			Help: "Vouchers a reconcile run skipped: nothing changed in the database or Redis since their last clean reconcile.",
+		}),
 		remaining: httpx.NewBoundedGauge(reg, prometheus.GaugeOpts{
 			Name: "flashgate_voucher_remaining",
 			Help: "Uses left per voucher at the last reconcile, as the database and Redis have them.",
 		}, httpx.MaxVoucherSeries, "source"),
 	}
-	reg.MustRegister(m.writeBatch, m.commitLatency, m.expired, m.reconcileFixes)
+	reg.MustRegister(m.writeBatch, m.commitLatency, m.expired, m.reconcileFixes, m.reconcileSkipped)
 	return m
 }

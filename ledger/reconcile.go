@@ -105,26 +105,38 @@ func (j *Jobs) reconcileLocked(ctx context.Context, code string) (rep Report, te
 	return rep, res.TermsChanged, nil
 }
 
-// ReconcileAll reconciles every live flash voucher and returns the reports.
+// ReconcileAll reconciles every live flash voucher that has changed since its
+// last clean reconcile by this ledger (see cleanMark), and every tenth run all
+// of them; it returns the reports of those it reconciled.
 func (j *Jobs) ReconcileAll(ctx context.Context) []Report {
 	if j.gate == nil {
 		return nil
 	}
-	codes, err := j.store.LiveFlashVouchers(ctx)
+	live, err := j.store.LiveFlashVersions(ctx)
 	if err != nil {
 		j.log.Error("reconcile: list vouchers", "err", err)
 		return nil
 	}
+	full := j.clean.nextRun()
 	var reps []Report
-	for _, code := range codes {
-		rep, err := j.Reconcile(ctx, code)
+	skipped := 0
+	for _, lv := range live {
+		if !full && j.unchanged(ctx, lv) {
+			skipped++
+			continue
+		}
+		rep, err := j.Reconcile(ctx, lv.Code)
 		if err != nil {
-			j.log.Error("reconcile failed", "code", code, "err", err)
+			j.clean.forget(lv.Code)
+			j.log.Error("reconcile failed", "code", lv.Code, "err", err)
 			continue
 		}
 		reps = append(reps, rep)
+		j.markIfClean(ctx, lv, rep)
 	}
-	j.log.Info("reconcile run", "vouchers", len(codes), "reconciled", len(reps))
+	j.clean.keep(live)
+	j.cfg.Metrics.reconcileSkipped.Add(float64(skipped))
+	j.log.Info("reconcile run", "vouchers", len(live), "reconciled", len(reps), "unchanged", skipped, "full", full)
 	return reps
 }
 

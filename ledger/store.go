@@ -339,6 +339,29 @@ func (s *Store) LiveFlashVouchers(ctx context.Context) ([]string, error) {
 	return codes, nil
 }
 
+// LiveVersion is a live flash voucher with its row's version: the xmin of
+// the voucher row, which every change of its terms or of used_count (each
+// admitted, released, expired or refunded use) replaces.
+type LiveVersion struct {
+	Code, Version string
+}
+
+// LiveFlashVersions is LiveFlashVouchers with each row's version.
+func (s *Store) LiveFlashVersions(ctx context.Context) ([]LiveVersion, error) {
+	rows, err := s.pool.Query(ctx, `
+		SELECT code, xmin::text FROM voucher
+		WHERE flash_sale AND ends_at + interval '1 day' > now()
+		ORDER BY code`)
+	if err != nil {
+		return nil, translate(fmt.Errorf("live flash vouchers: %w", err))
+	}
+	live, err := pgx.CollectRows(rows, pgx.RowToStructByPos[LiveVersion])
+	if err != nil {
+		return nil, translate(fmt.Errorf("live flash vouchers: %w", err))
+	}
+	return live, nil
+}
+
 // WithVoucherLock runs fn while holding a session advisory lock for code, so
 // that one ledger at a time reconciles a voucher. fn runs outside any
 // transaction: it talks to Redis. A caller waiting for the lock does not hold

@@ -53,6 +53,8 @@ var (
 	reassertLua string
 	//go:embed generation.lua
 	generationLua string
+	//go:embed fingerprint.lua
+	fingerprintLua string
 
 	reserveScript    = newScript(reserveLua)
 	releaseScript    = newScript(releaseLua)
@@ -65,6 +67,7 @@ var (
 	updateScript     = newScript(updateLua)
 	reassertScript   = newScript(reassertLua)
 	generationScript = newScript(generationLua)
+	fingerprintScr   = newScript(fingerprintLua)
 )
 
 // newScript puts prelude.lua's shared opening after the script's #! line (which

@@ -229,5 +229,9 @@ func TestScriptFlush(t *testing.T) {
 	require.NoError(t, err)
 	assert.True(t, res.Loaded)
 	flush()
+	fp, err := g.Fingerprint(ctx, code)
+	require.NoError(t, err)
+	assert.True(t, fp.Loaded)
+	flush()
 	require.NoError(t, g.Unload(ctx, code))
 }

@@ -73,3 +73,42 @@ func (g *Gate) Reassert(ctx context.Context, code string, orders []Order) (int, 
 	}
 	return int(n), nil
 }
+
+// Fingerprint summarises a voucher's Redis state: equal fingerprints read at
+// two moments mean that, in between, no order was admitted, given back,
+// restored or released, unless as many went each way. A restart or failover
+// that brought an older copy is Generation's to notice, not this. The zero
+// Fingerprint is a voucher that is not loaded.
+type Fingerprint struct {
+	Loaded              bool
+	Remaining           string
+	Orders, Users, Done int64
+}
+
+// Fingerprint reads the voucher's fingerprint in one read-only call.
+func (g *Gate) Fingerprint(ctx context.Context, code string) (Fingerprint, error) {
+	if err := checkCode(code); err != nil {
+		return Fingerprint{}, err
+	}
+	v, err := g.runRO(ctx, fingerprintScr, Keys(code))
+	if err != nil {
+		return Fingerprint{}, fmt.Errorf("fingerprint %s: %w", code, err)
+	}
+	a, ok := v.([]any)
+	if !ok || (len(a) != 0 && len(a) != 4) {
+		return Fingerprint{}, fmt.Errorf("fingerprint %s: unexpected reply %v (%T)", code, v, v)
+	}
+	if len(a) == 0 {
+		return Fingerprint{}, nil
+	}
+	f := Fingerprint{Loaded: true}
+	var ok1, ok2, ok3, ok4 bool
+	f.Remaining, ok1 = a[0].(string)
+	f.Orders, ok2 = a[1].(int64)
+	f.Users, ok3 = a[2].(int64)
+	f.Done, ok4 = a[3].(int64)
+	if !(ok1 && ok2 && ok3 && ok4) {
+		return Fingerprint{}, fmt.Errorf("fingerprint %s: unexpected reply %v", code, a)
+	}
+	return f, nil
+}

@@ -119,3 +119,34 @@ func TestReassert(t *testing.T) {
 	_, err = g.Reassert(ctx, code, []Order{{OrderID: "x", CustomerID: 1}, {OrderID: "x", CustomerID: 2}})
 	assert.Error(t, err, "an order given to two customers")
 }
+
+// A fingerprint moves with every admission and every give-back, and stays put
+// through a reconcile that changes nothing (which writes a new generation).
+func TestFingerprint(t *testing.T) {
+	t.Parallel()
+	g, _ := newGate(t)
+	ctx := context.Background()
+	code := testCode(t, g, "fp")
+	fp := func() Fingerprint {
+		t.Helper()
+		f, err := g.Fingerprint(ctx, code)
+		require.NoError(t, err)
+		return f
+	}
+	assert.Equal(t, Fingerprint{}, fp(), "not loaded")
+	load(t, g, code, 10, 2)
+	loaded := fp()
+	assert.Equal(t, Fingerprint{Loaded: true, Remaining: "10"}, loaded)
+	rs, _, err := g.Reserve(ctx, code, []Item{{1, "o1", testAmount}, {1, "o2", testAmount}})
+	require.NoError(t, err)
+	require.Equal(t, []Result{Reserved, Reserved}, rs)
+	two := fp()
+	assert.Equal(t, Fingerprint{Loaded: true, Remaining: "8", Orders: 2, Users: 1}, two)
+	_, err = g.Reconcile(ctx, code, testMeta(10, 2), []Order{{OrderID: "o1", CustomerID: 1}, {OrderID: "o2", CustomerID: 1}}, time.Minute)
+	require.NoError(t, err)
+	assert.Equal(t, two, fp(), "a reconcile that changed nothing")
+	n, err := g.Release(ctx, code, "o2")
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+	assert.Equal(t, Fingerprint{Loaded: true, Remaining: "9", Orders: 1, Users: 1, Done: 1}, fp())
+}
