@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/dgraph-io/ristretto/v2"
+	"github.com/gin-gonic/gin"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/sony/gobreaker/v2"
 	"golang.org/x/sync/singleflight"
@@ -23,12 +24,16 @@ import (
 
 // AdmitConfig tunes the admission path.
 type AdmitConfig struct {
-	SoldOutTTL      time.Duration         // how long a local "sold out" flag answers for Redis
-	VoucherCacheTTL time.Duration         // how long a voucher's cached terms are used
-	RedisTimeout    time.Duration         // deadline of one script call
-	Coalesce        bool                  // batch waiting requests per voucher into one script call
-	MaxBatch        int                   // largest batch per script call
-	Registerer      prometheus.Registerer // where the admission metrics go; nil: nowhere
+	SoldOutTTL      time.Duration // how long a local "sold out" flag answers for Redis
+	VoucherCacheTTL time.Duration // how long a voucher's cached terms are used
+	RedisTimeout    time.Duration // deadline of one script call
+	Coalesce        bool          // batch waiting requests per voucher into one script call
+	MaxBatch        int           // largest batch per script call
+	// WriteTarget sizes the admission window (admitWindow): flash reserves
+	// between the gate and the ledger's answer; 0: no window.
+	WriteTarget time.Duration
+	WindowMax   int                   // the window's largest size (MAX_INFLIGHT)
+	Registerer  prometheus.Registerer // where the admission metrics go; nil: nowhere
 }
 
 // Admitter decides, without touching Postgres, whether a reserve may go to the
@@ -47,6 +52,7 @@ type Admitter struct {
 	batcher  *batch.Batcher[string, gate.Item, gate.Result]
 	forward  *batch.Batcher[string, voucher.Claim, Reply] // admitted writes to the ledger, per voucher
 	breaker  *gobreaker.CircuitBreaker[any]
+	window   *admitWindow // nil: none
 	metrics  *admitMetrics
 
 	metaFlight, warmFlight, soldOutFlight singleflight.Group
@@ -105,6 +111,9 @@ func NewAdmitter(base context.Context, g *gate.Gate, ledger *LedgerClient, cfg A
 		gate: g, ledger: ledger, cfg: cfg, log: log, base: base,
 		vouchers: vouchers, soldOut: soldOut,
 	}
+	if cfg.WriteTarget > 0 {
+		a.window = newAdmitWindow(cfg.WriteTarget, cfg.WindowMax, log)
+	}
 	a.breaker = gobreaker.NewCircuitBreaker[any](gobreaker.Settings{
 		Name:        "redis",
 		MaxRequests: 1,
@@ -158,31 +167,60 @@ func (a *Admitter) reserve(ctx context.Context, code string, cl voucher.Claim) (
 	// No eligibility check here: a retry of an order is answered from the
 	// order's own state before the voucher's terms, and only Redis (flash) or
 	// the ledger (standard) knows that state and the terms of this second.
-	path := httpx.ReservationsPath(code)
 	if !v.FlashSale {
 		// Standard vouchers: the ledger's guarded UPDATE is all they need.
-		return a.ledger.Do(ctx, "reserve", http.MethodPost, path, cl)
+		return a.ledger.Do(ctx, "reserve", http.MethodPost, httpx.ReservationsPath(code), cl)
 	}
 	if a.flagged(code, cl.OrderID) {
 		a.flagHits.Add(1)
 		return Reply{}, voucher.ErrOutOfStock
 	}
+	if a.window == nil {
+		rep, _, err := a.reserveFlash(ctx, code, cl)
+		return rep, err
+	}
+	if !a.window.acquire() {
+		return a.window.refuse(requestID(ctx)), nil
+	}
+	start := time.Now()
+	rep, wrote, err := a.reserveFlash(ctx, code, cl)
+	var took time.Duration
+	if wrote && err == nil {
+		took = time.Since(start)
+	}
+	a.window.release(took)
+	return rep, err
+}
+
+// requestID is the request id of ctx when it is a request's gin.Context.
+func requestID(ctx context.Context) string {
+	if c, ok := ctx.(*gin.Context); ok {
+		return httpx.RequestIDFrom(c)
+	}
+	return ""
+}
+
+// reserveFlash takes a use in Redis and, when admitted, has the ledger write
+// the reservation; wrote says whether the claim went to the ledger.
+func (a *Admitter) reserveFlash(ctx context.Context, code string, cl voucher.Claim) (Reply, bool, error) {
+	path := httpx.ReservationsPath(code)
 	// Redis may have lost the voucher (restart, flush, eviction): then the
 	// ledger loads it from the database, once for all waiting requests.
 	res, err := gate.AdmitWarm(ctx,
 		func(ctx context.Context) (gate.Result, error) { return a.admit(ctx, code, cl) },
 		func(ctx context.Context) error { return a.warmup(ctx, code) })
 	if err != nil {
-		return Reply{}, err
+		return Reply{}, false, err
 	}
 	// Reserved, Duplicate and Finished go to the ledger's admitted write: it
 	// writes a new order and answers a known one from its row (replay,
 	// ORDER_CONFLICT for another amount, RESERVATION_RELEASED or _REFUNDED).
 	if err := res.Err(); err != nil {
-		return Reply{}, fmt.Errorf("reserve %s: %w", code, err)
+		return Reply{}, false, fmt.Errorf("reserve %s: %w", code, err)
 	}
 	if !a.cfg.Coalesce {
-		return a.ledger.Do(ctx, "admitted_write", http.MethodPost, httpx.InternalPrefix+path, cl)
+		rep, err := a.ledger.Do(ctx, "admitted_write", http.MethodPost, httpx.InternalPrefix+path, cl)
+		return rep, true, err
 	}
 	// Admitted together, written together: the ledger commits what one round
 	// admitted in one transaction.
@@ -190,7 +228,7 @@ func (a *Admitter) reserve(ctx context.Context, code string, cl voucher.Claim) (
 	if err != nil && !errors.Is(err, voucher.ErrUnavailable) {
 		err = fmt.Errorf("write %s/%s: %w: %w", code, cl.OrderID, err, voucher.ErrUnavailable)
 	}
-	return rep, err
+	return rep, true, err
 }
 
 // admit runs the reserve script for one claim, batched with its neighbours

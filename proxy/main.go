@@ -35,6 +35,7 @@ type Config struct {
 	Coalesce        bool          // PROXY_COALESCE (on|off)
 	MaxBatch        int           // PROXY_MAX_BATCH
 	RedisPool       int           // REDIS_POOL_SIZE; 0: go-redis's default
+	WriteTarget     time.Duration // ADMIT_WRITE_TARGET; 0: no admission window
 	httpx.Serving                 // MAX_CONNS, MAX_INFLIGHT, DEBUG_ADDR, SHUTDOWN_DELAY, SHUTDOWN_TIMEOUT
 }
 
@@ -53,6 +54,7 @@ func configFromEnv() (Config, error) {
 		Coalesce:        e.Switch("PROXY_COALESCE", true),
 		MaxBatch:        e.Int("PROXY_MAX_BATCH", 256, 1),
 		RedisPool:       e.Int("REDIS_POOL_SIZE", 0, 0),
+		WriteTarget:     e.Duration("ADMIT_WRITE_TARGET", 50*time.Millisecond),
 		Serving:         httpx.ReadServing(e),
 	}
 	if err := e.Err(); err != nil {
@@ -61,7 +63,20 @@ func configFromEnv() (Config, error) {
 	if c.RedisURL == "" {
 		return c, errors.New("REDIS_URL is required")
 	}
+	if c.WriteTarget != 0 && (c.WriteTarget < time.Millisecond || c.WriteTarget >= c.LedgerTimeout) {
+		return c, fmt.Errorf("ADMIT_WRITE_TARGET=%s: want 0 (no admission window) or at least 1ms and below LEDGER_TIMEOUT (%s)",
+			c.WriteTarget, c.LedgerTimeout)
+	}
 	return c, c.Shutdown.Check(c.LedgerTimeout, "LEDGER_TIMEOUT")
+}
+
+// windowMax is the admission window's largest size: MAX_INFLIGHT, or 256
+// when MAX_INFLIGHT is 0 (no bound).
+func windowMax(maxInflight int) int {
+	if maxInflight <= 0 {
+		return 256
+	}
+	return maxInflight
 }
 
 func main() {
@@ -91,6 +106,7 @@ func run(cfg Config, log *slog.Logger) error {
 	admit, err := NewAdmitter(ctx, gate.New(rdb), ledger, AdmitConfig{
 		SoldOutTTL: cfg.SoldOutTTL, VoucherCacheTTL: cfg.VoucherCacheTTL, RedisTimeout: cfg.RedisTimeout,
 		Coalesce: cfg.Coalesce, MaxBatch: cfg.MaxBatch, Registerer: metrics.Registry,
+		WriteTarget: cfg.WriteTarget, WindowMax: windowMax(cfg.MaxInflight),
 	}, log)
 	if err != nil {
 		return err

@@ -45,6 +45,24 @@ func newAdmitMetrics(reg prometheus.Registerer, a *Admitter) *admitMetrics {
 			Help: "Lua script calls made to Redis.",
 		}, func() float64 { return float64(a.gate.Calls()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "flashgate_admit_window",
+			Help: "Flash reserves let in at once between the gate and the ledger's answer (sized from ADMIT_WRITE_TARGET); 0 without a window.",
+		}, func() float64 {
+			if a.window == nil {
+				return 0
+			}
+			return float64(a.window.limitObserved.Load())
+		}),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "flashgate_admit_window_refused_total",
+			Help: "Flash reserves answered 503 at once because the admission window was full (the ledger's writes were behind).",
+		}, func() float64 {
+			if a.window == nil {
+				return 0
+			}
+			return float64(a.window.shed.Load())
+		}),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "flashgate_redis_breaker_state",
 			Help: "Redis circuit breaker: 0 closed, 1 half-open, 2 open.",
 		}, func() float64 { return breakerState(a.breaker.State()) }),

@@ -1,0 +1,129 @@
+package main
+
+import (
+	"encoding/json"
+	"log/slog"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/flashgate/flashgate/shared/httpx"
+	"github.com/flashgate/flashgate/shared/voucher"
+)
+
+// admitWindow bounds the flash reserves between the gate and the ledger's
+// answer, and sizes the bound from what the ledger's writes take now
+// (additive increase, multiplicative decrease, as TCP sizes its window).
+//
+// MAX_INFLIGHT bounds what a proxy works on at once, but a fixed number is a
+// rate only at one write latency: when the ledger and Postgres slow down (their
+// CPU taken by a burst three times what they can write), 256 admitted writes
+// in flight are 256 requests each waiting their turn, and every answer, 503s
+// included, waits behind them. The window shrinks as soon as the writes it
+// lets through take longer than the target, so what it admits is written
+// within the target and the excess is refused at once, before it takes a use
+// in Redis; it grows back while writes are fast and the window is full.
+//
+// Standard vouchers never pass here: their bound is the ledger's per-voucher
+// one, and their requests wait for a slot on purpose (the article's race).
+type admitWindow struct {
+	target        time.Duration // mean admitted write above this: shrink
+	least, most   float64
+	every         time.Duration // a window is judged this often
+	log           *slog.Logger
+	now           func() time.Time
+	shed          atomic.Uint64
+	limitObserved atomic.Int64
+
+	mu       sync.Mutex
+	limit    float64
+	inflight int
+	start    time.Time     // of the window being measured
+	sum      time.Duration // of the writes finished in it
+	n        int
+	full     bool // a request found the window full in it
+	lastLog  time.Time
+	unlogged uint64
+}
+
+const (
+	windowShrink = 0.8  // the limit is multiplied by this when writes are slow
+	windowGrow   = 0.05 // and grows by this share of itself (at least 1) when fast and full
+	windowEvery  = 100 * time.Millisecond
+	windowLeast  = 8
+)
+
+func newAdmitWindow(target time.Duration, most int, log *slog.Logger) *admitWindow {
+	w := &admitWindow{target: target, least: windowLeast, most: float64(max(most, windowLeast)),
+		every: windowEvery, log: log, now: time.Now}
+	w.limit = w.most
+	w.start = w.now()
+	w.limitObserved.Store(int64(w.limit))
+	return w
+}
+
+// acquire takes a place in the window, or reports that it is full.
+func (w *admitWindow) acquire() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if float64(w.inflight) >= w.limit {
+		w.full = true
+		return false
+	}
+	w.inflight++
+	return true
+}
+
+// release gives the place back; wrote is how long the ledger's write took
+// (0 when the request ended without one: refused by the gate, or failed).
+func (w *admitWindow) release(wrote time.Duration) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.inflight--
+	if wrote > 0 {
+		w.sum += wrote
+		w.n++
+	}
+	now := w.now()
+	if now.Sub(w.start) < w.every {
+		return
+	}
+	switch {
+	case w.n > 0 && w.sum/time.Duration(w.n) > w.target:
+		w.limit = max(w.least, w.limit*windowShrink)
+	case w.full:
+		w.limit = min(w.most, w.limit+max(1, w.limit*windowGrow))
+	}
+	w.limitObserved.Store(int64(w.limit))
+	w.start, w.sum, w.n, w.full = now, 0, 0, false
+}
+
+// windowFullBody is the answer to a request the window refuses.
+var windowFullBody = func() []byte {
+	b, _ := json.Marshal(httpx.ErrorBody{Error: voucher.CodeUnavailable,
+		Message: "the ledger's writes are behind; retry shortly"})
+	return b
+}()
+
+// refuse counts a refused request and returns its answer (503, Retry-After by
+// relay). Like the shedder, it logs a storm once a second with its count, not
+// a line per request.
+func (w *admitWindow) refuse(requestID string) Reply {
+	w.shed.Add(1)
+	w.mu.Lock()
+	w.unlogged++
+	now := w.now()
+	logIt := now.Sub(w.lastLog) >= time.Second
+	n, limit := w.unlogged, int(w.limit)
+	if logIt {
+		w.lastLog, w.unlogged = now, 0
+	}
+	w.mu.Unlock()
+	if logIt && w.log != nil {
+		w.log.Error("request failed", "request_id", requestID, "route", "/vouchers/:code/reservations",
+			"method", http.MethodPost, "err", "shed: admitted writes behind (ADMIT_WRITE_TARGET)", "shed", n,
+			"window", limit)
+	}
+	return Reply{Status: http.StatusServiceUnavailable, Body: windowFullBody, Err: voucher.ErrUnavailable}
+}

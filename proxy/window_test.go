@@ -1,0 +1,80 @@
+package main
+
+import (
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// The window shrinks while the writes it lets through are slower than the
+// target, never below windowLeast, and grows back, never above its most,
+// while they are fast and it is full.
+func TestAdmitWindowSizes(t *testing.T) {
+	now := time.Unix(0, 0)
+	w := newAdmitWindow(50*time.Millisecond, 100, nil)
+	w.now = func() time.Time { return now }
+	w.start = now
+	fill := func() int {
+		n := 0
+		for w.acquire() {
+			n++
+		}
+		return n
+	}
+	require.Equal(t, 100, fill(), "a new window is at its most")
+	for range 30 { // slow writes, window after window
+		now = now.Add(windowEvery)
+		w.release(200 * time.Millisecond)
+	}
+	assert.EqualValues(t, windowLeast, w.limit, "slow writes shrink it to its least")
+	for range 70 {
+		w.release(0) // ended without a write: no sample
+	}
+	require.Equal(t, 0, w.inflight)
+	assert.Equal(t, windowLeast, fill(), "the least still lets requests in")
+	for range 200 { // fast writes with the window full
+		now = now.Add(windowEvery)
+		for n := w.inflight; n > 0; n-- {
+			w.release(5 * time.Millisecond)
+		}
+		fill()
+	}
+	assert.EqualValues(t, 100, w.limit, "fast writes in a full window grow it back to its most")
+}
+
+// Many goroutines at once: the window never lets more in than its limit, and
+// every place taken is given back.
+func TestAdmitWindowConcurrent(t *testing.T) {
+	w := newAdmitWindow(time.Hour, 32, nil)
+	var mu sync.Mutex
+	in, most, refused := 0, 0, 0
+	var wg sync.WaitGroup
+	for range 64 {
+		wg.Go(func() {
+			for range 200 {
+				if !w.acquire() {
+					mu.Lock()
+					refused++
+					mu.Unlock()
+					continue
+				}
+				mu.Lock()
+				in++
+				most = max(most, in)
+				mu.Unlock()
+				time.Sleep(10 * time.Microsecond)
+				mu.Lock()
+				in--
+				mu.Unlock()
+				w.release(time.Millisecond)
+			}
+		})
+	}
+	wg.Wait()
+	assert.LessOrEqual(t, most, 32)
+	assert.Equal(t, 0, w.inflight)
+	t.Logf("most in at once %d, refused %d of %d", most, refused, 64*200)
+}
