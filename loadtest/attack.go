@@ -26,6 +26,10 @@ type AttackOptions struct {
 	MaxWorkers  int           // most requests in flight
 	Connections int           // idle keep-alive connections kept per host
 	Timeout     time.Duration // per request; keep it above the proxy's LEDGER_TIMEOUT
+	// Lean sends through leanTransport instead of Go's http.Transport: a
+	// quarter of the generator's CPU per request, for runs that send more than
+	// the stack can take from the same CPUs (overload).
+	Lean bool
 }
 
 // DefaultAttack suits one loopback machine.
@@ -119,20 +123,14 @@ func Fire(ctx context.Context, url string, plan Plan, orderAmount int64, rate fl
 	}
 	pacer := countedPacer{ConstantPacer: vegeta.Rate{Freq: max(int(rate), 1), Per: time.Second}, n: uint64(n)}
 
-	tr := &http.Transport{
-		DialContext:         (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
-		MaxIdleConns:        o.Connections,
-		MaxIdleConnsPerHost: o.Connections,
-		IdleConnTimeout:     30 * time.Second,
-		DisableCompression:  true,
-	}
-	defer tr.CloseIdleConnections()
-	// vegeta.Connections and vegeta.KeepAlive configure vegeta's own transport;
-	// this client replaces it (to tag answers), so the same settings are made
-	// above: keep-alive on, o.Connections idle connections per host.
 	var replays atomic.Int64
+	var base http.RoundTripper = newLeanTransport(o.Timeout, o.Connections, &replays)
+	if !o.Lean {
+		base = newNetTransport(o)
+	}
+	defer base.(interface{ CloseIdleConnections() }).CloseIdleConnections()
 	atk := vegeta.NewAttacker(
-		vegeta.Client(&http.Client{Transport: tagTransport{tr, &replays}, Timeout: o.Timeout}),
+		vegeta.Client(&http.Client{Transport: tagTransport{base, &replays}, Timeout: o.Timeout}),
 		vegeta.Workers(uint64(max(o.Workers, 1))),
 		vegeta.MaxWorkers(uint64(max(o.MaxWorkers, 1))),
 		vegeta.MaxBody(4<<10),
@@ -146,6 +144,20 @@ func Fire(ctx context.Context, url string, plan Plan, orderAmount int64, rate fl
 	}
 	v.Replays = replays.Load()
 	return v
+}
+
+// newNetTransport is Go's transport sized by o. vegeta.Connections and
+// vegeta.KeepAlive configure vegeta's own transport; Fire's client replaces it
+// (to tag answers), so the same settings are made here: keep-alive on,
+// o.Connections idle connections per host.
+func newNetTransport(o AttackOptions) *http.Transport {
+	return &http.Transport{
+		DialContext:         (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		MaxIdleConns:        o.Connections,
+		MaxIdleConnsPerHost: o.Connections,
+		IdleConnTimeout:     30 * time.Second,
+		DisableCompression:  true,
+	}
 }
 
 // countedPacer paces like ConstantPacer and stops after n hits, so a burst

@@ -46,7 +46,8 @@ type ChaosConfig struct {
 	Fast503       time.Duration // while the fault lasts, p99 of the 503 answers stays within this
 	Seed          uint64
 	Short         bool    // the test's plan: scenarios with their own (Tune, Run) take their short one
-	FlashMax      float64 // the flash path's maximum sustainable rate: overload sends 3x, soak 1/2
+	FlashMax      float64 // the flash path's maximum sustainable rate: soak sends 1/2, overload 3x when not MeasureMax
+	MeasureMax    bool    // overload measures the maximum on its own rig first (no --flash-max given)
 	Attack        AttackOptions
 	ServiceLog    io.Writer // where the services write their output; nil: stderr
 	Progress      io.Writer // a line per finished soak round; nil: none
@@ -58,8 +59,8 @@ type ChaosConfig struct {
 var DefaultChaos = ChaosConfig{
 	Rate: 1500, Duration: 6 * time.Second, FaultAt: 1500 * time.Millisecond, FaultFor: 2 * time.Second,
 	RecoveryBound: 10 * time.Second, SettleBound: 10 * time.Second, Fast503: 1500 * time.Millisecond, Seed: 1,
-	FlashMax: flashMax,
-	Attack:   AttackOptions{Workers: 64, MaxWorkers: 4096, Connections: 4096, Timeout: 5 * time.Second},
+	FlashMax: flashMax, MeasureMax: true,
+	Attack: AttackOptions{Workers: 64, MaxWorkers: 4096, Connections: 4096, Timeout: 5 * time.Second},
 }
 
 // ShortChaos is the test's version (`--short`): every scenario in a few seconds.
@@ -149,7 +150,7 @@ func parseChaosFlags(args []string) (chaosCmd, error) {
 	fs.DurationVar(&cfg.SettleBound, "settle-bound", cfg.SettleBound, "Redis must equal the database within this after the last request")
 	fs.DurationVar(&cfg.Fast503, "fast-503", cfg.Fast503, "while a fault lasts, the p99 of the 503 answers must stay within this")
 	fs.Uint64Var(&cfg.Seed, "seed", cfg.Seed, "seed of the request plans")
-	fs.Float64Var(&cfg.FlashMax, "flash-max", cfg.FlashMax, "the flash path's maximum sustainable rate (BENCHMARKS.md): overload sends 3x, soak half")
+	fs.Float64Var(&cfg.FlashMax, "flash-max", cfg.FlashMax, "the flash path's maximum sustainable rate (BENCHMARKS.md): soak sends half; overload 3x (default: measured in the run)")
 	fs.DurationVar(&cfg.Attack.Timeout, "timeout", cfg.Attack.Timeout, "per-request timeout of the clients (no answer within it: a failed request)")
 	fs.IntVar(&cfg.Attack.MaxWorkers, "max-workers", cfg.Attack.MaxWorkers, "most requests in flight")
 	fs.StringVar(&c.Out, "out", "", "report directory (default loadtest/reports/chaos-<timestamp>)")
@@ -159,10 +160,11 @@ func parseChaosFlags(args []string) (chaosCmd, error) {
 	if c.List {
 		return c, nil
 	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	cfg.MeasureMax = !set["flash-max"]
 	if *short {
 		cfg.Short = true
-		set := map[string]bool{}
-		fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 		cfg.shorten(set)
 	}
 	if cfg.Rate <= 0 || cfg.Duration <= 0 || cfg.FaultAt < 0 || cfg.FaultFor <= 0 || cfg.FaultAt >= cfg.Duration {

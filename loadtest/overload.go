@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"strings"
 	"time"
 
 	"github.com/flashgate/flashgate/shared/devstack"
@@ -11,11 +12,12 @@ import (
 
 // flashMax is the flash path's maximum sustainable rate on the development
 // machine: BENCHMARKS.md measured 7,200/s and 7,595/s (every request admitted
-// and written) in two runs; this is the lower.
+// and written) in two runs; this is the lower. The soak runs at half of it
+// unless --flash-max says otherwise; overload measures its own (maxLadder).
 const flashMax = 7200
 
 const (
-	overloadFactor = 3                      // overload sends this many times FlashMax
+	overloadFactor = 3                      // overload sends this many times the measured maximum
 	overloadP99    = 100 * time.Millisecond // p99 of every answer, 503s included
 )
 
@@ -23,28 +25,98 @@ const (
 const (
 	checkAllP99     = "p99 of every answer"
 	checkNoTimeouts = "every request answered"
+	checkMeasured   = "the flash path's maximum, measured in this run"
 )
 
-// overloadPlan is 3x FlashMax for 20 s (short: 5 s).
-func overloadPlan(c ChaosConfig) ChaosConfig {
-	c.Rate, c.Duration = overloadFactor*c.FlashMax, 20*time.Second
+// overloadPlan is 3x base for 20 s (short: 5 s), sent through the lean
+// transport (the generator's own CPU is the scarce one).
+func overloadPlan(c ChaosConfig, base float64) ChaosConfig {
+	c.Rate, c.Duration = overloadFactor*base, 20*time.Second
 	if c.Short {
 		c.Duration = 5 * time.Second
 	}
+	c.Attack.Lean = true
 	return c
+}
+
+// maxLadder climbs to the flash path's maximum sustainable rate on the rig, as
+// compare's ladder does: each step a fresh flash voucher with a use for every
+// request, sustained when the errors (503s included), p99 and achieved rate
+// meet DefaultSustain.
+func maxLadder(short bool) (Ladder, time.Duration) {
+	if short {
+		return Ladder{Start: 1000, Factor: 1.5, Floor: 250, MaxSteps: 4}, time.Second
+	}
+	return Ladder{Start: 1500, Factor: 1.25, Floor: 250, MaxSteps: 9}, 3 * time.Second
+}
+
+// measureFlashMax runs maxLadder against r and returns the highest rate
+// sustained, with a line per step.
+func measureFlashMax(ctx context.Context, r *rig, cfg ChaosConfig) (float64, []string, error) {
+	ladder, step := maxLadder(cfg.Short)
+	var steps []string
+	best, err := ladder.Climb(func(rate float64) (bool, error) {
+		n := requestCount(rate, step)
+		spec := VoucherSpec{Code: newCode("overload-max"), Stock: n, PerUser: 1, Flash: true}
+		if err := r.bench.CreateVoucher(ctx, spec); err != nil {
+			return false, err
+		}
+		plan := NewPlan(spec.Code, Crowd{Requests: n, Customers: n, Seed: cfg.Seed})
+		o := cfg.Attack
+		o.Lean = true
+		v := Fire(ctx, reserveURL(r.entry, spec.Code), plan, orderAmount, rate, o)
+		if err := ctx.Err(); err != nil {
+			return false, err
+		}
+		sum := summarize(BurstConfig{Label: "max", Rate: rate, Duration: step}, spec, plan, v)
+		ok, why := DefaultSustain.Judge(sum)
+		steps = append(steps, fmt.Sprintf("%.0f/s: %s (achieved %.0f/s, p99 %.1f ms, errors %.2f%%)%s",
+			rate, verdict(ok), sum.AchievedRate, sum.All.P99, 100*sum.ErrorRate, suffix(why)))
+		sleepCtx(ctx, 500*time.Millisecond) // let the writes of the step drain
+		return ok, nil
+	})
+	return best, steps, err
 }
 
 // runOverload sends 3x the flash path's maximum to one flash voucher with a
 // use for every order, so nothing is cheap to refuse: the excess must be shed
 // with a fast 503, every request answered, p99 of all answers within
-// overloadP99, and every invariant hold.
+// overloadP99, and every invariant hold. The maximum is measured first on the
+// same rig (unless --flash-max gives it), with the stack and the generator
+// each on CPUs of their own (cpuSplit).
 func runOverload(ctx context.Context, pg *devstack.Postgres, sc Scenario, cfg ChaosConfig) (*ChaosResult, error) {
-	cfg = overloadPlan(cfg)
 	r, err := startRig(ctx, pg, sc, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("%s: start the system: %w", sc.Name, err)
 	}
 	defer r.Close(ctx)
+	split, err := splitCPUs()
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", sc.Name, err)
+	}
+	defer split.Undo()
+	base, steps := cfg.FlashMax, []string{"given by --flash-max"}
+	if cfg.MeasureMax {
+		if base, steps, err = measureFlashMax(ctx, r, cfg); err != nil {
+			return nil, fmt.Errorf("%s: measure the flash path's maximum: %w", sc.Name, err)
+		}
+		if base == 0 {
+			return nil, fmt.Errorf("%s: no rate of the flash path's ladder was sustained: %s", sc.Name, strings.Join(steps, "; "))
+		}
+	}
+	cfg = overloadPlan(cfg, base)
+	res, err := overloadBurst(ctx, r, sc, cfg)
+	if err != nil {
+		return nil, err
+	}
+	res.Checks = append([]Check{{Name: checkMeasured, Pass: true,
+		Detail: fmt.Sprintf("%.0f/s, so %.0f/s for %s; %s. Steps: %s", base, cfg.Rate, cfg.Duration, split, strings.Join(steps, "; "))}},
+		res.Checks...)
+	return res, nil
+}
+
+// overloadBurst is the overload itself, on r, and its checks.
+func overloadBurst(ctx context.Context, r *rig, sc Scenario, cfg ChaosConfig) (*ChaosResult, error) {
 	n := cfg.requests()
 	spec := VoucherSpec{Code: newCode("overload"), Stock: n, PerUser: 1, Flash: true}
 	if err := r.bench.CreateVoucher(ctx, spec); err != nil {

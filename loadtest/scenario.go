@@ -84,15 +84,18 @@ func Scenarios() []Scenario {
 		{Name: "rolling-restart", Fleet: true, Direct: true, Strict: true, Tune: tuneRollingRestart,
 			// No reconciler during the run: Redis must equal the database
 			// because every stop was clean, not because a reconcile fixed it.
-			// MAX_INFLIGHT out of the way: on a 2-core machine shared with
-			// other work, 2,000/s on one proxy while the other restarts has
-			// moments of 256 requests in flight, and what is measured here is
-			// the deploy, not the shedding (overload measures that).
-			LedgerEnv: []string{"RECONCILE_INTERVAL=1h", "MAX_INFLIGHT=4096"}, ProxyEnv: []string{"MAX_INFLIGHT=4096"},
-			Fault:  "two proxies and two ledgers behind balancers that follow /readyz; each in turn gets SIGTERM and is started again once it has exited (ledger a, ledger b, proxy a, proxy b)",
-			Inject: rollingRestart},
+			// MAX_INFLIGHT and the admission window out of the way: on a
+			// 2-core machine shared with other work, 2,000/s on one proxy
+			// while the other restarts has moments of 256 requests in flight
+			// and of writes slower than ADMIT_WRITE_TARGET, and what is
+			// measured here is the deploy, not the shedding (overload
+			// measures that).
+			LedgerEnv: []string{"RECONCILE_INTERVAL=1h", "MAX_INFLIGHT=4096"},
+			ProxyEnv:  []string{"MAX_INFLIGHT=4096", "ADMIT_WRITE_TARGET=0"},
+			Fault:     "two proxies and two ledgers behind balancers that follow /readyz; each in turn gets SIGTERM and is started again once it has exited (ledger a, ledger b, proxy a, proxy b)",
+			Inject:    rollingRestart},
 		{Name: "overload", Run: runOverload, Direct: true,
-			Fault: "3x the flash path's maximum sustainable rate (--flash-max) for 20 s (--short: 5 s) on one flash voucher with a use for every order"},
+			Fault: "3x the flash path's maximum sustainable rate (measured first on the same stack, or --flash-max) for 20 s (--short: 5 s) on one flash voucher with a use for every order, the stack and the generator on CPUs of their own"},
 		{Name: "soak", Run: runSoak, ByName: true, Fleet: true, Direct: true,
 			LedgerEnv: []string{"RECONCILE_INTERVAL=" + soakReconcile.String()}, Tune: tuneSoak,
 			Fault: "the fleet for 10 min (--short: 60 s) at half the flash path's maximum rate (--short: at most 1,000/s), a round every 30 s (10 s) with one fault drawn from redis-kill-aof, redis-pause, pg-restart, ledger-kill, proxy-kill and rolling-restart, and payers confirming, refunding and releasing beside"},
