@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -98,13 +99,29 @@ func (b *balancer) waitReady(ctx context.Context, addr string, bound time.Durati
 // Addr is where the balancer listens.
 func (b *balancer) Addr() string { return b.ln.Addr().String() }
 
+// serve accepts until the listener is closed. Any other accept error (the
+// process out of file descriptors while thousands of clients reconnect after a
+// kill) is waited out, as net/http's Server does, from 5 ms doubling to 1 s: a
+// balancer that stopped accepting at the first EMFILE would take the whole
+// fleet down with it (a soak on 2026-11-30 lost every request after round 4 so).
 func (b *balancer) serve() {
 	defer b.wg.Done()
+	var wait time.Duration
 	for {
 		c, err := b.ln.Accept()
-		if err != nil {
+		if errors.Is(err, net.ErrClosed) {
 			return
 		}
+		if err != nil {
+			wait = min(max(2*wait, 5*time.Millisecond), time.Second)
+			select {
+			case <-b.stop:
+				return
+			case <-time.After(wait):
+			}
+			continue
+		}
+		wait = 0
 		b.wg.Add(1)
 		go b.handle(c)
 	}
