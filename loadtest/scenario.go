@@ -107,6 +107,13 @@ func Scenarios() []Scenario {
 // reconcile (soakReconcile).
 func tuneSoak(c ChaosConfig) ChaosConfig {
 	c.SettleBound = 20 * time.Second
+	// The harness holds three descriptors per client connection (the
+	// client's and both ends of its balancer) under a limit of 20,000 here:
+	// two rounds of up to 4,096 connections each through a Redis stall ran
+	// out of them (a soak on 2026-11-30 failed to restart Postgres with "open
+	// /dev/null: too many open files"). 2,048 is more than 1,500/s needs with
+	// a second of latency.
+	c.Attack.MaxWorkers, c.Attack.Connections = 2048, 2048
 	return c
 }
 
