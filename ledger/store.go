@@ -325,16 +325,13 @@ func (s *Store) Snapshot(ctx context.Context, code string) (v voucher.Voucher, o
 // LiveFlashVouchers lists the flash vouchers whose Redis state still matters:
 // those that have not ended more than a day ago (Redis keys live until then).
 func (s *Store) LiveFlashVouchers(ctx context.Context) ([]string, error) {
-	rows, err := s.pool.Query(ctx, `
-		SELECT code FROM voucher
-		WHERE flash_sale AND ends_at + interval '1 day' > now()
-		ORDER BY code`)
+	live, err := s.LiveFlashVersions(ctx)
 	if err != nil {
-		return nil, translate(fmt.Errorf("live flash vouchers: %w", err))
+		return nil, err
 	}
-	codes, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		return nil, translate(fmt.Errorf("live flash vouchers: %w", err))
+	codes := make([]string, len(live))
+	for i, lv := range live {
+		codes[i] = lv.Code
 	}
 	return codes, nil
 }
