@@ -21,7 +21,7 @@ import (
 // CPU taken by a burst three times what they can write), 256 admitted writes
 // in flight are 256 requests each waiting their turn, and every answer, 503s
 // included, waits behind them. The window shrinks as soon as the writes it
-// lets through take longer than the target, so what it admits is written
+// lets through take longer than the target while it is full, so what it admits is written
 // within the target and the excess is refused at once, before it takes a use
 // in Redis; it grows back while writes are fast and the window is full.
 //
@@ -51,7 +51,7 @@ const (
 	windowShrink = 0.8  // the limit is multiplied by this when writes are slow
 	windowGrow   = 0.05 // and grows by this share of itself (at least 1) when fast and full
 	windowEvery  = 100 * time.Millisecond
-	windowLeast  = 8
+	windowLeast  = 32
 )
 
 func newAdmitWindow(target time.Duration, most int, log *slog.Logger) *admitWindow {
@@ -89,10 +89,15 @@ func (w *admitWindow) release(wrote time.Duration) {
 	if now.Sub(w.start) < w.every {
 		return
 	}
+	// Slow writes shrink it only when it was full: a window that never
+	// filled is not what made them slow (a cold pool in the first moments of
+	// a sale, a Postgres restart), and refusing there would only turn the
+	// customers of those moments away.
 	switch {
+	case !w.full:
 	case w.n > 0 && w.sum/time.Duration(w.n) > w.target:
 		w.limit = max(w.least, w.limit*windowShrink)
-	case w.full:
+	default:
 		w.limit = min(w.most, w.limit+max(1, w.limit*windowGrow))
 	}
 	w.limitObserved.Store(int64(w.limit))

@@ -10,7 +10,7 @@ import (
 )
 
 // The window shrinks while the writes it lets through are slower than the
-// target, never below windowLeast, and grows back, never above its most,
+// target and it is full, never below windowLeast, and grows back, never above its most,
 // while they are fast and it is full.
 func TestAdmitWindowSizes(t *testing.T) {
 	now := time.Unix(0, 0)
@@ -25,14 +25,22 @@ func TestAdmitWindowSizes(t *testing.T) {
 		return n
 	}
 	require.Equal(t, 100, fill(), "a new window is at its most")
-	for range 30 { // slow writes, window after window
+	for range 30 { // slow writes, window after window, the window full
 		now = now.Add(windowEvery)
 		w.release(200 * time.Millisecond)
+		require.False(t, w.acquire(), "still full")
 	}
 	assert.EqualValues(t, windowLeast, w.limit, "slow writes shrink it to its least")
 	for range 70 {
 		w.release(0) // ended without a write: no sample
 	}
+	require.Equal(t, 0, w.inflight)
+	for range 5 { // slow writes in a window that never fills: it stays
+		require.True(t, w.acquire())
+		now = now.Add(windowEvery)
+		w.release(time.Second)
+	}
+	assert.EqualValues(t, windowLeast, w.limit, "not full: neither shrinks nor grows")
 	require.Equal(t, 0, w.inflight)
 	assert.Equal(t, windowLeast, fill(), "the least still lets requests in")
 	for range 200 { // fast writes with the window full
