@@ -70,13 +70,15 @@ func configFromEnv() (Config, error) {
 	return c, c.Shutdown.Check(c.LedgerTimeout, "LEDGER_TIMEOUT")
 }
 
-// windowMax is the admission window's largest size: MAX_INFLIGHT, or 256
+// windowMax is the admission window's largest size: half of MAX_INFLIGHT, so
+// that admitted writes waiting on the ledger never fill the proxy and the
+// cheap answers (refusals, the window's own 503s) always find a slot; 128
 // when MAX_INFLIGHT is 0 (no bound).
 func windowMax(maxInflight int) int {
 	if maxInflight <= 0 {
-		return 256
+		return 128
 	}
-	return maxInflight
+	return max(maxInflight/2, windowLeast)
 }
 
 func main() {
