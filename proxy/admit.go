@@ -175,21 +175,10 @@ func (a *Admitter) reserve(ctx context.Context, code string, cl voucher.Claim) (
 		a.flagHits.Add(1)
 		return Reply{}, voucher.ErrOutOfStock
 	}
-	if a.window == nil {
-		rep, _, err := a.reserveFlash(ctx, code, cl)
-		return rep, err
-	}
-	if !a.window.acquire() {
+	if a.window != nil && !a.window.open() {
 		return a.window.refuse(requestID(ctx)), nil
 	}
-	start := time.Now()
-	rep, wrote, err := a.reserveFlash(ctx, code, cl)
-	var took time.Duration
-	if wrote && err == nil {
-		took = time.Since(start)
-	}
-	a.window.release(took)
-	return rep, err
+	return a.reserveFlash(ctx, code, cl)
 }
 
 // requestID is the request id of ctx when it is a request's gin.Context.
@@ -201,26 +190,40 @@ func requestID(ctx context.Context) string {
 }
 
 // reserveFlash takes a use in Redis and, when admitted, has the ledger write
-// the reservation; wrote says whether the claim went to the ledger.
-func (a *Admitter) reserveFlash(ctx context.Context, code string, cl voucher.Claim) (Reply, bool, error) {
-	path := httpx.ReservationsPath(code)
+// the reservation, counted in the admission window meanwhile.
+func (a *Admitter) reserveFlash(ctx context.Context, code string, cl voucher.Claim) (Reply, error) {
 	// Redis may have lost the voucher (restart, flush, eviction): then the
 	// ledger loads it from the database, once for all waiting requests.
 	res, err := gate.AdmitWarm(ctx,
 		func(ctx context.Context) (gate.Result, error) { return a.admit(ctx, code, cl) },
 		func(ctx context.Context) error { return a.warmup(ctx, code) })
 	if err != nil {
-		return Reply{}, false, err
+		return Reply{}, err
 	}
 	// Reserved, Duplicate and Finished go to the ledger's admitted write: it
 	// writes a new order and answers a known one from its row (replay,
 	// ORDER_CONFLICT for another amount, RESERVATION_RELEASED or _REFUNDED).
 	if err := res.Err(); err != nil {
-		return Reply{}, false, fmt.Errorf("reserve %s: %w", code, err)
+		return Reply{}, fmt.Errorf("reserve %s: %w", code, err)
 	}
+	if a.window == nil {
+		return a.write(ctx, code, cl)
+	}
+	a.window.enter()
+	start := time.Now()
+	rep, err := a.write(ctx, code, cl)
+	var took time.Duration
+	if err == nil {
+		took = time.Since(start)
+	}
+	a.window.leave(took)
+	return rep, err
+}
+
+// write has the ledger write an admitted claim.
+func (a *Admitter) write(ctx context.Context, code string, cl voucher.Claim) (Reply, error) {
 	if !a.cfg.Coalesce {
-		rep, err := a.ledger.Do(ctx, "admitted_write", http.MethodPost, httpx.InternalPrefix+path, cl)
-		return rep, true, err
+		return a.ledger.Do(ctx, "admitted_write", http.MethodPost, httpx.InternalPrefix+httpx.ReservationsPath(code), cl)
 	}
 	// Admitted together, written together: the ledger commits what one round
 	// admitted in one transaction.
@@ -228,7 +231,7 @@ func (a *Admitter) reserveFlash(ctx context.Context, code string, cl voucher.Cla
 	if err != nil && !errors.Is(err, voucher.ErrUnavailable) {
 		err = fmt.Errorf("write %s/%s: %w: %w", code, cl.OrderID, err, voucher.ErrUnavailable)
 	}
-	return rep, true, err
+	return rep, err
 }
 
 // admit runs the reserve script for one claim, batched with its neighbours

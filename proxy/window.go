@@ -12,8 +12,10 @@ import (
 	"github.com/flashgate/flashgate/shared/voucher"
 )
 
-// admitWindow bounds the flash reserves between the gate and the ledger's
-// answer, and sizes the bound from what the ledger's writes take now
+// admitWindow bounds the admitted flash reserves on their way to the ledger
+// (admitted by the gate, not yet answered by the ledger), refusing new ones at
+// the door while it is full, and sizes the bound from what the ledger's writes
+// take now
 // (additive increase, multiplicative decrease, as TCP sizes its window).
 //
 // MAX_INFLIGHT bounds what a proxy works on at once, but a fixed number is a
@@ -63,21 +65,30 @@ func newAdmitWindow(target time.Duration, most int, log *slog.Logger) *admitWind
 	return w
 }
 
-// acquire takes a place in the window, or reports that it is full.
-func (w *admitWindow) acquire() bool {
+// open reports whether a new flash reserve may go to the gate: fewer admitted
+// writes in flight than the window. It takes no place: requests the gate
+// refuses (sold out, at their limit) never count, and a burst's admissions may
+// pass the window by what one round of the gate admits.
+func (w *admitWindow) open() bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if float64(w.inflight) >= w.limit {
 		w.full = true
 		return false
 	}
-	w.inflight++
 	return true
 }
 
-// release gives the place back; wrote is how long the ledger's write took
-// (0 when the request ended without one: refused by the gate, or failed).
-func (w *admitWindow) release(wrote time.Duration) {
+// enter counts an admitted claim on its way to the ledger.
+func (w *admitWindow) enter() {
+	w.mu.Lock()
+	w.inflight++
+	w.mu.Unlock()
+}
+
+// leave counts it back; wrote is how long the ledger's write took (0 when it
+// failed: a fault says nothing of how fast writes go).
+func (w *admitWindow) leave(wrote time.Duration) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.inflight--
