@@ -54,7 +54,7 @@ func configFromEnv() (Config, error) {
 		Coalesce:        e.Switch("PROXY_COALESCE", true),
 		MaxBatch:        e.Int("PROXY_MAX_BATCH", 256, 1),
 		RedisPool:       e.Int("REDIS_POOL_SIZE", 0, 0),
-		WriteTarget:     e.Duration("ADMIT_WRITE_TARGET", 50*time.Millisecond),
+		WriteTarget:     e.DurationMin("ADMIT_WRITE_TARGET", 50*time.Millisecond, 0),
 		Serving:         httpx.ReadServing(e),
 	}
 	if err := e.Err(); err != nil {

@@ -97,3 +97,22 @@ func TestAdmitWindowConcurrent(t *testing.T) {
 	assert.Equal(t, 0, w.inflight)
 	t.Logf("most in at once %d, refused %d of %d", most, refused, 64*200)
 }
+
+// ADMIT_WRITE_TARGET: 0 turns the window off; below 1ms, or at or above
+// LEDGER_TIMEOUT, the proxy refuses to start, naming the variable and the bound.
+func TestAdmitWriteTargetSetting(t *testing.T) {
+	for value, want := range map[string]string{
+		"0": "", "10ms": "", "500us": "at least 1ms", "1s": "below LEDGER_TIMEOUT (1s)", "-1s": "ADMIT_WRITE_TARGET",
+	} {
+		t.Setenv("REDIS_URL", "redis://127.0.0.1:1/0")
+		t.Setenv("ADMIT_WRITE_TARGET", value)
+		_, err := configFromEnv()
+		if want == "" {
+			require.NoError(t, err, value)
+			continue
+		}
+		require.Error(t, err, value)
+		assert.Contains(t, err.Error(), "ADMIT_WRITE_TARGET", value)
+		assert.Contains(t, err.Error(), want, value)
+	}
+}
