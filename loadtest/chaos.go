@@ -47,7 +47,7 @@ type ChaosConfig struct {
 	Seed          uint64
 	Short         bool    // the test's plan: scenarios with their own (Tune, Run) take their short one
 	FlashMax      float64 // the flash path's maximum sustainable rate: soak sends 1/2, overload 3x when not MeasureMax
-	MeasureMax    bool    // overload measures the maximum on its own rig first (no --flash-max given)
+	MeasureMax    bool    // overload and the full soak measure the maximum on their own rig first (no --flash-max given)
 	Attack        AttackOptions
 	ServiceLog    io.Writer // where the services write their output; nil: stderr
 	Progress      io.Writer // a line per finished soak round; nil: none
@@ -150,7 +150,7 @@ func parseChaosFlags(args []string) (chaosCmd, error) {
 	fs.DurationVar(&cfg.SettleBound, "settle-bound", cfg.SettleBound, "Redis must equal the database within this after the last request")
 	fs.DurationVar(&cfg.Fast503, "fast-503", cfg.Fast503, "while a fault lasts, the p99 of the 503 answers must stay within this")
 	fs.Uint64Var(&cfg.Seed, "seed", cfg.Seed, "seed of the request plans")
-	fs.Float64Var(&cfg.FlashMax, "flash-max", cfg.FlashMax, "the flash path's maximum sustainable rate (BENCHMARKS.md): soak sends half; overload 3x (default: measured in the run)")
+	fs.Float64Var(&cfg.FlashMax, "flash-max", cfg.FlashMax, "the flash path's maximum sustainable rate: soak sends half, overload 3x (default: measured first on the scenario's own stack)")
 	fs.DurationVar(&cfg.Attack.Timeout, "timeout", cfg.Attack.Timeout, "per-request timeout of the clients (no answer within it: a failed request)")
 	fs.IntVar(&cfg.Attack.MaxWorkers, "max-workers", cfg.Attack.MaxWorkers, "most requests in flight")
 	fs.StringVar(&c.Out, "out", "", "report directory (default loadtest/reports/chaos-<timestamp>)")

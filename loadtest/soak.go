@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -46,7 +47,8 @@ type soakPlan struct {
 // starves there before the services do.
 const soakShortRate = 1000
 
-// soakPlanOf is 10 minutes of 30 s rounds at half the flash path's maximum,
+// soakPlanOf is 10 minutes of 30 s rounds at half the flash path's maximum
+// (--flash-max, or measured on the fleet first: runSoak),
 // the fault 5 s in, sampled every 10 s, RSS and goroutines within 20% between
 // minute 2 and minute 10. Short: 60 s of 10 s rounds at most soakShortRate,
 // the fault 2 s in, sampled every 3 s; a minute is too short for a heap to
@@ -103,6 +105,20 @@ func runSoak(ctx context.Context, pg *devstack.Postgres, sc Scenario, cfg ChaosC
 		return nil, fmt.Errorf("%s: start the system: %w", sc.Name, err)
 	}
 	defer r.Close(ctx)
+	var maxSteps []string
+	if cfg.MeasureMax && !cfg.Short {
+		// Half of what this fleet sustains here, measured as overload
+		// measures it (no CPU split: the soak is about surviving, and the
+		// fleet is four services).
+		var best float64
+		if best, maxSteps, err = measureFlashMax(ctx, r, cfg); err != nil {
+			return nil, fmt.Errorf("%s: measure the flash path's maximum: %w", sc.Name, err)
+		}
+		if best == 0 {
+			return nil, fmt.Errorf("%s: no rate of the flash path's ladder was sustained: %s", sc.Name, strings.Join(maxSteps, "; "))
+		}
+		plan.Rate = best / 2
+	}
 	smp := startSampler(ctx, r.fleet, plan.SampleEvery)
 	start := time.Now()
 	var judging sync.WaitGroup
@@ -138,7 +154,13 @@ func runSoak(ctx context.Context, pg *devstack.Postgres, sc Scenario, cfg ChaosC
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	return soakResult(ctx, r, sc, cfg, plan, rounds, samples, elapsed), nil
+	res := soakResult(ctx, r, sc, cfg, plan, rounds, samples, elapsed)
+	if maxSteps != nil {
+		res.Checks = append([]Check{{Name: checkMeasured, Pass: true,
+			Detail: fmt.Sprintf("%.0f/s, so %.0f/s for the soak. Steps: %s", 2*plan.Rate, plan.Rate, strings.Join(maxSteps, "; "))}},
+			res.Checks...)
+	}
+	return res, nil
 }
 
 // startRound creates the round's vouchers; run drives and judges it.
