@@ -39,6 +39,7 @@ type Config struct {
 	VoucherWait       time.Duration     // VOUCHER_WAIT: longest wait for one of those slots
 	DBTimeout         time.Duration     // DB_TIMEOUT: deadline of each statement and connection wait
 	httpx.Serving                       // MAX_CONNS, MAX_INFLIGHT, DEBUG_ADDR, SHUTDOWN_DELAY, SHUTDOWN_TIMEOUT
+	Events            EventsConfig      // EVENTS, WEBHOOK_*, KAFKA_*, EVENT_RETENTION
 }
 
 // writeTimeout bounds one group commit (and so an admitted write in flight
@@ -73,6 +74,10 @@ func configFrom(e *envconf.Reader) (Config, error) {
 		Serving:           httpx.ReadServing(e),
 	}
 	if err := e.Err(); err != nil {
+		return c, err
+	}
+	var err error
+	if c.Events, err = readEvents(e); err != nil {
 		return c, err
 	}
 	if c.DatabaseURL == "" {
@@ -147,8 +152,14 @@ func run(cfg Config, log *slog.Logger) error {
 	}
 
 	store := NewStore(pool, cfg.ReservationTTL)
+	store.WriteEvents(cfg.Events.On)
 	metrics := httpx.NewMetrics("ledger")
 	lm := newLedgerMetrics(metrics.Registry)
+	sinks, closeSinks, err := cfg.Events.sinks(lm)
+	if err != nil {
+		return err
+	}
+	defer closeSinks()
 	writer := NewWriter(ctx, store, cfg.WriteBatch, writeTimeout)
 	writer.ObserveSizes(func(n int) { lm.writeBatch.Observe(float64(n)) })
 	writer.ObserveCommits(func(d time.Duration) { lm.commitLatency.Observe(d.Seconds()) })
@@ -178,6 +189,17 @@ func run(cfg Config, log *slog.Logger) error {
 		defer close(jobsDone)
 		jobs.Run(stopping, ctx) // a run in progress at the signal finishes
 	}()
+	dispatchDone := make(chan struct{})
+	go func() {
+		defer close(dispatchDone)
+		if !cfg.Events.On {
+			log.Warn("EVENTS=off: no events are written or delivered (for measuring their cost only)")
+			return
+		}
+		NewDispatcher(store, sinks, log, DispatcherConfig{
+			DatabaseURL: cfg.DatabaseURL, Retention: cfg.Events.Retention, Metrics: lm,
+		}).Run(stopping, ctx) // at the signal: no new batch, and the lock is freed
+	}()
 	if rdb != nil {
 		// Another ledger's admin change reaches this one's terms cache at once.
 		go gate.WatchChanges(ctx, rdb, store.ForgetTerms, log)
@@ -186,6 +208,7 @@ func run(cfg Config, log *slog.Logger) error {
 	err = life.Serve(httpx.NewServer(cfg.Addr, srv.Handler()), cfg.MaxClientConns)
 	stop() // when serving failed, the jobs stop too
 	<-jobsDone
+	<-dispatchDone
 	log.Info("ledger stopped")
 	return err
 }
