@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os/signal"
+	"sync"
 	"syscall"
 	"time"
 
@@ -152,14 +153,8 @@ func run(cfg Config, log *slog.Logger) error {
 	}
 
 	store := NewStore(pool, cfg.ReservationTTL)
-	store.WriteEvents(cfg.Events.On)
 	metrics := httpx.NewMetrics("ledger")
 	lm := newLedgerMetrics(metrics.Registry)
-	sinks, closeSinks, err := cfg.Events.sinks(lm)
-	if err != nil {
-		return err
-	}
-	defer closeSinks()
 	writer := NewWriter(ctx, store, cfg.WriteBatch, writeTimeout)
 	writer.ObserveSizes(func(n int) { lm.writeBatch.Observe(float64(n)) })
 	writer.ObserveCommits(func(d time.Duration) { lm.commitLatency.Observe(d.Seconds()) })
@@ -184,22 +179,10 @@ func run(cfg Config, log *slog.Logger) error {
 		}}
 
 	httpx.ServeDebug(cfg.DebugAddr, log)
-	jobsDone := make(chan struct{})
-	go func() {
-		defer close(jobsDone)
-		jobs.Run(stopping, ctx) // a run in progress at the signal finishes
-	}()
-	dispatchDone := make(chan struct{})
-	go func() {
-		defer close(dispatchDone)
-		if !cfg.Events.On {
-			log.Warn("EVENTS=off: no events are written or delivered (for measuring their cost only)")
-			return
-		}
-		NewDispatcher(store, sinks, log, DispatcherConfig{
-			DatabaseURL: cfg.DatabaseURL, Retention: cfg.Events.Retention, Metrics: lm,
-		}).Run(stopping, ctx) // at the signal: no new batch, and the lock is freed
-	}()
+	jobsDone, err := startBackground(stopping, ctx, cfg, store, jobs, lm, log)
+	if err != nil {
+		return err
+	}
 	if rdb != nil {
 		// Another ledger's admin change reaches this one's terms cache at once.
 		go gate.WatchChanges(ctx, rdb, store.ForgetTerms, log)
@@ -208,7 +191,38 @@ func run(cfg Config, log *slog.Logger) error {
 	err = life.Serve(httpx.NewServer(cfg.Addr, srv.Handler()), cfg.MaxClientConns)
 	stop() // when serving failed, the jobs stop too
 	<-jobsDone
-	<-dispatchDone
 	log.Info("ledger stopped")
 	return err
+}
+
+// startBackground runs the jobs and the event dispatcher until stopping
+// ends: a job run in progress at the signal finishes; the dispatcher starts no
+// new batch and frees its lock. The channel closes once both have returned.
+func startBackground(stopping, ctx context.Context, cfg Config, store *Store, jobs *Jobs, lm *ledgerMetrics,
+	log *slog.Logger) (<-chan struct{}, error) {
+	store.WriteEvents(cfg.Events.On)
+	sinks, closeSinks, err := cfg.Events.sinks(lm)
+	if err != nil {
+		return nil, err
+	}
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		jobs.Run(stopping, ctx)
+	}()
+	go func() {
+		defer wg.Done()
+		defer closeSinks()
+		if !cfg.Events.On {
+			log.Warn("EVENTS=off: no events are written or delivered (for measuring their cost only)")
+			return
+		}
+		NewDispatcher(store, sinks, log, DispatcherConfig{
+			DatabaseURL: cfg.DatabaseURL, Retention: cfg.Events.Retention, Metrics: lm,
+		}).Run(stopping, ctx)
+	}()
+	go func() { wg.Wait(); close(done) }()
+	return done, nil
 }

@@ -469,7 +469,7 @@ func (s *Store) takeVoucherUses(ctx context.Context, tx pgx.Tx, code string, n i
 // reservedEvents are the reservations a transaction wrote, as columns, for
 // their reservation.reserved events.
 type reservedEvents struct {
-	orders                       []string
+	orders                        []string
 	customers, amounts, discounts []int64
 }
 
