@@ -164,7 +164,7 @@ func (d *Dispatcher) holds(ctx context.Context, lock *pgx.Conn) error {
 // advance moves the watermark and counts the events that passed it.
 func (d *Dispatcher) advance(ctx context.Context) {
 	prev := d.watermark.Load()
-	wm, err := d.store.AdvanceWatermark(ctx, time.Second)
+	wm, err := d.store.AdvanceWatermark(ctx, prev, time.Second)
 	if err != nil {
 		if ctx.Err() == nil {
 			d.log.Error("event dispatcher: watermark", "err", err)

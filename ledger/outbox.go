@@ -136,14 +136,16 @@ func (s *Store) Watermark(ctx context.Context) (int64, error) { return s.Cursor(
 // only once its transaction has an xid), and waits, up to wait, until no
 // transaction below that xmax is running: then no id up to the one read can
 // still appear. Two statements, so that the snapshot is taken after the read.
-func (s *Store) AdvanceWatermark(ctx context.Context, wait time.Duration) (int64, error) {
+// prev is the watermark as the caller knows it: with no id handed out since,
+// it is the answer, and nothing is written.
+func (s *Store) AdvanceWatermark(ctx context.Context, prev int64, wait time.Duration) (int64, error) {
 	var last int64
 	var called bool
 	if err := s.pool.QueryRow(ctx, `SELECT last_value, is_called FROM voucher_event_id_seq`).Scan(&last, &called); err != nil {
 		return 0, translate(fmt.Errorf("event sequence: %w", err))
 	}
-	if !called {
-		last = 0
+	if !called || last <= prev {
+		return prev, nil
 	}
 	var xmax string
 	if err := s.pool.QueryRow(ctx, `SELECT pg_snapshot_xmax(pg_current_snapshot())::text`).Scan(&xmax); err != nil {
@@ -160,7 +162,7 @@ func (s *Store) AdvanceWatermark(ctx context.Context, wait time.Duration) (int64
 			break
 		}
 		if time.Now().After(deadline) {
-			return s.Watermark(ctx) // a long transaction holds it back: next time
+			return prev, nil // a long transaction holds it back: next time
 		}
 		select {
 		case <-ctx.Done():
