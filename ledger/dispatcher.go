@@ -67,6 +67,13 @@ func NewDispatcher(store *Store, sinks []Sink, log *slog.Logger, cfg DispatcherC
 	if cfg.Metrics == nil {
 		cfg.Metrics = newLedgerMetrics(nil)
 	}
+	for _, sk := range sinks { // every sink's series, at 0 until something happens
+		m := cfg.Metrics
+		m.eventsDelivered.WithLabelValues(sk.Name())
+		m.eventsFailed.WithLabelValues(sk.Name())
+		m.eventErrors.WithLabelValues(sk.Name())
+		m.eventLag.WithLabelValues(sk.Name())
+	}
 	return &Dispatcher{store: store, sinks: sinks, cfg: cfg, log: log, positions: make([]atomic.Int64, len(sinks))}
 }
 

@@ -260,3 +260,29 @@ func TestRolledBackChangesLeaveNoEvent(t *testing.T) {
 	require.Equal(t, http.StatusCreated, l.reserve(t, code, 2, code+"-c", 5_000).Status)
 	assert.Equal(t, 4, count(), "reserved and sold out")
 }
+
+// BenchmarkInsertManyEvents is one group commit of 64 reservations with the
+// outbox's events and without (EVENTS=off): what the events add to a write.
+func BenchmarkInsertManyEvents(b *testing.B) {
+	for _, on := range []bool{true, false} {
+		b.Run(fmt.Sprintf("events=%v", on), func(b *testing.B) {
+			l := newTestLedger(b, ledgerOptions{noRedis: true})
+			l.store.WriteEvents(on)
+			code := newCode(b)
+			l.createVoucher(b, spec(code, 100_000_000, 1, true))
+			v, err := l.store.Terms(context.Background(), code)
+			require.NoError(b, err)
+			b.ResetTimer()
+			for i := range b.N {
+				claims := make([]voucher.Claim, 64)
+				for j := range claims {
+					n := int64(i*64 + j + 1)
+					claims[j] = voucher.Claim{CustomerID: n, OrderID: fmt.Sprintf("%s-%d", code, n), OrderAmount: 5_000}
+				}
+				if _, refused, err := l.store.InsertMany(context.Background(), v, claims); err != nil || refused {
+					b.Fatalf("InsertMany = %v, refused %v", err, refused)
+				}
+			}
+		})
+	}
+}
