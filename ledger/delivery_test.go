@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -139,7 +140,10 @@ func TestDispatcherTakeover(t *testing.T) {
 	waitFor(t, 10*time.Second, "the other ledger takes over", func() bool { return leader(heir) })
 	t.Logf("took over %v after kill -9", time.Since(killed).Round(time.Millisecond))
 	want := dbEvents(t, db)
-	waitFor(t, 30*time.Second, "every event delivered", func() bool { return distinct(rc.events()) >= len(want) })
+	waitOr(t, 30*time.Second, "every event delivered", func() bool { return distinct(rc.events()) >= len(want) }, func() {
+		t.Logf("received %d distinct of %d; the heir leads: %v", distinct(rc.events()), len(want), leader(heir))
+		logOutbox(t, db)
+	})
 	checkDelivered(t, "webhook", want, rc.events())
 	t.Logf("%d events, %d deliveries (%d sent twice)", len(want), len(rc.events()), len(rc.events())-len(want))
 }
@@ -223,4 +227,48 @@ func TestPruneKeepsUndeliveredAndParked(t *testing.T) {
 	}
 	// 0, 2 and 3 pruned; 1 parked; 4 not delivered; 5 too young.
 	assert.Equal(t, []int64{evs[1].ID, evs[4].ID, evs[5].ID}, left)
+}
+
+// TestWatermarkWaitsForOpenTransactions: an event whose transaction is still
+// open stays above the watermark however long it waits, also when that
+// transaction's xid is the newest (above the snapshot's xmax), and passes it
+// once committed; a rolled-back one leaves a gap the watermark passes.
+func TestWatermarkWaitsForOpenTransactions(t *testing.T) {
+	t.Parallel()
+	db := newEventsDB(t)
+	l := newTestLedger(t, ledgerOptions{db: db, noRedis: true})
+	ctx := context.Background()
+	code := newCode(t)
+	l.createVoucher(t, spec(code, 10, 1, false))
+	wm, err := l.store.AdvanceWatermark(ctx, 0, time.Second)
+	require.NoError(t, err)
+	require.Equal(t, int64(1), wm, "voucher.created")
+
+	insert := func(tx pgx.Tx) int64 {
+		var id int64
+		require.NoError(t, tx.QueryRow(ctx, `INSERT INTO voucher_event (type, voucher_code, data) VALUES ('voucher.updated', $1, '{}') RETURNING id`,
+			code).Scan(&id))
+		return id
+	}
+	open, err := l.pool.Begin(ctx)
+	require.NoError(t, err)
+	id := insert(open)
+	got, err := l.store.AdvanceWatermark(ctx, wm, 300*time.Millisecond)
+	require.NoError(t, err)
+	assert.Less(t, got, id, "watermark passed event %d of an open transaction", id)
+	evs, err := l.store.Events(ctx, 0, got, 10)
+	require.NoError(t, err)
+	assert.Len(t, evs, 1)
+	require.NoError(t, open.Commit(ctx))
+	got, err = l.store.AdvanceWatermark(ctx, got, time.Second)
+	require.NoError(t, err)
+	assert.Equal(t, id, got, "committed")
+
+	rolled, err := l.pool.Begin(ctx)
+	require.NoError(t, err)
+	gap := insert(rolled)
+	require.NoError(t, rolled.Rollback(ctx))
+	got, err = l.store.AdvanceWatermark(ctx, got, time.Second)
+	require.NoError(t, err)
+	assert.Equal(t, gap, got, "a rolled-back id is passed")
 }

@@ -81,17 +81,24 @@ func NewDispatcher(store *Store, sinks []Sink, log *slog.Logger, cfg DispatcherC
 // it finishes no new batch, and closes the lock's connection, which frees the
 // lock for another ledger at once.
 func (d *Dispatcher) Run(stop, ctx context.Context) {
+	var conn *pgx.Conn // kept between tries: a ledger that waits does not reconnect each time
+	defer func() {
+		if conn != nil {
+			conn.Close(context.WithoutCancel(ctx))
+		}
+	}()
 	for stop.Err() == nil {
-		conn, err := d.tryLock(ctx)
+		locked, err := d.tryLock(ctx, &conn)
 		if err != nil {
 			d.log.Warn("event dispatcher: lock", "err", err)
 		}
-		if conn != nil {
+		if locked {
 			d.log.Info("event dispatcher: delivering from this ledger")
 			d.cfg.Metrics.eventLeader.Set(1)
 			d.lead(stop, ctx, conn)
 			d.cfg.Metrics.eventLeader.Set(0)
-			conn.Close(context.WithoutCancel(ctx))
+			conn.Close(context.WithoutCancel(ctx)) // frees the lock, also when the session is gone already
+			conn = nil
 			d.log.Info("event dispatcher: stopped delivering")
 		}
 		select {
@@ -101,20 +108,25 @@ func (d *Dispatcher) Run(stop, ctx context.Context) {
 	}
 }
 
-// tryLock returns a connection holding the dispatcher's lock, or nil.
-func (d *Dispatcher) tryLock(ctx context.Context) (*pgx.Conn, error) {
+// tryLock tries the dispatcher's lock on *conn, connecting first when it has
+// no connection (or a broken one).
+func (d *Dispatcher) tryLock(ctx context.Context, conn **pgx.Conn) (bool, error) {
 	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	conn, err := pgx.Connect(cctx, d.cfg.DatabaseURL)
-	if err != nil {
-		return nil, err
+	if *conn == nil || (*conn).IsClosed() {
+		c, err := pgx.Connect(cctx, d.cfg.DatabaseURL)
+		if err != nil {
+			return false, err
+		}
+		*conn = c
 	}
 	var locked bool
-	if err := conn.QueryRow(cctx, `SELECT pg_try_advisory_lock(`+dispatcherLock+`)`).Scan(&locked); err != nil || !locked {
-		conn.Close(context.WithoutCancel(ctx))
-		return nil, err
+	if err := (*conn).QueryRow(cctx, `SELECT pg_try_advisory_lock(`+dispatcherLock+`)`).Scan(&locked); err != nil {
+		(*conn).Close(context.WithoutCancel(ctx))
+		*conn = nil
+		return false, err
 	}
-	return conn, nil
+	return locked, nil
 }
 
 // lead delivers until stop ends or the lock's session is lost.

@@ -5,9 +5,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -155,19 +157,54 @@ func checkDelivered(tb testing.TB, sink string, want, got []events.Event) {
 // waitFor polls cond every 50 ms until it holds or within passes.
 func waitFor(tb testing.TB, within time.Duration, what string, cond func() bool) {
 	tb.Helper()
+	waitOr(tb, within, what, cond, func() {})
+}
+
+// waitOr is waitFor that runs explain (to log what the test sees) before failing.
+func waitOr(tb testing.TB, within time.Duration, what string, cond func() bool, explain func()) {
+	tb.Helper()
 	deadline := time.Now().Add(within)
 	for !cond() {
 		if time.Now().After(deadline) {
+			explain()
 			tb.Fatalf("not within %s: %s", within, what)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
 }
 
+// logOutbox logs where the outbox of the database at dbURL stands: its
+// cursors, its last id, and every transaction with an xid in the cluster
+// (one of them can hold the watermark back).
+func logOutbox(tb testing.TB, dbURL string) {
+	tb.Helper()
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, dbURL)
+	if err != nil {
+		tb.Logf("outbox: %v", err)
+		return
+	}
+	defer conn.Close(ctx)
+	var last int64
+	_ = conn.QueryRow(ctx, `SELECT last_value FROM voucher_event_id_seq`).Scan(&last)
+	tb.Logf("outbox: last id %d", last)
+	if rows, err := conn.Query(ctx, `SELECT name || ' at ' || position FROM event_cursor ORDER BY name`); err == nil {
+		cursors, _ := pgx.CollectRows(rows, pgx.RowTo[string])
+		tb.Logf("outbox cursors: %v", cursors)
+	}
+	if rows, err := conn.Query(ctx, `
+		SELECT datname || ' pid ' || pid || ' xid ' || backend_xid || ' ' || state || ' for ' || (now() - xact_start)::text || ': ' || left(query, 80)
+		FROM pg_stat_activity WHERE backend_xid IS NOT NULL ORDER BY xact_start`); err == nil {
+		txs, _ := pgx.CollectRows(rows, pgx.RowTo[string])
+		tb.Logf("transactions with an xid: %v", txs)
+	}
+}
+
 // runDispatcher runs a dispatcher of l's store over sinks until the test ends.
 func runDispatcher(tb testing.TB, l *testLedger, dbURL string, sinks ...Sink) *Dispatcher {
 	tb.Helper()
-	d := NewDispatcher(l.store, sinks, l.log, DispatcherConfig{DatabaseURL: dbURL, Retention: time.Hour})
+	log := slog.New(slog.NewTextHandler(tbWriter{tb}, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	d := NewDispatcher(l.store, sinks, log, DispatcherConfig{DatabaseURL: dbURL, Retention: time.Hour})
 	stop, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
@@ -176,6 +213,15 @@ func runDispatcher(tb testing.TB, l *testLedger, dbURL string, sinks ...Sink) *D
 	}()
 	tb.Cleanup(func() { cancel(); <-done })
 	return d
+}
+
+// tbWriter writes a dispatcher's warnings (parked events, batches sent
+// again) into the test's log.
+type tbWriter struct{ tb testing.TB }
+
+func (w tbWriter) Write(p []byte) (int, error) {
+	w.tb.Log(strings.TrimSpace(string(p)))
+	return len(p), nil
 }
 
 // fastWebhook is a webhook sink with the tests' short waits.

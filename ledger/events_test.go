@@ -60,7 +60,24 @@ func TestEventsSale(t *testing.T) {
 	want := dbEvents(t, db)
 	checkHistory(t, l, want, flash, std)
 	kafkaGot := consumeAll(t, cluster.ListenAddrs(), topic, len(want))
-	waitFor(t, 30*time.Second, "the webhook receives every event", func() bool { return distinct(rc.events()) >= len(want) })
+	waitOr(t, 30*time.Second, "the webhook receives every event", func() bool { return distinct(rc.events()) >= len(want) },
+		func() {
+			logOutbox(t, db)
+			seen := map[int64]bool{}
+			for _, e := range rc.events() {
+				seen[e.ID] = true
+			}
+			var missing []int64
+			for _, e := range want {
+				if !seen[e.ID] {
+					missing = append(missing, e.ID)
+				}
+			}
+			t.Logf("webhook missing %v", missing)
+		})
+	if distinct(kafkaGot) < len(want) {
+		logOutbox(t, db)
+	}
 	checkDelivered(t, "webhook", want, rc.events())
 	checkDelivered(t, "kafka", want, kafkaGot)
 	checkDelivered(t, "feed", want, l.feed(t, 333))
@@ -210,6 +227,7 @@ func consumeAll(t *testing.T, brokers []string, topic string, want int) []events
 	var got []events.Event
 	for distinct(got) < want && ctx.Err() == nil {
 		fs := cl.PollFetches(ctx)
+		fs.EachError(func(topic string, p int32, err error) { t.Logf("fetch %s/%d: %v", topic, p, err) })
 		fs.EachRecord(func(r *kgo.Record) {
 			var e events.Event
 			require.NoError(t, json.Unmarshal(r.Value, &e))

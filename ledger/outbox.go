@@ -131,11 +131,13 @@ func (s *Store) Cursor(ctx context.Context, name string) (int64, error) {
 func (s *Store) Watermark(ctx context.Context) (int64, error) { return s.Cursor(ctx, watermarkCursor) }
 
 // AdvanceWatermark moves the watermark as far as it may and returns it. It
-// reads the last id the sequence handed out, then the snapshot's xmax (every
-// transaction that took one of those ids has an xid below it: an id is taken
-// only once its transaction has an xid), and waits, up to wait, until no
-// transaction below that xmax is running: then no id up to the one read can
-// still appear. Two statements, so that the snapshot is taken after the read.
+// reads the last id the sequence handed out, then takes a new xid of its own
+// (xids are handed out in increasing order, and every transaction that took
+// one of those ids had its xid before: an id is taken only once its
+// transaction has an xid), and waits, up to wait, until no transaction below
+// that xid is running: then no id up to the one read can still appear. Not
+// the snapshot's xmax: that is the latest completed xid + 1, and a running
+// transaction above it would pass unseen. One xid per move, none while idle.
 // prev is the watermark as the caller knows it: with no id handed out since,
 // it is the answer, and nothing is written.
 func (s *Store) AdvanceWatermark(ctx context.Context, prev int64, wait time.Duration) (int64, error) {
@@ -147,14 +149,14 @@ func (s *Store) AdvanceWatermark(ctx context.Context, prev int64, wait time.Dura
 	if !called || last <= prev {
 		return prev, nil
 	}
-	var xmax string
-	if err := s.pool.QueryRow(ctx, `SELECT pg_snapshot_xmax(pg_current_snapshot())::text`).Scan(&xmax); err != nil {
+	var xid string
+	if err := s.pool.QueryRow(ctx, `SELECT pg_current_xact_id()::text`).Scan(&xid); err != nil {
 		return 0, translate(fmt.Errorf("event snapshot: %w", err))
 	}
 	deadline := time.Now().Add(wait)
 	for {
 		var done bool
-		err := s.pool.QueryRow(ctx, `SELECT pg_snapshot_xmin(pg_current_snapshot()) >= $1::text::xid8`, xmax).Scan(&done)
+		err := s.pool.QueryRow(ctx, `SELECT pg_snapshot_xmin(pg_current_snapshot()) > $1::text::xid8`, xid).Scan(&done)
 		if err != nil {
 			return 0, translate(fmt.Errorf("event snapshot: %w", err))
 		}
@@ -262,10 +264,12 @@ var errNoParkedEvent = voucher.Errorf(voucher.CodeNotFound, "no sink has this ev
 // RetryEvent asks every sink that parked event id to send it again and returns
 // the failures it marked (already marked ones count: a retry is idempotent).
 func (s *Store) RetryEvent(ctx context.Context, id int64) ([]Parked, error) {
-	if _, err := s.pool.Exec(ctx, `UPDATE event_failure SET status = 'RETRY' WHERE event_id = $1`, id); err != nil {
-		return nil, translate(fmt.Errorf("retry event %d: %w", id, err))
-	}
-	rows, err := s.pool.Query(ctx, parkedSelect+` WHERE f.event_id = $1 ORDER BY f.sink`, id)
+	// One statement: the dispatcher may deliver and delete a failure as soon
+	// as it is marked, so it is answered from what the UPDATE returned.
+	rows, err := s.pool.Query(ctx, `
+		WITH f AS (UPDATE event_failure SET status = 'RETRY' WHERE event_id = $1 RETURNING *)
+		SELECT e.id, e.type, e.occurred_at, e.voucher_code, e.data, f.sink, f.status, f.attempts, f.last_error, f.failed_at
+		FROM f JOIN voucher_event e ON e.id = f.event_id ORDER BY f.sink`, id)
 	if err != nil {
 		return nil, translate(fmt.Errorf("retry event %d: %w", id, err))
 	}
