@@ -254,7 +254,7 @@ func TestWatermarkWaitsForOpenTransactions(t *testing.T) {
 	require.NoError(t, err)
 	id := insert(open)
 	got, err := l.store.AdvanceWatermark(ctx, wm, 300*time.Millisecond)
-	require.NoError(t, err)
+	require.ErrorIs(t, err, errWatermarkHeld)
 	assert.Less(t, got, id, "watermark passed event %d of an open transaction", id)
 	evs, err := l.store.Events(ctx, 0, got, 10)
 	require.NoError(t, err)

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"math"
@@ -41,6 +42,7 @@ const (
 	lockPoll       = time.Second
 	pruneEvery     = time.Minute
 	sinkRetryPause = time.Second // after a batch that did not finish
+	heldLogEvery   = 30 * time.Second
 )
 
 // dispatcherLock is the advisory lock the delivering ledger holds.
@@ -57,8 +59,9 @@ type Dispatcher struct {
 	cfg   DispatcherConfig
 	log   *slog.Logger
 
-	watermark atomic.Int64
-	positions []atomic.Int64 // per sink, its cursor
+	watermark  atomic.Int64
+	positions  []atomic.Int64 // per sink, its cursor
+	heldLogged time.Time      // when a held-back watermark was last logged (lead's goroutine only)
 }
 
 // NewDispatcher returns the dispatcher of store's events to sinks (none: it
@@ -184,7 +187,14 @@ func (d *Dispatcher) holds(ctx context.Context, lock *pgx.Conn) error {
 func (d *Dispatcher) advance(ctx context.Context) {
 	prev := d.watermark.Load()
 	wm, err := d.store.AdvanceWatermark(ctx, prev, time.Second)
-	if err != nil {
+	switch {
+	case errors.Is(err, errWatermarkHeld):
+		if time.Since(d.heldLogged) >= heldLogEvery {
+			d.heldLogged = time.Now()
+			d.log.Warn("event delivery waits", "watermark", prev, "err", err)
+		}
+		return
+	case err != nil:
 		if ctx.Err() == nil {
 			d.log.Error("event dispatcher: watermark", "err", err)
 		}

@@ -139,7 +139,8 @@ func (s *Store) Watermark(ctx context.Context) (int64, error) { return s.Cursor(
 // the snapshot's xmax: that is the latest completed xid + 1, and a running
 // transaction above it would pass unseen. One xid per move, none while idle.
 // prev is the watermark as the caller knows it: with no id handed out since,
-// it is the answer, and nothing is written.
+// it is the answer, and nothing is written; when the wait runs out, it is
+// returned with errWatermarkHeld.
 func (s *Store) AdvanceWatermark(ctx context.Context, prev int64, wait time.Duration) (int64, error) {
 	var last int64
 	var called bool
@@ -164,7 +165,7 @@ func (s *Store) AdvanceWatermark(ctx context.Context, prev int64, wait time.Dura
 			break
 		}
 		if time.Now().After(deadline) {
-			return prev, nil // a long transaction holds it back: next time
+			return prev, errWatermarkHeld
 		}
 		select {
 		case <-ctx.Done():
@@ -177,6 +178,10 @@ func (s *Store) AdvanceWatermark(ctx context.Context, prev int64, wait time.Dura
 	}
 	return last, nil
 }
+
+// errWatermarkHeld reports a watermark that could not move within its wait:
+// a transaction that began before the events it waits for is still open.
+var errWatermarkHeld = errors.New("event watermark held back by an open transaction (pg_stat_activity: idle in transaction?)")
 
 // SetCursor moves event_cursor's row name forward to pos (never back).
 func (s *Store) SetCursor(ctx context.Context, name string, pos int64) error {
