@@ -39,6 +39,7 @@ type DispatcherConfig struct {
 const (
 	dispatchPoll   = 100 * time.Millisecond // how often the watermark moves and idle sinks look again
 	dispatchBatch  = 500                    // events per delivery
+	feedPoll       = time.Second            // how often the watermark moves when no sink is configured
 	lockPoll       = time.Second
 	pruneEvery     = time.Minute
 	sinkRetryPause = time.Second // after a batch that did not finish
@@ -150,7 +151,11 @@ func (d *Dispatcher) lead(stop, ctx context.Context, lock *pgx.Conn) {
 	}
 	tick := time.NewTicker(dispatchPoll)
 	defer tick.Stop()
-	var checked, pruned time.Time
+	var checked, pruned, advanced time.Time
+	advanceEvery := dispatchPoll
+	if len(d.sinks) == 0 {
+		advanceEvery = feedPoll // only the pull feed reads the watermark
+	}
 	for {
 		select {
 		case <-stop.Done():
@@ -167,7 +172,10 @@ func (d *Dispatcher) lead(stop, ctx context.Context, lock *pgx.Conn) {
 			}
 			d.measureLag(run)
 		}
-		d.advance(run)
+		if time.Since(advanced) >= advanceEvery {
+			advanced = time.Now()
+			d.advance(run)
+		}
 		if time.Since(pruned) >= pruneEvery {
 			pruned = time.Now()
 			d.prune(run)

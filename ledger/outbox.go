@@ -170,7 +170,7 @@ func (s *Store) AdvanceWatermark(ctx context.Context, prev int64, wait time.Dura
 		select {
 		case <-ctx.Done():
 			return 0, ctx.Err()
-		case <-time.After(5 * time.Millisecond):
+		case <-time.After(10 * time.Millisecond):
 		}
 	}
 	if err := s.SetCursor(ctx, watermarkCursor, last); err != nil {
