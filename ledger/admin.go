@@ -38,6 +38,7 @@ func (s *Server) adminRoutes(r gin.IRoutes) {
 	r.GET("/admin/vouchers/:code/reservations", a.reservations)
 	r.GET("/admin/vouchers/:code/reservations.csv", a.export)
 	r.GET("/admin/vouchers/:code/audit", a.audit)
+	a.eventRoutes(r)
 }
 
 func (a *admin) create(c *gin.Context) {

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os/signal"
+	"sync"
 	"syscall"
 	"time"
 
@@ -39,6 +40,7 @@ type Config struct {
 	VoucherWait       time.Duration     // VOUCHER_WAIT: longest wait for one of those slots
 	DBTimeout         time.Duration     // DB_TIMEOUT: deadline of each statement and connection wait
 	httpx.Serving                       // MAX_CONNS, MAX_INFLIGHT, DEBUG_ADDR, SHUTDOWN_DELAY, SHUTDOWN_TIMEOUT
+	Events            EventsConfig      // EVENTS, WEBHOOK_*, KAFKA_*, EVENT_RETENTION
 }
 
 // writeTimeout bounds one group commit (and so an admitted write in flight
@@ -73,6 +75,10 @@ func configFrom(e *envconf.Reader) (Config, error) {
 		Serving:           httpx.ReadServing(e),
 	}
 	if err := e.Err(); err != nil {
+		return c, err
+	}
+	var err error
+	if c.Events, err = readEvents(e); err != nil {
 		return c, err
 	}
 	if c.DatabaseURL == "" {
@@ -173,11 +179,10 @@ func run(cfg Config, log *slog.Logger) error {
 		}}
 
 	httpx.ServeDebug(cfg.DebugAddr, log)
-	jobsDone := make(chan struct{})
-	go func() {
-		defer close(jobsDone)
-		jobs.Run(stopping, ctx) // a run in progress at the signal finishes
-	}()
+	jobsDone, err := startBackground(stopping, ctx, cfg, store, jobs, lm, log)
+	if err != nil {
+		return err
+	}
 	if rdb != nil {
 		// Another ledger's admin change reaches this one's terms cache at once.
 		go gate.WatchChanges(ctx, rdb, store.ForgetTerms, log)
@@ -188,4 +193,36 @@ func run(cfg Config, log *slog.Logger) error {
 	<-jobsDone
 	log.Info("ledger stopped")
 	return err
+}
+
+// startBackground runs the jobs and the event dispatcher until stopping
+// ends: a job run in progress at the signal finishes; the dispatcher starts no
+// new batch and frees its lock. The channel closes once both have returned.
+func startBackground(stopping, ctx context.Context, cfg Config, store *Store, jobs *Jobs, lm *ledgerMetrics,
+	log *slog.Logger) (<-chan struct{}, error) {
+	store.WriteEvents(cfg.Events.On)
+	sinks, closeSinks, err := cfg.Events.sinks(lm)
+	if err != nil {
+		return nil, err
+	}
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		jobs.Run(stopping, ctx)
+	}()
+	go func() {
+		defer wg.Done()
+		defer closeSinks()
+		if !cfg.Events.On {
+			log.Warn("EVENTS=off: no events are written or delivered (for measuring their cost only)")
+			return
+		}
+		NewDispatcher(store, sinks, log, DispatcherConfig{
+			DatabaseURL: cfg.DatabaseURL, Retention: cfg.Events.Retention, Metrics: lm,
+		}).Run(stopping, ctx)
+	}()
+	go func() { wg.Wait(); close(done) }()
+	return done, nil
 }

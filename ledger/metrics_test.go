@@ -65,6 +65,9 @@ func TestMetricsDocumented(t *testing.T) {
 	require.Equal(t, http.StatusOK, rec.Code, "reconcile: %s", rec.Body)
 	_, err := jobs.Sweep(ctx)
 	require.NoError(t, err)
+	// The event dispatcher as main builds it, with one webhook: its per-sink series.
+	NewDispatcher(tl.store, []Sink{NewWebhook("http://127.0.0.1:1/hook", WebhookConfig{Metrics: lm})}, log,
+		DispatcherConfig{Metrics: lm})
 
 	httpxtest.CheckMetricsDocumented(t, h, m.Registry, "../README.md", "ledger")
 }

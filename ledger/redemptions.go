@@ -7,6 +7,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/flashgate/flashgate/shared/events"
 	"github.com/flashgate/flashgate/shared/voucher"
 )
 
@@ -17,11 +18,20 @@ import (
 // returned as it stands: its confirmation goes through LateConfirm.
 func (s *Store) Confirm(ctx context.Context, code, orderID string) (r voucher.Reservation, late bool, err error) {
 	r, err = scanReservation(s.pool.QueryRow(ctx, `
-		UPDATE voucher_redemption r SET status = 'CONFIRMED', confirmed_at = now(), updated_at = now()
-		FROM voucher v
-		WHERE v.code = r.voucher_code AND r.order_id = $1 AND r.voucher_code = $2
-		  AND r.status = 'RESERVED' AND r.expires_at > now()
-		RETURNING `+reservationColumns, orderID, code))
+		WITH r AS (
+			UPDATE voucher_redemption r SET status = 'CONFIRMED', confirmed_at = now(), updated_at = now()
+			FROM voucher v
+			WHERE v.code = r.voucher_code AND r.order_id = $1 AND r.voucher_code = $2
+			  AND r.status = 'RESERVED' AND r.expires_at > now()
+			RETURNING `+reservationColumns+`
+		), ev AS (
+			INSERT INTO voucher_event (type, voucher_code, data)
+			SELECT '`+events.ReservationConfirmed+`', voucher_code, jsonb_build_object(
+			       'orderId', order_id, 'customerId', customer_id, 'orderAmount', order_amount,
+			       'discountAmount', discount_amount, 'late', false)
+			FROM r WHERE $3
+		)
+		SELECT `+reservationColumns+` FROM r`, orderID, code, s.events))
 	if err == nil {
 		return r, false, nil
 	}
@@ -105,11 +115,15 @@ func (s *Store) LateConfirm(ctx context.Context, code, orderID string, mayTake b
 			    released_at = NULL, release_reason = NULL
 			WHERE order_id = $1
 			RETURNING confirmed_at`, orderID).Scan(&r.ConfirmedAt)
-		r.Status, r.ReleasedAt, r.ReleaseReason = voucher.Confirmed, nil, nil
-		if r.ConfirmedAt != nil {
-			*r.ConfirmedAt = r.ConfirmedAt.UTC()
+		if err != nil {
+			return err
 		}
-		return err
+		r.Status, r.ReleasedAt, r.ReleaseReason = voucher.Confirmed, nil, nil
+		*r.ConfirmedAt = r.ConfirmedAt.UTC()
+		return s.insertEvent(ctx, tx, events.ReservationConfirmed, code, confirmedData{
+			OrderID: r.OrderID, CustomerID: r.CustomerID, OrderAmount: r.OrderAmount,
+			DiscountAmount: r.DiscountAmount, Late: true, TookUse: did == LateTookUse,
+		})
 	})
 	if err != nil {
 		return voucher.Reservation{}, LateConfirmed, translate(fmt.Errorf("late confirm %s/%s: %w", code, orderID, err))
@@ -123,7 +137,7 @@ func (s *Store) takeUseAgain(ctx context.Context, tx pgx.Tx, code string, custom
 	if err := takeCustomerUses(ctx, tx, code, map[int64]int{customerID: 1}); err != nil {
 		return lateError(err)
 	}
-	if err := takeVoucherUses(ctx, tx, code, 1, false); err != nil {
+	if err := s.takeVoucherUses(ctx, tx, code, 1, false, reservedEvents{}); err != nil {
 		return lateError(err)
 	}
 	return nil
@@ -208,7 +222,17 @@ func (s *Store) endHold(ctx context.Context, code, orderID string, from, to vouc
 			return err
 		}
 		ended = true
-		return giveBackUses(ctx, tx, code, r.CustomerID, 1)
+		if err := giveBackUses(ctx, tx, code, r.CustomerID, 1); err != nil {
+			return err
+		}
+		typ := events.ReservationReleased
+		if to == voucher.Refunded {
+			typ = events.ReservationRefunded
+		}
+		// After the voucher's row is locked: see takeVoucherUses.
+		return s.insertEvent(ctx, tx, typ, code, endedData{
+			OrderID: r.OrderID, CustomerID: r.CustomerID, DiscountAmount: r.DiscountAmount, Reason: reason,
+		})
 	})
 	if err != nil {
 		return voucher.Reservation{}, false, translate(fmt.Errorf("%s/%s to %s: %w", code, orderID, to, err))
@@ -262,7 +286,7 @@ func (s *Store) ExpireBatch(ctx context.Context, limit int) ([]ExpiredOrder, err
 			UPDATE voucher_redemption r
 			SET status = 'RELEASED', release_reason = 'EXPIRED', released_at = now(), updated_at = now()
 			FROM due WHERE r.id = due.id AND r.status = 'RESERVED'
-			RETURNING r.voucher_code, r.customer_id, r.order_id
+			RETURNING r.voucher_code, r.customer_id, r.order_id, r.discount_amount
 		), customers AS (
 			-- Lock the customers' rows in one fixed order (as every writer
 			-- does) so that two sweeps can never deadlock on them.
@@ -283,9 +307,17 @@ func (s *Store) ExpireBatch(ctx context.Context, limit int) ([]ExpiredOrder, err
 			FROM (SELECT voucher_code, count(*)::int AS n FROM released GROUP BY voucher_code) x
 			WHERE v.code = x.voucher_code AND (SELECT count(*) FROM per_customer) >= 0
 			RETURNING 1
+		), ev AS (
+			-- The events last, once the voucher rows are locked (takeVoucherUses).
+			INSERT INTO voucher_event (type, voucher_code, data)
+			SELECT '`+events.ReservationReleased+`', voucher_code, jsonb_build_object(
+			       'orderId', order_id, 'customerId', customer_id, 'discountAmount', discount_amount,
+			       'reason', 'EXPIRED')
+			FROM released WHERE $2 AND (SELECT count(*) FROM per_voucher) >= 0
+			ORDER BY voucher_code, order_id
 		)
 		SELECT r.voucher_code, r.customer_id, r.order_id, v.flash_sale
-		FROM released r JOIN voucher v ON v.code = r.voucher_code`, limit)
+		FROM released r JOIN voucher v ON v.code = r.voucher_code`, limit, s.events)
 	if err != nil {
 		return nil, translate(fmt.Errorf("expire: %w", err))
 	}

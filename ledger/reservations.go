@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/flashgate/flashgate/shared/events"
 	"github.com/flashgate/flashgate/shared/voucher"
 )
 
@@ -241,7 +242,7 @@ func (s *Store) insert(ctx context.Context, v voucher.Voucher, cl voucher.Claim)
 		if err := takeCustomerUses(ctx, tx, v.Code, map[int64]int{cl.CustomerID: 1}); err != nil {
 			return err
 		}
-		return takeVoucherUses(ctx, tx, v.Code, 1, true)
+		return s.takeVoucherUses(ctx, tx, v.Code, 1, true, reservedEvents{}.add(cl, r.DiscountAmount))
 	})
 	if err != nil {
 		return voucher.Reservation{}, translate(fmt.Errorf("reserve %s/%s: %w", v.Code, cl.OrderID, err))
@@ -282,6 +283,7 @@ func (s *Store) insertMany(ctx context.Context, tx pgx.Tx, v voucher.Voucher, cl
 	out := make([]written, len(claims))
 	perCustomer := map[int64]int{}
 	var retried []string
+	var evs reservedEvents
 	for i, cl := range claims {
 		t, ok := at[cl.OrderID]
 		if !ok {
@@ -289,6 +291,7 @@ func (s *Store) insertMany(ctx context.Context, tx pgx.Tx, v voucher.Voucher, cl
 			continue
 		}
 		perCustomer[cl.CustomerID]++
+		evs = evs.add(cl, v.DiscountFor(cl.OrderAmount))
 		amount := cl.OrderAmount
 		out[i].r = voucher.Reservation{
 			OrderID: cl.OrderID, CustomerID: cl.CustomerID, VoucherCode: v.Code,
@@ -318,7 +321,7 @@ func (s *Store) insertMany(ctx context.Context, tx pgx.Tx, v voucher.Voucher, cl
 	if err := takeCustomerUses(ctx, tx, v.Code, perCustomer); err != nil {
 		return nil, err
 	}
-	if err := takeVoucherUses(ctx, tx, v.Code, len(at), true); err != nil {
+	if err := s.takeVoucherUses(ctx, tx, v.Code, len(at), true, evs); err != nil {
 		return nil, err
 	}
 	return out, nil
@@ -416,18 +419,34 @@ func takeCustomerUses(ctx context.Context, tx pgx.Tx, code string, perCustomer m
 
 // takeVoucherUses adds n to used_count, guarded by the stock and, when open
 // (a new reservation, not a late confirmation), by pause and the validity
-// window on the database's clock.
-func takeVoucherUses(ctx context.Context, tx pgx.Tx, code string, n int, open bool) error {
+// window on the database's clock. In the same statement, once the voucher's
+// row is locked (so that a voucher's events are numbered in the order its
+// changes commit), it writes the reservation.reserved event of each of
+// reserved, and voucher.sold_out when the uses ran out.
+func (s *Store) takeVoucherUses(ctx context.Context, tx pgx.Tx, code string, n int, open bool, reserved reservedEvents) error {
 	var outOfStock, paused, notStarted, ended bool
 	err := tx.QueryRow(ctx, `
 		WITH upd AS (
 			UPDATE voucher SET used_count = used_count + $2
 			WHERE code = $1 AND used_count + $2 <= total_limit
 			  AND (NOT $3 OR (NOT paused AND now() >= starts_at AND now() < ends_at))
-			RETURNING 1
+			RETURNING used_count, total_limit
+		), ev AS (
+			INSERT INTO voucher_event (type, voucher_code, data)
+			SELECT x.type, $1, x.data FROM (
+				SELECT 1 AS k, t.i, '`+events.ReservationReserved+`' AS type, jsonb_build_object(
+				       'orderId', t.o, 'customerId', t.c, 'orderAmount', t.a, 'discountAmount', t.d,
+				       'expiresAt', event_time(now() + $5 * interval '1 microsecond')) AS data
+				FROM upd, unnest($6::text[], $7::bigint[], $8::bigint[], $9::bigint[]) WITH ORDINALITY AS t(o, c, a, d, i)
+				UNION ALL
+				SELECT 2, 0, '`+events.VoucherSoldOut+`', jsonb_build_object('totalLimit', total_limit, 'usedCount', used_count)
+				FROM upd WHERE used_count = total_limit
+			) x WHERE $4 ORDER BY x.k, x.i
 		)
 		SELECT NOT EXISTS (SELECT 1 FROM upd), paused, now() < starts_at, now() >= ends_at
-		FROM voucher WHERE code = $1`, code, n, open).Scan(&outOfStock, &paused, &notStarted, &ended)
+		FROM voucher WHERE code = $1`, code, n, open, s.events, s.ttl.Microseconds(),
+		reserved.orders, reserved.customers, reserved.amounts, reserved.discounts,
+	).Scan(&outOfStock, &paused, &notStarted, &ended)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return voucher.ErrVoucherNotFound
 	}
@@ -445,6 +464,19 @@ func takeVoucherUses(ctx context.Context, tx pgx.Tx, code string, n int, open bo
 		return voucher.ErrExpired
 	}
 	return voucher.ErrOutOfStock
+}
+
+// reservedEvents are the reservations a transaction wrote, as columns, for
+// their reservation.reserved events.
+type reservedEvents struct {
+	orders                        []string
+	customers, amounts, discounts []int64
+}
+
+func (e reservedEvents) add(cl voucher.Claim, discount int64) reservedEvents {
+	e.orders, e.customers = append(e.orders, cl.OrderID), append(e.customers, cl.CustomerID)
+	e.amounts, e.discounts = append(e.amounts, cl.OrderAmount), append(e.discounts, discount)
+	return e
 }
 
 // giveBackUses returns n uses to the voucher and to the customer.

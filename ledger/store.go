@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/flashgate/flashgate/shared/events"
 	"github.com/flashgate/flashgate/shared/voucher"
 )
 
@@ -21,9 +22,10 @@ import (
 // nothing. This file holds the vouchers; reservations.go writes reservations
 // and redemptions.go moves them through their states.
 type Store struct {
-	pool *pgxpool.Pool
-	ttl  time.Duration
-	now  func() time.Time // ages the terms cache
+	pool   *pgxpool.Pool
+	ttl    time.Duration
+	now    func() time.Time // ages the terms cache
+	events bool             // write the outbox's events (EVENTS=off: only to measure what they cost)
 
 	// terms caches each voucher's terms for at most termsTTL: an admin change
 	// reaches every ledger within that, and at once the one that made it (and
@@ -43,8 +45,12 @@ type cachedTerms struct {
 
 // NewStore returns a Store on pool whose reservations live for ttl.
 func NewStore(pool *pgxpool.Pool, ttl time.Duration) *Store {
-	return &Store{pool: pool, ttl: ttl, now: time.Now}
+	return &Store{pool: pool, ttl: ttl, now: time.Now, events: true}
 }
+
+// WriteEvents turns the outbox's events on (the default) or off. Off is for
+// measuring their cost only: nothing is then told of the changes.
+func (s *Store) WriteEvents(on bool) { s.events = on }
 
 // Ping checks that Postgres answers.
 func (s *Store) Ping(ctx context.Context) error { return s.pool.Ping(ctx) }
@@ -110,7 +116,10 @@ func (s *Store) CreateVoucher(ctx context.Context, v voucher.Voucher, actor stri
 		if err != nil {
 			return err
 		}
-		return insertAudit(ctx, tx, v.Code, actor, ActionCreate, nil, termsOf(v))
+		if err := insertAudit(ctx, tx, v.Code, actor, ActionCreate, nil, termsOf(v)); err != nil {
+			return err
+		}
+		return s.insertEvent(ctx, tx, events.VoucherCreated, v.Code, voucherData{Actor: actor, Terms: termsOf(v)})
 	})
 	if err != nil {
 		return voucher.Voucher{}, translate(fmt.Errorf("create voucher %s: %w", v.Code, err))
@@ -217,7 +226,10 @@ func (s *Store) ChangeVoucher(ctx context.Context, code, actor, action string,
 				return err
 			}
 		}
-		return insertAudit(ctx, tx, code, actor, action, termsOf(before), termsOf(after))
+		if err := insertAudit(ctx, tx, code, actor, action, termsOf(before), termsOf(after)); err != nil {
+			return err
+		}
+		return s.changeEvents(ctx, tx, code, actor, action, before, after)
 	})
 	if err != nil {
 		return voucher.Voucher{}, voucher.Voucher{}, false, translate(fmt.Errorf("change voucher %s: %w", code, err))

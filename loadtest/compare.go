@@ -23,9 +23,10 @@ const (
 	pathSoldOut    = "sold-out"
 	pathGate       = "flash-gate"
 	pathGateNoCo   = "flash-gate-nocoalesce"
+	pathNoEvents   = "flash-noevents"
 )
 
-var allPaths = []string{pathCeiling, pathStandard, pathNoCoalesce, pathFlash, pathGateNoCo, pathGate, pathSoldOut}
+var allPaths = []string{pathCeiling, pathStandard, pathNoCoalesce, pathFlash, pathNoEvents, pathGateNoCo, pathGate, pathSoldOut}
 
 var pathNotes = map[string]string{
 	pathCeiling:    "bare gin: bind + validate the body, fixed 409 (own process)",
@@ -35,6 +36,7 @@ var pathNotes = map[string]string{
 	pathSoldOut:    "flash voucher with 0 uses left: sold-out flag / Redis refusal",
 	pathGate:       "flash, coalesced: 100 customers at their limit, refused by the Redis script (no DB write, no sold-out flag)",
 	pathGateNoCo:   "the same with PROXY_COALESCE=off: one Redis script call per request",
+	pathNoEvents:   "flash as above through a proxy and a ledger with EVENTS=off: the write path without the outbox's events",
 }
 
 // CompareConfig is one compare run.
@@ -340,6 +342,13 @@ func (c *comparer) openPaths(st *Stack, b *Bench) (stop func(), err error) {
 		c.benches[pathNoCoalesce] = b.WithURL(url)
 		c.benches[pathGateNoCo] = b.WithURL(url)
 	}
+	if slices.Contains(c.cfg.Paths, pathNoEvents) {
+		url, err := startNoEvents(st)
+		if err != nil {
+			return stop, err
+		}
+		c.benches[pathNoEvents] = b.WithURL(url)
+	}
 	if slices.Contains(c.cfg.Paths, pathCeiling) {
 		ceil, err := startCeiling()
 		if err != nil {
@@ -410,4 +419,16 @@ func (c *comparer) sale(ctx context.Context, b *Bench, dir string) (*Summary, er
 		}
 	}
 	return s, nil
+}
+
+// startNoEvents starts a ledger with EVENTS=off (its writes leave the outbox
+// empty) and a proxy that writes through it, and returns the proxy's URL: the
+// flash path's cost without the events, on the same database and Redis.
+func startNoEvents(st *Stack) (string, error) {
+	_, ledgerURL, err := st.StartLedger("ledger-noevents", "", "EVENTS=off")
+	if err != nil {
+		return "", err
+	}
+	_, url, err := st.StartProxyLike("proxy-noevents", "", "LEDGER_URL="+ledgerURL)
+	return url, err
 }

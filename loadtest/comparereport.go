@@ -83,6 +83,7 @@ func (r *CompareReport) finish(cfg CompareConfig) {
 	ratio(pathGate, pathGateNoCo, 1, "flash gate: coalesced >= one script call per request")
 	ratio(pathSoldOut, pathCeiling, 0.9, "sold-out >= 0.9 x ceiling")
 	ratio(pathFlash, pathStandard, 20, "flash >= 20 x standard")
+	ratio(pathFlash, pathNoEvents, 0.9, "flash with the outbox's events >= 0.9 x EVENTS=off")
 	if s := r.Sale; s != nil && s.Commits != nil {
 		r.Targets = append(r.Targets, Target{Name: fmt.Sprintf("<= 0.1 commits per admitted (%d-use burst)", s.Stock),
 			Pass: s.Commits.PerAdmitted <= 0.1,

@@ -175,7 +175,8 @@ func TestOpenAPIDocument(t *testing.T) {
 		t.Errorf("ErrorCode enum = %v, want %v", enum, allCodes)
 	}
 
-	patterns := map[string]string{"code": `^[A-Za-z0-9_-]{1,32}$`, "orderId": `^[A-Za-z0-9_.:-]{1,64}$`}
+	patterns := map[string]string{"code": `^[A-Za-z0-9_-]{1,32}$`, "orderId": `^[A-Za-z0-9_.:-]{1,64}$`,
+		"id": `^[1-9][0-9]{0,18}$`} // an event's id
 	topSecurity := doc["security"]
 	ids := map[string]string{}
 	for _, o := range operations(t, doc) {
