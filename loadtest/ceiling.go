@@ -28,12 +28,7 @@ func ceilingHandler() http.Handler {
 	r := gin.New()
 	r.GET("/healthz", func(c *gin.Context) { c.JSON(http.StatusOK, gin.H{"status": "ok"}) })
 	r.POST(httpx.ReservationsPath(":code"), func(c *gin.Context) {
-		var req voucher.ReserveRequest
-		if err := httpx.BindJSON(c, &req); err != nil {
-			httpx.WriteError(c, err)
-			return
-		}
-		if _, err := req.Validate(); err != nil {
+		if _, err := httpx.BindClaim(c); err != nil {
 			httpx.WriteError(c, err)
 			return
 		}
