@@ -10,7 +10,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/dgraph-io/ristretto/v2"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/sony/gobreaker/v2"
 	"golang.org/x/sync/singleflight"
@@ -42,8 +41,8 @@ type Admitter struct {
 	log    *slog.Logger
 	base   context.Context
 
-	vouchers *ristretto.Cache[string, cachedVoucher]
-	soldOut  *ristretto.Cache[string, *soldOutFlag]
+	vouchers *ttlCache[cachedVoucher]
+	soldOut  *ttlCache[*soldOutFlag]
 	batcher  *batch.Batcher[string, gate.Item, gate.Result]
 	forward  *batch.Batcher[string, voucher.Claim, Reply] // admitted writes to the ledger, per voucher
 	breaker  *gobreaker.CircuitBreaker[any]
@@ -83,27 +82,18 @@ type soldOutFlag struct {
 // (TestForwardBatchFitsLedgerRoute checks both).
 const maxForwardBatch = 256
 
+// cacheEntries bounds each cache: vouchers' terms, sold-out flags.
+const cacheEntries = 10_000
+
 // negativeTTL bounds how long an unknown voucher code is remembered.
 const negativeTTL = time.Second
 
 // NewAdmitter wires the admission path. base is the service's lifetime: batched
 // script calls run under it, not under any one request.
 func NewAdmitter(base context.Context, g *gate.Gate, ledger *LedgerClient, cfg AdmitConfig, log *slog.Logger) (*Admitter, error) {
-	vouchers, err := ristretto.NewCache(&ristretto.Config[string, cachedVoucher]{
-		NumCounters: 100_000, MaxCost: 10_000, BufferItems: 64,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("voucher cache: %w", err)
-	}
-	soldOut, err := ristretto.NewCache(&ristretto.Config[string, *soldOutFlag]{
-		NumCounters: 100_000, MaxCost: 10_000, BufferItems: 64,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("sold-out cache: %w", err)
-	}
 	a := &Admitter{
 		gate: g, ledger: ledger, cfg: cfg, log: log, base: base,
-		vouchers: vouchers, soldOut: soldOut,
+		vouchers: newTTLCache[cachedVoucher](cacheEntries), soldOut: newTTLCache[*soldOutFlag](cacheEntries),
 	}
 	a.breaker = gobreaker.NewCircuitBreaker[any](gobreaker.Settings{
 		Name:        "redis",
@@ -128,10 +118,10 @@ func NewAdmitter(base context.Context, g *gate.Gate, ledger *LedgerClient, cfg A
 	return a, nil
 }
 
-// Close frees the caches.
+// Close empties the caches.
 func (a *Admitter) Close() {
-	a.vouchers.Close()
-	a.soldOut.Close()
+	a.vouchers.Clear()
+	a.soldOut.Clear()
 }
 
 // Reserve runs a validated claim through the edge and, if admitted, through the
@@ -146,7 +136,7 @@ func (a *Admitter) Reserve(ctx context.Context, code string, cl voucher.Claim) (
 			outcome = voucher.CodeUnavailable
 		}
 	}
-	a.metrics.outcomes.WithLabelValues(outcome).Inc()
+	a.metrics.outcome.Get(outcome).Inc()
 	return rep, err
 }
 
@@ -158,10 +148,9 @@ func (a *Admitter) reserve(ctx context.Context, code string, cl voucher.Claim) (
 	// No eligibility check here: a retry of an order is answered from the
 	// order's own state before the voucher's terms, and only Redis (flash) or
 	// the ledger (standard) knows that state and the terms of this second.
-	path := httpx.ReservationsPath(code)
 	if !v.FlashSale {
 		// Standard vouchers: the ledger's guarded UPDATE is all they need.
-		return a.ledger.Do(ctx, "reserve", http.MethodPost, path, cl)
+		return a.ledger.Do(ctx, "reserve", http.MethodPost, httpx.ReservationsPath(code), cl)
 	}
 	if a.flagged(code, cl.OrderID) {
 		a.flagHits.Add(1)
@@ -179,10 +168,13 @@ func (a *Admitter) reserve(ctx context.Context, code string, cl voucher.Claim) (
 	// writes a new order and answers a known one from its row (replay,
 	// ORDER_CONFLICT for another amount, RESERVATION_RELEASED or _REFUNDED).
 	if err := res.Err(); err != nil {
+		if _, domain := err.(*voucher.Error); domain {
+			return Reply{}, err // an answer, not a fault: it needs no context (and its pre-encoded body)
+		}
 		return Reply{}, fmt.Errorf("reserve %s: %w", code, err)
 	}
 	if !a.cfg.Coalesce {
-		return a.ledger.Do(ctx, "admitted_write", http.MethodPost, httpx.InternalPrefix+path, cl)
+		return a.ledger.Do(ctx, "admitted_write", http.MethodPost, httpx.InternalPrefix+httpx.ReservationsPath(code), cl)
 	}
 	// Admitted together, written together: the ledger commits what one round
 	// admitted in one transaction.
@@ -273,8 +265,7 @@ func (a *Admitter) flagSoldOut(code string) {
 			f.passes[id] = struct{}{}
 		}
 		a.setIfCurrent(epoch, func() {
-			a.soldOut.SetWithTTL(code, f, 1, a.cfg.SoldOutTTL)
-			a.soldOut.Wait()
+			a.soldOut.Set(code, f, a.cfg.SoldOutTTL)
 		})
 		return nil, nil
 	})
@@ -351,8 +342,7 @@ func (a *Admitter) Voucher(ctx context.Context, code string) (voucher.Voucher, e
 // cacheVoucher caches terms read since epoch, unless a change came since.
 func (a *Admitter) cacheVoucher(epoch uint64, code string, cv cachedVoucher, ttl time.Duration) {
 	a.setIfCurrent(epoch, func() {
-		a.vouchers.SetWithTTL(code, cv, 1, ttl)
-		a.vouchers.Wait()
+		a.vouchers.Set(code, cv, ttl)
 	})
 }
 

@@ -96,13 +96,12 @@ func decodeClaim(body []byte, f *claimFields) error {
 
 // members reads `"key": value` pairs up to and including the closing brace.
 func (s *claimScanner) members(f *claimFields) error {
-	var keyBuf [32]byte
 	for {
 		s.space()
 		if s.peek() != '"' {
 			return s.malformed()
 		}
-		key, err := s.str(keyBuf[:0])
+		key, err := s.str()
 		if err != nil {
 			return err
 		}
@@ -153,8 +152,7 @@ func (s *claimScanner) value(f *claimFields, bit uint8) error {
 		if c != '"' {
 			return s.wrongType("orderId")
 		}
-		var buf [64]byte
-		v, err := s.str(buf[:0])
+		v, err := s.str()
 		if err != nil {
 			return err
 		}
@@ -313,10 +311,11 @@ func (s *claimScanner) digits() bool {
 	return s.i > start
 }
 
-// str reads a JSON string and returns its decoded bytes, appended to buf when
-// it has escapes (else a slice of the body). Invalid UTF-8 and lone surrogates
-// become U+FFFD, as encoding/json does.
-func (s *claimScanner) str(buf []byte) ([]byte, error) {
+// str reads a JSON string and returns its decoded bytes: a slice of the body,
+// or a new buffer when it has escapes (rare: no client needs them for these
+// fields). Invalid UTF-8 and lone surrogates become U+FFFD, as encoding/json
+// does.
+func (s *claimScanner) str() ([]byte, error) {
 	s.i++ // the opening quote
 	start := s.i
 	for s.i < len(s.b) {
@@ -329,7 +328,7 @@ func (s *claimScanner) str(buf []byte) ([]byte, error) {
 			}
 			return []byte(string([]rune(string(s.b[start : s.i-1])))), nil
 		case c == '\\':
-			return s.escaped(append(buf, s.b[start:s.i]...))
+			return s.escaped(append(make([]byte, 0, 2*(s.i-start)+16), s.b[start:s.i]...))
 		case c < 0x20:
 			return nil, s.malformed()
 		}

@@ -16,10 +16,8 @@ import (
 	"net/http/pprof"
 	"reflect"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/gin-gonic/gin"
@@ -369,29 +367,6 @@ const RequestIDHeader = "X-Request-ID"
 // ReplayedHeader marks an answer that replays the first answer to the same
 // orderId (a retry): "true" on the reserve routes' 201s that created nothing.
 const ReplayedHeader = "Idempotent-Replayed"
-
-const requestIDKey = "flashgate.requestID"
-
-// RequestID takes the caller's X-Request-ID (when it is short and printable) or
-// makes one, echoes it in the response, and keeps it on the context.
-func RequestID() gin.HandlerFunc {
-	var seq atomic.Uint64
-	prefix := strconv.FormatInt(time.Now().UnixNano()%1e9, 36)
-	return func(c *gin.Context) {
-		id := c.GetHeader(RequestIDHeader)
-		if !validRequestID(id) {
-			id = prefix + "-" + strconv.FormatUint(seq.Add(1), 36)
-		}
-		c.Set(requestIDKey, id)
-		c.Header(RequestIDHeader, id)
-	}
-}
-
-// RequestIDFrom returns the request id stored by RequestID, or "".
-func RequestIDFrom(ctx context.Context) string {
-	id, _ := ctx.Value(requestIDKey).(string)
-	return id
-}
 
 func validRequestID(id string) bool {
 	if id == "" || len(id) > 64 {
