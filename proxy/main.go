@@ -35,6 +35,8 @@ type Config struct {
 	Coalesce        bool          // PROXY_COALESCE (on|off)
 	MaxBatch        int           // PROXY_MAX_BATCH
 	RedisPool       int           // REDIS_POOL_SIZE; 0: go-redis's default
+	RedisMinIdle    int           // REDIS_MIN_IDLE: Redis connections opened at start and kept open
+	LedgerWarm      int           // LEDGER_WARM_CONNS: ledger connections opened at start and kept warm
 	httpx.Serving                 // MAX_CONNS, MAX_INFLIGHT, DEBUG_ADDR, SHUTDOWN_DELAY, SHUTDOWN_TIMEOUT
 }
 
@@ -53,6 +55,8 @@ func configFromEnv() (Config, error) {
 		Coalesce:        e.Switch("PROXY_COALESCE", true),
 		MaxBatch:        e.Int("PROXY_MAX_BATCH", 256, 1),
 		RedisPool:       e.Int("REDIS_POOL_SIZE", 0, 0),
+		RedisMinIdle:    e.Int("REDIS_MIN_IDLE", 4, 0),
+		LedgerWarm:      e.Int("LEDGER_WARM_CONNS", 4, 0),
 		Serving:         httpx.ReadServing(e),
 	}
 	if err := e.Err(); err != nil {
@@ -60,6 +64,9 @@ func configFromEnv() (Config, error) {
 	}
 	if c.RedisURL == "" {
 		return c, errors.New("REDIS_URL is required")
+	}
+	if c.RedisPool > 0 && c.RedisMinIdle > c.RedisPool {
+		return c, fmt.Errorf("REDIS_MIN_IDLE (%d) must be at most REDIS_POOL_SIZE (%d)", c.RedisMinIdle, c.RedisPool)
 	}
 	return c, c.Shutdown.Check(c.LedgerTimeout, "LEDGER_TIMEOUT")
 }
@@ -76,7 +83,7 @@ func run(cfg Config, log *slog.Logger) error {
 	defer life.End()
 	ctx := life.Context() // batches and forwarded writes outlive the drain
 
-	rdb, err := gate.NewClient(cfg.RedisURL, gate.ClientOptions{Timeout: cfg.RedisTimeout, PoolSize: cfg.RedisPool})
+	rdb, err := gate.NewClient(cfg.RedisURL, gate.ClientOptions{Timeout: cfg.RedisTimeout, PoolSize: cfg.RedisPool, MinIdleConns: cfg.RedisMinIdle})
 	if err != nil {
 		return err
 	}
@@ -88,6 +95,8 @@ func run(cfg Config, log *slog.Logger) error {
 	if err := checkLedgerSettings(stopping, ledger, cfg.LedgerTimeout, log); err != nil {
 		return err
 	}
+	warm(stopping, rdb, ledger, cfg, log)
+	go ledger.KeepWarm(ctx, cfg.LedgerWarm, keepWarmEvery)
 	admit, err := NewAdmitter(ctx, gate.New(rdb), ledger, AdmitConfig{
 		SoldOutTTL: cfg.SoldOutTTL, VoucherCacheTTL: cfg.VoucherCacheTTL, RedisTimeout: cfg.RedisTimeout,
 		Coalesce: cfg.Coalesce, MaxBatch: cfg.MaxBatch, Registerer: metrics.Registry,
