@@ -26,6 +26,7 @@ commands:
   compare   each path's maximum sustainable rate and its latency at one fixed rate, side by side
   chaos     faults under bursts (Redis, Postgres, ledger, proxy): invariants and recovery time per scenario
   ceiling   a bare gin server answering every reserve 409 (the HTTP ceiling compare measures)
+  solution1 the article's one-transaction-per-reservation guarded UPDATE as a server (compare's solution1 path)
 
 Run "loadtest <command> -h" for a command's flags.
 `)
@@ -40,6 +41,7 @@ func main() {
 	defer stop()
 	commands := map[string]func(context.Context, []string) error{
 		"run": runStack, "demo": runDemo, "burst": runBurstCmd, "compare": runCompare, "chaos": runChaos, "ceiling": runCeiling,
+		"solution1": runSolution1,
 	}
 	cmd, args := os.Args[1], os.Args[2:]
 	run, ok := commands[cmd]

@@ -44,7 +44,8 @@ type Admitter struct {
 	vouchers *ttlCache[cachedVoucher]
 	soldOut  *ttlCache[*soldOutFlag]
 	batcher  *batch.Batcher[string, gate.Item, gate.Result]
-	forward  *batch.Batcher[string, voucher.Claim, Reply] // admitted writes to the ledger, per voucher
+	forward  *batch.Batcher[forwardKey, voucher.Claim, Reply] // admitted writes to the ledger, per voucher and lane
+	lane     atomic.Uint32                                    // round robin over forwardLanes
 	breaker  *gobreaker.CircuitBreaker[any]
 	metrics  *admitMetrics
 
@@ -85,6 +86,22 @@ const maxForwardBatch = 256
 // cacheEntries bounds each cache: vouchers' terms, sold-out flags.
 const cacheEntries = 10_000
 
+// forwardLanes is how many admitted-write requests of one voucher may be in
+// flight to the ledger at once, each batching what queued behind it: with one,
+// the ledger's writer idles while a batch's answer travels back and the next
+// one comes; with two, the next batch is already waiting when a transaction
+// commits, and the writer (one transaction per voucher at a time) merges
+// what the lanes brought. A claim's retry may take the other lane: the ledger
+// answers concurrent writes of one order alike (it did already without
+// coalescing, one request per claim).
+const forwardLanes = 2
+
+// forwardKey is a forward batch's key: the voucher and a lane.
+type forwardKey struct {
+	code string
+	lane uint32
+}
+
 // negativeTTL bounds how long an unknown voucher code is remembered.
 const negativeTTL = time.Second
 
@@ -114,7 +131,10 @@ func NewAdmitter(base context.Context, g *gate.Gate, ledger *LedgerClient, cfg A
 	a.batcher.ObserveSizes(func(n int) { a.metrics.batchSize.Observe(float64(n)) })
 	// At most maxForwardBatch claims per request: what the ledger's batch
 	// route accepts, whatever PROXY_MAX_BATCH says.
-	a.forward = batch.New(base, min(cfg.MaxBatch, maxForwardBatch), ledger.WriteAdmitted)
+	a.forward = batch.New(base, min(cfg.MaxBatch, maxForwardBatch),
+		func(ctx context.Context, k forwardKey, claims []voucher.Claim) ([]Reply, error) {
+			return ledger.WriteAdmitted(ctx, k.code, claims)
+		})
 	return a, nil
 }
 
@@ -178,7 +198,7 @@ func (a *Admitter) reserve(ctx context.Context, code string, cl voucher.Claim) (
 	}
 	// Admitted together, written together: the ledger commits what one round
 	// admitted in one transaction.
-	rep, err := a.forward.Do(ctx, code, cl)
+	rep, err := a.forward.Do(ctx, forwardKey{code, a.lane.Add(1) % forwardLanes}, cl)
 	if err != nil && !errors.Is(err, voucher.ErrUnavailable) {
 		err = fmt.Errorf("write %s/%s: %w: %w", code, cl.OrderID, err, voucher.ErrUnavailable)
 	}
