@@ -68,9 +68,10 @@ func runStack(ctx context.Context, args []string) error {
 	ledgerAddr := fs.String("ledger-addr", "127.0.0.1:8081", "ledger listen address")
 	proxyAddr := fs.String("proxy-addr", "127.0.0.1:8080", "proxy listen address")
 	token := fs.String("token", "dev-token", "LEDGER_TOKEN for the ledger and the proxy")
+	durable := fs.Bool("durable", false, "Postgres with fsync and full_page_writes on")
 	_ = fs.Parse(args)
 
-	st, err := StartStack(StackOptions{BinDir: *binDir, Token: *token, LedgerAddr: *ledgerAddr, ProxyAddr: *proxyAddr})
+	st, err := StartStack(StackOptions{BinDir: *binDir, Token: *token, LedgerAddr: *ledgerAddr, ProxyAddr: *proxyAddr, DurablePG: *durable})
 	if err != nil {
 		return err
 	}
@@ -79,8 +80,8 @@ func runStack(ctx context.Context, args []string) error {
   proxy:    %s
   ledger:   %s   (LEDGER_TOKEN=%s)
   redis:    %s
-  postgres: %s
-`, st.ProxyURL, st.LedgerURL, st.Token, st.RedisURL, st.DBURL)
+  postgres: %s (%s)
+`, st.ProxyURL, st.LedgerURL, st.Token, st.RedisURL, st.DBURL, durability(*durable))
 	<-ctx.Done()
 	fmt.Println("stopping...")
 	return nil
