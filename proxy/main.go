@@ -40,8 +40,10 @@ type Config struct {
 	httpx.Serving                 // MAX_CONNS, MAX_INFLIGHT, DEBUG_ADDR, SHUTDOWN_DELAY, SHUTDOWN_TIMEOUT
 }
 
-func configFromEnv() (Config, error) {
-	e := envconf.New()
+func configFromEnv() (Config, error) { return configFrom(envconf.New()) }
+
+// configFrom reads the Config from e (the environment, or a map in tests).
+func configFrom(e *envconf.Reader) (Config, error) {
 	c := Config{
 		Addr:            e.String("PROXY_ADDR", "127.0.0.1:8080"),
 		RedisURL:        e.String("REDIS_URL", ""),
