@@ -169,7 +169,7 @@ func (r *WrkReport) path(name string) *WrkPathResult {
 
 // wrkCompare measures every path that has a wrkPath: rounds of one flat-out
 // run per path in turn (the best counts), then each path at about 80% of its
-// best, then the sale at saleRate.
+// best, then the sale at SaleRate.
 func (c *comparer) wrkCompare(ctx context.Context, paths []string, b *Bench) (*WrkReport, error) {
 	cfg := c.cfg.Wrk
 	rep := &WrkReport{Conns: cfg.Conns, Seconds: cfg.Duration.Seconds(), Rounds: cfg.Rounds, Durable: c.cfg.Durable}
@@ -217,7 +217,8 @@ func (c *comparer) wrkCompare(ctx context.Context, paths []string, b *Bench) (*W
 // the rate achieved.
 func (c *comparer) wrkAt80(ctx context.Context, p *WrkPathResult) error {
 	target := 0.8 * p.Max.Rate
-	conns, delay := atRate(target, 1)
+	conns, delay := atRate(target, max(1, p.Max.P50Ms))
+	limit := 4 * c.cfg.Wrk.Conns // past this, wrk's own timers are what is measured
 	var r WrkRun
 	for try := 0; try < 3; try++ {
 		var err error
@@ -227,7 +228,7 @@ func (c *comparer) wrkAt80(ctx context.Context, p *WrkPathResult) error {
 		if r.Rate <= 0 || (r.Rate >= 0.75*p.Max.Rate && r.Rate <= 0.85*p.Max.Rate) {
 			break
 		}
-		conns = max(1, int(float64(conns)*target/r.Rate+0.5))
+		conns = min(limit, max(1, int(float64(conns)*target/r.Rate+0.5)))
 	}
 	fmt.Fprintf(c.log, "  80%%     %-22s %8.0f/s  p50 %6.2fms  p99 %7.2fms  (%d connections, %d ms apart)\n",
 		p.Name, r.Rate, r.P50Ms, r.P99Ms, r.Connections, delay)
@@ -270,7 +271,9 @@ func (c *comparer) wrkSale(ctx context.Context, b *Bench, rate float64) (*WrkSal
 	if err != nil {
 		return nil, err
 	}
-	conns, delay := atRate(rate, 1)
+	// An answer takes about 10 ms while the uses sell (each is written), so
+	// that many connections keep rate requests a second coming.
+	conns, delay := atRate(rate, 10)
 	script := freshOrders(httpx.ReservationsPath(code), code+"-", 0, orderAmount).withDelay(delay)
 	r, err := runWrk(ctx, b.URL, script, conns, time.Second)
 	if err != nil {
