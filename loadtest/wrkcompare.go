@@ -81,24 +81,39 @@ func wrkFresh(flash bool) wrkPath {
 	}
 }
 
-// reserveOnce sends one reserve to b.URL and expects want.
+// reserveOnce sends one reserve to b.URL and expects want. A 503 is retried
+// with the same orderId (always safe), a few times: a busy machine may shed
+// or time out one of the set-up requests.
 func (b *Bench) reserveOnce(ctx context.Context, code string, customer int64, order string, want int) error {
+	for attempt := 0; ; attempt++ {
+		status, raw, err := b.postReserve(ctx, code, customer, order)
+		switch {
+		case err == nil && status == want:
+			return nil
+		case (err != nil || status == http.StatusServiceUnavailable) && attempt < 5:
+			time.Sleep(200 * time.Millisecond)
+		case err != nil:
+			return err
+		default:
+			return fmt.Errorf("reserve %s/%s: %d %s, want %d", code, order, status, bytes.TrimSpace(raw), want)
+		}
+	}
+}
+
+func (b *Bench) postReserve(ctx context.Context, code string, customer int64, order string) (int, []byte, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, b.URL+httpx.ReservationsPath(code),
 		strings.NewReader(wrkBody(customer, order)))
 	if err != nil {
-		return err
+		return 0, nil, err
 	}
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := b.client.Do(req)
 	if err != nil {
-		return err
+		return 0, nil, err
 	}
 	defer resp.Body.Close()
 	raw, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<10))
-	if resp.StatusCode != want {
-		return fmt.Errorf("reserve %s/%s: %d %s, want %d", code, order, resp.StatusCode, bytes.TrimSpace(raw), want)
-	}
-	return nil
+	return resp.StatusCode, raw, nil
 }
 
 // serviceCounts reads the counters of a proxy's /metrics that say a request
