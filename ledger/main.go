@@ -126,16 +126,9 @@ func run(cfg Config, log *slog.Logger) error {
 	if err := migrations.MigrateURL(stopping, cfg.DatabaseURL); err != nil {
 		return err
 	}
-	poolCfg, err := pgxpool.ParseConfig(cfg.DatabaseURL)
+	pool, err := openPool(ctx, cfg)
 	if err != nil {
-		return fmt.Errorf("DATABASE_URL: %w", err)
-	}
-	poolCfg.MaxConns = int32(cfg.MaxConns)
-	poolCfg.MinConns = int32(cfg.MinConns)
-	withStatementDeadlines(poolCfg, cfg.DBTimeout)
-	pool, err := pgxpool.NewWithConfig(ctx, poolCfg)
-	if err != nil {
-		return fmt.Errorf("connect to postgres: %w", err)
+		return err
 	}
 	defer pool.Close()
 	warmPostgres(stopping, pool, cfg.MinConns, log)
@@ -198,4 +191,22 @@ func run(cfg Config, log *slog.Logger) error {
 	<-jobsDone
 	log.Info("ledger stopped")
 	return err
+}
+
+// openPool is the Postgres pool: DB_MAX_CONNS, DB_MIN_CONNS kept open, and
+// DB_TIMEOUT on every statement. It connects on demand (warmPostgres opens
+// the first connections).
+func openPool(ctx context.Context, cfg Config) (*pgxpool.Pool, error) {
+	poolCfg, err := pgxpool.ParseConfig(cfg.DatabaseURL)
+	if err != nil {
+		return nil, fmt.Errorf("DATABASE_URL: %w", err)
+	}
+	poolCfg.MaxConns = int32(cfg.MaxConns)
+	poolCfg.MinConns = int32(cfg.MinConns)
+	withStatementDeadlines(poolCfg, cfg.DBTimeout)
+	pool, err := pgxpool.NewWithConfig(ctx, poolCfg)
+	if err != nil {
+		return nil, fmt.Errorf("connect to postgres: %w", err)
+	}
+	return pool, nil
 }
