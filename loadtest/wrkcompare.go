@@ -41,7 +41,7 @@ func wrkBody(customer int64, order string) string {
 // the proxy's sold-out flag.
 func wrkSoldOut(ctx context.Context, b *Bench) (wrkScript, error) {
 	code := newCode("wrk-soldout")
-	if err := b.CreateVoucher(ctx, VoucherSpec{Code: code, Stock: 1, PerUser: 1, Flash: true}); err != nil {
+	if err := createVoucherRetrying(ctx, b, VoucherSpec{Code: code, Stock: 1, PerUser: 1, Flash: true}); err != nil {
 		return "", err
 	}
 	for i, want := range []int{http.StatusCreated, http.StatusConflict} {
@@ -56,7 +56,7 @@ func wrkSoldOut(ctx context.Context, b *Bench) (wrkScript, error) {
 // each request is a new order of one of them, refused by the Redis script.
 func wrkGate(ctx context.Context, b *Bench) (wrkScript, error) {
 	code := newCode("wrk-gate")
-	if err := b.CreateVoucher(ctx, VoucherSpec{Code: code, Stock: 1_000_000, PerUser: 1, Flash: true}); err != nil {
+	if err := createVoucherRetrying(ctx, b, VoucherSpec{Code: code, Stock: 1_000_000, PerUser: 1, Flash: true}); err != nil {
 		return "", err
 	}
 	var bodies []string
@@ -74,11 +74,34 @@ func wrkGate(ctx context.Context, b *Bench) (wrkScript, error) {
 func wrkFresh(flash bool) wrkPath {
 	return func(ctx context.Context, b *Bench) (wrkScript, error) {
 		code := newCode("wrk-write")
-		if err := b.CreateVoucher(ctx, VoucherSpec{Code: code, Stock: 50_000_000, PerUser: 1, Flash: flash}); err != nil {
+		if err := createVoucherRetrying(ctx, b, VoucherSpec{Code: code, Stock: 50_000_000, PerUser: 1, Flash: flash}); err != nil {
 			return "", err
 		}
 		return freshOrders(httpx.ReservationsPath(code), code+"-", 0, orderAmount), nil
 	}
+}
+
+// createVoucherRetrying is CreateVoucher, retried when the ledger answers 503
+// (a busy machine): a retry that finds the voucher created by the attempt
+// that timed out (409) is a success.
+func createVoucherRetrying(ctx context.Context, b *Bench, v VoucherSpec) error {
+	var err error
+	for attempt := 0; attempt < 5; attempt++ {
+		err = b.CreateVoucher(ctx, v)
+		switch {
+		case err == nil:
+			return nil
+		case attempt > 0 && strings.Contains(err.Error(), ": 409 "):
+			if !v.Flash { // the attempt that timed out created it
+				return nil
+			}
+			return b.admin(ctx, http.MethodPost, "/admin/vouchers/"+v.Code+"/warmup", nil, http.StatusOK)
+		case !strings.Contains(err.Error(), ": 503 "):
+			return err
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	return err
 }
 
 // reserveOnce sends one reserve to b.URL and expects want. A 503 is retried
@@ -279,7 +302,7 @@ func (c *comparer) wrkRun(ctx context.Context, p *WrkPathResult, conns, delayMs 
 // rate and reports the Postgres commits per admitted reservation.
 func (c *comparer) wrkSale(ctx context.Context, b *Bench, rate float64) (*WrkSale, error) {
 	code := newCode("wrk-sale")
-	if err := b.CreateVoucher(ctx, VoucherSpec{Code: code, Stock: c.cfg.Sale.Stock, PerUser: 1, Flash: true}); err != nil {
+	if err := createVoucherRetrying(ctx, b, VoucherSpec{Code: code, Stock: c.cfg.Sale.Stock, PerUser: 1, Flash: true}); err != nil {
 		return nil, err
 	}
 	before, err := b.Commits(ctx)
