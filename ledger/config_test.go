@@ -42,3 +42,28 @@ func TestConfigTokens(t *testing.T) {
 		}
 	}
 }
+
+// TestConfigWarmConns: DB_MIN_CONNS above DB_MAX_CONNS would promise
+// connections the pool may not hold: the start is refused, naming both.
+func TestConfigWarmConns(t *testing.T) {
+	env := func(kv ...string) *envconf.Reader {
+		m := map[string]string{"DATABASE_URL": "postgres://x"}
+		for i := 0; i < len(kv); i += 2 {
+			m[kv[i]] = kv[i+1]
+		}
+		return envconf.NewFrom(m)
+	}
+	c, err := configFrom(env())
+	assert.NoError(t, err)
+	assert.Equal(t, 4, c.MinConns)
+	assert.Equal(t, 4, c.RedisMinIdle)
+	_, err = configFrom(env("DB_MIN_CONNS", "32", "DB_MAX_CONNS", "32"))
+	assert.NoError(t, err)
+	_, err = configFrom(env("DB_MIN_CONNS", "33"))
+	if assert.Error(t, err) {
+		assert.Contains(t, err.Error(), "DB_MIN_CONNS")
+		assert.Contains(t, err.Error(), "DB_MAX_CONNS")
+	}
+	_, err = configFrom(env("REDIS_MIN_IDLE", "-1"))
+	assert.ErrorContains(t, err, "REDIS_MIN_IDLE")
+}

@@ -35,6 +35,8 @@ type Config struct {
 	ReconcileInterval time.Duration     // RECONCILE_INTERVAL
 	HangingGrace      time.Duration     // HANGING_GRACE
 	MaxConns          int               // DB_MAX_CONNS
+	MinConns          int               // DB_MIN_CONNS: opened at start and kept open
+	RedisMinIdle      int               // REDIS_MIN_IDLE: Redis connections opened at start and kept open
 	WriteBatch        int               // WRITE_MAX_BATCH: most admitted writes per transaction
 	MaxPerVoucher     int               // MAX_INFLIGHT_PER_VOUCHER: standard-path reserves of one voucher at once
 	VoucherWait       time.Duration     // VOUCHER_WAIT: longest wait for one of those slots
@@ -68,6 +70,8 @@ func configFrom(e *envconf.Reader) (Config, error) {
 		ReconcileInterval: e.Duration("RECONCILE_INTERVAL", time.Minute),
 		HangingGrace:      e.DurationMin("HANGING_GRACE", 30*time.Second, minHangingGrace),
 		MaxConns:          e.Int("DB_MAX_CONNS", 32, 2),
+		MinConns:          e.Int("DB_MIN_CONNS", 4, 0),
+		RedisMinIdle:      e.Int("REDIS_MIN_IDLE", 4, 0),
 		WriteBatch:        e.Int("WRITE_MAX_BATCH", 256, 1),
 		MaxPerVoucher:     e.Int("MAX_INFLIGHT_PER_VOUCHER", 16, 1),
 		VoucherWait:       e.Duration("VOUCHER_WAIT", 500*time.Millisecond),
@@ -83,6 +87,9 @@ func configFrom(e *envconf.Reader) (Config, error) {
 	}
 	if c.DatabaseURL == "" {
 		return c, errors.New("DATABASE_URL is required")
+	}
+	if c.MinConns > c.MaxConns {
+		return c, fmt.Errorf("DB_MIN_CONNS (%d) must be at most DB_MAX_CONNS (%d)", c.MinConns, c.MaxConns)
 	}
 	if err := c.Shutdown.Check(writeTimeout, "the group commit's deadline"); err != nil {
 		return c, err
@@ -125,25 +132,21 @@ func run(cfg Config, log *slog.Logger) error {
 	if err := migrations.MigrateURL(stopping, cfg.DatabaseURL); err != nil {
 		return err
 	}
-	poolCfg, err := pgxpool.ParseConfig(cfg.DatabaseURL)
+	pool, err := openPool(ctx, cfg)
 	if err != nil {
-		return fmt.Errorf("DATABASE_URL: %w", err)
-	}
-	poolCfg.MaxConns = int32(cfg.MaxConns)
-	withStatementDeadlines(poolCfg, cfg.DBTimeout)
-	pool, err := pgxpool.NewWithConfig(ctx, poolCfg)
-	if err != nil {
-		return fmt.Errorf("connect to postgres: %w", err)
+		return err
 	}
 	defer pool.Close()
+	warmPostgres(stopping, pool, cfg.MinConns, log)
 
 	var rdb redis.UniversalClient
 	var g *gate.Gate
 	if cfg.RedisURL != "" {
-		if rdb, err = gate.NewClient(cfg.RedisURL, gate.ClientOptions{Timeout: time.Second}); err != nil {
+		if rdb, err = gate.NewClient(cfg.RedisURL, gate.ClientOptions{Timeout: time.Second, MinIdleConns: cfg.RedisMinIdle}); err != nil {
 			return err
 		}
 		defer rdb.Close()
+		warmRedis(stopping, rdb, cfg.RedisMinIdle, log)
 		g = gate.New(rdb)
 	} else {
 		log.Warn("REDIS_URL is not set: flash-sale vouchers will answer 503")
@@ -225,4 +228,22 @@ func startBackground(stopping, ctx context.Context, cfg Config, store *Store, jo
 	}()
 	go func() { wg.Wait(); close(done) }()
 	return done, nil
+}
+
+// openPool is the Postgres pool: DB_MAX_CONNS, DB_MIN_CONNS kept open, and
+// DB_TIMEOUT on every statement. It connects on demand (warmPostgres opens
+// the first connections).
+func openPool(ctx context.Context, cfg Config) (*pgxpool.Pool, error) {
+	poolCfg, err := pgxpool.ParseConfig(cfg.DatabaseURL)
+	if err != nil {
+		return nil, fmt.Errorf("DATABASE_URL: %w", err)
+	}
+	poolCfg.MaxConns = int32(cfg.MaxConns)
+	poolCfg.MinConns = int32(cfg.MinConns)
+	withStatementDeadlines(poolCfg, cfg.DBTimeout)
+	pool, err := pgxpool.NewWithConfig(ctx, poolCfg)
+	if err != nil {
+		return nil, fmt.Errorf("connect to postgres: %w", err)
+	}
+	return pool, nil
 }

@@ -53,11 +53,7 @@ func bindClaim(c *gin.Context) (string, voucher.Claim, error) {
 	if err != nil {
 		return "", voucher.Claim{}, err
 	}
-	var req voucher.ReserveRequest
-	if err := httpx.BindJSON(c, &req); err != nil {
-		return "", voucher.Claim{}, err
-	}
-	cl, err := req.Validate()
+	cl, err := httpx.BindClaim(c)
 	return code, cl, err
 }
 

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"net/http"
@@ -28,12 +27,7 @@ func ceilingHandler() http.Handler {
 	r := gin.New()
 	r.GET("/healthz", func(c *gin.Context) { c.JSON(http.StatusOK, gin.H{"status": "ok"}) })
 	r.POST(httpx.ReservationsPath(":code"), func(c *gin.Context) {
-		var req voucher.ReserveRequest
-		if err := httpx.BindJSON(c, &req); err != nil {
-			httpx.WriteError(c, err)
-			return
-		}
-		if _, err := req.Validate(); err != nil {
+		if _, err := httpx.BindClaim(c); err != nil {
 			httpx.WriteError(c, err)
 			return
 		}
@@ -51,10 +45,15 @@ func runCeiling(ctx context.Context, args []string) error {
 	_ = fs.Parse(args)
 
 	gin.SetMode(gin.ReleaseMode)
-	srv := httpx.NewServer(*addr, ceilingHandler())
+	return serveUntil(ctx, "ceiling", *addr, ceilingHandler())
+}
+
+// serveUntil serves h on addr until ctx ends (SIGINT or SIGTERM).
+func serveUntil(ctx context.Context, name, addr string, h http.Handler) error {
+	srv := httpx.NewServer(addr, h)
 	errc := make(chan error, 1)
 	go func() { errc <- srv.ListenAndServe() }()
-	fmt.Fprintf(os.Stderr, "ceiling listening on %s\n", *addr)
+	fmt.Fprintf(os.Stderr, "%s listening on %s\n", name, addr)
 	select {
 	case err := <-errc:
 		return err
@@ -65,8 +64,9 @@ func runCeiling(ctx context.Context, args []string) error {
 	return srv.Shutdown(shut)
 }
 
-// ceilingProcess is `loadtest ceiling` running as a child of this process, so
-// that it has its own runtime and scheduler like the proxy has.
+// ceilingProcess is `loadtest ceiling` (or another server of this binary:
+// solution1) running as a child of this process, so that it has its own
+// runtime and scheduler like the proxy has.
 type ceilingProcess struct {
 	URL  string
 	cmd  *exec.Cmd
@@ -75,7 +75,11 @@ type ceilingProcess struct {
 
 // startCeiling runs this executable's ceiling command on a free port and waits
 // until it answers.
-func startCeiling() (*ceilingProcess, error) {
+func startCeiling() (*ceilingProcess, error) { return startChild("ceiling") }
+
+// startChild runs this executable's command (a server taking --addr) with
+// args on a free port and waits until its /healthz answers.
+func startChild(command string, args ...string) (*ceilingProcess, error) {
 	exe, err := os.Executable()
 	if err != nil {
 		return nil, err
@@ -86,7 +90,7 @@ func startCeiling() (*ceilingProcess, error) {
 	}
 	addr := fmt.Sprintf("127.0.0.1:%d", port)
 	p := &ceilingProcess{URL: "http://" + addr, done: make(chan struct{})}
-	p.cmd = exec.Command(exe, "ceiling", "--addr", addr)
+	p.cmd = exec.Command(exe, append([]string{command, "--addr", addr}, args...)...)
 	p.cmd.Stdout, p.cmd.Stderr = os.Stderr, os.Stderr
 	// Killed with this process. Linux sends Pdeathsig when the thread that
 	// forked the child exits, so that thread is held until the child is gone.
@@ -104,7 +108,7 @@ func startCeiling() (*ceilingProcess, error) {
 		close(p.done)
 	}()
 	if err := <-started; err != nil {
-		return nil, fmt.Errorf("start ceiling: %w", err)
+		return nil, fmt.Errorf("start %s: %w", command, err)
 	}
 	client := &http.Client{Timeout: time.Second}
 	for deadline := time.Now().Add(10 * time.Second); ; {
@@ -117,12 +121,12 @@ func startCeiling() (*ceilingProcess, error) {
 		}
 		select {
 		case <-p.done:
-			return nil, errors.New("ceiling exited before it answered")
+			return nil, fmt.Errorf("%s exited before it answered", command)
 		case <-time.After(50 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
 			p.Stop()
-			return nil, fmt.Errorf("ceiling did not answer on %s", addr)
+			return nil, fmt.Errorf("%s did not answer on %s", command, addr)
 		}
 	}
 }

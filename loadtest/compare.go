@@ -24,9 +24,15 @@ const (
 	pathGate       = "flash-gate"
 	pathGateNoCo   = "flash-gate-nocoalesce"
 	pathNoEvents   = "flash-noevents"
+	pathSolution1  = "solution1"
 )
 
-var allPaths = []string{pathCeiling, pathStandard, pathNoCoalesce, pathFlash, pathNoEvents, pathGateNoCo, pathGate, pathSoldOut}
+// A path is registered in four places, all in this file and wrkcompare.go:
+// its name here and in allPaths (the order it is measured in), its note in
+// pathNotes, the traffic vegeta sends it in comparer.shape, the server it goes
+// to in comparer.openPaths (the stack's proxy unless set there), and, to be in
+// the wrk table, how wrk drives it in wrkPaths.
+var allPaths = []string{pathCeiling, pathStandard, pathSolution1, pathNoCoalesce, pathFlash, pathNoEvents, pathGateNoCo, pathGate, pathSoldOut}
 
 var pathNotes = map[string]string{
 	pathCeiling:    "bare gin: bind + validate the body, fixed 409 (own process)",
@@ -37,6 +43,7 @@ var pathNotes = map[string]string{
 	pathGate:       "flash, coalesced: 100 customers at their limit, refused by the Redis script (no DB write, no sold-out flag)",
 	pathGateNoCo:   "the same with PROXY_COALESCE=off: one Redis script call per request",
 	pathNoEvents:   "flash as above through a proxy and a ledger with EVENTS=off: the write path without the outbox's events",
+	pathSolution1:  "the article's Solution 1: one transaction per reservation (guarded UPDATE + INSERT), no proxy, same Postgres",
 }
 
 // CompareConfig is one compare run.
@@ -52,6 +59,17 @@ type CompareConfig struct {
 	Sustain      Sustain
 	Attack       AttackOptions
 	Sale         BurstConfig // the 1,000-use burst that measures commits per admitted
+	Durable      bool        // Postgres with fsync and full_page_writes on
+	Wrk          WrkConfig
+}
+
+// WrkConfig is the wrk table of a compare run.
+type WrkConfig struct {
+	Generator string        // wrk, vegeta or auto (wrk when installed)
+	Conns     int           // connections of a flat-out run
+	Duration  time.Duration // of each measured run
+	Rounds    int           // flat-out runs per path, in turns; the best counts
+	SaleRate  float64       // the 1,000-use sale sent by wrk at this rate (0: skip)
 }
 
 // StepResult is one burst of a compare run, in short.
@@ -111,7 +129,7 @@ type comparer struct {
 // per customer), or none at all for the sold-out path.
 func (c *comparer) shape(path string, rate float64, d time.Duration) BurstConfig {
 	b := BurstConfig{Label: path, Rate: rate, Duration: d, PerUser: 1, Retry: c.cfg.Retry,
-		Flash: path != pathStandard, Seed: uint64(rate), Attack: c.cfg.Attack}
+		Flash: path != pathStandard && path != pathSolution1, Seed: uint64(rate), Attack: c.cfg.Attack}
 	b.Stock = b.Requests()
 	b.Customers = b.Requests()
 	switch path {
@@ -277,6 +295,12 @@ func parseCompareFlags(args []string) (compareCmd, error) {
 	fs.IntVar(&cfg.Sale.Customers, "sale-customers", 15000, "customers of the 1,000-use burst")
 	fs.DurationVar(&cfg.Sale.StatsWait, "stats-wait", 11*time.Second, "wait before reading Postgres commits after the 1,000-use burst")
 	attackFlags(fs, &cfg.Attack)
+	fs.BoolVar(&cfg.Durable, "durable", false, "Postgres with fsync and full_page_writes on (every 201 durable)")
+	fs.StringVar(&cfg.Wrk.Generator, "generator", "auto", "wrk (light, closed model: the table), vegeta (open-model ladders) or auto: wrk when installed")
+	fs.IntVar(&cfg.Wrk.Conns, "wrk-conns", 64, "connections of wrk's flat-out runs")
+	fs.DurationVar(&cfg.Wrk.Duration, "wrk-duration", 5*time.Second, "length of each measured wrk run")
+	fs.IntVar(&cfg.Wrk.Rounds, "wrk-rounds", 2, "flat-out wrk runs per path, in turns (the best counts)")
+	fs.Float64Var(&cfg.Wrk.SaleRate, "wrk-sale-rate", 20000, "rate of the 1,000-use sale sent by wrk, for commits per admitted (0: skip)")
 	fs.StringVar(&c.Out, "out", "", "report directory (default loadtest/reports/compare-<timestamp>)")
 	fs.StringVar(&c.BinDir, "bin", "", "directory holding ledger and proxy")
 	fs.StringVar(&c.Token, "token", "dev-token", "LEDGER_TOKEN of the stack")
@@ -288,6 +312,20 @@ func parseCompareFlags(args []string) (compareCmd, error) {
 		}
 	}
 	cfg.Sale.Retry, cfg.Sale.Attack = cfg.Retry, cfg.Attack
+	switch cfg.Wrk.Generator {
+	case "auto":
+		cfg.Wrk.Generator = "vegeta"
+		if wrkInstalled() {
+			cfg.Wrk.Generator = "wrk"
+		}
+	case "wrk":
+		if !wrkInstalled() {
+			return c, errors.New("--generator wrk: wrk is not installed (scripts/deps.sh; sudo apt-get install -y wrk)")
+		}
+	case "vegeta":
+	default:
+		return c, fmt.Errorf("--generator %q: want wrk, vegeta or auto", cfg.Wrk.Generator)
+	}
 	if c.Out == "" {
 		c.Out = defaultOut("compare")
 	}
@@ -305,7 +343,7 @@ func runCompare(ctx context.Context, args []string) error {
 	}
 	started := time.Now()
 	fmt.Println("starting a local stack...")
-	st, err := StartStack(StackOptions{BinDir: cmd.BinDir, Token: cmd.Token})
+	st, err := StartStack(StackOptions{BinDir: cmd.BinDir, Token: cmd.Token, DurablePG: cmd.Config.Durable})
 	if err != nil {
 		return err
 	}
@@ -329,11 +367,17 @@ func runCompare(ctx context.Context, args []string) error {
 }
 
 // openPaths gives each path the Bench its bursts go to, starting what a path
-// needs beyond the stack: a proxy without coalescing, the ceiling server.
+// needs beyond the stack: a proxy without coalescing, the ceiling server,
+// the solution1 server.
 // stop stops what it started.
 func (c *comparer) openPaths(st *Stack, b *Bench) (stop func(), err error) {
-	stop = func() {}
 	c.benches = map[string]*Bench{pathStandard: b, pathFlash: b, pathSoldOut: b, pathGate: b}
+	var stops []func()
+	stop = func() {
+		for _, s := range stops {
+			s()
+		}
+	}
 	if slices.Contains(c.cfg.Paths, pathNoCoalesce) || slices.Contains(c.cfg.Paths, pathGateNoCo) {
 		url, err := st.StartProxy("proxy-nocoalesce", "PROXY_COALESCE=off")
 		if err != nil {
@@ -354,8 +398,16 @@ func (c *comparer) openPaths(st *Stack, b *Bench) (stop func(), err error) {
 		if err != nil {
 			return stop, err
 		}
-		stop = ceil.Stop
+		stops = append(stops, ceil.Stop)
 		c.benches[pathCeiling] = BareBench(ceil.URL)
+	}
+	if slices.Contains(c.cfg.Paths, pathSolution1) {
+		sol, err := startChild("solution1", "--db", st.DBURL)
+		if err != nil {
+			return stop, err
+		}
+		stops = append(stops, sol.Stop)
+		c.benches[pathSolution1] = b.WithURL(sol.URL)
 	}
 	return stop, nil
 }
@@ -373,8 +425,13 @@ func (c *comparer) run(ctx context.Context, b *Bench, started time.Time, out str
 			paths = append(paths, p)
 		}
 	}
+	rep.Generator, rep.Durable = cfg.Wrk.Generator, cfg.Durable
 	var err error
-	if rep.Paths, err = c.measureAll(ctx, paths); err != nil {
+	if cfg.Wrk.Generator == "wrk" {
+		if rep.Wrk, err = c.wrkCompare(ctx, paths, b); err != nil {
+			return nil, err
+		}
+	} else if rep.Paths, err = c.measureAll(ctx, paths); err != nil {
 		return nil, err
 	}
 	if flash := rep.path(pathFlash); flash != nil && flash.MaxRate > 0 {

@@ -27,6 +27,9 @@ type CompareReport struct {
 	Paths        []*PathResult `json:"paths"`
 	Flash80      *StepResult   `json:"flashAt80PercentOfMax,omitempty"`
 	Sale         *Summary      `json:"sale,omitempty"`
+	Generator    string        `json:"generator"` // wrk: the table is Wrk's; vegeta: Paths'
+	Durable      bool          `json:"durable"`
+	Wrk          *WrkReport    `json:"wrk,omitempty"`
 	Targets      []Target      `json:"targets"`
 	Invariants   bool          `json:"allInvariantsPassed"`
 }
@@ -89,6 +92,7 @@ func (r *CompareReport) finish(cfg CompareConfig) {
 			Pass: s.Commits.PerAdmitted <= 0.1,
 			Got:  fmt.Sprintf("%.3f (%d commits / %d admitted)", s.Commits.PerAdmitted, s.Commits.Delta, s.AdmittedOrders)})
 	}
+	r.wrkTargets()
 	if f := r.Flash80; f != nil {
 		r.Targets = append(r.Targets, Target{Name: "p99 < 100 ms at 80% of flash max, invariants pass",
 			Pass: f.P99Ms < 100 && f.Invariants == "PASS" && f.ErrorRate <= cfg.Sustain.MaxErrorRate,
@@ -101,6 +105,21 @@ func (r *CompareReport) finish(cfg CompareConfig) {
 func (r *CompareReport) Markdown(w io.Writer, failed []string) {
 	fmt.Fprintf(w, "## flashgate compare (%s, %d CPUs, everything on this machine; load average %.1f at the start, %.0f s)\n\n",
 		r.Started.Format("2006-01-02 15:04"), r.CPUs, r.LoadAvg, r.Seconds)
+	if r.Wrk != nil {
+		r.Wrk.Markdown(w, r.Durable)
+	} else {
+		r.vegetaTable(w)
+	}
+	r.targetsAndSale(w)
+	if r.Wrk == nil {
+		r.steps(w, failed)
+	} else {
+		writeInvariants(w, failed)
+	}
+}
+
+// vegetaTable is the table of the vegeta ladders.
+func (r *CompareReport) vegetaTable(w io.Writer) {
 	fmt.Fprintf(w, "Sustained: %s; steps of %.1fs; fixed rate %.0f/s.\n\n", r.Sustain, r.StepDuration, r.FixedRate)
 	fixedHead := "p99 at a fixed rate (not run)"
 	if r.FixedRate > 0 {
@@ -127,6 +146,10 @@ func (r *CompareReport) Markdown(w io.Writer, failed []string) {
 		}
 		fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s |\n", p.Name, maxRate, atMax, fixed, ratio, p.stoppedBy())
 	}
+}
+
+// targetsAndSale writes the targets and the vegeta sale's figures.
+func (r *CompareReport) targetsAndSale(w io.Writer) {
 	if len(r.Targets) > 0 {
 		fmt.Fprintln(w, "\n| target | measured | |\n| --- | --- | --- |")
 		for _, t := range r.Targets {
@@ -145,6 +168,10 @@ func (r *CompareReport) Markdown(w io.Writer, failed []string) {
 		}
 		fmt.Fprintln(w, ".")
 	}
+}
+
+// steps lists every vegeta step and the invariants.
+func (r *CompareReport) steps(w io.Writer, failed []string) {
 	fmt.Fprintln(w, "\nSteps (rate: achieved, p99, errors, CPUs used by load generator/flashgate stack/other processes, invariants; x = not sustained):")
 	fmt.Fprintln(w)
 	for _, p := range r.Paths {
@@ -162,6 +189,11 @@ func (r *CompareReport) Markdown(w io.Writer, failed []string) {
 		}
 		fmt.Fprintf(w, "- %s (%s): %s\n", p.Name, p.Note, strings.Join(parts, "; "))
 	}
+	writeInvariants(w, failed)
+}
+
+// writeInvariants says whether every check after every burst passed.
+func writeInvariants(w io.Writer, failed []string) {
 	if len(failed) == 0 {
 		fmt.Fprintln(w, "\nInvariants: PASS after every burst.")
 		return

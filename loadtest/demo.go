@@ -22,6 +22,7 @@ func parseDemoFlags(args []string) burstCmd {
 	fs.DurationVar(&c.Warmup, "warmup", 0, "first an unmeasured burst of this long on another voucher (the stack is fresh: cold start included by default)")
 	fs.StringVar(&c.Out, "out", "", "report directory (default loadtest/reports/demo-<timestamp>)")
 	fs.StringVar(&c.Stack.BinDir, "bin", "", "directory holding ledger and proxy")
+	fs.BoolVar(&c.Stack.DurablePG, "durable", false, "Postgres with fsync and full_page_writes on: every 201 is on disk (make demo sets it)")
 	_ = fs.Parse(args)
 	if c.Out == "" {
 		c.Out = defaultOut("demo")
@@ -40,8 +41,8 @@ func runDemo(ctx context.Context, args []string) error {
 	}
 	defer st.Stop()
 	cfg := c.Config
-	fmt.Printf("a flash sale: %d uses, %d customers, %.0f%% retries, %d requests at %.0f/s\n",
-		cfg.Stock, cfg.Customers, 100*cfg.Retry, cfg.Requests(), cfg.Rate)
+	fmt.Printf("a flash sale: %d uses, %d customers, %.0f%% retries, %d requests at %.0f/s; Postgres %s\n",
+		cfg.Stock, cfg.Customers, 100*cfg.Retry, cfg.Requests(), cfg.Rate, durability(c.Stack.DurablePG))
 	if cfg.StatsWait > 0 {
 		fmt.Printf("(after the burst the demo waits %s for Postgres to publish its commit counters)\n", cfg.StatsWait)
 	}
@@ -50,4 +51,12 @@ func runDemo(ctx context.Context, args []string) error {
 		return err
 	}
 	return reportBurst(s, c.Out)
+}
+
+// durability says how the dev stack's Postgres keeps a commit.
+func durability(durable bool) string {
+	if durable {
+		return "durable (fsync and full_page_writes on: every 201 is on disk)"
+	}
+	return "fsync off (a commit survives a process crash, not a machine crash)"
 }

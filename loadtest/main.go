@@ -26,6 +26,7 @@ commands:
   compare   each path's maximum sustainable rate and its latency at one fixed rate, side by side
   chaos     faults under bursts (Redis, Postgres, ledger, proxy): invariants and recovery time per scenario
   ceiling   a bare gin server answering every reserve 409 (the HTTP ceiling compare measures)
+  solution1 the article's one-transaction-per-reservation guarded UPDATE as a server (compare's solution1 path)
 
 Run "loadtest <command> -h" for a command's flags.
 `)
@@ -40,6 +41,7 @@ func main() {
 	defer stop()
 	commands := map[string]func(context.Context, []string) error{
 		"run": runStack, "demo": runDemo, "burst": runBurstCmd, "compare": runCompare, "chaos": runChaos, "ceiling": runCeiling,
+		"solution1": runSolution1,
 	}
 	cmd, args := os.Args[1], os.Args[2:]
 	run, ok := commands[cmd]
@@ -66,9 +68,10 @@ func runStack(ctx context.Context, args []string) error {
 	ledgerAddr := fs.String("ledger-addr", "127.0.0.1:8081", "ledger listen address")
 	proxyAddr := fs.String("proxy-addr", "127.0.0.1:8080", "proxy listen address")
 	token := fs.String("token", "dev-token", "LEDGER_TOKEN for the ledger and the proxy")
+	durable := fs.Bool("durable", false, "Postgres with fsync and full_page_writes on")
 	_ = fs.Parse(args)
 
-	st, err := StartStack(StackOptions{BinDir: *binDir, Token: *token, LedgerAddr: *ledgerAddr, ProxyAddr: *proxyAddr})
+	st, err := StartStack(StackOptions{BinDir: *binDir, Token: *token, LedgerAddr: *ledgerAddr, ProxyAddr: *proxyAddr, DurablePG: *durable})
 	if err != nil {
 		return err
 	}
@@ -77,8 +80,8 @@ func runStack(ctx context.Context, args []string) error {
   proxy:    %s
   ledger:   %s   (LEDGER_TOKEN=%s)
   redis:    %s
-  postgres: %s
-`, st.ProxyURL, st.LedgerURL, st.Token, st.RedisURL, st.DBURL)
+  postgres: %s (%s)
+`, st.ProxyURL, st.LedgerURL, st.Token, st.RedisURL, st.DBURL, durability(*durable))
 	<-ctx.Done()
 	fmt.Println("stopping...")
 	return nil

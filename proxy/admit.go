@@ -50,7 +50,8 @@ type Admitter struct {
 	vouchers *ristretto.Cache[string, cachedVoucher]
 	soldOut  *ristretto.Cache[string, *soldOutFlag]
 	batcher  *batch.Batcher[string, gate.Item, gate.Result]
-	forward  *batch.Batcher[string, voucher.Claim, Reply] // admitted writes to the ledger, per voucher
+	forward  *batch.Batcher[forwardKey, voucher.Claim, Reply] // admitted writes to the ledger, per voucher and lane
+	lane     atomic.Uint32                                    // round robin over forwardLanes
 	breaker  *gobreaker.CircuitBreaker[any]
 	window   *admitWindow // nil: none
 	metrics  *admitMetrics
@@ -88,6 +89,22 @@ type soldOutFlag struct {
 // ledger's batch route's httpx.MaxBatchClaims and httpx.MaxBatchBytes
 // (TestForwardBatchFitsLedgerRoute checks both).
 const maxForwardBatch = 256
+
+// forwardLanes is how many admitted-write requests of one voucher may be in
+// flight to the ledger at once, each batching what queued behind it: with one,
+// the ledger's writer idles while a batch's answer travels back and the next
+// one comes; with two, the next batch is already waiting when a transaction
+// commits, and the writer (one transaction per voucher at a time) merges
+// what the lanes brought. A claim's retry may take the other lane: the ledger
+// answers concurrent writes of one order alike (it did already without
+// coalescing, one request per claim).
+const forwardLanes = 2
+
+// forwardKey is a forward batch's key: the voucher and a lane.
+type forwardKey struct {
+	code string
+	lane uint32
+}
 
 // negativeTTL bounds how long an unknown voucher code is remembered.
 const negativeTTL = time.Second
@@ -133,7 +150,10 @@ func NewAdmitter(base context.Context, g *gate.Gate, ledger *LedgerClient, cfg A
 	a.batcher.ObserveSizes(func(n int) { a.metrics.batchSize.Observe(float64(n)) })
 	// At most maxForwardBatch claims per request: what the ledger's batch
 	// route accepts, whatever PROXY_MAX_BATCH says.
-	a.forward = batch.New(base, min(cfg.MaxBatch, maxForwardBatch), ledger.WriteAdmitted)
+	a.forward = batch.New(base, min(cfg.MaxBatch, maxForwardBatch),
+		func(ctx context.Context, k forwardKey, claims []voucher.Claim) ([]Reply, error) {
+			return ledger.WriteAdmitted(ctx, k.code, claims)
+		})
 	return a, nil
 }
 
@@ -155,7 +175,7 @@ func (a *Admitter) Reserve(ctx context.Context, code string, cl voucher.Claim) (
 			outcome = voucher.CodeUnavailable
 		}
 	}
-	a.metrics.outcomes.WithLabelValues(outcome).Inc()
+	a.metrics.outcome.Get(outcome).Inc()
 	return rep, err
 }
 
@@ -204,6 +224,9 @@ func (a *Admitter) reserveFlash(ctx context.Context, code string, cl voucher.Cla
 	// writes a new order and answers a known one from its row (replay,
 	// ORDER_CONFLICT for another amount, RESERVATION_RELEASED or _REFUNDED).
 	if err := res.Err(); err != nil {
+		if _, domain := err.(*voucher.Error); domain {
+			return Reply{}, err // an answer, not a fault: it needs no context (and its pre-encoded body)
+		}
 		return Reply{}, fmt.Errorf("reserve %s: %w", code, err)
 	}
 	if a.window == nil {
@@ -227,7 +250,7 @@ func (a *Admitter) write(ctx context.Context, code string, cl voucher.Claim) (Re
 	}
 	// Admitted together, written together: the ledger commits what one round
 	// admitted in one transaction.
-	rep, err := a.forward.Do(ctx, code, cl)
+	rep, err := a.forward.Do(ctx, forwardKey{code, a.lane.Add(1) % forwardLanes}, cl)
 	if err != nil && !errors.Is(err, voucher.ErrUnavailable) {
 		err = fmt.Errorf("write %s/%s: %w: %w", code, cl.OrderID, err, voucher.ErrUnavailable)
 	}

@@ -30,7 +30,7 @@ type LedgerClient struct {
 	base    string
 	token   string
 	http    *http.Client
-	latency *prometheus.HistogramVec // by call; nil: not observed
+	latency *httpx.Resolved[string, prometheus.Observer] // by call; nil: not observed
 	breaker *gobreaker.CircuitBreaker[*http.Response]
 	log     *slog.Logger // breaker state changes
 }
@@ -113,14 +113,16 @@ func (r Reply) Outcome() string {
 }
 
 // ObserveLatency makes the client record each call's latency in h (label: call).
-func (l *LedgerClient) ObserveLatency(h *prometheus.HistogramVec) { l.latency = h }
+func (l *LedgerClient) ObserveLatency(h *prometheus.HistogramVec) {
+	l.latency = httpx.NewResolved(func(call string) prometheus.Observer { return h.WithLabelValues(call) })
+}
 
 // Do sends one request to the ledger and returns its answer. call names the
 // request in the latency metric.
 func (l *LedgerClient) Do(ctx context.Context, call, method, path string, body any) (Reply, error) {
 	if l.latency != nil {
 		defer func(start time.Time) {
-			l.latency.WithLabelValues(call).Observe(time.Since(start).Seconds())
+			l.latency.Get(call).Observe(time.Since(start).Seconds())
 		}(time.Now())
 	}
 	var rd io.Reader

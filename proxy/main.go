@@ -36,11 +36,15 @@ type Config struct {
 	MaxBatch        int           // PROXY_MAX_BATCH
 	RedisPool       int           // REDIS_POOL_SIZE; 0: go-redis's default
 	WriteTarget     time.Duration // ADMIT_WRITE_TARGET; 0: no admission window
+	RedisMinIdle    int           // REDIS_MIN_IDLE: Redis connections opened at start and kept open
+	LedgerWarm      int           // LEDGER_WARM_CONNS: ledger connections opened at start and kept warm
 	httpx.Serving                 // MAX_CONNS, MAX_INFLIGHT, DEBUG_ADDR, SHUTDOWN_DELAY, SHUTDOWN_TIMEOUT
 }
 
-func configFromEnv() (Config, error) {
-	e := envconf.New()
+func configFromEnv() (Config, error) { return configFrom(envconf.New()) }
+
+// configFrom reads the Config from e (the environment, or a map in tests).
+func configFrom(e *envconf.Reader) (Config, error) {
 	c := Config{
 		Addr:            e.String("PROXY_ADDR", "127.0.0.1:8080"),
 		RedisURL:        e.String("REDIS_URL", ""),
@@ -55,6 +59,8 @@ func configFromEnv() (Config, error) {
 		MaxBatch:        e.Int("PROXY_MAX_BATCH", 256, 1),
 		RedisPool:       e.Int("REDIS_POOL_SIZE", 0, 0),
 		WriteTarget:     e.DurationMin("ADMIT_WRITE_TARGET", 50*time.Millisecond, 0),
+		RedisMinIdle:    e.Int("REDIS_MIN_IDLE", 4, 0),
+		LedgerWarm:      e.Int("LEDGER_WARM_CONNS", 4, 0),
 		Serving:         httpx.ReadServing(e),
 	}
 	if err := e.Err(); err != nil {
@@ -66,6 +72,9 @@ func configFromEnv() (Config, error) {
 	if c.WriteTarget != 0 && (c.WriteTarget < time.Millisecond || c.WriteTarget >= c.LedgerTimeout) {
 		return c, fmt.Errorf("ADMIT_WRITE_TARGET=%s: want 0 (no admission window) or at least 1ms and below LEDGER_TIMEOUT (%s)",
 			c.WriteTarget, c.LedgerTimeout)
+	}
+	if c.RedisPool > 0 && c.RedisMinIdle > c.RedisPool {
+		return c, fmt.Errorf("REDIS_MIN_IDLE (%d) must be at most REDIS_POOL_SIZE (%d)", c.RedisMinIdle, c.RedisPool)
 	}
 	return c, c.Shutdown.Check(c.LedgerTimeout, "LEDGER_TIMEOUT")
 }
@@ -93,7 +102,7 @@ func run(cfg Config, log *slog.Logger) error {
 	defer life.End()
 	ctx := life.Context() // batches and forwarded writes outlive the drain
 
-	rdb, err := gate.NewClient(cfg.RedisURL, gate.ClientOptions{Timeout: cfg.RedisTimeout, PoolSize: cfg.RedisPool})
+	rdb, err := gate.NewClient(cfg.RedisURL, gate.ClientOptions{Timeout: cfg.RedisTimeout, PoolSize: cfg.RedisPool, MinIdleConns: cfg.RedisMinIdle})
 	if err != nil {
 		return err
 	}
@@ -105,6 +114,8 @@ func run(cfg Config, log *slog.Logger) error {
 	if err := checkLedgerSettings(stopping, ledger, cfg.LedgerTimeout, log); err != nil {
 		return err
 	}
+	warm(stopping, rdb, ledger, cfg, log)
+	go ledger.KeepWarm(ctx, cfg.LedgerWarm, keepWarmEvery)
 	admit, err := NewAdmitter(ctx, gate.New(rdb), ledger, AdmitConfig{
 		SoldOutTTL: cfg.SoldOutTTL, VoucherCacheTTL: cfg.VoucherCacheTTL, RedisTimeout: cfg.RedisTimeout,
 		Coalesce: cfg.Coalesce, MaxBatch: cfg.MaxBatch, Registerer: metrics.Registry,

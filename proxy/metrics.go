@@ -10,6 +10,7 @@ import (
 // admitMetrics are the admission path's metrics.
 type admitMetrics struct {
 	outcomes    *prometheus.CounterVec
+	outcome     *httpx.Resolved[string, prometheus.Counter] // outcomes by result, resolved once each
 	batchSize   prometheus.Histogram
 	redisErrors prometheus.Counter
 	remaining   *httpx.BoundedGauge
@@ -35,6 +36,7 @@ func newAdmitMetrics(reg prometheus.Registerer, a *Admitter) *admitMetrics {
 			Help: "Uses left per voucher as the last script call saw them in Redis.",
 		}, httpx.MaxVoucherSeries),
 	}
+	m.outcome = httpx.NewResolved(func(result string) prometheus.Counter { return m.outcomes.WithLabelValues(result) })
 	reg.MustRegister(m.outcomes, m.batchSize, m.redisErrors,
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "flashgate_soldout_flag_hits_total",

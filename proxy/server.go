@@ -8,7 +8,6 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"github.com/flashgate/flashgate/shared/httpx"
-	"github.com/flashgate/flashgate/shared/voucher"
 )
 
 // Server is the proxy's HTTP face: the ledger's public routes, with reserve
@@ -43,12 +42,7 @@ func (s *Server) reserve(c *gin.Context) {
 		httpx.WriteError(c, err)
 		return
 	}
-	var req voucher.ReserveRequest
-	if err := httpx.BindJSON(c, &req); err != nil {
-		httpx.WriteError(c, err)
-		return
-	}
-	cl, err := req.Validate()
+	cl, err := httpx.BindClaim(c)
 	if err != nil {
 		httpx.WriteError(c, err)
 		return

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # deps.sh checks for what the tests, the demo and the load harness run: redis-server and
-# redis-cli, the PostgreSQL server (initdb, postgres) and Go >= 1.26. On Debian or Ubuntu,
-# as root, it installs missing servers with apt-get; otherwise it says what to run.
+# redis-cli, the PostgreSQL server (initdb, postgres) and Go >= 1.26, and wrk (the light load
+# generator of `loadtest compare`; without it compare falls back to vegeta). On Debian or
+# Ubuntu, as root, it installs missing packages with apt-get; otherwise it says what to run.
 set -euo pipefail
 
 go_min_major=1
@@ -63,6 +64,23 @@ check_go() {
 	echo "$version"
 }
 
+# check_wrk installs wrk as root with apt-get when it is missing; otherwise it only says
+# what to run: compare then measures with vegeta, so nothing else needs wrk.
+check_wrk() {
+	if command -v wrk >/dev/null; then
+		return 0
+	fi
+	if [[ $(id -u) -eq 0 ]] && command -v apt-get >/dev/null; then
+		echo "deps: installing wrk" >&2
+		apt-get update -qq
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends wrk >&2 || true
+	fi
+	if ! command -v wrk >/dev/null; then
+		echo "deps: wrk not found: bin/loadtest compare falls back to vegeta (heavier: ratios nearer 1)" >&2
+		echo "deps: run: sudo apt-get install -y wrk" >&2
+	fi
+}
+
 main() {
 	local go_version missing
 	go_version=$(check_go) || exit 1
@@ -86,10 +104,12 @@ main() {
 		fi
 	fi
 
+	check_wrk
+
 	local redis_version pg_version
 	redis_version=$(redis-server --version | sed -n 's/.* v=\([^ ]*\).*/\1/p')
 	pg_version=$("$(pg_bindir)/postgres" --version | sed -n 's/^postgres (PostgreSQL) \([0-9.]*\).*/\1/p')
-	echo "deps: ok (redis-server $redis_version, postgres $pg_version in $(pg_bindir), $go_version)"
+	echo "deps: ok (redis-server $redis_version, postgres $pg_version in $(pg_bindir), $go_version, wrk $(command -v wrk || echo missing))"
 }
 
 main "$@"

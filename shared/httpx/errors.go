@@ -1,6 +1,7 @@
 package httpx
 
 import (
+	"encoding/json"
 	"errors"
 	"log/slog"
 	"net/http"
@@ -51,11 +52,50 @@ type ErrorBody struct {
 // voucher code are faults: they are answered 503 UNAVAILABLE, never with their
 // internal text. Every 503 is logged, once, here (see AnswerError).
 func WriteError(c *gin.Context, err error) {
+	if e, ok := err.(*voucher.Error); ok {
+		if raw, ok := encodedErrors[e]; ok {
+			writeEncoded(c, Status(e.Code), raw)
+			return
+		}
+	}
 	status, body := AnswerError(c, err)
 	if status == http.StatusServiceUnavailable {
 		c.Header("Retry-After", RetryAfter)
 	}
 	c.AbortWithStatusJSON(status, body)
+}
+
+// encodedErrors are the bodies of the shared answers that are not faults
+// (OUT_OF_STOCK, ALREADY_USED, PAUSED ...), encoded once: most answers of a
+// flash sale are one of them. The bytes are what c.JSON would write.
+var encodedErrors = encodeErrors(
+	voucher.ErrNotStarted, voucher.ErrExpired, voucher.ErrOrderTooSmall, voucher.ErrPaused,
+	voucher.ErrOutOfStock, voucher.ErrAlreadyUsed, voucher.ErrOrderConflict, voucher.ErrReservationReleased,
+	voucher.ErrReservationExpired, voucher.ErrReservationNotFound, voucher.ErrAlreadyConfirmed,
+	voucher.ErrNotConfirmed, voucher.ErrReservationRefunded, voucher.ErrLimitBelowUsed,
+	voucher.ErrVoucherNotFound, voucher.ErrVoucherExists,
+)
+
+func encodeErrors(errs ...*voucher.Error) map[*voucher.Error][]byte {
+	m := make(map[*voucher.Error][]byte, len(errs))
+	for _, e := range errs {
+		if status, body := ErrorReply(e); status != http.StatusServiceUnavailable { // a 503 is logged: never here
+			m[e], _ = json.Marshal(body) // strings only: it cannot fail
+		}
+	}
+	return m
+}
+
+// jsonContentType is the Content-Type gin's c.JSON writes, shared by every
+// pre-encoded answer (net/http only reads header values).
+var jsonContentType = []string{"application/json; charset=utf-8"}
+
+// writeEncoded is c.AbortWithStatusJSON with a body encoded beforehand.
+func writeEncoded(c *gin.Context, status int, body []byte) {
+	c.Abort()
+	c.Writer.Header()["Content-Type"] = jsonContentType
+	c.Writer.WriteHeader(status)
+	_, _ = c.Writer.Write(body)
 }
 
 // AnswerError is ErrorReply for an answer about to be sent on c: a fault (any

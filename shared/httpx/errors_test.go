@@ -71,3 +71,36 @@ func TestWriteErrorLogsFaults(t *testing.T) {
 		})
 	}
 }
+
+// TestWriteErrorPreEncoded: a shared answer (OUT_OF_STOCK, PAUSED ...) is
+// written from bytes encoded once, and the client sees exactly what c.JSON
+// writes: status, headers and body, byte for byte, after whatever the chain
+// set before (the request id).
+func TestWriteErrorPreEncoded(t *testing.T) {
+	errs := []*voucher.Error{voucher.ErrOutOfStock, voucher.ErrAlreadyUsed, voucher.ErrPaused,
+		voucher.ErrOrderTooSmall, voucher.ErrOrderConflict, voucher.ErrReservationReleased, voucher.ErrVoucherNotFound}
+	for _, e := range errs {
+		t.Run(e.Code, func(t *testing.T) {
+			serve := func(write func(*gin.Context)) *httptest.ResponseRecorder {
+				r := httpx.NewServiceEngine(httpx.Service{})
+				r.POST("/x", write)
+				w := httptest.NewRecorder()
+				req := httptest.NewRequest(http.MethodPost, "/x", nil)
+				req.Header.Set(httpx.RequestIDHeader, "same-id")
+				r.ServeHTTP(w, req)
+				return w
+			}
+			got := serve(func(c *gin.Context) { httpx.WriteError(c, e) })
+			want := serve(func(c *gin.Context) {
+				status, body := httpx.ErrorReply(fmt.Errorf("wrapped: %w", e))
+				c.AbortWithStatusJSON(status, body)
+			})
+			if got.Code != want.Code || got.Body.String() != want.Body.String() {
+				t.Errorf("WriteError(%s) = %d %s, want %d %s", e.Code, got.Code, got.Body, want.Code, want.Body)
+			}
+			if fmt.Sprint(got.Header()) != fmt.Sprint(want.Header()) {
+				t.Errorf("WriteError(%s) headers %v, want %v", e.Code, got.Header(), want.Header())
+			}
+		})
+	}
+}

@@ -15,10 +15,9 @@ import (
 	"net/http"
 	"net/http/pprof"
 	"reflect"
-	"strconv"
+	"slices"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/gin-gonic/gin"
@@ -39,21 +38,96 @@ func BindJSON(c *gin.Context, dst any) error { return BindJSONLimit(c, dst, MaxB
 
 // BindJSONLimit is BindJSON with another body limit (the internal batch route).
 func BindJSONLimit(c *gin.Context, dst any, limit int) error {
-	if ct := c.ContentType(); ct != "" && ct != "application/json" {
-		return voucher.Errorf(voucher.CodeInvalidRequest, "Content-Type must be application/json")
-	}
-	body, err := io.ReadAll(io.LimitReader(c.Request.Body, int64(limit)+1))
+	body, err := readBody(c, limit)
 	if err != nil {
-		return voucher.Errorf(voucher.CodeInvalidRequest, "cannot read the request body")
+		return err
 	}
-	if len(body) > limit {
-		return voucher.Errorf(voucher.CodeInvalidRequest, "request body is larger than %d bytes", limit)
-	}
-	return DecodeJSON(body, dst)
+	defer body.release()
+	return DecodeJSON(body.b, dst)
 }
 
-// DecodeJSON is the decoding half of BindJSON, separate so that it can be fuzzed.
+// BindClaim reads and validates the body of a reserve request: what
+// BindJSON into a voucher.ReserveRequest and its Validate do, in one pass over
+// the body and without an allocation but the orderId.
+func BindClaim(c *gin.Context) (voucher.Claim, error) {
+	body, err := readBody(c, MaxBodyBytes)
+	if err != nil {
+		return voucher.Claim{}, err
+	}
+	defer body.release()
+	var f claimFields
+	if err := decodeClaim(body.b, &f); err != nil {
+		return voucher.Claim{}, err
+	}
+	return f.claim()
+}
+
+// pooledBody is a request body read into a buffer that goes back to bodyPool.
+type pooledBody struct {
+	b   []byte
+	ptr *[]byte
+}
+
+var bodyPool = sync.Pool{New: func() any { b := make([]byte, 0, 1024); return &b }}
+
+// maxPooledBody bounds the buffers kept for reuse (the batch route's bodies
+// are larger and rarer).
+const maxPooledBody = MaxBodyBytes + 1
+
+func (p pooledBody) release() {
+	if cap(p.b) <= maxPooledBody {
+		*p.ptr = p.b[:0]
+		bodyPool.Put(p.ptr)
+	}
+}
+
+// readBody checks the Content-Type and reads at most limit bytes of the body.
+func readBody(c *gin.Context, limit int) (pooledBody, error) {
+	if ct := c.ContentType(); ct != "" && ct != "application/json" {
+		return pooledBody{}, voucher.Errorf(voucher.CodeInvalidRequest, "Content-Type must be application/json")
+	}
+	p := pooledBody{ptr: bodyPool.Get().(*[]byte)}
+	buf := (*p.ptr)[:0]
+	for r := c.Request.Body; r != nil && len(buf) <= limit; {
+		if len(buf) == cap(buf) {
+			buf = slices.Grow(buf, min(cap(buf), limit+1-len(buf)))
+		}
+		n, err := r.Read(buf[len(buf):min(cap(buf), limit+1)])
+		buf = buf[:len(buf)+n]
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			p.b = buf
+			p.release()
+			return pooledBody{}, voucher.Errorf(voucher.CodeInvalidRequest, "cannot read the request body")
+		}
+	}
+	p.b = buf
+	if len(buf) > limit {
+		p.release()
+		return pooledBody{}, voucher.Errorf(voucher.CodeInvalidRequest, "request body is larger than %d bytes", limit)
+	}
+	return p, nil
+}
+
+// DecodeJSON is the decoding half of BindJSON, separate so that it can be
+// fuzzed. A reserve body (*voucher.ReserveRequest) is read by its own
+// one-pass tokenizer (claimjson.go); any other by decodeGeneric.
 func DecodeJSON(body []byte, dst any) error {
+	if req, ok := dst.(*voucher.ReserveRequest); ok {
+		var f claimFields
+		if err := decodeClaim(body, &f); err != nil {
+			return err
+		}
+		f.request(req)
+		return nil
+	}
+	return decodeGeneric(body, dst)
+}
+
+// decodeGeneric decodes body with encoding/json, then checks its keys.
+func decodeGeneric(body []byte, dst any) error {
 	// Only JSON's own whitespace (RFC 8259): bytes.TrimSpace would also take
 	// \v, \f, U+0085 and U+00A0, and accept a body no JSON parser would.
 	trimmed := bytes.Trim(body, " \t\r\n")
@@ -293,29 +367,6 @@ const RequestIDHeader = "X-Request-ID"
 // ReplayedHeader marks an answer that replays the first answer to the same
 // orderId (a retry): "true" on the reserve routes' 201s that created nothing.
 const ReplayedHeader = "Idempotent-Replayed"
-
-const requestIDKey = "flashgate.requestID"
-
-// RequestID takes the caller's X-Request-ID (when it is short and printable) or
-// makes one, echoes it in the response, and keeps it on the context.
-func RequestID() gin.HandlerFunc {
-	var seq atomic.Uint64
-	prefix := strconv.FormatInt(time.Now().UnixNano()%1e9, 36)
-	return func(c *gin.Context) {
-		id := c.GetHeader(RequestIDHeader)
-		if !validRequestID(id) {
-			id = prefix + "-" + strconv.FormatUint(seq.Add(1), 36)
-		}
-		c.Set(requestIDKey, id)
-		c.Header(RequestIDHeader, id)
-	}
-}
-
-// RequestIDFrom returns the request id stored by RequestID, or "".
-func RequestIDFrom(ctx context.Context) string {
-	id, _ := ctx.Value(requestIDKey).(string)
-	return id
-}
 
 func validRequestID(id string) bool {
 	if id == "" || len(id) > 64 {

@@ -1,9 +1,11 @@
 package httpx
 
 import (
+	"maps"
 	"net/http"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gin-gonic/gin"
@@ -15,8 +17,15 @@ import (
 // Metrics is one service's Prometheus registry with the HTTP metrics both
 // services share. Services register their own collectors on Registry.
 type Metrics struct {
-	Registry *prometheus.Registry
-	requests *prometheus.HistogramVec
+	Registry  *prometheus.Registry
+	requests  *prometheus.HistogramVec
+	observers *Resolved[requestLabels, prometheus.Observer]
+}
+
+// requestLabels are one series of flashgate_http_request_duration_seconds.
+type requestLabels struct {
+	route, method string
+	status        int
 }
 
 // LatencyBuckets suit a path whose target is p99 < 100 ms.
@@ -37,7 +46,46 @@ func NewMetrics(service string) *Metrics {
 		}, []string{"route", "method", "code"}),
 	}
 	reg.MustRegister(m.requests)
+	m.observers = NewResolved(func(l requestLabels) prometheus.Observer {
+		return m.requests.WithLabelValues(l.route, l.method, strconv.Itoa(l.status))
+	})
 	return m
+}
+
+// Resolved keeps the children of a metric vector by their labels, each
+// resolved once: a label lookup hashes every value and takes the vector's
+// lock, a Get here reads an immutable map. The key set must be bounded (route
+// templates, methodLabel, status codes, error codes).
+type Resolved[K comparable, V any] struct {
+	resolve func(K) V
+	known   atomic.Pointer[map[K]V]
+	mu      sync.Mutex // serializes adding a key
+}
+
+// NewResolved returns a Resolved that makes a missing child with resolve.
+func NewResolved[K comparable, V any](resolve func(K) V) *Resolved[K, V] {
+	r := &Resolved[K, V]{resolve: resolve}
+	r.known.Store(&map[K]V{})
+	return r
+}
+
+// Get returns the child for k, resolving it on first use.
+func (r *Resolved[K, V]) Get(k K) V {
+	if v, ok := (*r.known.Load())[k]; ok {
+		return v
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	old := *r.known.Load()
+	if v, ok := old[k]; ok {
+		return v
+	}
+	v := r.resolve(k)
+	next := make(map[K]V, len(old)+1)
+	maps.Copy(next, old)
+	next[k] = v
+	r.known.Store(&next)
+	return v
 }
 
 // Middleware observes every request under its route template (never the raw
@@ -50,7 +98,7 @@ func (m *Metrics) Middleware() gin.HandlerFunc {
 		if route == "" {
 			route = "unmatched"
 		}
-		m.requests.WithLabelValues(route, methodLabel(c.Request.Method), strconv.Itoa(c.Writer.Status())).
+		m.observers.Get(requestLabels{route, methodLabel(c.Request.Method), c.Writer.Status()}).
 			Observe(time.Since(start).Seconds())
 	}
 }

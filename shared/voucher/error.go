@@ -64,6 +64,16 @@ func NotEligible(reason, message string) *Error {
 
 // ErrorCode returns the code of the *Error in err's chain, or "" if there is none.
 func ErrorCode(err error) string {
+	switch e := err.(type) { // the common cases, without errors.As's allocation
+	case nil:
+		return ""
+	case *Error:
+		return e.Code
+	}
+	return wrappedCode(err)
+}
+
+func wrappedCode(err error) string {
 	var e *Error
 	if errors.As(err, &e) {
 		return e.Code

@@ -1,0 +1,75 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/flashgate/flashgate/shared/gate"
+)
+
+// warmTimeout bounds the start-up warm-up: a dependency that does not answer
+// by then is left to open its connections on demand.
+const warmTimeout = 5 * time.Second
+
+// keepWarmEvery is how often the proxy's ledger connections are used while
+// the proxy is idle, within the transport's and the ledger's idle timeouts
+// (90 s and 120 s), so that a sale an hour after the start finds them open.
+const keepWarmEvery = 30 * time.Second
+
+// warm opens the proxy's connections before it serves, so that the first
+// second of a sale is as fast as the tenth: REDIS_MIN_IDLE Redis connections
+// with every script loaded, and LEDGER_WARM_CONNS connections to the ledger.
+// A failure is logged, not fatal: connections then open on demand.
+func warm(ctx context.Context, rdb redis.UniversalClient, l *LedgerClient, cfg Config, log *slog.Logger) {
+	ctx, cancel := context.WithTimeout(ctx, warmTimeout)
+	defer cancel()
+	start := time.Now()
+	if err := gate.Warm(ctx, rdb, cfg.RedisMinIdle); err != nil {
+		log.Warn("redis warm-up failed: connections open on demand", "conns", cfg.RedisMinIdle, "err", err)
+	}
+	if err := l.Warm(ctx, cfg.LedgerWarm); err != nil {
+		log.Warn("ledger warm-up failed: connections open on demand", "conns", cfg.LedgerWarm, "err", err)
+	}
+	log.Info("connections warm", "redis", cfg.RedisMinIdle, "ledger", cfg.LedgerWarm, "took", time.Since(start).String())
+}
+
+// Warm opens n connections to the ledger at once (n health checks in
+// parallel): the transport keeps them idle for the next calls.
+func (l *LedgerClient) Warm(ctx context.Context, n int) error {
+	g, ctx := errgroup.WithContext(ctx)
+	for range n {
+		g.Go(func() error {
+			rep, err := l.Do(ctx, "warm", http.MethodGet, "/healthz", nil)
+			if err == nil && rep.Status != http.StatusOK {
+				err = fmt.Errorf("ledger /healthz answered %d", rep.Status)
+			}
+			return err
+		})
+	}
+	return g.Wait()
+}
+
+// KeepWarm runs Warm every interval until ctx ends.
+func (l *LedgerClient) KeepWarm(ctx context.Context, n int, every time.Duration) {
+	if n == 0 {
+		return
+	}
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			wctx, cancel := context.WithTimeout(ctx, warmTimeout)
+			_ = l.Warm(wctx, n) // a failure here is the next request's to see and answer
+			cancel()
+		}
+	}
+}
