@@ -46,8 +46,8 @@ func newLedgerMetrics(reg prometheus.Registerer) *ledgerMetrics {
 			Help: "Orders the reconciler released (hanging admissions) or restored in Redis, and vouchers it reloaded.",
 		}, []string{"action"}),
 		remaining: httpx.NewBoundedGauge(reg, prometheus.GaugeOpts{
-			Name: "flashgate_voucher_remaining",
-			Help: "Uses left per voucher at the last reconcile, as the database and Redis have them.",
+			Name: "flashgate_reconcile_remaining",
+			Help: "Uses left per voucher at the last reconcile, as the database and Redis have them (the proxy's flashgate_voucher_remaining is the last script reply).",
 		}, httpx.MaxVoucherSeries, "source"),
 	}
 	reg.MustRegister(m.writeBatch, m.commitLatency, m.expired, m.reconcileFixes)
