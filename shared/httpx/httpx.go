@@ -13,6 +13,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"os"
 	"net/http/pprof"
 	"reflect"
 	"strconv"
@@ -136,10 +137,14 @@ var OpenPaths = []string{"/healthz", "/readyz", "/metrics", "/openapi.yaml"}
 // answer 503 within it, never hang.
 const ReadyTimeout = time.Second
 
-// Health registers GET /healthz (the process is up: it checks nothing else)
+// Health registers GET /healthz (the process is up, with its pid: it checks
+// nothing else)
 // and GET /readyz (200 only while ready answers nil within ReadyTimeout).
 func Health(r gin.IRoutes, ready func(*gin.Context) error) {
-	r.GET("/healthz", func(c *gin.Context) { c.JSON(http.StatusOK, gin.H{"status": "ok"}) })
+	// The pid tells a starter (devstack, the load harness) that its own child
+	// answers, not another process holding the port.
+	pid := os.Getpid()
+	r.GET("/healthz", func(c *gin.Context) { c.JSON(http.StatusOK, gin.H{"status": "ok", "pid": pid}) })
 	r.GET("/readyz", func(c *gin.Context) {
 		if err := checkReady(c, ready); err != nil {
 			LoggerFrom(c).Warn("not ready", "err", err)
