@@ -35,6 +35,7 @@ type Client struct {
 	token    string
 	http     *http.Client
 	retryFor time.Duration
+	observe  func(method, path string, status int)
 }
 
 // Option configures a Client.
@@ -50,6 +51,13 @@ func WithHTTPClient(h *http.Client) Option { return func(c *Client) { c.http = h
 // WithRetryFor bounds how long a call keeps retrying 503s when its context has
 // no deadline (default 10s); 0 turns retries off for such calls.
 func WithRetryFor(d time.Duration) Option { return func(c *Client) { c.retryFor = d } }
+
+// WithAttemptHook calls observe after every attempt of every call, retries
+// included, with the status answered (0: no answer); a load harness counts
+// them.
+func WithAttemptHook(observe func(method, path string, status int)) Option {
+	return func(c *Client) { c.observe = observe }
+}
 
 // New returns a client of the service at base, e.g. "http://127.0.0.1:8080".
 func New(base string, opts ...Option) *Client {
@@ -111,6 +119,9 @@ func (c *Client) do(ctx context.Context, method, path string, body, out any) (Re
 	for attempt := 1; ; attempt++ {
 		resp, wait, err := c.attempt(ctx, method, path, id, payload, out)
 		resp.Attempts = attempt
+		if c.observe != nil {
+			c.observe(method, path, resp.Status)
+		}
 		if wait < 0 || !retry {
 			return resp, err
 		}
