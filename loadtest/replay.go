@@ -199,11 +199,14 @@ func runReplayCmd(ctx context.Context, args []string) error {
 	fs.BoolVar(&cfg.Flash, "flash", true, "flash voucher (Redis gate); false: standard voucher")
 	fs.DurationVar(&cfg.StatsWait, "stats-wait", 0, "measure Postgres commits per admitted order after this wait (0: do not)")
 	attackFlags(fs, &cfg.Attack)
-	commonBurstFlags(fs, &c, "replay")
+	check := commonBurstFlags(fs, &c, "replay")
 	_ = fs.Parse(args)
 	if fs.NArg() != 1 {
 		fs.Usage()
 		return errors.New("replay needs one traffic file")
+	}
+	if err := check(); err != nil {
+		return err
 	}
 	f, err := os.Open(fs.Arg(0))
 	if err != nil {

@@ -100,6 +100,17 @@ func TestRecordAndReplay(t *testing.T) {
 	assert.Equal(t, s.DistinctCustomers, r.DistinctCustomers)
 	assert.Equal(t, s.Expected, r.Expected, "the same demand on the same stock")
 	assert.Equal(t, r.Requests, vegetaCount(t, rcfg.Results))
+
+	// The command as an operator runs it against a running stack: its report
+	// directory holds vegeta's results.
+	e := st.Endpoints()
+	out := filepath.Join(dir, "cmd")
+	require.NoError(t, runReplayCmd(t.Context(), []string{"--target", e.ProxyURL, "--ledger", e.LedgerURL,
+		"--database-url", e.DBURL, "--redis-url", e.RedisURL, "--token", e.Token,
+		"--stock", "100", "--speed", "4", "--out", out, cfg.Record}))
+	assert.Equal(t, cfg.Requests(), vegetaCount(t, filepath.Join(out, "results.bin")))
+	_, err = os.Stat(filepath.Join(out, "report.html"))
+	assert.NoError(t, err)
 }
 
 // vegetaCount decodes a results file as `vegeta report` does and returns how
