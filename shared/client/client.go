@@ -93,6 +93,10 @@ type Response struct {
 	Attempts  int // 1 when the first answer was final
 }
 
+// noAnswerWait is the wait before retrying a call that got no answer, as for
+// a 503 without Retry-After: a service that is down is not hammered.
+const noAnswerWait = time.Second
+
 // maxRetryAfter caps one wait: a service asking for longer still gets asked
 // again within it.
 const maxRetryAfter = 5 * time.Second
@@ -152,14 +156,14 @@ func (c *Client) attempt(ctx context.Context, method, path, id string, payload [
 			return Response{RequestID: id}, -1, fmt.Errorf("%s %s: %w: %w", method, path, err, voucher.ErrUnavailable)
 		}
 		// No answer: nothing is known either way, and every route is safe to
-		// repeat (by orderId, or a read).
-		return Response{RequestID: id}, 100 * time.Millisecond, fmt.Errorf("%s %s: %w: %w", method, path, err, voucher.ErrUnavailable)
+		// repeat (by orderId, or a read): again after noAnswerWait.
+		return Response{RequestID: id}, noAnswerWait, fmt.Errorf("%s %s: %w: %w", method, path, err, voucher.ErrUnavailable)
 	}
 	defer hr.Body.Close()
 	resp := Response{Status: hr.StatusCode, Header: hr.Header, RequestID: hr.Header.Get("X-Request-ID")}
 	raw, err := io.ReadAll(io.LimitReader(hr.Body, 32<<20))
 	if err != nil {
-		return resp, 100 * time.Millisecond, fmt.Errorf("%s %s: read the answer: %w: %w", method, path, err, voucher.ErrUnavailable)
+		return resp, noAnswerWait, fmt.Errorf("%s %s: read the answer: %w: %w", method, path, err, voucher.ErrUnavailable)
 	}
 	switch {
 	case hr.StatusCode >= 200 && hr.StatusCode < 300:
