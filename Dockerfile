@@ -14,8 +14,13 @@ COPY loadtest ./loadtest
 COPY shared ./shared
 COPY migrations ./migrations
 ENV CGO_ENABLED=0 GOFLAGS=-trimpath
-RUN go build -ldflags="-s -w" -o /out/ledger ./ledger \
- && go build -ldflags="-s -w" -o /out/proxy ./proxy \
+# No .git in the build context: the version and revision come in as build args
+# (docker build --build-arg VERSION=$(git describe) --build-arg REVISION=$(git rev-parse HEAD)).
+ARG VERSION=dev
+ARG REVISION=unknown
+ARG BUILDINFO=github.com/flashgate/flashgate/shared/buildinfo
+RUN go build -ldflags="-s -w -X ${BUILDINFO}.version=${VERSION} -X ${BUILDINFO}.revision=${REVISION}" -o /out/ledger ./ledger \
+ && go build -ldflags="-s -w -X ${BUILDINFO}.version=${VERSION} -X ${BUILDINFO}.revision=${REVISION}" -o /out/proxy ./proxy \
  && go build -ldflags="-s -w" -o /out/loadtest ./loadtest
 
 # Alpine rather than distroless: busybox wget serves the compose health checks.

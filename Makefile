@@ -12,9 +12,16 @@ all: build
 deps:
 	@scripts/deps.sh
 
+# --version and flashgate_build_info{version,revision}: the version stamped
+# here, the revision from Go's VCS stamp (-buildvcs=auto), else stamped here.
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+REVISION ?= $(shell git rev-parse HEAD 2>/dev/null)
+BUILDINFO := github.com/flashgate/flashgate/shared/buildinfo
+LDFLAGS := -X $(BUILDINFO).version=$(VERSION) -X $(BUILDINFO).revision=$(REVISION)
+
 build:
-	$(GO) build -o bin/ledger ./ledger
-	$(GO) build -o bin/proxy ./proxy
+	$(GO) build -buildvcs=auto -ldflags "$(LDFLAGS)" -o bin/ledger ./ledger
+	$(GO) build -buildvcs=auto -ldflags "$(LDFLAGS)" -o bin/proxy ./proxy
 	$(GO) build -o bin/loadtest ./loadtest
 
 # The whole suite against real redis-server and PostgreSQL processes that the

@@ -6,6 +6,7 @@ import (
 	"github.com/stretchr/testify/assert"
 
 	"github.com/flashgate/flashgate/shared/envconf"
+	"github.com/flashgate/flashgate/shared/httpx/httpxtest"
 )
 
 // TestConfigTokens checks that LEDGER_TOKENS is read beside LEDGER_TOKEN and
@@ -66,4 +67,15 @@ func TestConfigWarmConns(t *testing.T) {
 	}
 	_, err = configFrom(env("REDIS_MIN_IDLE", "-1"))
 	assert.ErrorContains(t, err, "REDIS_MIN_IDLE")
+}
+
+// TestSettingsDocumented checks that every setting the ledger reads has a
+// meaning for --help and a README row with the same default.
+func TestSettingsDocumented(t *testing.T) {
+	httpxtest.CheckSettingsDocumented(t, configFrom, "../README.md", "Ledger")
+}
+
+// TestCommandLine runs bin/ledger --help and --version: exit 0, every setting listed.
+func TestCommandLine(t *testing.T) {
+	httpxtest.CheckCommandLine(t, ledgerBinary(t), "ledger", configFrom)
 }

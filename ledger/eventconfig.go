@@ -32,18 +32,18 @@ const minEventRetention = time.Minute
 // readEvents reads the outbox's settings and refuses those that break a promise.
 func readEvents(e *envconf.Reader) (EventsConfig, error) {
 	c := EventsConfig{
-		On:          e.Switch("EVENTS", true),
-		WebhookURLs: splitList(e.String("WEBHOOK_URLS", "")),
+		On:          e.Switch("EVENTS", true, "off: no events are written (only to measure the outbox's cost)"),
+		WebhookURLs: splitList(e.String("WEBHOOK_URLS", "", "comma-separated http(s) URLs that get every event, signed")),
 		Webhook: WebhookConfig{
-			Secret:      e.String("WEBHOOK_SECRET", ""),
-			MaxAttempts: e.Int("WEBHOOK_MAX_ATTEMPTS", 10, 1),
-			Timeout:     e.Duration("WEBHOOK_TIMEOUT", 5*time.Second),
-			Backoff:     e.Duration("WEBHOOK_BACKOFF", time.Second),
-			BackoffMax:  e.Duration("WEBHOOK_BACKOFF_MAX", time.Minute),
+			Secret:      e.String("WEBHOOK_SECRET", "", "HMAC-SHA256 key of Flashgate-Signature; at least 16 characters, required with WEBHOOK_URLS"),
+			MaxAttempts: e.Int("WEBHOOK_MAX_ATTEMPTS", 10, 1, "attempts per event and URL before it is parked as failed"),
+			Timeout:     e.Duration("WEBHOOK_TIMEOUT", 5*time.Second, "deadline of one webhook POST"),
+			Backoff:     e.Duration("WEBHOOK_BACKOFF", time.Second, "wait after a failed attempt, doubled each time, with jitter"),
+			BackoffMax:  e.Duration("WEBHOOK_BACKOFF_MAX", time.Minute, "longest wait between attempts"),
 		},
-		Brokers:   splitList(e.String("KAFKA_BROKERS", "")),
-		Topic:     e.String("KAFKA_TOPIC", "flashgate.events"),
-		Retention: e.DurationMin("EVENT_RETENTION", 168*time.Hour, minEventRetention),
+		Brokers:   splitList(e.String("KAFKA_BROKERS", "", "comma-separated host:port seed brokers; when set, every event goes to KAFKA_TOPIC")),
+		Topic:     e.String("KAFKA_TOPIC", "flashgate.events", "the Kafka topic (create it first)"),
+		Retention: e.DurationMin("EVENT_RETENTION", 168*time.Hour, minEventRetention, "delivered events older than this are pruned"),
 	}
 	if err := e.Err(); err != nil {
 		return c, err

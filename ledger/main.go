@@ -55,28 +55,39 @@ const writeTimeout = 10 * time.Second
 // Tests run the jobs fast with a grace of 1 to 2 s.
 const minHangingGrace = time.Second
 
-func configFromEnv() (Config, error) { return configFrom(envconf.New()) }
+// doc heads the ledger's --help.
+const doc = `ledger owns flashgate's Postgres: it writes admitted reservations, confirms and
+releases them, expires abandoned ones and keeps Redis in step with the database.`
 
-// configFrom reads the Config from e (the environment, or a map in tests).
+// configFrom reads the Config from e (the environment, or a map in tests);
+// each read's last argument is the setting's line in --help.
 func configFrom(e *envconf.Reader) (Config, error) {
 	c := Config{
-		Addr:              e.String("LEDGER_ADDR", "127.0.0.1:8081"),
-		DatabaseURL:       e.String("DATABASE_URL", ""),
-		RedisURL:          e.String("REDIS_URL", ""),
-		Token:             e.String("LEDGER_TOKEN", ""),
-		Tokens:            e.Tokens("LEDGER_TOKENS"),
-		ReservationTTL:    e.Duration("RESERVATION_TTL", 15*time.Minute),
-		ExpiryInterval:    e.Duration("EXPIRY_INTERVAL", time.Minute),
-		ReconcileInterval: e.Duration("RECONCILE_INTERVAL", time.Minute),
-		HangingGrace:      e.DurationMin("HANGING_GRACE", 30*time.Second, minHangingGrace),
-		MaxConns:          e.Int("DB_MAX_CONNS", 32, 2),
-		MinConns:          e.Int("DB_MIN_CONNS", 4, 0),
-		RedisMinIdle:      e.Int("REDIS_MIN_IDLE", 4, 0),
-		WriteBatch:        e.Int("WRITE_MAX_BATCH", 256, 1),
-		MaxPerVoucher:     e.Int("MAX_INFLIGHT_PER_VOUCHER", 16, 1),
-		VoucherWait:       e.Duration("VOUCHER_WAIT", 500*time.Millisecond),
-		DBTimeout:         e.Duration("DB_TIMEOUT", 500*time.Millisecond),
-		Serving:           httpx.ReadServing(e),
+		Addr:        e.String("LEDGER_ADDR", "127.0.0.1:8081", "listen address"),
+		DatabaseURL: e.String("DATABASE_URL", "", "required: Postgres; the ledger applies its migrations at start"),
+		RedisURL: e.String("REDIS_URL", "",
+			"Redis for flash vouchers, in the proxy's form; unset: flash vouchers answer 503"),
+		Token: e.String("LEDGER_TOKEN", "",
+			"bearer token (actor default) for every route but the open ones; unset with LEDGER_TOKENS: auth off"),
+		Tokens: e.Tokens("LEDGER_TOKENS", "more bearer tokens with the actor names the audit trail records: name:token,name2:token2"),
+		ReservationTTL: e.Duration("RESERVATION_TTL", 15*time.Minute,
+			"how long a reservation holds its use before the sweeper releases it"),
+		ExpiryInterval:    e.Duration("EXPIRY_INTERVAL", time.Minute, "how often the expiry sweeper runs"),
+		ReconcileInterval: e.Duration("RECONCILE_INTERVAL", time.Minute, "how often live flash vouchers are reconciled"),
+		HangingGrace: e.DurationMin("HANGING_GRACE", 30*time.Second, minHangingGrace,
+			"a Redis admission with no database row is freed only after this long"),
+		MaxConns:   e.Int("DB_MAX_CONNS", 32, 2, "Postgres pool size"),
+		MinConns: e.Int("DB_MIN_CONNS", 4, 0,
+			"Postgres connections opened at start and kept open, so that the first requests of a sale find them (at most DB_MAX_CONNS)"),
+		RedisMinIdle: e.Int("REDIS_MIN_IDLE", 4, 0, "Redis connections opened at start and kept open"),
+		WriteBatch: e.Int("WRITE_MAX_BATCH", 256, 1, "most admitted reservations written in one transaction"),
+		MaxPerVoucher: e.Int("MAX_INFLIGHT_PER_VOUCHER", 16, 1,
+			"most reserves of one standard voucher worked on at once"),
+		VoucherWait: e.Duration("VOUCHER_WAIT", 500*time.Millisecond,
+			"longest wait for a standard voucher's slot (below 1s)"),
+		DBTimeout: e.Duration("DB_TIMEOUT", 500*time.Millisecond,
+			"deadline of each Postgres statement and pool wait (below 2s)"),
+		Serving: httpx.ReadServing(e),
 	}
 	if err := e.Err(); err != nil {
 		return c, err
@@ -119,7 +130,7 @@ func checkTokens(c Config) error {
 
 func main() {
 	gin.SetMode(gin.ReleaseMode)
-	envconf.Main("ledger", configFromEnv, run)
+	envconf.Main("ledger", doc, configFrom, run)
 }
 
 func run(cfg Config, log *slog.Logger) error {

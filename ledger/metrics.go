@@ -61,8 +61,8 @@ func newLedgerMetrics(reg prometheus.Registerer) *ledgerMetrics {
 			Help: "Vouchers a reconcile run skipped: nothing changed in the database or Redis since their last clean reconcile.",
 		}),
 		remaining: httpx.NewBoundedGauge(reg, prometheus.GaugeOpts{
-			Name: "flashgate_voucher_remaining",
-			Help: "Uses left per voucher at the last reconcile, as the database and Redis have them.",
+			Name: "flashgate_reconcile_remaining",
+			Help: "Uses left per voucher at the last reconcile, as the database and Redis have them (the proxy's flashgate_voucher_remaining is the last script reply).",
 		}, httpx.MaxVoucherSeries, "source"),
 	}
 	m.addEventMetrics()

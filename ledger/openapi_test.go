@@ -17,3 +17,12 @@ func TestOpenAPIRoutes(t *testing.T) {
 	srv := &Server{metrics: httpx.NewMetrics("ledger"), ready: func(*gin.Context) error { return nil }}
 	httpxtest.CheckOpenAPIRoutes(t, srv.Handler(), "ledger")
 }
+
+// TestOpenAPIResponses validates the ledger's live answers (through
+// shared/client) against openapi.yaml with kin-openapi, auth on.
+func TestOpenAPIResponses(t *testing.T) {
+	l := newTestLedger(t, ledgerOptions{token: "test-token"})
+	code := newCode(t)
+	l.createVoucher(t, spec(code, 5, 1, true))
+	httpxtest.CheckLiveResponses(t, l.URL, l.Token, code)
+}

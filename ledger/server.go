@@ -68,15 +68,16 @@ func (s *Server) reserve(c *gin.Context) {
 		httpx.WriteError(c, err)
 		return
 	}
-	writeReceipt(c, r, replayed)
+	writeReceipt(c, code, r, replayed)
 }
 
-// writeReceipt answers a reserve with 201 and the stored discount; a replay
-// says so in httpx.ReplayedHeader.
-func writeReceipt(c *gin.Context, r voucher.Reservation, replayed bool) {
+// writeReceipt answers a reserve with 201, the reservation's Location and the
+// stored discount; a replay says so in httpx.ReplayedHeader.
+func writeReceipt(c *gin.Context, code string, r voucher.Reservation, replayed bool) {
 	if replayed {
 		c.Header(httpx.ReplayedHeader, "true")
 	}
+	httpx.SetLocation(c, code, r.OrderID)
 	c.JSON(http.StatusCreated, voucher.Receipt{OrderID: r.OrderID, DiscountAmount: r.DiscountAmount})
 }
 
@@ -91,7 +92,7 @@ func (s *Server) writeAdmitted(c *gin.Context) {
 		httpx.WriteError(c, err)
 		return
 	}
-	writeReceipt(c, r, replayed)
+	writeReceipt(c, code, r, replayed)
 }
 
 // AdmittedBatch is the body of the batch admitted-write route: the claims one

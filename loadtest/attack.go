@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"io"
@@ -30,6 +31,13 @@ type AttackOptions struct {
 	// quarter of the generator's CPU per request, for runs that send more than
 	// the stack can take from the same CPUs (overload).
 	Lean bool
+
+	// Schedule, when set (a replay), is when each request leaves, from the
+	// start, instead of the constant rate.
+	Schedule []time.Duration
+	// Results, when set, is also given every answer in vegeta's own result
+	// form (vegeta.NewEncoder writes what `vegeta report` and `vegeta plot` read).
+	Results vegeta.Encoder
 }
 
 // DefaultAttack suits one loopback machine.
@@ -59,6 +67,8 @@ type Volley struct {
 	Rate    float64 // requested, per second
 	Shots   []Shot  // in the order answers arrived
 	Replays int64   // requests the transport resent on another connection (see idempotencyKey)
+
+	ResultsErr error // the first failure to write AttackOptions.Results
 }
 
 // reqHeader carries the plan index of a request; tagTransport copies it onto the
@@ -121,7 +131,10 @@ func Fire(ctx context.Context, url string, plan Plan, orderAmount int64, rate fl
 			idempotencyKey: {plan.Orders[plan.Requests[i]].ID}}
 		return nil
 	}
-	pacer := countedPacer{ConstantPacer: vegeta.Rate{Freq: max(int(rate), 1), Per: time.Second}, n: uint64(n)}
+	var pacer vegeta.Pacer = countedPacer{ConstantPacer: vegeta.Rate{Freq: max(int(rate), 1), Per: time.Second}, n: uint64(n)}
+	if o.Schedule != nil {
+		pacer = schedulePacer{at: o.Schedule[:min(len(o.Schedule), n)]}
+	}
 
 	var replays atomic.Int64
 	var base http.RoundTripper = newLeanTransport(o.Timeout, o.Connections, &replays)
@@ -141,6 +154,9 @@ func Fire(ctx context.Context, url string, plan Plan, orderAmount int64, rate fl
 	v := Volley{Rate: rate, Shots: make([]Shot, 0, n)}
 	for res := range atk.Attack(targeter, pacer, 0, "burst") {
 		v.Shots = append(v.Shots, shotOf(res))
+		if o.Results != nil && v.ResultsErr == nil {
+			v.ResultsErr = o.Results(res)
+		}
 	}
 	v.Replays = replays.Load()
 	return v
@@ -180,7 +196,9 @@ func reserveURL(base, code string) string {
 	return base + httpx.ReservationsPath(code)
 }
 
+// reserveBody is o's reserve body, for amount unless o has its own (a replay).
 func reserveBody(o Order, amount int64) []byte {
+	amount = cmp.Or(o.Amount, amount)
 	b := make([]byte, 0, 96)
 	b = append(b, `{"customerId":`...)
 	b = strconv.AppendInt(b, o.Customer, 10)

@@ -1,12 +1,9 @@
 package main
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"strconv"
 	"sync/atomic"
@@ -15,7 +12,9 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/flashgate/flashgate/shared/client"
 	"github.com/flashgate/flashgate/shared/gate"
+	"github.com/flashgate/flashgate/shared/voucher"
 )
 
 // The money terms of every voucher the harness creates; orders are above the
@@ -44,7 +43,7 @@ type Bench struct {
 	db     *pgxpool.Pool
 	rdb    redis.UniversalClient
 	gate   *gate.Gate
-	client *http.Client
+	ledger *client.Client // the admin calls, with Token
 }
 
 // OpenBench connects to e's database and Redis.
@@ -67,7 +66,7 @@ func OpenBench(ctx context.Context, e Endpoints) (*Bench, error) {
 	}
 	return &Bench{
 		URL: e.ProxyURL, LedgerURL: e.LedgerURL, Token: e.Token,
-		db: db, rdb: rdb, gate: gate.New(rdb), client: &http.Client{Timeout: 30 * time.Second},
+		db: db, rdb: rdb, gate: gate.New(rdb), ledger: client.New(e.LedgerURL, client.WithToken(e.Token), client.WithHTTPClient(&http.Client{Timeout: 30 * time.Second})),
 	}, nil
 }
 
@@ -113,13 +112,11 @@ type VoucherSpec struct {
 // CreateVoucher creates v through the ledger's admin route, valid from an hour
 // ago for a day, and for a flash voucher makes sure Redis holds it.
 func (b *Bench) CreateVoucher(ctx context.Context, v VoucherSpec) error {
-	now := time.Now().UTC()
-	body := map[string]any{
-		"code": v.Code, "discountAmount": discountAmount, "minOrderAmount": minOrderAmount,
-		"totalLimit": v.Stock, "perUserLimit": v.PerUser, "flashSale": v.Flash,
-		"startsAt": now.Add(-time.Hour).Format(time.RFC3339), "endsAt": now.Add(24 * time.Hour).Format(time.RFC3339),
-	}
-	if err := b.admin(ctx, http.MethodPost, "/admin/vouchers", body, http.StatusCreated); err != nil {
+	now := time.Now().UTC().Truncate(time.Second)
+	start, end := now.Add(-time.Hour), now.Add(24*time.Hour)
+	discount, minOrder := int64(discountAmount), int64(minOrderAmount)
+	if _, err := b.ledger.CreateVoucher(ctx, voucher.NewVoucher{Code: &v.Code, DiscountAmount: &discount, MinOrderAmount: &minOrder,
+		TotalLimit: &v.Stock, PerUserLimit: &v.PerUser, FlashSale: &v.Flash, StartsAt: &start, EndsAt: &end}); err != nil {
 		return fmt.Errorf("create voucher %s: %w", v.Code, err)
 	}
 	if !v.Flash {
@@ -130,38 +127,8 @@ func (b *Bench) CreateVoucher(ctx context.Context, v VoucherSpec) error {
 	} else if loaded {
 		return nil
 	}
-	if err := b.admin(ctx, http.MethodPost, "/admin/vouchers/"+v.Code+"/warmup", nil, http.StatusOK); err != nil {
+	if err := b.ledger.Warmup(ctx, v.Code); err != nil {
 		return fmt.Errorf("warm up voucher %s: %w", v.Code, err)
-	}
-	return nil
-}
-
-// admin sends body to the ledger with the admin token and expects want.
-func (b *Bench) admin(ctx context.Context, method, path string, body any, want int) error {
-	var rd io.Reader
-	if body != nil {
-		buf, err := json.Marshal(body)
-		if err != nil {
-			return err
-		}
-		rd = bytes.NewReader(buf)
-	}
-	req, err := http.NewRequestWithContext(ctx, method, b.LedgerURL+path, rd)
-	if err != nil {
-		return err
-	}
-	req.Header.Set("Content-Type", "application/json")
-	if b.Token != "" {
-		req.Header.Set("Authorization", "Bearer "+b.Token)
-	}
-	resp, err := b.client.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	raw, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<10))
-	if resp.StatusCode != want {
-		return fmt.Errorf("%s %s: %d %s", method, path, resp.StatusCode, bytes.TrimSpace(raw))
 	}
 	return nil
 }

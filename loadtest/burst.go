@@ -32,6 +32,10 @@ type BurstConfig struct {
 	// 15+ flushes an idle backend's statistics up to 10 s late).
 	StatsWait time.Duration
 	Attack    AttackOptions
+
+	Replay  *Replay // recorded traffic to send instead of a generated crowd (Rate, Duration: its own)
+	Record  string  // when set, the requests sent are written there as a traffic file (TrafficLine)
+	Results string  // when set, every answer is written there in vegeta's result format
 }
 
 // Requests is how many requests the burst sends.
@@ -53,6 +57,18 @@ func RunBurst(ctx context.Context, b *Bench, cfg BurstConfig) (*Summary, error) 
 	}
 	spec := VoucherSpec{Code: newCode(codePrefix(cfg.Label)), Stock: cfg.Stock, PerUser: max(cfg.PerUser, 1), Flash: cfg.Flash}
 	plan := NewPlan(spec.Code, Crowd{Requests: cfg.Requests(), Customers: cfg.Customers, Retry: cfg.Retry, Seed: cfg.Seed})
+	if cfg.Replay != nil {
+		plan, cfg.Attack.Schedule = cfg.Replay.planFor(spec.Code), cfg.Replay.At
+		cfg.Customers, cfg.Retry = plan.DistinctCustomers(), float64(plan.Retries)/float64(max(len(plan.Requests), 1))
+	}
+	results, enc, err := resultsFile(cfg.Results)
+	if err != nil {
+		return nil, err
+	}
+	if results != nil {
+		defer results.Close()
+		cfg.Attack.Results = enc
+	}
 	var before int64
 	if b.checked() {
 		if err := b.CreateVoucher(ctx, spec); err != nil {
@@ -72,6 +88,19 @@ func RunBurst(ctx context.Context, b *Bench, cfg BurstConfig) (*Summary, error) 
 	cpu1 := readCPU()
 	if err := ctx.Err(); err != nil {
 		return nil, err
+	}
+	if v.ResultsErr != nil {
+		return nil, fmt.Errorf("vegeta results %s: %w", cfg.Results, v.ResultsErr)
+	}
+	if results != nil {
+		if err := results.Close(); err != nil {
+			return nil, fmt.Errorf("vegeta results %s: %w", cfg.Results, err)
+		}
+	}
+	if cfg.Record != "" {
+		if err := writeTraffic(cfg.Record, spec.Code, plan, v.Shots, cfg.Rate); err != nil {
+			return nil, err
+		}
 	}
 	s := summarize(cfg, spec, plan, v)
 	s.URL = url
@@ -252,25 +281,40 @@ func parseBurstFlags(args []string) (burstCmd, error) {
 	fs.DurationVar(&cfg.StatsWait, "stats-wait", 11*time.Second,
 		"wait this long after the burst before reading Postgres commits (0: do not measure commits)")
 	attackFlags(fs, &cfg.Attack)
+	fs.StringVar(&cfg.Record, "record", "", "write the requests sent to this traffic file (JSON lines), for `loadtest replay`")
+	check := commonBurstFlags(fs, &c, "burst")
+	_ = fs.Parse(args)
+	return c, check()
+}
+
+// commonBurstFlags registers the flags burst and replay share: where the
+// stack is (or how to start one), the reports, vegeta's results and the
+// warm-up; the returned check completes c once the flags are parsed.
+func commonBurstFlags(fs *flag.FlagSet, c *burstCmd, name string) (check func() error) {
 	fs.StringVar(&c.Target.ProxyURL, "target", "", "proxy URL of a running stack (default: start a local stack and stop it at the end)")
 	fs.StringVar(&c.Target.LedgerURL, "ledger", "", "ledger URL, with --target")
 	fs.StringVar(&c.Target.DBURL, "database-url", "", "DATABASE_URL, with --target")
 	fs.StringVar(&c.Target.RedisURL, "redis-url", "", "REDIS_URL, with --target")
 	fs.StringVar(&c.Target.Token, "token", "dev-token", "ledger admin token (LEDGER_TOKEN)")
 	fs.DurationVar(&c.Warmup, "warmup", 0, "first an unmeasured burst of this long that admits every order on another voucher (warms a fresh stack)")
-	fs.StringVar(&c.Out, "out", "", "report directory (default loadtest/reports/burst-<timestamp>)")
+	fs.StringVar(&c.Out, "out", "", "report directory (default loadtest/reports/"+name+"-<timestamp>)")
+	fs.StringVar(&c.Config.Results, "vegeta", "", "also write every answer to this file in vegeta's result format (for `vegeta report`, `vegeta plot`); default <out>/results.bin")
 	fs.StringVar(&c.Stack.BinDir, "bin", "", "directory holding ledger and proxy, for the local stack")
 	var env multiFlag
 	fs.Var(&env, "env", "extra proxy environment for the local stack, e.g. PROXY_COALESCE=off (repeatable)")
-	_ = fs.Parse(args)
-	if c.Out == "" {
-		c.Out = defaultOut("burst")
+	return func() error {
+		if c.Out == "" {
+			c.Out = defaultOut(name)
+		}
+		if c.Config.Results == "" {
+			c.Config.Results = filepath.Join(c.Out, "results.bin")
+		}
+		c.Stack.Token, c.Stack.ProxyEnv = c.Target.Token, env
+		if c.Target.ProxyURL != "" && len(env) > 0 {
+			return errors.New("--env applies to the local stack only; set it on the running proxy instead")
+		}
+		return os.MkdirAll(filepath.Dir(c.Config.Results), 0o755)
 	}
-	c.Stack.Token, c.Stack.ProxyEnv = c.Target.Token, env
-	if c.Target.ProxyURL != "" && len(env) > 0 {
-		return c, errors.New("--env applies to the local stack only; set it on the running proxy instead")
-	}
-	return c, nil
 }
 
 // runBurstCmd is `loadtest burst`.
@@ -279,6 +323,12 @@ func runBurstCmd(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
+	return c.run(ctx)
+}
+
+// run runs the burst (or replay) on the target, or on a local stack it
+// starts and stops, and writes its report.
+func (c burstCmd) run(ctx context.Context) error {
 	e := c.Target
 	if e.ProxyURL == "" {
 		fmt.Println("starting a local stack...")
@@ -292,6 +342,10 @@ func runBurstCmd(ctx context.Context, args []string) error {
 	s, err := burstOn(ctx, e, c.Config, c.Warmup)
 	if err != nil {
 		return err
+	}
+	fmt.Printf("vegeta:  %s (vegeta report %[1]s; vegeta plot %[1]s > plot.html)\n", c.Config.Results)
+	if c.Config.Record != "" {
+		fmt.Printf("traffic: %s (loadtest replay %[1]s)\n", c.Config.Record)
 	}
 	return reportBurst(s, c.Out)
 }

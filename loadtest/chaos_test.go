@@ -148,7 +148,7 @@ func TestRecoveredAt(t *testing.T) {
 func chaosFixture(shots ...Shot) Outcome {
 	return Outcome{
 		Spec: VoucherSpec{Code: "S", Stock: 1, PerUser: 1, Flash: true},
-		Plan: Plan{Orders: []Order{{"S-0", 1}, {"S-1", 2}, {"S-2", 3}},
+		Plan: Plan{Orders: []Order{{"S-0", 1, 0}, {"S-1", 2, 0}, {"S-2", 3, 0}},
 			Requests: []int32{0, 1, 2, 0, 1, 0}, Retries: 3},
 		Shots: shots,
 		DB:    DBState{TotalLimit: 1, Used: 1, Active: map[string]int64{"S-0": 1}, ByStatus: map[string]int{"RESERVED": 1}},

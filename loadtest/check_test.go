@@ -10,7 +10,7 @@ import (
 // order 0, 2 uses. Orders 0 and 1 are admitted.
 func checkFixture() Outcome {
 	p := Plan{
-		Orders: []Order{{"S-0", 1}, {"S-1", 2}, {"S-2", 3}, {"S-3", 1}},
+		Orders: []Order{{"S-0", 1, 0}, {"S-1", 2, 0}, {"S-2", 3, 0}, {"S-3", 1, 0}},
 		// request: 0 1 2 3 4 (4 retries order 0)
 		Requests: []int32{0, 1, 2, 3, 0},
 		Retries:  1,

@@ -19,6 +19,7 @@ type Crowd struct {
 type Order struct {
 	ID       string
 	Customer int64
+	Amount   int64 // its orderAmount; 0: the harness's orderAmount
 }
 
 // Plan is a burst laid out in send order: Requests[i] is the index in Orders of

@@ -1,6 +1,6 @@
 // Command loadtest runs flashgate locally and hammers it: `run` brings the
-// stack up in the foreground; `burst`, `demo` and `compare` replay flash-sale
-// traffic against it at a constant arrival rate (vegeta, open model) and check
+// stack up in the foreground; `burst`, `demo` and `compare` send flash-sale
+// traffic against it (`replay` sends a recorded file's) at a constant arrival rate (vegeta, open model) and check
 // the invariants against the database and Redis; `chaos` injects faults
 // (toxiproxy between the services and Redis and Postgres, kill -9 of every
 // process) under such bursts and checks the invariants and the recovery;
@@ -23,6 +23,9 @@ commands:
   run       start Redis, Postgres, the ledger and the proxy on throwaway servers; Ctrl-C stops all
   demo      a throwaway stack and a 1,000-use flash sale on it, checked; prints the report's path
   burst     one burst at a constant rate against a fresh voucher, checked against Postgres and Redis
+            (--record FILE writes its traffic; every answer also goes to vegeta's results format)
+  replay    send a recorded traffic file (JSON lines) at its recorded times (--speed x) to a fresh
+            voucher, checked as a burst is
   compare   each path's maximum sustainable rate and its latency at one fixed rate, side by side
   chaos     faults under bursts (Redis, Postgres, ledger, proxy): invariants and recovery time per scenario
   ceiling   a bare gin server answering every reserve 409 (the HTTP ceiling compare measures)
@@ -40,7 +43,7 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	commands := map[string]func(context.Context, []string) error{
-		"run": runStack, "demo": runDemo, "burst": runBurstCmd, "compare": runCompare, "chaos": runChaos, "ceiling": runCeiling,
+		"run": runStack, "demo": runDemo, "burst": runBurstCmd, "replay": runReplayCmd, "compare": runCompare, "chaos": runChaos, "ceiling": runCeiling,
 		"solution1": runSolution1,
 	}
 	cmd, args := os.Args[1], os.Args[2:]
@@ -69,9 +72,15 @@ func runStack(ctx context.Context, args []string) error {
 	proxyAddr := fs.String("proxy-addr", "127.0.0.1:8080", "proxy listen address")
 	token := fs.String("token", "dev-token", "LEDGER_TOKEN for the ledger and the proxy")
 	durable := fs.Bool("durable", false, "Postgres with fsync and full_page_writes on")
+	dbURL := fs.String("database-url", "", "use this Postgres instead of a throwaway one")
+	redisURL := fs.String("redis-url", "", "use this Redis instead of a throwaway one")
 	_ = fs.Parse(args)
 
-	st, err := StartStack(StackOptions{BinDir: *binDir, Token: *token, LedgerAddr: *ledgerAddr, ProxyAddr: *proxyAddr, DurablePG: *durable})
+	// StartStack fails, with the service's log, when a service exits during
+	// its start (its port taken, say): its health check counts only an answer
+	// from the child itself (/healthz names its pid).
+	st, err := StartStack(StackOptions{BinDir: *binDir, Token: *token, LedgerAddr: *ledgerAddr, ProxyAddr: *proxyAddr,
+		ExternalDB: *dbURL, ExternalRDB: *redisURL, DurablePG: *durable})
 	if err != nil {
 		return err
 	}

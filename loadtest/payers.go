@@ -1,30 +1,31 @@
 package main
 
 import (
-	"bytes"
-	"cmp"
 	"context"
 	"fmt"
-	"io"
 	"net/http"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
+	"github.com/flashgate/flashgate/shared/client"
 	"github.com/flashgate/flashgate/shared/httpx"
+	"github.com/flashgate/flashgate/shared/voucher"
 )
 
 // payers are customers who go on after their 201: each reserves a new order
 // on a voucher of their own, then one in four confirms it, one in four
 // confirms and then refunds it, one in four releases it and one in four leaves
-// it reserved. A call answered 503 or not at all is sent again after the
-// Retry-After asked for (a second when there was no answer), up to
-// retryAttempts times; the soak runs them beside its reserves.
+// it reserved. They call through shared/client as a checkout would: a call
+// answered 503 or not at all is sent again after the Retry-After asked for,
+// for up to payRetryWindow; the soak runs them beside its reserves.
 type payers struct {
 	base, code    string
 	firstCustomer int64
-	client        *http.Client
+	http          *http.Client
+	client        *client.Client // the shop's client: retries 503s with the same orderId
 
 	mu     sync.Mutex
 	orders []*payOrder
@@ -43,23 +44,55 @@ type payOrder struct {
 
 // payStep is one call after the reserve and the status its success leaves.
 type payStep struct {
-	name, method, suffix string
-	want                 int
-	status               string
+	name, status string
+	send         func(ctx context.Context, c *client.Client, code string, o *payOrder) error
 }
 
 var (
-	stepReserve = payStep{"reserve", http.MethodPost, "", http.StatusCreated, "RESERVED"}
-	stepConfirm = payStep{"confirm", http.MethodPost, "/confirm", http.StatusOK, "CONFIRMED"}
-	stepRefund  = payStep{"refund", http.MethodPost, "/refund", http.StatusOK, "REFUNDED"}
-	stepRelease = payStep{"release", http.MethodDelete, "", http.StatusNoContent, "RELEASED"}
+	stepReserve = payStep{"reserve", "RESERVED", func(ctx context.Context, c *client.Client, code string, o *payOrder) error {
+		_, err := c.Reserve(ctx, code, voucher.Claim{CustomerID: o.customer, OrderID: o.id, OrderAmount: orderAmount})
+		return err
+	}}
+	stepConfirm = payStep{"confirm", "CONFIRMED", func(ctx context.Context, c *client.Client, code string, o *payOrder) error {
+		_, err := c.Confirm(ctx, code, o.id)
+		return err
+	}}
+	stepRefund = payStep{"refund", "REFUNDED", func(ctx context.Context, c *client.Client, code string, o *payOrder) error {
+		_, err := c.Refund(ctx, code, o.id)
+		return err
+	}}
+	stepRelease = payStep{"release", "RELEASED", func(ctx context.Context, c *client.Client, code string, o *payOrder) error {
+		return c.Release(ctx, code, o.id)
+	}}
 	// payPlans: order k follows payPlans[k%4] after its 201.
 	payPlans = [][]payStep{{stepConfirm}, {stepConfirm, stepRefund}, {stepRelease}, nil}
 )
 
+// payRetryWindow bounds one call's retries (the client retries a 503 after its
+// Retry-After, and no answer after a moment, with the same orderId).
+const payRetryWindow = retryAttempts * retryClientWait
+
 func newPayers(base, code string, firstCustomer int64) *payers {
-	return &payers{base: base, code: code, firstCustomer: firstCustomer, calls: map[string]int{},
-		client: &http.Client{Timeout: probeTimeout, Transport: &http.Transport{MaxIdleConnsPerHost: 64}}}
+	p := &payers{base: base, code: code, firstCustomer: firstCustomer, calls: map[string]int{},
+		http: &http.Client{Timeout: probeTimeout, Transport: &http.Transport{MaxIdleConnsPerHost: 64}}}
+	p.client = client.New(base, client.WithHTTPClient(p.http), client.WithAttemptHook(p.count))
+	return p
+}
+
+// count tallies every attempt's answer for the report: "confirm 200", "refund 503", "reserve 0" (no answer).
+func (p *payers) count(method, path string, status int) {
+	name := "reserve"
+	switch {
+	case method == http.MethodDelete:
+		name = "release"
+	case strings.HasSuffix(path, "/confirm"):
+		name = "confirm"
+	case strings.HasSuffix(path, "/refund"):
+		name = "refund"
+	}
+	p.mu.Lock()
+	p.calls[fmt.Sprintf("%s %d", name, status)]++
+	p.mu.Unlock()
 }
 
 // start starts a new order every 1/rate for d; wait returns once every order
@@ -94,63 +127,29 @@ func (p *payers) start(ctx context.Context, rate float64, d time.Duration) {
 
 func (p *payers) wait() {
 	p.wg.Wait()
-	p.client.CloseIdleConnections()
+	p.http.CloseIdleConnections()
 }
 
-// call sends step for o until it is answered; it reports whether the order
-// may go on to its next step.
+// call sends step for o through the client, which retries a 503 or a lost
+// answer with the same orderId for up to payRetryWindow; it reports whether
+// the order may go on to its next step.
 func (p *payers) call(ctx context.Context, step payStep, o *payOrder) bool {
-	for attempt := 0; attempt < retryAttempts && ctx.Err() == nil; attempt++ {
-		status, code, wait := p.send(ctx, step, o)
-		p.mu.Lock()
-		p.calls[fmt.Sprintf("%s %d", step.name, status)]++
-		switch {
-		case status == step.want:
-			o.acked = step.status
-		case status != 0 && status != http.StatusServiceUnavailable:
-			o.unexpected = fmt.Sprintf("%s %d %s", step.name, status, code)
-		}
-		p.mu.Unlock()
-		if status == step.want {
-			return true
-		}
-		if status != 0 && status != http.StatusServiceUnavailable {
-			return false
-		}
-		sleepCtx(ctx, cmp.Or(wait, retryClientWait))
-	}
+	callCtx, cancel := context.WithTimeout(ctx, payRetryWindow)
+	defer cancel()
+	err := step.send(callCtx, p.client, p.code, o)
 	p.mu.Lock()
-	o.maybe = append(o.maybe, step.status)
-	p.mu.Unlock()
+	defer p.mu.Unlock()
+	switch code := voucher.ErrorCode(err); {
+	case err == nil:
+		o.acked = step.status
+		return true
+	case code == "" || code == voucher.CodeUnavailable:
+		// Never answered but 503 or nothing: the call may have been applied.
+		o.maybe = append(o.maybe, step.status)
+	default:
+		o.unexpected = fmt.Sprintf("%s %d %s", step.name, httpx.Status(code), code)
+	}
 	return false
-}
-
-// send sends one call and returns its status (0: no answer), the error code
-// of its body and the Retry-After of a 503.
-func (p *payers) send(ctx context.Context, step payStep, o *payOrder) (int, string, time.Duration) {
-	url, body := p.base+httpx.ReservationPath(p.code, o.id)+step.suffix, []byte(nil)
-	if step == stepReserve {
-		url, body = reserveURL(p.base, p.code), reserveBody(Order{ID: o.id, Customer: o.customer}, orderAmount)
-	}
-	req, err := http.NewRequestWithContext(ctx, step.method, url, bytes.NewReader(body))
-	if err != nil {
-		return 0, "", 0
-	}
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := p.client.Do(req)
-	if err != nil {
-		return 0, "", 0
-	}
-	raw, err := io.ReadAll(io.LimitReader(resp.Body, 4<<10))
-	resp.Body.Close()
-	if err != nil {
-		return 0, "", 0
-	}
-	var wait time.Duration
-	if n, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil && n > 0 {
-		wait = time.Duration(n) * time.Second
-	}
-	return resp.StatusCode, jsonString(raw, "error"), wait
 }
 
 // checks judges the payers' voucher: every order's row has a status its

@@ -41,27 +41,37 @@ type Config struct {
 	httpx.Serving                 // MAX_CONNS, MAX_INFLIGHT, DEBUG_ADDR, SHUTDOWN_DELAY, SHUTDOWN_TIMEOUT
 }
 
-func configFromEnv() (Config, error) { return configFrom(envconf.New()) }
+// doc heads the proxy's --help.
+const doc = `proxy is flashgate's edge: it answers every reserve that will not be admitted
+without touching Postgres and forwards the admitted ones to the ledger.`
 
-// configFrom reads the Config from e (the environment, or a map in tests).
+// configFrom reads the Config from e (the environment, or a map in tests);
+// each read's last argument is the setting's line in --help.
 func configFrom(e *envconf.Reader) (Config, error) {
 	c := Config{
-		Addr:            e.String("PROXY_ADDR", "127.0.0.1:8080"),
-		RedisURL:        e.String("REDIS_URL", ""),
-		LedgerURL:       e.String("LEDGER_URL", "http://127.0.0.1:8081"),
-		LedgerToken:     e.String("LEDGER_TOKEN", ""),
-		Token:           e.String("PROXY_TOKEN", ""),
-		SoldOutTTL:      e.Duration("SOLDOUT_TTL", 2*time.Second),
-		VoucherCacheTTL: e.Duration("VOUCHER_CACHE_TTL", 5*time.Second),
-		RedisTimeout:    e.Duration("REDIS_TIMEOUT", 250*time.Millisecond),
-		LedgerTimeout:   e.Duration("LEDGER_TIMEOUT", time.Second),
-		Coalesce:        e.Switch("PROXY_COALESCE", true),
-		MaxBatch:        e.Int("PROXY_MAX_BATCH", 256, 1),
-		RedisPool:       e.Int("REDIS_POOL_SIZE", 0, 0),
-		WriteTarget:     e.DurationMin("ADMIT_WRITE_TARGET", 50*time.Millisecond, 0),
-		RedisMinIdle:    e.Int("REDIS_MIN_IDLE", 4, 0),
-		LedgerWarm:      e.Int("LEDGER_WARM_CONNS", 4, 0),
-		Serving:         httpx.ReadServing(e),
+		Addr:     e.String("PROXY_ADDR", "127.0.0.1:8080", "listen address"),
+		RedisURL: e.String("REDIS_URL", "", "required: redis://[user:pass@]host:port/db, or redis+cluster://host1:port,host2:port for a Redis Cluster"),
+		LedgerURL: e.String("LEDGER_URL", "http://127.0.0.1:8081",
+			"the ledger (one, or a balancer in front of several)"),
+		LedgerToken: e.String("LEDGER_TOKEN", "", "bearer token sent to the ledger"),
+		Token:       e.String("PROXY_TOKEN", "", "when set, clients must send Authorization: Bearer <token>"),
+		SoldOutTTL: e.Duration("SOLDOUT_TTL", 2*time.Second,
+			"how long the local sold-out flag answers 409 without asking Redis"),
+		VoucherCacheTTL: e.Duration("VOUCHER_CACHE_TTL", 5*time.Second, "how long a voucher's terms are cached"),
+		RedisTimeout: e.Duration("REDIS_TIMEOUT", 250*time.Millisecond,
+			"deadline of one Redis call; past it the request gets 503"),
+		LedgerTimeout: e.Duration("LEDGER_TIMEOUT", time.Second,
+			"deadline of one ledger call; keep it above the ledger's DB_TIMEOUT and below its HANGING_GRACE"),
+		Coalesce: e.Switch("PROXY_COALESCE", true, "off: one script call per request (for comparison)"),
+		MaxBatch: e.Int("PROXY_MAX_BATCH", 256, 1, "most requests per script call"),
+		RedisPool: e.Int("REDIS_POOL_SIZE", 0, 0,
+			"Redis connections per proxy; 0: go-redis's default (10 per CPU)"),
+		WriteTarget: e.DurationMin("ADMIT_WRITE_TARGET", 50*time.Millisecond, 0,
+			"the admission window's target: admitted flash reserves on their way to the ledger are bounded by a window that shrinks while it is full and the writes take longer than this; 0: no window"),
+		RedisMinIdle: e.Int("REDIS_MIN_IDLE", 4, 0, "Redis connections opened at start and kept open"),
+		LedgerWarm: e.Int("LEDGER_WARM_CONNS", 4, 0,
+			"connections to the ledger opened at start and kept warm"),
+		Serving: httpx.ReadServing(e),
 	}
 	if err := e.Err(); err != nil {
 		return c, err
@@ -92,7 +102,7 @@ func windowMax(maxInflight int) int {
 
 func main() {
 	gin.SetMode(gin.ReleaseMode)
-	envconf.Main("proxy", configFromEnv, run)
+	envconf.Main("proxy", doc, configFrom, run)
 }
 
 func run(cfg Config, log *slog.Logger) error {

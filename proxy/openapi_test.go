@@ -16,3 +16,12 @@ func TestOpenAPIRoutes(t *testing.T) {
 	srv := &Server{metrics: httpx.NewMetrics("proxy"), ready: func(context.Context) error { return nil }}
 	httpxtest.CheckOpenAPIRoutes(t, srv.Handler(), "proxy")
 }
+
+// TestOpenAPIResponses validates the proxy's live answers (through
+// shared/client) against openapi.yaml with kin-openapi.
+func TestOpenAPIResponses(t *testing.T) {
+	s := newStack(t, stackOptions{coalesce: true})
+	code := newCode(t)
+	s.createVoucher(t, code, 5, 1, true)
+	httpxtest.CheckLiveResponses(t, s.ProxyURL, "", code)
+}

@@ -52,6 +52,9 @@ func (s *Server) reserve(c *gin.Context) {
 		httpx.WriteError(c, err)
 		return
 	}
+	if rep.Status == http.StatusCreated {
+		httpx.SetLocation(c, code, cl.OrderID)
+	}
 	relay(c, rep)
 }
 

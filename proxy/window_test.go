@@ -7,6 +7,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/flashgate/flashgate/shared/envconf"
 )
 
 // The window shrinks while the writes it lets through are slower than the
@@ -104,9 +106,7 @@ func TestAdmitWriteTargetSetting(t *testing.T) {
 	for value, want := range map[string]string{
 		"0": "", "10ms": "", "500us": "at least 1ms", "1s": "below LEDGER_TIMEOUT (1s)", "-1s": "ADMIT_WRITE_TARGET",
 	} {
-		t.Setenv("REDIS_URL", "redis://127.0.0.1:1/0")
-		t.Setenv("ADMIT_WRITE_TARGET", value)
-		_, err := configFromEnv()
+		_, err := configFrom(envconf.NewFrom(map[string]string{"REDIS_URL": "redis://127.0.0.1:1/0", "ADMIT_WRITE_TARGET": value}))
 		if want == "" {
 			require.NoError(t, err, value)
 			continue

@@ -35,7 +35,7 @@ func TestMain(m *testing.M) {
 func serveHealth(addr string) int {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
-		fmt.Fprintf(w, "pid %d\n", os.Getpid())
+		fmt.Fprintf(w, `{"status":"ok","pid":%d}`, os.Getpid())
 	})
 	srv := &http.Server{Addr: addr, Handler: mux}
 	stop := make(chan os.Signal, 1)
@@ -287,6 +287,27 @@ func TestStartServiceUnhealthy(t *testing.T) {
 	_, err = StartService("broken", bin, []string{serviceAddrEnv + "=bad:address:x"}, "http://127.0.0.1:1/healthz", os.Stderr)
 	require.ErrorContains(t, err, "exited before it was ready")
 	require.ErrorContains(t, err, "bad:address:x")
+}
+
+// TestStartServicePortTaken checks that a start fails, with the service's
+// output, when another process holds its port and answers /healthz there:
+// the health check must come from the child itself.
+func TestStartServicePortTaken(t *testing.T) {
+	t.Parallel()
+	bin, err := os.Executable()
+	require.NoError(t, err)
+	other, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	impostor := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprint(w, `{"status":"ok","pid":1}`)
+	})}
+	go impostor.Serve(other)
+	t.Cleanup(func() { impostor.Close() })
+	addr := other.Addr().String()
+
+	_, err = StartService("taken", bin, []string{serviceAddrEnv + "=" + addr}, "http://"+addr+"/healthz", io.Discard)
+	require.ErrorContains(t, err, "exited before it was ready")
+	require.ErrorContains(t, err, "address already in use")
 }
 
 func get(t *testing.T, url string) string {

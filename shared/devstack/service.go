@@ -2,6 +2,7 @@ package devstack
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -71,22 +72,35 @@ func (s *Service) start() (*proc, error) {
 		return nil, fmt.Errorf("start %s: %w", s.Name, err)
 	}
 	client := &http.Client{Timeout: time.Second}
-	if err := waitReady(p, serviceReadyTimeout, func() error { return checkHealth(client, s.healthURL) }); err != nil {
+	if err := waitReady(p, serviceReadyTimeout, func() error { return checkHealth(client, s.healthURL, p.pid()) }); err != nil {
 		p.kill()
 		return nil, fmt.Errorf("start %s (%s): %w\noutput:\n%s", s.Name, s.binary, err, s.out.tail())
 	}
 	return p, nil
 }
 
-func checkHealth(client *http.Client, url string) error {
+// checkHealth passes when GET url answers 200 from the process pid: /healthz
+// names its pid, so that a start never passes on another process that holds
+// the port (the child then fails to bind and exits, and the start fails with
+// its output).
+func checkHealth(client *http.Client, url string, pid int) error {
 	resp, err := client.Get(url)
 	if err != nil {
 		return err
 	}
 	defer resp.Body.Close()
-	_, _ = io.Copy(io.Discard, resp.Body)
+	var health struct {
+		PID int `json:"pid"`
+	}
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 4<<10))
+	if err != nil {
+		return fmt.Errorf("GET %s: %w", url, err)
+	}
 	if resp.StatusCode != http.StatusOK {
 		return fmt.Errorf("GET %s: %s", url, resp.Status)
+	}
+	if err := json.Unmarshal(body, &health); err != nil || health.PID != pid {
+		return fmt.Errorf("GET %s was answered by another process (%q), not pid %d: is the port taken?", url, body, pid)
 	}
 	return nil
 }

@@ -1,12 +1,16 @@
 // Package envconf reads typed settings from environment variables with
 // defaults, and runs a service's main. Only a service's main calls it, once,
 // to fill its Config.
+//
+// Every read also declares the setting (name, default, meaning) on the Reader,
+// so that --help is printed from the very calls that read the configuration:
+// a setting gets its help line by passing its meaning as the last argument of
+// the read, e.g. e.Duration("SOLDOUT_TTL", 2*time.Second, "how long ...").
 package envconf
 
 import (
 	"errors"
 	"fmt"
-	"log/slog"
 	"os"
 	"regexp"
 	"strconv"
@@ -17,8 +21,34 @@ import (
 // Reader collects the first error so that main can read every setting and
 // check once.
 type Reader struct {
-	lookup func(string) (string, bool)
-	err    error
+	lookup   func(string) (string, bool)
+	err      error
+	settings []Setting
+	seen     map[string]bool
+}
+
+// Setting is one variable a service reads, as --help prints it.
+type Setting struct {
+	Name    string
+	Default string // as written in the environment; "" when unset by default
+	Help    string // its meaning; "" when the read gave none
+	Accepts string // what the read accepts beyond its type, e.g. "at least 1s"
+}
+
+// Settings returns every setting read so far, in the order first read.
+func (r *Reader) Settings() []Setting { return r.settings }
+
+// declare records a setting for --help. A setting read twice keeps its first
+// declaration.
+func (r *Reader) declare(name, def, accepts string, help []string) {
+	if r.seen == nil {
+		r.seen = map[string]bool{}
+	}
+	if r.seen[name] {
+		return
+	}
+	r.seen[name] = true
+	r.settings = append(r.settings, Setting{Name: name, Default: def, Help: strings.Join(help, " "), Accepts: accepts})
 }
 
 // New returns a Reader over the process environment.
@@ -43,8 +73,10 @@ func (r *Reader) fail(name, want, got string) {
 	}
 }
 
-// String returns the variable or def.
-func (r *Reader) String(name, def string) string {
+// String returns the variable or def. help (optional, as in every read) is
+// the setting's meaning for --help.
+func (r *Reader) String(name, def string, help ...string) string {
+	r.declare(name, def, "", help)
 	if v, ok := r.get(name); ok {
 		return v
 	}
@@ -52,7 +84,8 @@ func (r *Reader) String(name, def string) string {
 }
 
 // Duration returns a positive duration such as 15m or 250ms, or def.
-func (r *Reader) Duration(name string, def time.Duration) time.Duration {
+func (r *Reader) Duration(name string, def time.Duration, help ...string) time.Duration {
+	r.declare(name, formatDuration(def), "", help)
 	v, ok := r.get(name)
 	if !ok {
 		return def
@@ -65,9 +98,22 @@ func (r *Reader) Duration(name string, def time.Duration) time.Duration {
 	return d
 }
 
+// formatDuration writes d as a person would set it: 15m, not 15m0s.
+func formatDuration(d time.Duration) string {
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = strings.TrimSuffix(s, "0s")
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = strings.TrimSuffix(s, "0m")
+	}
+	return s
+}
+
 // DurationMin returns a duration of at least min (which may be 0), or def:
 // below min a setting would break a promise, and the message names the bound.
-func (r *Reader) DurationMin(name string, def, min time.Duration) time.Duration {
+func (r *Reader) DurationMin(name string, def, min time.Duration, help ...string) time.Duration {
+	r.declare(name, formatDuration(def), "at least "+formatDuration(min), help)
 	v, ok := r.get(name)
 	if !ok {
 		return def
@@ -86,7 +132,8 @@ func (r *Reader) DurationMin(name string, def, min time.Duration) time.Duration 
 var ErrBadSetting = errors.New("bad configuration")
 
 // Int returns an integer >= min, or def.
-func (r *Reader) Int(name string, def, min int) int {
+func (r *Reader) Int(name string, def, min int, help ...string) int {
+	r.declare(name, strconv.Itoa(def), fmt.Sprintf("at least %d", min), help)
 	v, ok := r.get(name)
 	if !ok {
 		return def
@@ -99,48 +146,47 @@ func (r *Reader) Int(name string, def, min int) int {
 	return n
 }
 
-// Switch returns true for "on", false for "off", or def.
-func (r *Reader) Switch(name string, def bool) bool {
+// Switch returns true for on, true or 1, false for off, false or 0 (any
+// case), or def.
+func (r *Reader) Switch(name string, def bool, help ...string) bool {
+	r.declare(name, map[bool]string{true: "on", false: "off"}[def], "on/off, true/false, 1/0", help)
 	v, ok := r.get(name)
 	if !ok {
 		return def
 	}
-	switch v {
-	case "on":
+	switch strings.ToLower(v) {
+	case "on", "true", "1":
 		return true
-	case "off":
+	case "off", "false", "0":
 		return false
 	}
-	r.fail(name, "on or off", v)
+	r.fail(name, "on, off, true, false, 1 or 0", v)
 	return def
 }
 
-// Main is a service's main: JSON logs on stderr, its configuration read once
-// (exit 2 when it is bad), then run until it returns (exit 1 on an error). The
-// logger is handed to run, never made the process default: whatever logs gets
-// it passed down.
-func Main[C any](name string, config func() (C, error), run func(C, *slog.Logger) error) {
-	log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
-	cfg, err := config()
-	if err != nil {
-		log.Error("bad configuration", "err", err)
-		os.Exit(2)
+// OneOf returns the variable when it is one of choices (the first is the
+// default), or that default.
+func (r *Reader) OneOf(name string, choices []string, help ...string) string {
+	r.declare(name, choices[0], strings.Join(choices, ", "), help)
+	v, ok := r.get(name)
+	if !ok {
+		return choices[0]
 	}
-	if err := run(cfg, log); err != nil {
-		if errors.Is(err, ErrBadSetting) {
-			log.Error("bad configuration", "err", err)
-			os.Exit(2)
+	for _, c := range choices {
+		if strings.EqualFold(v, c) {
+			return c
 		}
-		log.Error(name+" stopped", "err", err)
-		os.Exit(1)
 	}
+	r.fail(name, "one of "+strings.Join(choices, ", "), v)
+	return choices[0]
 }
 
 // Tokens returns named bearer tokens written "name:token,name2:token2", or
 // none when the variable is unset. Names match ^[A-Za-z0-9_.-]{1,64}$ (they
 // become the actor of audited changes) and are unique; tokens are non-empty,
 // without spaces, and unique, so that a token names exactly one actor.
-func (r *Reader) Tokens(name string) map[string]string {
+func (r *Reader) Tokens(name string, help ...string) map[string]string {
+	r.declare(name, "", "name:token,...", help)
 	v, ok := r.get(name)
 	if !ok {
 		return nil

@@ -1,6 +1,8 @@
 package envconf
 
 import (
+	"errors"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -23,6 +25,7 @@ func TestReader(t *testing.T) {
 		"bad int":      func(r *Reader) { r.Int("V", 1, 1) },
 		"int too low":  func(r *Reader) { r.Int("Z", 1, 1) },
 		"bad switch":   func(r *Reader) { r.Switch("V", true) },
+		"bad choice":   func(r *Reader) { r.OneOf("V", []string{"a", "b"}) },
 	} {
 		r := NewFrom(map[string]string{"V": "nope", "Z": "0"})
 		read(r)
@@ -70,5 +73,107 @@ func TestDurationMin(t *testing.T) {
 		// The message names the variable and the bound.
 		assert.Contains(t, r.Err().Error(), "HANGING_GRACE")
 		assert.Contains(t, r.Err().Error(), "at least 1s")
+	}
+}
+
+func TestSwitch(t *testing.T) {
+	for v, want := range map[string]bool{
+		"on": true, "true": true, "1": true, "True": true, "ON": true,
+		"off": false, "false": false, "0": false, "FALSE": false, "Off": false,
+	} {
+		r := NewFrom(map[string]string{"S": v})
+		if got := r.Switch("S", !want); got != want || r.Err() != nil {
+			t.Errorf("Switch(S=%q) = %v, %v, want %v", v, got, r.Err(), want)
+		}
+	}
+	for _, bad := range []string{"yes", "2", "enabled", "o n"} {
+		r := NewFrom(map[string]string{"PROXY_COALESCE": bad})
+		r.Switch("PROXY_COALESCE", true)
+		if r.Err() == nil || !strings.Contains(r.Err().Error(), "PROXY_COALESCE") {
+			t.Errorf("Switch(PROXY_COALESCE=%q) err = %v, want one naming the variable", bad, r.Err())
+		}
+	}
+}
+
+// TestSettings checks that every read declares its setting once, in order,
+// with its default as it would be written and its meaning.
+func TestSettings(t *testing.T) {
+	r := NewFrom(map[string]string{"A": "set"})
+	r.String("A", "x", "the a")
+	r.Duration("B", 15*time.Minute, "the b")
+	r.DurationMin("C", 0, 0)
+	r.Int("D", 7, 1, "the d")
+	r.Switch("E", false, "the e")
+	r.Tokens("F", "the f")
+	r.OneOf("G", []string{"info", "debug"}, "the g")
+	r.String("A", "other", "read twice")
+	want := []Setting{
+		{Name: "A", Default: "x", Help: "the a"},
+		{Name: "B", Default: "15m", Help: "the b"},
+		{Name: "C", Default: "0s", Accepts: "at least 0s"},
+		{Name: "D", Default: "7", Help: "the d", Accepts: "at least 1"},
+		{Name: "E", Default: "off", Help: "the e", Accepts: "on/off, true/false, 1/0"},
+		{Name: "F", Help: "the f", Accepts: "name:token,..."},
+		{Name: "G", Default: "info", Help: "the g", Accepts: "info, debug"},
+	}
+	assert.Equal(t, want, r.Settings())
+}
+
+type testConfig struct{ Addr string }
+
+func testConfigFrom(e *Reader) (testConfig, error) {
+	c := testConfig{Addr: e.String("TEST_ADDR", "127.0.0.1:1", "listen address")}
+	e.String("TEST_REQUIRED", "", "required: the thing")
+	return c, errors.New("TEST_REQUIRED is required") // help must print all the same
+}
+
+// TestCommand checks the command line every service takes: --help and
+// --version exit 0 (help lists every setting, LOG_LEVEL first, even though
+// a required one is missing); no argument runs; anything else exits 2.
+func TestCommand(t *testing.T) {
+	for _, args := range [][]string{{"--help"}, {"-h"}, {"-help"}} {
+		var out, errw strings.Builder
+		code, done := Command(&out, &errw, args, "svc", "svc does things.", testConfigFrom)
+		if code != 0 || !done {
+			t.Fatalf("Command(%v) = %d, %v, want 0, true", args, code, done)
+		}
+		lines := strings.Split(out.String(), "\n")
+		assert.Contains(t, out.String(), "svc does things.")
+		var names []string
+		for _, l := range lines {
+			if f := strings.Fields(l); len(f) > 1 && strings.HasPrefix(l, "  ") {
+				names = append(names, f[0])
+			}
+		}
+		assert.Equal(t, []string{"LOG_LEVEL", "TEST_ADDR", "TEST_REQUIRED"}, names, "%v:\n%s", args, out.String())
+		assert.Regexp(t, `TEST_ADDR +127\.0\.0\.1:1 +listen address`, out.String())
+		assert.Regexp(t, `TEST_REQUIRED +\(unset\) +required: the thing`, out.String())
+		assert.Regexp(t, `LOG_LEVEL +info +.*\(info, debug, warn, error\)`, out.String())
+	}
+	var out, errw strings.Builder
+	code, done := Command(&out, &errw, []string{"--version"}, "svc", "", testConfigFrom)
+	assert.Equal(t, 0, code)
+	assert.True(t, done)
+	assert.Regexp(t, `^svc \S+ \(revision \S+\)\n$`, out.String())
+
+	_, done = Command(&out, &errw, nil, "svc", "", testConfigFrom)
+	assert.False(t, done, "no arguments: the service runs")
+	code, done = Command(&out, &errw, []string{"--port=1"}, "svc", "", testConfigFrom)
+	assert.Equal(t, 2, code)
+	assert.True(t, done)
+	assert.Contains(t, errw.String(), "--help")
+}
+
+func TestLogLevel(t *testing.T) {
+	for v, want := range map[string]slog.Level{"": slog.LevelInfo, "debug": slog.LevelDebug, "WARN": slog.LevelWarn, "error": slog.LevelError} {
+		r := NewFrom(map[string]string{"LOG_LEVEL": v})
+		if got := LogLevel(r); got != want || r.Err() != nil {
+			t.Errorf("LogLevel(LOG_LEVEL=%q) = %v, %v, want %v", v, got, r.Err(), want)
+		}
+	}
+	r := NewFrom(map[string]string{"LOG_LEVEL": "verbose"})
+	LogLevel(r)
+	if r.Err() == nil || !strings.Contains(r.Err().Error(), "LOG_LEVEL") {
+		t.Errorf("LogLevel(LOG_LEVEL=verbose) err = %v, want one naming LOG_LEVEL", r.Err())
 	}
 }

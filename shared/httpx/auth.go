@@ -61,6 +61,7 @@ func Auth(tokens map[string]string, open ...string) gin.HandlerFunc {
 			}
 		}
 		if actor == "" {
+			c.Header("WWW-Authenticate", "Bearer") // RFC 6750: the scheme the 401 asks for
 			WriteError(c, voucher.Errorf(voucher.CodeUnauthorized, "a valid bearer token is required"))
 			return
 		}

@@ -50,6 +50,12 @@ func TestAuthNamesTheActor(t *testing.T) {
 			t.Errorf("GET %s with %q = %d %q, want %d %q", tt.path, tt.auth, st, body, tt.status, tt.actor)
 		}
 	}
+	// RFC 9110/6750: a 401 names the scheme it wants.
+	w := httptest.NewRecorder()
+	r.ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/who", nil))
+	if got := w.Header().Get("WWW-Authenticate"); w.Code != 401 || got != "Bearer" {
+		t.Errorf("GET /who without a token = %d with WWW-Authenticate %q, want 401 with Bearer", w.Code, got)
+	}
 	if st, body := get(serve(nil), "/who", ""); st != 200 || body != httpx.AnonymousActor {
 		t.Errorf("GET /who without auth = %d %q, want 200 %q", st, body, httpx.AnonymousActor)
 	}

@@ -14,6 +14,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/pprof"
+	"os"
 	"reflect"
 	"slices"
 	"strings"
@@ -210,10 +211,14 @@ var OpenPaths = []string{"/healthz", "/readyz", "/metrics", "/openapi.yaml"}
 // answer 503 within it, never hang.
 const ReadyTimeout = time.Second
 
-// Health registers GET /healthz (the process is up: it checks nothing else)
+// Health registers GET /healthz (the process is up, with its pid: it checks
+// nothing else)
 // and GET /readyz (200 only while ready answers nil within ReadyTimeout).
 func Health(r gin.IRoutes, ready func(*gin.Context) error) {
-	r.GET("/healthz", func(c *gin.Context) { c.JSON(http.StatusOK, gin.H{"status": "ok"}) })
+	// The pid tells a starter (devstack, the load harness) that its own child
+	// answers, not another process holding the port.
+	pid := os.Getpid()
+	r.GET("/healthz", func(c *gin.Context) { c.JSON(http.StatusOK, gin.H{"status": "ok", "pid": pid}) })
 	r.GET("/readyz", func(c *gin.Context) {
 		if err := checkReady(c, ready); err != nil {
 			LoggerFrom(c).Warn("not ready", "err", err)

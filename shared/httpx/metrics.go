@@ -12,6 +12,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/flashgate/flashgate/shared/buildinfo"
 )
 
 // Metrics is one service's Prometheus registry with the HTTP metrics both
@@ -31,8 +33,9 @@ type requestLabels struct {
 // LatencyBuckets suit a path whose target is p99 < 100 ms.
 var LatencyBuckets = []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5}
 
-// NewMetrics returns a registry with Go runtime and process collectors and
-// flashgate_http_request_duration_seconds{service, route, method, code}.
+// NewMetrics returns a registry with Go runtime and process collectors,
+// flashgate_http_request_duration_seconds{service, route, method, code} and
+// flashgate_build_info{service, version, revision}.
 func NewMetrics(service string) *Metrics {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -45,7 +48,13 @@ func NewMetrics(service string) *Metrics {
 			ConstLabels: prometheus.Labels{"service": service},
 		}, []string{"route", "method", "code"}),
 	}
-	reg.MustRegister(m.requests)
+	buildInfo := prometheus.NewGauge(prometheus.GaugeOpts{
+		Name:        "flashgate_build_info",
+		Help:        "Always 1: the running build's version (stamped by the Makefile) and VCS revision.",
+		ConstLabels: prometheus.Labels{"service": service, "version": buildinfo.Version(), "revision": buildinfo.Revision()},
+	})
+	buildInfo.Set(1)
+	reg.MustRegister(m.requests, buildInfo)
 	m.observers = NewResolved(func(l requestLabels) prometheus.Observer {
 		return m.requests.WithLabelValues(l.route, l.method, strconv.Itoa(l.status))
 	})

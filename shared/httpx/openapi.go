@@ -20,3 +20,6 @@ func ServeOpenAPI(r gin.IRoutes) {
 		c.Data(http.StatusOK, "application/yaml", openAPI)
 	})
 }
+
+// OpenAPI returns the API description both services serve (a copy).
+func OpenAPI() []byte { return append([]byte(nil), openAPI...) }

@@ -16,6 +16,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/flashgate/flashgate/shared/httpx"
+	"github.com/flashgate/flashgate/shared/httpx/httpxtest"
 	"github.com/flashgate/flashgate/shared/voucher"
 )
 
@@ -252,6 +253,15 @@ func checkResponse(t *testing.T, doc map[string]any, o operation, status string,
 	}
 	content, _ := r["content"].(map[string]any)
 	media, _ := content["application/json"].(map[string]any)
+	// A named schema whose error is a named enum: generated clients get a
+	// type of the codes to switch on (an allOf or a const gives them any).
+	schema, _ := media["schema"].(map[string]any)
+	named, _ := schema["$ref"].(string)
+	props, _ := resolve(t, doc, schema).(map[string]any)["properties"].(map[string]any)
+	errRef, _ := props["error"].(map[string]any)["$ref"].(string)
+	if !strings.HasPrefix(named, "#/components/schemas/") || !strings.HasPrefix(errRef, "#/components/schemas/") {
+		t.Errorf("%v: %d response schema %q with error %q, want a named schema whose error is a named enum", o, code, named, errRef)
+	}
 	codes, constrained := errorCodes(t, doc, media["schema"])
 	if !constrained || len(codes) == 0 {
 		t.Errorf("%v: %d response does not name its error codes", o, code)
@@ -260,6 +270,21 @@ func checkResponse(t *testing.T, doc map[string]any, o operation, status string,
 	for _, c := range codes {
 		if s := httpx.Status(c); s != code || !slices.Contains(allCodes, c) {
 			t.Errorf("%v: %d response lists %s, which is answered %d", o, code, c, s)
+		}
+	}
+}
+
+// TestOpenAPIValid loads openapi.yaml with kin-openapi and validates it (the
+// document test above checks it against the code; this one against the
+// OpenAPI specification, as adopting teams' tools read it), and checks that
+// no schema uses const or allOf to narrow a type, which generators turn into
+// untyped values.
+func TestOpenAPIValid(t *testing.T) {
+	httpxtest.LoadOpenAPI(t)
+	raw, _ := openAPIDoc(t)
+	for i, line := range strings.Split(string(raw), "\n") {
+		if strings.Contains(line, "const:") || strings.Contains(line, "- properties:") {
+			t.Errorf("openapi.yaml:%d: %q: use a named enum schema instead", i+1, strings.TrimSpace(line))
 		}
 	}
 }

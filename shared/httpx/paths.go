@@ -1,6 +1,10 @@
 package httpx
 
-import "net/url"
+import (
+	"net/url"
+
+	"github.com/gin-gonic/gin"
+)
 
 // ReservationsPath is the path of a voucher's reservations,
 // /vouchers/{code}/reservations: POST reserves. Both services serve it, the
@@ -15,6 +19,12 @@ func ReservationsPath(code string) string {
 // and /confirm below it confirms it.
 func ReservationPath(code, orderID string) string {
 	return ReservationsPath(code) + "/" + url.PathEscape(orderID)
+}
+
+// SetLocation sets a 201's Location to the new reservation's path (relative to
+// the service that answered, where GET reads it).
+func SetLocation(c *gin.Context, code, orderID string) {
+	c.Header("Location", ReservationPath(code, orderID))
 }
 
 // InternalPrefix puts a route among the ledger's internal ones (the proxy's

@@ -1,6 +1,7 @@
 package devstacktest
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"strings"
@@ -28,6 +29,15 @@ type buildResult struct {
 // processes.
 func Binaries(tb testing.TB, pkgs ...string) string {
 	tb.Helper()
+	dir, err := buildBinaries(pkgs...)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return dir
+}
+
+// buildBinaries is Binaries for a caller without a testing.TB (TestMain).
+func buildBinaries(pkgs ...string) (string, error) {
 	key := strings.Join(pkgs, " ")
 	built.Lock()
 	if built.dirs == nil {
@@ -47,9 +57,9 @@ func Binaries(tb testing.TB, pkgs ...string) string {
 		b.out, b.err = exec.Command("go", args...).CombinedOutput()
 	})
 	if b.err != nil {
-		tb.Fatalf("devstack: go build %s: %v\n%s", key, b.err, b.out)
+		return "", fmt.Errorf("devstack: go build %s: %v\n%s", key, b.err, b.out)
 	}
-	return b.dir
+	return b.dir, nil
 }
 
 // removeBinaries deletes what Binaries built.

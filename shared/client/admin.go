@@ -1,0 +1,186 @@
+package client
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"time"
+
+	"github.com/flashgate/flashgate/shared/voucher"
+)
+
+// The ledger's admin routes (a ledger token): vouchers, their reservations and
+// audit trail, and the Redis warmup and reconcile of a flash voucher.
+
+// VoucherQuery filters ListVouchers; zero values filter nothing.
+type VoucherQuery struct {
+	State     string // scheduled, live, paused or ended
+	FlashSale *bool
+	Limit     int    // 1..500; 0: the service's default (100)
+	Cursor    string // the previous page's NextCursor
+}
+
+// VoucherPage is one page of vouchers, ordered by code.
+type VoucherPage struct {
+	Vouchers   []voucher.Voucher `json:"vouchers"`
+	NextCursor *string           `json:"nextCursor"` // nil on the last page
+}
+
+// RecordQuery filters Reservations; zero values filter nothing.
+type RecordQuery struct {
+	Status     voucher.Status
+	CustomerID int64
+	Limit      int
+	Cursor     string
+}
+
+// RecordPage is one page of a voucher's reservations.
+type RecordPage struct {
+	Reservations []voucher.Record `json:"reservations"`
+	NextCursor   *string          `json:"nextCursor"`
+}
+
+// ReconcileReport is what one reconcile of a flash voucher found and did.
+type ReconcileReport struct {
+	Code                string `json:"code"`
+	DBRemaining         int64  `json:"dbRemaining"`
+	RedisRemaining      int64  `json:"redisRemaining"`
+	RedisRemainingAfter int64  `json:"redisRemainingAfter"`
+	Drift               int64  `json:"drift"`
+	Released            int    `json:"released"`
+	Restored            int    `json:"restored"`
+	Reloaded            bool   `json:"reloaded"`
+}
+
+// AuditEvent is one admin change (or warmup, reconcile) of a voucher.
+type AuditEvent struct {
+	At     time.Time       `json:"at"`
+	Actor  string          `json:"actor"`
+	Action string          `json:"action"`
+	Before json.RawMessage `json:"before"`
+	After  json.RawMessage `json:"after"`
+}
+
+func adminPath(code string) string { return "/admin/vouchers/" + url.PathEscape(code) }
+
+// CreateVoucher creates a voucher (a flash one is loaded into Redis).
+// Errors: VOUCHER_EXISTS, INVALID_REQUEST. A 503 is retried: a retry of a
+// create that was written answers VOUCHER_EXISTS.
+func (c *Client) CreateVoucher(ctx context.Context, v voucher.NewVoucher) (voucher.Voucher, error) {
+	var out voucher.Voucher
+	_, err := c.do(ctx, http.MethodPost, "/admin/vouchers", v, &out)
+	return out, err
+}
+
+// Voucher reads a voucher with its counters. Errors: VOUCHER_NOT_FOUND.
+func (c *Client) Voucher(ctx context.Context, code string) (voucher.Voucher, error) {
+	var out voucher.Voucher
+	_, err := c.do(ctx, http.MethodGet, adminPath(code), nil, &out)
+	return out, err
+}
+
+// ListVouchers reads one page of vouchers.
+func (c *Client) ListVouchers(ctx context.Context, q VoucherQuery) (VoucherPage, error) {
+	v := url.Values{}
+	if q.State != "" {
+		v.Set("state", q.State)
+	}
+	if q.FlashSale != nil {
+		v.Set("flashSale", strconv.FormatBool(*q.FlashSale))
+	}
+	page(v, q.Limit, q.Cursor)
+	var out VoucherPage
+	_, err := c.do(ctx, http.MethodGet, "/admin/vouchers"+query(v), nil, &out)
+	return out, err
+}
+
+// UpdateVoucher changes the terms the patch sets. Errors: LIMIT_BELOW_USED,
+// VOUCHER_NOT_FOUND, INVALID_REQUEST.
+func (c *Client) UpdateVoucher(ctx context.Context, code string, p voucher.VoucherPatch) (voucher.Voucher, error) {
+	var out voucher.Voucher
+	_, err := c.do(ctx, http.MethodPatch, adminPath(code), p, &out)
+	return out, err
+}
+
+// Pause stops new reserves of the voucher (confirm, release and refund go on).
+func (c *Client) Pause(ctx context.Context, code string) (voucher.Voucher, error) {
+	var out voucher.Voucher
+	_, err := c.do(ctx, http.MethodPost, adminPath(code)+"/pause", nil, &out)
+	return out, err
+}
+
+// Resume undoes Pause.
+func (c *Client) Resume(ctx context.Context, code string) (voucher.Voucher, error) {
+	var out voucher.Voucher
+	_, err := c.do(ctx, http.MethodPost, adminPath(code)+"/resume", nil, &out)
+	return out, err
+}
+
+// Warmup loads a flash voucher into Redis before the sale.
+func (c *Client) Warmup(ctx context.Context, code string) error {
+	_, err := c.do(ctx, http.MethodPost, adminPath(code)+"/warmup", nil, nil)
+	return err
+}
+
+// Reconcile brings a flash voucher's Redis state into agreement with the database now.
+func (c *Client) Reconcile(ctx context.Context, code string) (ReconcileReport, error) {
+	var out ReconcileReport
+	_, err := c.do(ctx, http.MethodPost, adminPath(code)+"/reconcile", nil, &out)
+	return out, err
+}
+
+// Reservations reads one page of the voucher's reservations.
+func (c *Client) Reservations(ctx context.Context, code string, q RecordQuery) (RecordPage, error) {
+	v := url.Values{}
+	if q.Status != "" {
+		v.Set("status", string(q.Status))
+	}
+	if q.CustomerID != 0 {
+		v.Set("customerId", strconv.FormatInt(q.CustomerID, 10))
+	}
+	page(v, q.Limit, q.Cursor)
+	var out RecordPage
+	_, err := c.do(ctx, http.MethodGet, adminPath(code)+"/reservations"+query(v), nil, &out)
+	return out, err
+}
+
+// ExportReservations writes the voucher's reservations as CSV to w.
+func (c *Client) ExportReservations(ctx context.Context, code string, w io.Writer) error {
+	var csv rawBody
+	if _, err := c.do(ctx, http.MethodGet, adminPath(code)+"/reservations.csv", nil, &csv); err != nil {
+		return err
+	}
+	_, err := w.Write(csv)
+	return err
+}
+
+// Audit reads the voucher's audit trail, oldest first.
+func (c *Client) Audit(ctx context.Context, code string) ([]AuditEvent, error) {
+	var out struct {
+		Events []AuditEvent `json:"events"`
+	}
+	_, err := c.do(ctx, http.MethodGet, adminPath(code)+"/audit", nil, &out)
+	return out.Events, err
+}
+
+func page(v url.Values, limit int, cursor string) {
+	if limit != 0 {
+		v.Set("limit", strconv.Itoa(limit))
+	}
+	if cursor != "" {
+		v.Set("cursor", cursor)
+	}
+}
+
+func query(v url.Values) string {
+	if len(v) == 0 {
+		return ""
+	}
+	return "?" + v.Encode()
+}
+
+// rawBody asks do for a body that is not JSON (the CSV export) as it is.
+type rawBody []byte

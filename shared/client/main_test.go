@@ -1,0 +1,34 @@
+package client_test
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"testing"
+
+	"github.com/flashgate/flashgate/shared/devstack/devstacktest"
+)
+
+// The stack every test and example of this package calls: a ledger and a
+// proxy (with PROXY_TOKEN set) on their own Redis and Postgres.
+var stack *devstacktest.Flashgate
+
+const (
+	ledgerToken = "ledger-secret"
+	proxyToken  = "proxy-secret"
+)
+
+func TestMain(m *testing.M) {
+	var err error
+	stack, err = devstacktest.StartFlashgate(devstacktest.FlashgateOptions{
+		LedgerToken: ledgerToken, ProxyToken: proxyToken, Log: io.Discard, // a failed start shows the logs' tail
+		ProxyEnv: []string{"LEDGER_TIMEOUT=1s"},
+	})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	code := devstacktest.RunTests(m)
+	stack.Stop()
+	os.Exit(code)
+}
