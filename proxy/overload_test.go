@@ -137,7 +137,8 @@ func TestArticleRaceWithDefaults(t *testing.T) {
 
 // TestThousandOnOneStandardVoucher: 1,000 concurrent reserves on one standard
 // voucher through both services with their defaults are all answered, 201
-// or 503 with Retry-After, and the database holds exactly the 201s. The p99
+// or 503 with Retry-After, and the database holds every 201 (and at most the
+// orders answered 503 besides, whose commit outran the proxy's deadline). The p99
 // target is 1 s; the assertion leaves a loaded machine a margin.
 func TestThousandOnOneStandardVoucher(t *testing.T) {
 	s := newProcStack(t, stackOptions{})
@@ -154,6 +155,11 @@ func TestThousandOnOneStandardVoucher(t *testing.T) {
 			require.Equal(t, "1", a.retryAfter, "a 503 carries Retry-After")
 		}
 	}
-	require.Equal(t, counts[201], s.db(t, code).Used, "the database holds exactly the 201s")
+	// Every 201 has its row. A 503 the proxy gave at LEDGER_TIMEOUT (a loaded
+	// machine) may come while the ledger commits: that order holds its row,
+	// and its retry with the same orderId gets the 201 replayed.
+	used := s.db(t, code).Used
+	require.GreaterOrEqual(t, used, counts[201], "the database holds every 201")
+	require.LessOrEqual(t, used, counts[201]+counts[503], "rows only for orders answered 201 or 503")
 	require.Less(t, p99, 2*time.Second, "p99 of 1,000 concurrent reserves (target 1 s)")
 }
