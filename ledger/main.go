@@ -35,7 +35,7 @@ type Config struct {
 	HangingGrace      time.Duration     // HANGING_GRACE
 	MaxConns          int               // DB_MAX_CONNS
 	MinConns          int               // DB_MIN_CONNS: opened at start and kept open
-	RedisMinIdle      int               // REDIS_MIN_IDLE: Redis connections opened at start and kept open
+	RedisWarm         int               // REDIS_WARM_CONNS: Redis connections opened at start
 	WriteBatch        int               // WRITE_MAX_BATCH: most admitted writes per transaction
 	MaxPerVoucher     int               // MAX_INFLIGHT_PER_VOUCHER: standard-path reserves of one voucher at once
 	VoucherWait       time.Duration     // VOUCHER_WAIT: longest wait for one of those slots
@@ -69,7 +69,7 @@ func configFrom(e *envconf.Reader) (Config, error) {
 		HangingGrace:      e.DurationMin("HANGING_GRACE", 30*time.Second, minHangingGrace),
 		MaxConns:          e.Int("DB_MAX_CONNS", 32, 2),
 		MinConns:          e.Int("DB_MIN_CONNS", 4, 0),
-		RedisMinIdle:      e.Int("REDIS_MIN_IDLE", 4, 0),
+		RedisWarm:         e.Int("REDIS_WARM_CONNS", 4, 0),
 		WriteBatch:        e.Int("WRITE_MAX_BATCH", 256, 1),
 		MaxPerVoucher:     e.Int("MAX_INFLIGHT_PER_VOUCHER", 16, 1),
 		VoucherWait:       e.Duration("VOUCHER_WAIT", 500*time.Millisecond),
@@ -131,16 +131,16 @@ func run(cfg Config, log *slog.Logger) error {
 		return err
 	}
 	defer pool.Close()
-	warmPostgres(stopping, pool, cfg.MinConns, log)
+	go warmPostgres(stopping, pool, cfg.MinConns, log) // beside serving: a slow dependency never delays the start
 
 	var rdb redis.UniversalClient
 	var g *gate.Gate
 	if cfg.RedisURL != "" {
-		if rdb, err = gate.NewClient(cfg.RedisURL, gate.ClientOptions{Timeout: time.Second, MinIdleConns: cfg.RedisMinIdle}); err != nil {
+		if rdb, err = gate.NewClient(cfg.RedisURL, gate.ClientOptions{Timeout: time.Second}); err != nil {
 			return err
 		}
 		defer rdb.Close()
-		warmRedis(stopping, rdb, cfg.RedisMinIdle, log)
+		go warmRedis(stopping, rdb, cfg.RedisWarm, log)
 		g = gate.New(rdb)
 	} else {
 		log.Warn("REDIS_URL is not set: flash-sale vouchers will answer 503")

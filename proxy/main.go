@@ -35,7 +35,7 @@ type Config struct {
 	Coalesce        bool          // PROXY_COALESCE (on|off)
 	MaxBatch        int           // PROXY_MAX_BATCH
 	RedisPool       int           // REDIS_POOL_SIZE; 0: go-redis's default
-	RedisMinIdle    int           // REDIS_MIN_IDLE: Redis connections opened at start and kept open
+	RedisWarm       int           // REDIS_WARM_CONNS: Redis connections opened at start
 	LedgerWarm      int           // LEDGER_WARM_CONNS: ledger connections opened at start and kept warm
 	httpx.Serving                 // MAX_CONNS, MAX_INFLIGHT, DEBUG_ADDR, SHUTDOWN_DELAY, SHUTDOWN_TIMEOUT
 }
@@ -57,7 +57,7 @@ func configFrom(e *envconf.Reader) (Config, error) {
 		Coalesce:        e.Switch("PROXY_COALESCE", true),
 		MaxBatch:        e.Int("PROXY_MAX_BATCH", 256, 1),
 		RedisPool:       e.Int("REDIS_POOL_SIZE", 0, 0),
-		RedisMinIdle:    e.Int("REDIS_MIN_IDLE", 4, 0),
+		RedisWarm:       e.Int("REDIS_WARM_CONNS", 4, 0),
 		LedgerWarm:      e.Int("LEDGER_WARM_CONNS", 4, 0),
 		Serving:         httpx.ReadServing(e),
 	}
@@ -67,8 +67,8 @@ func configFrom(e *envconf.Reader) (Config, error) {
 	if c.RedisURL == "" {
 		return c, errors.New("REDIS_URL is required")
 	}
-	if c.RedisPool > 0 && c.RedisMinIdle > c.RedisPool {
-		return c, fmt.Errorf("REDIS_MIN_IDLE (%d) must be at most REDIS_POOL_SIZE (%d)", c.RedisMinIdle, c.RedisPool)
+	if c.RedisPool > 0 && c.RedisWarm > c.RedisPool {
+		return c, fmt.Errorf("REDIS_WARM_CONNS (%d) must be at most REDIS_POOL_SIZE (%d)", c.RedisWarm, c.RedisPool)
 	}
 	return c, c.Shutdown.Check(c.LedgerTimeout, "LEDGER_TIMEOUT")
 }
@@ -85,7 +85,7 @@ func run(cfg Config, log *slog.Logger) error {
 	defer life.End()
 	ctx := life.Context() // batches and forwarded writes outlive the drain
 
-	rdb, err := gate.NewClient(cfg.RedisURL, gate.ClientOptions{Timeout: cfg.RedisTimeout, PoolSize: cfg.RedisPool, MinIdleConns: cfg.RedisMinIdle})
+	rdb, err := gate.NewClient(cfg.RedisURL, gate.ClientOptions{Timeout: cfg.RedisTimeout, PoolSize: cfg.RedisPool})
 	if err != nil {
 		return err
 	}
@@ -97,7 +97,7 @@ func run(cfg Config, log *slog.Logger) error {
 	if err := checkLedgerSettings(stopping, ledger, cfg.LedgerTimeout, log); err != nil {
 		return err
 	}
-	warm(stopping, rdb, ledger, cfg, log)
+	go warm(stopping, rdb, ledger, cfg, log) // beside serving: a slow dependency never delays the start
 	go ledger.KeepWarm(ctx, cfg.LedgerWarm, keepWarmEvery)
 	admit, err := NewAdmitter(ctx, gate.New(rdb), ledger, AdmitConfig{
 		SoldOutTTL: cfg.SoldOutTTL, VoucherCacheTTL: cfg.VoucherCacheTTL, RedisTimeout: cfg.RedisTimeout,
