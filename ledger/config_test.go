@@ -57,7 +57,7 @@ func TestConfigWarmConns(t *testing.T) {
 	c, err := configFrom(env())
 	assert.NoError(t, err)
 	assert.Equal(t, 4, c.MinConns)
-	assert.Equal(t, 4, c.RedisMinIdle)
+	assert.Equal(t, 4, c.RedisWarm)
 	_, err = configFrom(env("DB_MIN_CONNS", "32", "DB_MAX_CONNS", "32"))
 	assert.NoError(t, err)
 	_, err = configFrom(env("DB_MIN_CONNS", "33"))
@@ -65,8 +65,8 @@ func TestConfigWarmConns(t *testing.T) {
 		assert.Contains(t, err.Error(), "DB_MIN_CONNS")
 		assert.Contains(t, err.Error(), "DB_MAX_CONNS")
 	}
-	_, err = configFrom(env("REDIS_MIN_IDLE", "-1"))
-	assert.ErrorContains(t, err, "REDIS_MIN_IDLE")
+	_, err = configFrom(env("REDIS_WARM_CONNS", "-1"))
+	assert.ErrorContains(t, err, "REDIS_WARM_CONNS")
 }
 
 // TestSettingsDocumented checks that every setting the ledger reads has a

@@ -36,7 +36,7 @@ type Config struct {
 	HangingGrace      time.Duration     // HANGING_GRACE
 	MaxConns          int               // DB_MAX_CONNS
 	MinConns          int               // DB_MIN_CONNS: opened at start and kept open
-	RedisMinIdle      int               // REDIS_MIN_IDLE: Redis connections opened at start and kept open
+	RedisWarm         int               // REDIS_WARM_CONNS: Redis connections opened at start
 	WriteBatch        int               // WRITE_MAX_BATCH: most admitted writes per transaction
 	MaxPerVoucher     int               // MAX_INFLIGHT_PER_VOUCHER: standard-path reserves of one voucher at once
 	VoucherWait       time.Duration     // VOUCHER_WAIT: longest wait for one of those slots
@@ -79,7 +79,7 @@ func configFrom(e *envconf.Reader) (Config, error) {
 		MaxConns:   e.Int("DB_MAX_CONNS", 32, 2, "Postgres pool size"),
 		MinConns: e.Int("DB_MIN_CONNS", 4, 0,
 			"Postgres connections opened at start and kept open, so that the first requests of a sale find them (at most DB_MAX_CONNS)"),
-		RedisMinIdle: e.Int("REDIS_MIN_IDLE", 4, 0, "Redis connections opened at start and kept open"),
+		RedisWarm: e.Int("REDIS_WARM_CONNS", 4, 0, "Redis connections opened as the service starts, with every gate script loaded"),
 		WriteBatch: e.Int("WRITE_MAX_BATCH", 256, 1, "most admitted reservations written in one transaction"),
 		MaxPerVoucher: e.Int("MAX_INFLIGHT_PER_VOUCHER", 16, 1,
 			"most reserves of one standard voucher worked on at once"),
@@ -148,16 +148,16 @@ func run(cfg Config, log *slog.Logger) error {
 		return err
 	}
 	defer pool.Close()
-	warmPostgres(stopping, pool, cfg.MinConns, log)
+	go warmPostgres(stopping, pool, cfg.MinConns, log) // beside serving: a slow dependency never delays the start
 
 	var rdb redis.UniversalClient
 	var g *gate.Gate
 	if cfg.RedisURL != "" {
-		if rdb, err = gate.NewClient(cfg.RedisURL, gate.ClientOptions{Timeout: time.Second, MinIdleConns: cfg.RedisMinIdle}); err != nil {
+		if rdb, err = gate.NewClient(cfg.RedisURL, gate.ClientOptions{Timeout: time.Second}); err != nil {
 			return err
 		}
 		defer rdb.Close()
-		warmRedis(stopping, rdb, cfg.RedisMinIdle, log)
+		go warmRedis(stopping, rdb, cfg.RedisWarm, log)
 		g = gate.New(rdb)
 	} else {
 		log.Warn("REDIS_URL is not set: flash-sale vouchers will answer 503")

@@ -16,10 +16,10 @@ import (
 // by then is left to open its connections on demand (readiness tells).
 const warmTimeout = 5 * time.Second
 
-// warmPostgres opens n pooled connections before the ledger serves (pgxpool
-// keeps DB_MIN_CONNS open from then on), so that the first writes of a sale
-// do not wait for connections to be dialed and authenticated under the burst.
-// A failure is logged, not fatal: connections then open on demand.
+// warmPostgres opens n pooled connections as the ledger starts serving
+// (pgxpool keeps DB_MIN_CONNS open from then on), so that the first writes of
+// a sale do not wait for connections to be dialed and authenticated under the
+// burst. A failure is logged, not fatal: connections then open on demand.
 func warmPostgres(ctx context.Context, pool *pgxpool.Pool, n int, log *slog.Logger) {
 	ctx, cancel := context.WithTimeout(ctx, warmTimeout)
 	defer cancel()
@@ -49,8 +49,8 @@ func warmPostgres(ctx context.Context, pool *pgxpool.Pool, n int, log *slog.Logg
 	log.Info("postgres connections warm", "conns", n, "took", time.Since(start).String())
 }
 
-// warmRedis opens n Redis connections and loads the gate's scripts before
-// the ledger serves (gate.Warm). A failure is logged, not fatal.
+// warmRedis opens n Redis connections and loads the gate's scripts as the
+// ledger starts serving (gate.Warm). A failure is logged, not fatal.
 func warmRedis(ctx context.Context, rdb redis.UniversalClient, n int, log *slog.Logger) {
 	ctx, cancel := context.WithTimeout(ctx, warmTimeout)
 	defer cancel()

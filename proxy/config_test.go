@@ -11,8 +11,8 @@ import (
 )
 
 // TestConfigWarmConns: the warm-up settings have their defaults, and
-// REDIS_MIN_IDLE above REDIS_POOL_SIZE (idle connections the pool cannot
-// hold) is refused at start with a message naming both.
+// REDIS_WARM_CONNS above REDIS_POOL_SIZE (connections the pool cannot hold)
+// is refused at start with a message naming both.
 func TestConfigWarmConns(t *testing.T) {
 	env := func(kv ...string) *envconf.Reader {
 		m := map[string]string{"REDIS_URL": "redis://127.0.0.1:1"}
@@ -23,13 +23,13 @@ func TestConfigWarmConns(t *testing.T) {
 	}
 	c, err := configFrom(env())
 	assert.NoError(t, err)
-	assert.Equal(t, 4, c.RedisMinIdle)
+	assert.Equal(t, 4, c.RedisWarm)
 	assert.Equal(t, 4, c.LedgerWarm)
-	_, err = configFrom(env("REDIS_POOL_SIZE", "8", "REDIS_MIN_IDLE", "8"))
+	_, err = configFrom(env("REDIS_POOL_SIZE", "8", "REDIS_WARM_CONNS", "8"))
 	assert.NoError(t, err)
-	_, err = configFrom(env("REDIS_POOL_SIZE", "8", "REDIS_MIN_IDLE", "9"))
+	_, err = configFrom(env("REDIS_POOL_SIZE", "8", "REDIS_WARM_CONNS", "9"))
 	if assert.Error(t, err) {
-		assert.Contains(t, err.Error(), "REDIS_MIN_IDLE")
+		assert.Contains(t, err.Error(), "REDIS_WARM_CONNS")
 		assert.Contains(t, err.Error(), "REDIS_POOL_SIZE")
 	}
 	_, err = configFrom(env("LEDGER_WARM_CONNS", "-1"))

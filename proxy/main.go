@@ -36,7 +36,7 @@ type Config struct {
 	MaxBatch        int           // PROXY_MAX_BATCH
 	RedisPool       int           // REDIS_POOL_SIZE; 0: go-redis's default
 	WriteTarget     time.Duration // ADMIT_WRITE_TARGET; 0: no admission window
-	RedisMinIdle    int           // REDIS_MIN_IDLE: Redis connections opened at start and kept open
+	RedisWarm       int           // REDIS_WARM_CONNS: Redis connections opened at start
 	LedgerWarm      int           // LEDGER_WARM_CONNS: ledger connections opened at start and kept warm
 	httpx.Serving                 // MAX_CONNS, MAX_INFLIGHT, DEBUG_ADDR, SHUTDOWN_DELAY, SHUTDOWN_TIMEOUT
 }
@@ -68,7 +68,7 @@ func configFrom(e *envconf.Reader) (Config, error) {
 			"Redis connections per proxy; 0: go-redis's default (10 per CPU)"),
 		WriteTarget: e.DurationMin("ADMIT_WRITE_TARGET", 50*time.Millisecond, 0,
 			"the admission window's target: admitted flash reserves on their way to the ledger are bounded by a window that shrinks while it is full and the writes take longer than this; 0: no window"),
-		RedisMinIdle: e.Int("REDIS_MIN_IDLE", 4, 0, "Redis connections opened at start and kept open"),
+		RedisWarm: e.Int("REDIS_WARM_CONNS", 4, 0, "Redis connections opened as the service starts, with every gate script loaded"),
 		LedgerWarm: e.Int("LEDGER_WARM_CONNS", 4, 0,
 			"connections to the ledger opened at start and kept warm"),
 		Serving: httpx.ReadServing(e),
@@ -83,8 +83,8 @@ func configFrom(e *envconf.Reader) (Config, error) {
 		return c, fmt.Errorf("ADMIT_WRITE_TARGET=%s: want 0 (no admission window) or at least 1ms and below LEDGER_TIMEOUT (%s)",
 			c.WriteTarget, c.LedgerTimeout)
 	}
-	if c.RedisPool > 0 && c.RedisMinIdle > c.RedisPool {
-		return c, fmt.Errorf("REDIS_MIN_IDLE (%d) must be at most REDIS_POOL_SIZE (%d)", c.RedisMinIdle, c.RedisPool)
+	if c.RedisPool > 0 && c.RedisWarm > c.RedisPool {
+		return c, fmt.Errorf("REDIS_WARM_CONNS (%d) must be at most REDIS_POOL_SIZE (%d)", c.RedisWarm, c.RedisPool)
 	}
 	return c, c.Shutdown.Check(c.LedgerTimeout, "LEDGER_TIMEOUT")
 }
@@ -112,7 +112,7 @@ func run(cfg Config, log *slog.Logger) error {
 	defer life.End()
 	ctx := life.Context() // batches and forwarded writes outlive the drain
 
-	rdb, err := gate.NewClient(cfg.RedisURL, gate.ClientOptions{Timeout: cfg.RedisTimeout, PoolSize: cfg.RedisPool, MinIdleConns: cfg.RedisMinIdle})
+	rdb, err := gate.NewClient(cfg.RedisURL, gate.ClientOptions{Timeout: cfg.RedisTimeout, PoolSize: cfg.RedisPool})
 	if err != nil {
 		return err
 	}
@@ -124,7 +124,7 @@ func run(cfg Config, log *slog.Logger) error {
 	if err := checkLedgerSettings(stopping, ledger, cfg.LedgerTimeout, log); err != nil {
 		return err
 	}
-	warm(stopping, rdb, ledger, cfg, log)
+	go warm(stopping, rdb, ledger, cfg, log) // beside serving: a slow dependency never delays the start
 	go ledger.KeepWarm(ctx, cfg.LedgerWarm, keepWarmEvery)
 	admit, err := NewAdmitter(ctx, gate.New(rdb), ledger, AdmitConfig{
 		SoldOutTTL: cfg.SoldOutTTL, VoucherCacheTTL: cfg.VoucherCacheTTL, RedisTimeout: cfg.RedisTimeout,

@@ -22,21 +22,22 @@ const warmTimeout = 5 * time.Second
 // (90 s and 120 s), so that a sale an hour after the start finds them open.
 const keepWarmEvery = 30 * time.Second
 
-// warm opens the proxy's connections before it serves, so that the first
-// second of a sale is as fast as the tenth: REDIS_MIN_IDLE Redis connections
-// with every script loaded, and LEDGER_WARM_CONNS connections to the ledger.
+// warm opens the proxy's connections as it starts serving, so that the first
+// second of a sale is as fast as the tenth: REDIS_WARM_CONNS Redis
+// connections with every script loaded, and LEDGER_WARM_CONNS connections to
+// the ledger.
 // A failure is logged, not fatal: connections then open on demand.
 func warm(ctx context.Context, rdb redis.UniversalClient, l *LedgerClient, cfg Config, log *slog.Logger) {
 	ctx, cancel := context.WithTimeout(ctx, warmTimeout)
 	defer cancel()
 	start := time.Now()
-	if err := gate.Warm(ctx, rdb, cfg.RedisMinIdle); err != nil {
-		log.Warn("redis warm-up failed: connections open on demand", "conns", cfg.RedisMinIdle, "err", err)
+	if err := gate.Warm(ctx, rdb, cfg.RedisWarm); err != nil {
+		log.Warn("redis warm-up failed: connections open on demand", "conns", cfg.RedisWarm, "err", err)
 	}
 	if err := l.Warm(ctx, cfg.LedgerWarm); err != nil {
 		log.Warn("ledger warm-up failed: connections open on demand", "conns", cfg.LedgerWarm, "err", err)
 	}
-	log.Info("connections warm", "redis", cfg.RedisMinIdle, "ledger", cfg.LedgerWarm, "took", time.Since(start).String())
+	log.Info("connections warm", "redis", cfg.RedisWarm, "ledger", cfg.LedgerWarm, "took", time.Since(start).String())
 }
 
 // Warm opens n connections to the ledger at once (n health checks in

@@ -13,9 +13,6 @@ import (
 type ClientOptions struct {
 	Timeout  time.Duration // dial, read and write; default 250ms
 	PoolSize int           // default go-redis's (10 per CPU)
-	// MinIdleConns are kept open even when idle (REDIS_MIN_IDLE), so that a
-	// burst after a quiet spell does not dial first; 0: none.
-	MinIdleConns int
 }
 
 // ClusterScheme marks a Redis Cluster URL: redis+cluster://host1:port,host2:port
@@ -45,7 +42,6 @@ func NewClient(url string, o ClientOptions) (redis.UniversalClient, error) {
 	if o.PoolSize > 0 {
 		opt.PoolSize = o.PoolSize
 	}
-	opt.MinIdleConns = o.MinIdleConns
 	return redis.NewClient(opt), nil
 }
 
@@ -59,7 +55,6 @@ func newClusterClient(hosts string, o ClientOptions) (redis.UniversalClient, err
 		MaxRedirects:          3,
 		DialerRetries:         1,
 		PoolSize:              o.PoolSize,
-		MinIdleConns:          o.MinIdleConns,
 		// go-redis reloads the slot map on MOVED, but not when a dead master
 		// refuses connections (redis/go-redis#3979): without a short interval
 		// a failed-over slot stays unreachable for the default 60 s.

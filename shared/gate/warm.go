@@ -13,7 +13,7 @@ var scripts = []*redis.Script{reserveScript, releaseScript, loadScript, metaScri
 	reconcileScript, unloadScript, holdScript, updateScript, reassertScript, generationScript}
 
 // Warm opens conns connections to Redis at once (conns PINGs in parallel, so
-// that the pool holds them; ClientOptions.MinIdleConns keeps them) and loads
+// that the pool holds them: go-redis keeps an idle connection 30 minutes) and loads
 // every script into Redis's cache: the first requests of a sale then find a
 // connection and EVALSHA succeeds, instead of dialing and falling back to EVAL
 // under the burst. Warm(ctx, rdb, 0) only loads the scripts.
