@@ -220,6 +220,9 @@ func (d *Dispatcher) advance(ctx context.Context) {
 
 // measureLag sets each sink's lag: the age of its oldest undelivered event.
 func (d *Dispatcher) measureLag(ctx context.Context) {
+	if len(d.sinks) == 0 {
+		return
+	}
 	now, err := d.store.Now(ctx)
 	if err != nil {
 		return
