@@ -66,7 +66,7 @@ func configFrom(e *envconf.Reader) (Config, error) {
 		MaxBatch: e.Int("PROXY_MAX_BATCH", 256, 1, "most requests per script call"),
 		RedisPool: e.Int("REDIS_POOL_SIZE", 0, 0,
 			"Redis connections per proxy; 0: go-redis's default (10 per CPU)"),
-		WriteTarget: e.DurationMin("ADMIT_WRITE_TARGET", 50*time.Millisecond, 0,
+		WriteTarget: e.DurationMin("ADMIT_WRITE_TARGET", 10*time.Millisecond, 0,
 			"the admission window's target: admitted flash reserves on their way to the ledger are bounded by a window that shrinks while it is full and the writes take longer than this; 0: no window"),
 		RedisWarm: e.Int("REDIS_WARM_CONNS", 4, 0, "Redis connections opened as the service starts, with every gate script loaded"),
 		LedgerWarm: e.Int("LEDGER_WARM_CONNS", 4, 0,
