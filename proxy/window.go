@@ -74,7 +74,11 @@ func (w *admitWindow) open() bool {
 	defer w.mu.Unlock()
 	if float64(w.inflight) >= w.limit {
 		w.full = true
-		return false
+		// At its most the window only watches (MAX_INFLIGHT bounds the
+		// proxy): a burst's first moments fill it before any write came
+		// back, and refusing then would turn away customers of a sale the
+		// ledger keeps up with. It refuses once slow writes shrank it.
+		return w.limit >= w.most
 	}
 	return true
 }

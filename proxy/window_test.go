@@ -11,9 +11,10 @@ import (
 	"github.com/flashgate/flashgate/shared/envconf"
 )
 
-// The window shrinks while the writes it lets through are slower than the
-// target and it is full, never below windowLeast, and grows back, never above its most,
-// while they are fast and it is full.
+// The window refuses nothing at its most; it shrinks while the writes it
+// lets through are slower than the target and it is full, never below
+// windowLeast, refusing then, and grows back, never above its most, while
+// they are fast and it is full.
 func TestAdmitWindowSizes(t *testing.T) {
 	now := time.Unix(0, 0)
 	w := newAdmitWindow(50*time.Millisecond, 100, nil)
@@ -21,19 +22,19 @@ func TestAdmitWindowSizes(t *testing.T) {
 	w.start = now
 	fill := func() int {
 		n := 0
-		for take(w) {
+		for n < 1000 && take(w) {
 			n++
 		}
 		return n
 	}
-	require.Equal(t, 100, fill(), "a new window is at its most")
+	require.Equal(t, 1000, fill(), "at its most a full window only watches: MAX_INFLIGHT bounds the proxy")
 	for range 30 { // slow writes, window after window, the window full
 		now = now.Add(windowEvery)
 		w.leave(200 * time.Millisecond)
 		require.False(t, take(w), "still full")
 	}
 	assert.EqualValues(t, windowLeast, w.limit, "slow writes shrink it to its least")
-	for range 70 {
+	for w.inflight > 0 {
 		w.leave(0) // ended without a write: no sample
 	}
 	require.Equal(t, 0, w.inflight)
