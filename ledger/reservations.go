@@ -251,82 +251,6 @@ func (s *Store) insert(ctx context.Context, v voucher.Voucher, cl voucher.Claim)
 	return r, nil
 }
 
-// InsertMany writes claims (distinct orderIds of voucher v) in one
-// transaction: one multi-row INSERT, one upsert of the customers' counts and
-// one guarded used_count += n. A claim whose orderId already has a row (a
-// retry) is answered with that row, read in the same transaction, as Existing
-// answers it, so a batch costs one commit whatever it holds. If any guard
-// would fire, or a concurrent insert of one of its orderIds is not visible
-// yet, it writes nothing and reports refused: InsertAdmitted finds the item.
-func (s *Store) InsertMany(ctx context.Context, v voucher.Voucher, claims []voucher.Claim) (out []written, refused bool, err error) {
-	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		var err error
-		out, err = s.insertMany(ctx, tx, v, claims)
-		return err
-	})
-	if err != nil {
-		err = translate(fmt.Errorf("write %d reservations for %s: %w", len(claims), v.Code, err))
-		if errors.As(err, new(*voucher.Error)) || errors.Is(err, errOrderTaken) {
-			return nil, true, nil // a guard or a constraint fired
-		}
-		return nil, false, err
-	}
-	return out, false, nil
-}
-
-// insertMany is InsertMany's transaction.
-func (s *Store) insertMany(ctx context.Context, tx pgx.Tx, v voucher.Voucher, claims []voucher.Claim) ([]written, error) {
-	at, err := s.insertRows(ctx, tx, v, claims)
-	if err != nil {
-		return nil, err
-	}
-	out := make([]written, len(claims))
-	perCustomer := map[int64]int{}
-	var retried []string
-	var evs reservedEvents
-	for i, cl := range claims {
-		t, ok := at[cl.OrderID]
-		if !ok {
-			retried = append(retried, cl.OrderID)
-			continue
-		}
-		perCustomer[cl.CustomerID]++
-		evs = evs.add(cl, v.DiscountFor(cl.OrderAmount))
-		amount := cl.OrderAmount
-		out[i].r = voucher.Reservation{
-			OrderID: cl.OrderID, CustomerID: cl.CustomerID, VoucherCode: v.Code,
-			Status: voucher.Reserved, DiscountAmount: v.DiscountFor(cl.OrderAmount), OrderAmount: &amount,
-			CreatedAt: t.created, ExpiresAt: t.expires,
-		}
-	}
-	if len(retried) > 0 {
-		found, err := ordersIn(ctx, tx, retried)
-		if err != nil {
-			return nil, err
-		}
-		for i, cl := range claims {
-			if _, ok := at[cl.OrderID]; ok {
-				continue
-			}
-			r, ok := found[cl.OrderID]
-			if !ok {
-				return nil, errOrderTaken // inserted by a transaction not yet visible
-			}
-			out[i] = written{r: r, err: retryAnswer(r, v.Code, cl), replayed: true}
-		}
-	}
-	if len(perCustomer) == 0 {
-		return out, nil
-	}
-	if err := takeCustomerUses(ctx, tx, v.Code, perCustomer); err != nil {
-		return nil, err
-	}
-	if err := s.takeVoucherUses(ctx, tx, v.Code, len(at), true, evs); err != nil {
-		return nil, err
-	}
-	return out, nil
-}
-
 // Shut returns why no new reservation of voucher code can be written now, by
 // the database's state and clock (paused, not started, ended, no use left), or
 // nil when one can.
@@ -350,40 +274,6 @@ func (s *Store) Shut(ctx context.Context, code string) (why error, err error) {
 		return voucher.ErrOutOfStock, nil
 	}
 	return nil, nil
-}
-
-// inserted is when a new redemption row was created and when its hold ends.
-type inserted struct{ created, expires time.Time }
-
-// insertRows inserts a RESERVED row for each claim whose orderId is new and
-// returns those it inserted.
-func (s *Store) insertRows(ctx context.Context, tx pgx.Tx, v voucher.Voucher, claims []voucher.Claim) (map[string]inserted, error) {
-	orders := make([]string, len(claims))
-	customers := make([]int64, len(claims))
-	amounts := make([]int64, len(claims))
-	discounts := make([]int64, len(claims))
-	for i, cl := range claims {
-		orders[i], customers[i] = cl.OrderID, cl.CustomerID
-		amounts[i], discounts[i] = cl.OrderAmount, v.DiscountFor(cl.OrderAmount)
-	}
-	rows, err := tx.Query(ctx, `
-		INSERT INTO voucher_redemption (voucher_code, customer_id, order_id, status, expires_at,
-		                                order_amount, discount_amount)
-		SELECT $1, c, o, 'RESERVED', now() + $4 * interval '1 microsecond', a, d
-		FROM unnest($2::bigint[], $3::text[], $5::bigint[], $6::bigint[]) AS t(c, o, a, d)
-		ON CONFLICT (order_id) DO NOTHING
-		RETURNING order_id, created_at, expires_at`, v.Code, customers, orders, s.ttl.Microseconds(), amounts, discounts)
-	if err != nil {
-		return nil, err
-	}
-	at := map[string]inserted{}
-	var id string
-	var created, expires time.Time
-	_, err = pgx.ForEachRow(rows, []any{&id, &created, &expires}, func() error {
-		at[id] = inserted{created.UTC(), expires.UTC()}
-		return nil
-	})
-	return at, err
 }
 
 // takeCustomerUses counts more uses for customers (perCustomer: customer ->

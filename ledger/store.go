@@ -281,6 +281,8 @@ func translate(err error) error {
 			return voucher.ErrVoucherExists
 		case pe.Code == "23503":
 			return voucher.ErrVoucherNotFound
+		case pe.Code == refusalSQLState:
+			return refusal(pe)
 		}
 	}
 	return err

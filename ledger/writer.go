@@ -70,7 +70,7 @@ func (w *Writer) writeBatch(ctx context.Context, code string, claims []voucher.C
 	}
 
 	// Orders too small are answered at once; retries of orders that exist are
-	// answered inside the group's transaction (see InsertMany).
+	// answered from their rows once the group committed (see InsertMany).
 	small, err := w.small(ctx, v, claims)
 	if err != nil {
 		return nil, err

@@ -197,3 +197,62 @@ func TestAdmittedBatchRoute(t *testing.T) {
 	r = call(t, "POST", l.URL+path, "", map[string]any{"claims": claims})
 	assert.Equal(t, 401, r.Status, "the batch route needs the token")
 }
+
+// A group commit is one statement: when a guard fires it raises, and none of
+// its rows stays (redemptions, customers' counts, used_count, events); the
+// error names the guard that fired.
+func TestGroupCommitRefusedWritesNothing(t *testing.T) {
+	t.Parallel()
+	l := newTestLedger(t, ledgerOptions{noRedis: true})
+	ctx := context.Background()
+	type tally struct{ dbCounts; Usage, Events int }
+	tallyOf := func(code string) tally {
+		tl := tally{dbCounts: l.counts(t, code)}
+		require.NoError(t, l.pool.QueryRow(ctx, `
+			SELECT (SELECT coalesce(sum(used_count), 0) FROM voucher_customer_usage WHERE voucher_code = $1),
+			       (SELECT count(*) FROM voucher_event WHERE voucher_code = $1)`, code).Scan(&tl.Usage, &tl.Events))
+		return tl
+	}
+	for _, tc := range []struct {
+		name   string
+		stock  int
+		pause  bool
+		claims func(code string) []voucher.Claim
+		want   error
+	}{
+		{"over the stock", 2, false, func(code string) []voucher.Claim {
+			return []voucher.Claim{{CustomerID: 2, OrderID: code + "-a", OrderAmount: 5_000},
+				{CustomerID: 3, OrderID: code + "-b", OrderAmount: 5_000}, {CustomerID: 4, OrderID: code + "-c", OrderAmount: 5_000}}
+		}, voucher.ErrOutOfStock},
+		{"a customer over its limit", 10, false, func(code string) []voucher.Claim {
+			return []voucher.Claim{{CustomerID: 2, OrderID: code + "-a", OrderAmount: 5_000},
+				{CustomerID: 1, OrderID: code + "-b", OrderAmount: 5_000}}
+		}, voucher.ErrAlreadyUsed},
+		{"paused", 10, true, func(code string) []voucher.Claim {
+			return []voucher.Claim{{CustomerID: 2, OrderID: code + "-a", OrderAmount: 5_000}}
+		}, voucher.ErrPaused},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			code := newCode(t)
+			l.createVoucher(t, spec(code, tc.stock, 1, true))
+			v, err := l.store.Terms(ctx, code)
+			require.NoError(t, err)
+			out, refused, err := l.store.InsertMany(ctx, v, []voucher.Claim{{CustomerID: 1, OrderID: code + "-first", OrderAmount: 5_000}})
+			require.NoError(t, err)
+			require.False(t, refused)
+			require.NoError(t, out[0].err)
+			if tc.pause {
+				_, err := l.pool.Exec(ctx, `UPDATE voucher SET paused = true WHERE code = $1`, code)
+				require.NoError(t, err)
+			}
+			before := tallyOf(code)
+
+			_, err = l.store.groupCommit(ctx, v, tc.claims(code))
+			assert.Equal(t, tc.want, translate(err))
+			_, refused, err = l.store.InsertMany(ctx, v, tc.claims(code))
+			require.NoError(t, err)
+			assert.True(t, refused)
+			assert.Equal(t, before, tallyOf(code), "a refused group commit left rows behind")
+		})
+	}
+}

@@ -1,0 +1,183 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/flashgate/flashgate/shared/events"
+	"github.com/flashgate/flashgate/shared/voucher"
+)
+
+// InsertMany writes claims (distinct orderIds of voucher v) in one statement,
+// its own transaction and one round trip to Postgres: one multi-row INSERT,
+// one upsert of the customers' counts guarded by the current per-customer
+// limit, one guarded used_count += n (stock, pause, validity window on the
+// database's clock), and the events, written once the voucher's row is locked.
+// If any guard fires, the statement raises (flashgate_refuse), writes nothing,
+// and InsertMany reports refused: the writer splits the group until the claim
+// that breaks the guard fails alone. A claim whose orderId already has a row
+// (a retry) is answered with that row, as Existing answers it, read once the
+// statement committed: the insert met a committed row, so it is there.
+func (s *Store) InsertMany(ctx context.Context, v voucher.Voucher, claims []voucher.Claim) (out []written, refused bool, err error) {
+	at, err := s.groupCommit(ctx, v, claims)
+	if err != nil {
+		err = translate(fmt.Errorf("write %d reservations for %s: %w", len(claims), v.Code, err))
+		if errors.As(err, new(*voucher.Error)) || errors.Is(err, errOrderTaken) {
+			return nil, true, nil // a guard or a constraint fired
+		}
+		return nil, false, err
+	}
+	out = make([]written, len(claims))
+	var retried []string
+	for i, cl := range claims {
+		t, ok := at[cl.OrderID]
+		if !ok {
+			retried = append(retried, cl.OrderID)
+			continue
+		}
+		amount := cl.OrderAmount
+		out[i].r = voucher.Reservation{
+			OrderID: cl.OrderID, CustomerID: cl.CustomerID, VoucherCode: v.Code,
+			Status: voucher.Reserved, DiscountAmount: v.DiscountFor(cl.OrderAmount), OrderAmount: &amount,
+			CreatedAt: t.created, ExpiresAt: t.expires,
+		}
+	}
+	if len(retried) == 0 {
+		return out, false, nil
+	}
+	found, err := ordersIn(ctx, s.pool, retried)
+	if err != nil {
+		// The new orders are written; only the retries are not answered.
+		found = nil
+	}
+	for i, cl := range claims {
+		if _, ok := at[cl.OrderID]; ok {
+			continue
+		}
+		r, ok := found[cl.OrderID]
+		if !ok {
+			out[i].err = fmt.Errorf("read order %s: %v: %w", cl.OrderID, err, voucher.ErrUnavailable)
+			continue
+		}
+		out[i] = written{r: r, err: retryAnswer(r, v.Code, cl), replayed: true}
+	}
+	return out, false, nil
+}
+
+// inserted is when a new redemption row was created and when its hold ends.
+type inserted struct{ created, expires time.Time }
+
+// groupCommit is InsertMany's statement; it returns the orders it inserted.
+// Every table is touched in one order (orders, customers by id, the voucher
+// last, so that its hot row is locked for the shortest time), as the other
+// writers do.
+func (s *Store) groupCommit(ctx context.Context, v voucher.Voucher, claims []voucher.Claim) (map[string]inserted, error) {
+	orders := make([]string, len(claims))
+	customers := make([]int64, len(claims))
+	amounts := make([]int64, len(claims))
+	discounts := make([]int64, len(claims))
+	for i, cl := range claims {
+		orders[i], customers[i] = cl.OrderID, cl.CustomerID
+		amounts[i], discounts[i] = cl.OrderAmount, v.DiscountFor(cl.OrderAmount)
+	}
+	rows, err := s.pool.Query(ctx, groupCommitSQL,
+		v.Code, customers, orders, s.ttl.Microseconds(), amounts, discounts, s.events)
+	if err != nil {
+		return nil, err
+	}
+	at := make(map[string]inserted, len(claims))
+	var id string
+	var created, expires time.Time
+	_, err = pgx.ForEachRow(rows, []any{&id, &created, &expires}, func() error {
+		at[id] = inserted{created.UTC(), expires.UTC()}
+		return nil
+	})
+	return at, err
+}
+
+// groupCommitSQL: $1 code, $2 customers, $3 orders, $4 the hold in
+// microseconds, $5 amounts, $6 discounts, $7 whether events are written.
+// Data-modifying CTEs all run, whatever the outer query reads; the outer
+// query raises when a guard fired, which undoes every one of them.
+const groupCommitSQL = `
+WITH t AS (
+	SELECT * FROM unnest($2::bigint[], $3::text[], $5::bigint[], $6::bigint[]) WITH ORDINALITY AS t(c, o, a, d, i)
+), ins AS (
+	INSERT INTO voucher_redemption (voucher_code, customer_id, order_id, status, expires_at,
+	                                order_amount, discount_amount)
+	SELECT $1, c, o, 'RESERVED', now() + $4 * interval '1 microsecond', a, d FROM t
+	ON CONFLICT (order_id) DO NOTHING
+	RETURNING order_id, customer_id, created_at, expires_at
+), per AS (
+	SELECT customer_id AS c, count(*)::int AS n FROM ins GROUP BY customer_id
+), used AS (
+	-- The customers' counts, guarded by the voucher's CURRENT per_user_limit
+	-- (so that a lowered limit stops new uses at once while the uses held
+	-- above it stay); the row keeps GREATEST(limit, used_count), so its CHECK
+	-- stays the last guard.
+	INSERT INTO voucher_customer_usage AS u (voucher_code, customer_id, used_count, per_user_limit)
+	SELECT v.code, per.c, per.n, v.per_user_limit
+	FROM per JOIN voucher v ON v.code = $1
+	WHERE per.n <= v.per_user_limit
+	ORDER BY per.c -- one lock order for customers' rows, as the sweeper's
+	ON CONFLICT (voucher_code, customer_id)
+	DO UPDATE SET used_count = u.used_count + EXCLUDED.used_count,
+	              per_user_limit = GREATEST(EXCLUDED.per_user_limit, u.used_count + EXCLUDED.used_count)
+	WHERE u.used_count + EXCLUDED.used_count <= EXCLUDED.per_user_limit
+	RETURNING customer_id
+), upd AS (
+	UPDATE voucher SET used_count = used_count + (SELECT count(*) FROM ins)
+	WHERE code = $1 AND (SELECT count(*) FROM ins) > 0
+	  AND used_count + (SELECT count(*) FROM ins) <= total_limit
+	  AND NOT paused AND now() >= starts_at AND now() < ends_at
+	  AND (SELECT count(*) FROM used) = (SELECT count(*) FROM per)
+	RETURNING used_count, total_limit
+), ev AS (
+	-- Once the voucher's row is locked, so that a voucher's events are
+	-- numbered in the order its changes commit.
+	INSERT INTO voucher_event (type, voucher_code, data)
+	SELECT x.type, $1, x.data FROM (
+		SELECT 1 AS k, t.i, '` + events.ReservationReserved + `' AS type, jsonb_build_object(
+		       'orderId', t.o, 'customerId', t.c, 'orderAmount', t.a, 'discountAmount', t.d,
+		       'expiresAt', event_time(ins.expires_at)) AS data
+		FROM upd, ins JOIN t ON t.o = ins.order_id
+		UNION ALL
+		SELECT 2, 0, '` + events.VoucherSoldOut + `', jsonb_build_object('totalLimit', total_limit, 'usedCount', used_count)
+		FROM upd WHERE used_count = total_limit
+	) x WHERE $7 ORDER BY x.k, x.i
+), refused AS (
+	SELECT CASE
+		WHEN (SELECT count(*) FROM ins) = 0 OR EXISTS (SELECT 1 FROM upd) THEN NULL
+		WHEN (SELECT count(*) FROM used) <> (SELECT count(*) FROM per) THEN '` + voucher.CodeAlreadyUsed + `'
+		WHEN v.paused THEN '` + voucher.ReasonPaused + `'
+		WHEN now() < v.starts_at THEN '` + voucher.ReasonNotStarted + `'
+		WHEN now() >= v.ends_at THEN '` + voucher.ReasonExpired + `'
+		ELSE '` + voucher.CodeOutOfStock + `' END AS why
+	FROM voucher v WHERE v.code = $1
+)
+SELECT ins.order_id, ins.created_at, ins.expires_at
+FROM ins, refused
+WHERE refused.why IS NULL OR flashgate_refuse(refused.why)`
+
+// refusalSQLState is the SQLSTATE flashgate_refuse raises (migration 0004).
+const refusalSQLState = "FG001"
+
+// refusal maps what flashgate_refuse raised to the guard that fired.
+func refusal(pe *pgconn.PgError) error {
+	switch pe.Message {
+	case voucher.CodeAlreadyUsed:
+		return voucher.ErrAlreadyUsed
+	case voucher.ReasonPaused:
+		return voucher.ErrPaused
+	case voucher.ReasonNotStarted:
+		return voucher.ErrNotStarted
+	case voucher.ReasonExpired:
+		return voucher.ErrExpired
+	}
+	return voucher.ErrOutOfStock
+}
