@@ -205,7 +205,10 @@ func TestGroupCommitRefusedWritesNothing(t *testing.T) {
 	t.Parallel()
 	l := newTestLedger(t, ledgerOptions{noRedis: true})
 	ctx := context.Background()
-	type tally struct{ dbCounts; Usage, Events int }
+	type tally struct {
+		dbCounts
+		Usage, Events int
+	}
 	tallyOf := func(code string) tally {
 		tl := tally{dbCounts: l.counts(t, code)}
 		require.NoError(t, l.pool.QueryRow(ctx, `
