@@ -25,7 +25,7 @@ import (
 // included, waits behind them. The window shrinks as soon as the writes it
 // lets through take longer than the target while it is full, so what it admits is written
 // within the target and the excess is refused at once, before it takes a use
-// in Redis; it grows back while writes are fast and the window is full.
+// in Redis; it grows back while writes are fast.
 //
 // Standard vouchers never pass here: their bound is the ledger's per-voucher
 // one, and their requests wait for a slot on purpose (the article's race).
@@ -51,7 +51,7 @@ type admitWindow struct {
 
 const (
 	windowShrink = 0.8  // the limit is multiplied by this when writes are slow
-	windowGrow   = 0.05 // and grows by this share of itself (at least 1) when fast and full
+	windowGrow   = 0.05 // and grows by this share of itself (at least 1) when fast
 	windowEvery  = 100 * time.Millisecond
 	windowLeast  = 32
 )
@@ -107,12 +107,16 @@ func (w *admitWindow) leave(wrote time.Duration) {
 	// Slow writes shrink it only when it was full: a window that never
 	// filled is not what made them slow (a cold pool in the first moments of
 	// a sale, a Postgres restart), and refusing there would only turn the
-	// customers of those moments away.
+	// customers of those moments away. Fast writes grow it back, full or not:
+	// a window that a stall shrank (the first cold moments of a sale) must
+	// not stay small once the ledger keeps up with fewer writes in flight
+	// than it, or it refuses the next burst at a third of what the ledger
+	// writes.
+	slow := w.n > 0 && w.sum/time.Duration(w.n) > w.target
 	switch {
-	case !w.full:
-	case w.n > 0 && w.sum/time.Duration(w.n) > w.target:
+	case slow && w.full:
 		w.limit = max(w.least, w.limit*windowShrink)
-	default:
+	case !slow:
 		w.limit = min(w.most, w.limit+max(1, w.limit*windowGrow))
 	}
 	w.limitObserved.Store(int64(w.limit))

@@ -43,9 +43,20 @@ func TestAdmitWindowSizes(t *testing.T) {
 		now = now.Add(windowEvery)
 		w.leave(time.Second)
 	}
-	assert.EqualValues(t, windowLeast, w.limit, "not full: neither shrinks nor grows")
+	assert.EqualValues(t, windowLeast, w.limit, "slow writes in a window that is not full: it stays")
 	require.Equal(t, 0, w.inflight)
 	assert.Equal(t, windowLeast, fill(), "the least still lets requests in")
+	for w.inflight > 0 {
+		w.leave(0)
+	}
+	for range 3 { // fast writes in a window that never fills: it grows back
+		require.True(t, take(w))
+		now = now.Add(windowEvery)
+		w.leave(5 * time.Millisecond)
+	}
+	assert.Greater(t, w.limit, float64(windowLeast), "fast writes grow a window that a stall shrank, full or not")
+	assert.Less(t, w.limit, float64(windowLeast+10), "by a twentieth of itself per window")
+	require.Equal(t, 0, w.inflight)
 	for range 200 { // fast writes with the window full
 		now = now.Add(windowEvery)
 		for n := w.inflight; n > 0; n-- {
