@@ -4,6 +4,7 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -17,19 +18,19 @@ type connLimit struct {
 	net.Listener
 	max int
 
-	mu     sync.Mutex
-	open   int
-	freed  chan struct{}              // receives when a slot is freed or a connection goes idle; buffered 1
-	idle   map[*limitedConn]time.Time // idle since
-	closed chan struct{}              // closed with the listener: a waiting Accept gives up
-	once   sync.Once
+	mu      sync.Mutex
+	open    map[*limitedConn]struct{}
+	freed   chan struct{} // receives when a slot is freed or a connection goes idle; buffered 1
+	waiting atomic.Int32  // Accepts waiting for a slot: only then does going idle notify
+	closed  chan struct{} // closed with the listener: a waiting Accept gives up
+	once    sync.Once
 }
 
 // limitConns wraps ln so that srv keeps at most max connections open; it
 // takes srv's ConnState hook to see which connections are idle.
 func limitConns(ln net.Listener, max int, srv *http.Server) net.Listener {
 	l := &connLimit{Listener: ln, max: max, freed: make(chan struct{}, 1),
-		idle: map[*limitedConn]time.Time{}, closed: make(chan struct{})}
+		open: map[*limitedConn]struct{}{}, closed: make(chan struct{})}
 	next := srv.ConnState
 	srv.ConnState = func(c net.Conn, st http.ConnState) {
 		if lc, ok := c.(*limitedConn); ok {
@@ -48,12 +49,17 @@ func (l *connLimit) Accept() (net.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
+	// Counted as waiting before looking, so that a connection going idle
+	// after the look below notifies (see track).
+	l.waiting.Add(1)
+	defer l.waiting.Add(-1)
 	for {
 		l.mu.Lock()
-		if l.open < l.max {
-			l.open++
+		if len(l.open) < l.max {
+			lc := &limitedConn{Conn: c, limit: l}
+			l.open[lc] = struct{}{}
 			l.mu.Unlock()
-			return &limitedConn{Conn: c, limit: l}, nil
+			return lc, nil
 		}
 		victim := l.longestIdle()
 		l.mu.Unlock()
@@ -77,40 +83,45 @@ func (l *connLimit) Close() error {
 }
 
 // longestIdle returns the connection idle the longest and forgets it as idle,
-// or nil. l.mu is held.
+// or nil. l.mu is held. Only at the cap, so a scan of the open connections.
 func (l *connLimit) longestIdle() *limitedConn {
-	var victim *limitedConn
-	var since time.Time
-	for c, t := range l.idle {
-		if victim == nil || t.Before(since) {
-			victim, since = c, t
+	for {
+		var victim *limitedConn
+		var since int64
+		for c := range l.open {
+			if t := c.idleSince.Load(); t != 0 && (victim == nil || t < since) {
+				victim, since = c, t
+			}
+		}
+		// A victim that went back to work meanwhile is not taken.
+		if victim == nil || victim.idleSince.CompareAndSwap(since, 0) {
+			return victim
 		}
 	}
-	delete(l.idle, victim)
-	return victim
 }
 
+// track follows a connection's state on every request, so it takes no lock:
+// an idle connection records since when, and wakes an Accept only when one
+// waits for a slot.
 func (l *connLimit) track(c *limitedConn, st http.ConnState) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	switch st {
-	case http.StateIdle:
-		l.idle[c] = time.Now()
+	if st != http.StateIdle {
+		c.idleSince.Store(0)
+		return
+	}
+	c.idleSince.Store(time.Now().UnixNano())
+	if l.waiting.Load() > 0 {
 		l.notify()
-	default:
-		delete(l.idle, c)
 	}
 }
 
 func (l *connLimit) release(c *limitedConn) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	delete(l.idle, c)
-	l.open--
+	delete(l.open, c)
 	l.notify()
 }
 
-// notify wakes a waiting Accept, if any. l.mu is held.
+// notify wakes a waiting Accept, if any.
 func (l *connLimit) notify() {
 	select {
 	case l.freed <- struct{}{}:
@@ -121,8 +132,9 @@ func (l *connLimit) notify() {
 // limitedConn gives its slot back once, on its first Close.
 type limitedConn struct {
 	net.Conn
-	limit *connLimit
-	once  sync.Once
+	limit     *connLimit
+	idleSince atomic.Int64 // unix nanoseconds since it went idle; 0: working or new
+	once      sync.Once
 }
 
 func (c *limitedConn) Close() error {
