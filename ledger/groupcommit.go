@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -21,10 +20,11 @@ import (
 // If any guard fires, the statement raises (flashgate_refuse), writes nothing,
 // and InsertMany reports refused: the writer splits the group until the claim
 // that breaks the guard fails alone. A claim whose orderId already has a row
-// (a retry) is answered with that row, as Existing answers it, read once the
-// statement committed: the insert met a committed row, so it is there.
+// (a retry) is answered with that row, as Existing answers it: the same
+// statement reads the rows committed before it began, and a row committed
+// while it ran (the insert waited for it) is read once it committed.
 func (s *Store) InsertMany(ctx context.Context, v voucher.Voucher, claims []voucher.Claim) (out []written, refused bool, err error) {
-	at, err := s.groupCommit(ctx, v, claims)
+	rows, err := s.groupCommit(ctx, v, claims)
 	if err != nil {
 		err = translate(fmt.Errorf("write %d reservations for %s: %w", len(claims), v.Code, err))
 		if errors.As(err, new(*voucher.Error)) || errors.Is(err, errOrderTaken) {
@@ -33,50 +33,49 @@ func (s *Store) InsertMany(ctx context.Context, v voucher.Voucher, claims []vouc
 		return nil, false, err
 	}
 	out = make([]written, len(claims))
-	var retried []string
+	var unread []string
 	for i, cl := range claims {
-		t, ok := at[cl.OrderID]
-		if !ok {
-			retried = append(retried, cl.OrderID)
-			continue
-		}
-		amount := cl.OrderAmount
-		out[i].r = voucher.Reservation{
-			OrderID: cl.OrderID, CustomerID: cl.CustomerID, VoucherCode: v.Code,
-			Status: voucher.Reserved, DiscountAmount: v.DiscountFor(cl.OrderAmount), OrderAmount: &amount,
-			CreatedAt: t.created, ExpiresAt: t.expires,
+		row, ok := rows[cl.OrderID]
+		switch {
+		case !ok:
+			unread = append(unread, cl.OrderID)
+		case row.inserted:
+			out[i].r = row.r
+		default:
+			out[i] = written{r: row.r, err: retryAnswer(row.r, v.Code, cl), replayed: true}
 		}
 	}
-	if len(retried) == 0 {
+	if len(unread) == 0 {
 		return out, false, nil
 	}
-	found, err := ordersIn(ctx, s.pool, retried)
-	if err != nil {
-		// The new orders are written; only the retries are not answered.
-		found = nil
-	}
+	found, err := ordersIn(ctx, s.pool, unread)
 	for i, cl := range claims {
-		if _, ok := at[cl.OrderID]; ok {
+		if _, ok := rows[cl.OrderID]; ok {
 			continue
 		}
-		r, ok := found[cl.OrderID]
-		if !ok {
-			out[i].err = fmt.Errorf("read order %s: %v: %w", cl.OrderID, err, voucher.ErrUnavailable)
+		if r, ok := found[cl.OrderID]; ok {
+			out[i] = written{r: r, err: retryAnswer(r, v.Code, cl), replayed: true}
 			continue
 		}
-		out[i] = written{r: r, err: retryAnswer(r, v.Code, cl), replayed: true}
+		// The new orders are written; only this retry is not answered.
+		out[i].err = fmt.Errorf("read order %s: %v: %w", cl.OrderID, err, voucher.ErrUnavailable)
 	}
 	return out, false, nil
 }
 
-// inserted is when a new redemption row was created and when its hold ends.
-type inserted struct{ created, expires time.Time }
+// groupRow is a row groupCommit returns: one it inserted, or the row a retry's
+// orderId already had.
+type groupRow struct {
+	r        voucher.Reservation
+	inserted bool
+}
 
-// groupCommit is InsertMany's statement; it returns the orders it inserted.
+// groupCommit is InsertMany's statement; it returns the rows it inserted and
+// the rows committed before it that the claims' orderIds had, by orderId.
 // Every table is touched in one order (orders, customers by id, the voucher
 // last, so that its hot row is locked for the shortest time), as the other
 // writers do.
-func (s *Store) groupCommit(ctx context.Context, v voucher.Voucher, claims []voucher.Claim) (map[string]inserted, error) {
+func (s *Store) groupCommit(ctx context.Context, v voucher.Voucher, claims []voucher.Claim) (map[string]groupRow, error) {
 	orders := make([]string, len(claims))
 	customers := make([]int64, len(claims))
 	amounts := make([]int64, len(claims))
@@ -90,14 +89,20 @@ func (s *Store) groupCommit(ctx context.Context, v voucher.Voucher, claims []vou
 	if err != nil {
 		return nil, err
 	}
-	at := make(map[string]inserted, len(claims))
-	var id string
-	var created, expires time.Time
-	_, err = pgx.ForEachRow(rows, []any{&id, &created, &expires}, func() error {
-		at[id] = inserted{created.UTC(), expires.UTC()}
-		return nil
+	got, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (groupRow, error) {
+		var g groupRow
+		var err error
+		g.r, err = scanReservation(row, &g.inserted)
+		return g, err
 	})
-	return at, err
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]groupRow, len(got))
+	for _, g := range got {
+		out[g.r.OrderID] = g
+	}
+	return out, nil
 }
 
 // groupCommitSQL: $1 code, $2 customers, $3 orders, $4 the hold in
@@ -112,7 +117,8 @@ WITH t AS (
 	                                order_amount, discount_amount)
 	SELECT $1, c, o, 'RESERVED', now() + $4 * interval '1 microsecond', a, d FROM t
 	ON CONFLICT (order_id) DO NOTHING
-	RETURNING order_id, customer_id, created_at, expires_at
+	RETURNING order_id, customer_id, voucher_code, status, discount_amount, created_at, expires_at,
+	          order_amount, confirmed_at, released_at, release_reason
 ), per AS (
 	SELECT customer_id AS c, count(*)::int AS n FROM ins GROUP BY customer_id
 ), used AS (
@@ -160,9 +166,16 @@ WITH t AS (
 		ELSE '` + voucher.CodeOutOfStock + `' END AS why
 	FROM voucher v WHERE v.code = $1
 )
-SELECT ins.order_id, ins.created_at, ins.expires_at
+SELECT true, ins.order_id, ins.customer_id, ins.voucher_code, ins.status, ins.discount_amount,
+       ins.created_at, ins.expires_at, ins.order_amount, ins.confirmed_at, ins.released_at, ins.release_reason
 FROM ins, refused
-WHERE refused.why IS NULL OR flashgate_refuse(refused.why)`
+WHERE refused.why IS NULL OR flashgate_refuse(refused.why)
+UNION ALL
+-- The rows the retries' orderIds had: this statement's snapshot does not see
+-- the rows ins wrote, only those committed before it began.
+SELECT false, ` + reservationColumns + `
+FROM voucher_redemption r
+WHERE r.order_id = ANY($3::text[])`
 
 // refusalSQLState is the SQLSTATE flashgate_refuse raises (migration 0004).
 const refusalSQLState = "FG001"

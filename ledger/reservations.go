@@ -23,10 +23,11 @@ const reservationColumns = `r.order_id, r.customer_id, r.voucher_code, r.status,
 
 // scanReservation reads one row of reservationColumns: the one mapping from a
 // redemption row to a Reservation.
-func scanReservation(row pgx.Row) (voucher.Reservation, error) {
+// before are destinations of columns that come first in the row.
+func scanReservation(row pgx.Row, before ...any) (voucher.Reservation, error) {
 	var r voucher.Reservation
-	err := row.Scan(&r.OrderID, &r.CustomerID, &r.VoucherCode, &r.Status, &r.DiscountAmount,
-		&r.CreatedAt, &r.ExpiresAt, &r.OrderAmount, &r.ConfirmedAt, &r.ReleasedAt, &r.ReleaseReason)
+	err := row.Scan(append(before, &r.OrderID, &r.CustomerID, &r.VoucherCode, &r.Status, &r.DiscountAmount,
+		&r.CreatedAt, &r.ExpiresAt, &r.OrderAmount, &r.ConfirmedAt, &r.ReleasedAt, &r.ReleaseReason)...)
 	if err != nil {
 		return voucher.Reservation{}, err
 	}
