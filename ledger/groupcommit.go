@@ -172,10 +172,12 @@ FROM ins, refused
 WHERE refused.why IS NULL OR flashgate_refuse(refused.why)
 UNION ALL
 -- The rows the retries' orderIds had: this statement's snapshot does not see
--- the rows ins wrote, only those committed before it began.
+-- the rows ins wrote, only those committed before it began. Read only when
+-- some orderId was not inserted (a one-time filter): a plan cached while the
+-- table was small scans it whole, and most groups hold no retry.
 SELECT false, ` + reservationColumns + `
 FROM voucher_redemption r
-WHERE r.order_id = ANY($3::text[])`
+WHERE (SELECT count(*) FROM ins) < cardinality($3::text[]) AND r.order_id = ANY($3::text[])`
 
 // refusalSQLState is the SQLSTATE flashgate_refuse raises (migration 0004).
 const refusalSQLState = "FG001"
