@@ -14,7 +14,8 @@ import (
 )
 
 // The outbox (voucher_event) holds every state change as an event, written in
-// the transaction of the change: takeVoucherUses (reserved, sold out), Confirm
+// the transaction of the change: takeVoucherUses and the group commit
+// (groupCommitSQL: reserved, sold out), Confirm
 // and ExpireBatch write theirs inside their own statements, the others call
 // insertEvent. An event that changes a voucher's counters is written after the
 // voucher's row is locked, so a voucher's events are numbered in the order its
