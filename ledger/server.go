@@ -1,7 +1,6 @@
 package main
 
 import (
-	"errors"
 	"log/slog"
 	"net/http"
 	"time"
@@ -95,12 +94,6 @@ func (s *Server) writeAdmitted(c *gin.Context) {
 	writeReceipt(c, code, r, replayed)
 }
 
-// AdmittedBatch is the body of the batch admitted-write route: the claims one
-// proxy's coalescer admitted together.
-type AdmittedBatch struct {
-	Claims []voucher.ReserveRequest `json:"claims"`
-}
-
 // ItemReply is one claim's answer in a batch: the status and body the single
 // route would have answered, and Replayed where it would have set
 // httpx.ReplayedHeader.
@@ -116,23 +109,10 @@ func (s *Server) writeAdmittedBatch(c *gin.Context) {
 		httpx.WriteError(c, err)
 		return
 	}
-	var req AdmittedBatch
-	if err := httpx.BindJSONLimit(c, &req, httpx.MaxBatchBytes); err != nil {
+	claims, err := httpx.BindClaims(c)
+	if err != nil {
 		httpx.WriteError(c, err)
 		return
-	}
-	if len(req.Claims) == 0 || len(req.Claims) > httpx.MaxBatchClaims {
-		httpx.WriteError(c, voucher.Errorf(voucher.CodeInvalidRequest, "claims must hold 1 to %d items", httpx.MaxBatchClaims))
-		return
-	}
-	claims := make([]voucher.Claim, len(req.Claims))
-	for i, r := range req.Claims {
-		if claims[i], err = r.Validate(); err != nil {
-			var ve *voucher.Error
-			errors.As(err, &ve)
-			httpx.WriteError(c, voucher.Errorf(voucher.CodeInvalidRequest, "claims[%d]: %s", i, ve.Message))
-			return
-		}
 	}
 	ws := s.ledger.WriteAdmittedMany(c, code, claims)
 	out := make([]ItemReply, len(claims))

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -184,10 +185,11 @@ func TestAdmittedBatchRoute(t *testing.T) {
 		tooMany[i] = claimBody(int64(100+i), fmt.Sprintf("%s-m%d", code, i), 5_000)
 	}
 	for name, body := range map[string]any{
-		"empty":       map[string]any{"claims": []any{}},
-		"too many":    map[string]any{"claims": tooMany},
-		"bad claim":   map[string]any{"claims": []any{map[string]any{"customerId": 0, "orderId": "x", "orderAmount": 1}}},
-		"not a batch": claimBody(5, code+"-e", 5_000),
+		"empty":                    map[string]any{"claims": []any{}},
+		"too many":                 map[string]any{"claims": tooMany},
+		"bad claim":                map[string]any{"claims": []any{map[string]any{"customerId": 0, "orderId": "x", "orderAmount": 1}}},
+		"not a batch":              claimBody(5, code+"-e", 5_000),
+		"a claim with a key twice": json.RawMessage(`{"claims":[{"customerId":5,"customerId":6,"orderId":"` + code + `-f","orderAmount":5000}]}`),
 	} {
 		r := l.call(t, "POST", path, body)
 		assert.Equal(t, 400, r.Status, "%s: %s", name, r.Raw)

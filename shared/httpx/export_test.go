@@ -1,5 +1,21 @@
 package httpx
 
+import "github.com/flashgate/flashgate/shared/voucher"
+
 // DecodeGeneric is the encoding/json path that every body but the reserve
 // body takes: the reserve tokenizer is compared with it.
 var DecodeGeneric = decodeGeneric
+
+// DecodeClaims is the batch route's tokenizer (claimsjson.go), its claims as
+// the requests encoding/json would fill.
+func DecodeClaims(body []byte) ([]voucher.ReserveRequest, error) {
+	fields, err := decodeClaims(body, MaxBatchClaims)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]voucher.ReserveRequest, len(fields))
+	for i := range fields {
+		fields[i].request(&out[i])
+	}
+	return out, nil
+}

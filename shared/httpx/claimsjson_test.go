@@ -1,0 +1,107 @@
+package httpx_test
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/flashgate/flashgate/shared/httpx"
+	"github.com/flashgate/flashgate/shared/voucher"
+)
+
+const okClaim = `{"customerId":1,"orderId":"a","orderAmount":5}`
+
+// batchSeeds are bodies of the ledger's batch route: what the proxy sends and
+// the hostile shapes it must refuse.
+var batchSeeds = []string{
+	`{"claims":[` + okClaim + `]}`,
+	` {"claims" : [ ` + okClaim + ` , {"orderAmount":7,"orderId":"b","customerId":2} ] } `,
+	`{"claims":[null]}`,
+	`{"claims":[{}]}`,
+	`{"claims":[]}`,
+	`{"claims":null}`,
+	`{}`,
+	`[]`,
+	`null`,
+	``,
+	`{"claims":5}`,
+	`{"claims":"x"}`,
+	`{"claims":{"customerId":1}}`,
+	`{"claims":[5]}`,
+	`{"claims":[[` + okClaim + `]]}`,
+	`{"Claims":[` + okClaim + `]}`,
+	`{"claims":[` + okClaim + `],"claims":[` + okClaim + `]}`,
+	`{"claims":[` + okClaim + `],"extra":1}`,
+	`{"claims":[{"customerId":1,"customerId":2,"orderId":"a","orderAmount":5}]}`,
+	`{"claims":[{"CustomerId":1,"orderId":"a","orderAmount":5}]}`,
+	`{"claims":[{"customerId":1,"orderId":"a","orderAmount":5,"x":1}]}`,
+	`{"claims":[{"customerId":1.5,"orderId":"a","orderAmount":5}]}`,
+	`{"claims":[` + okClaim + `]}x`,
+	`{"claims":[` + okClaim + `,]}`,
+	`{"claims":[` + okClaim,
+	`{"claims":[` + okClaim + `]`,
+	`{"claims\u0000":[` + okClaim + `]}`,
+}
+
+// FuzzDecodeClaims: the batch tokenizer never panics, refuses with 400
+// INVALID_REQUEST and a message, and accepts nothing encoding/json would
+// refuse, with the same values (it is stricter: it also refuses duplicate,
+// case-folded and unknown keys inside a claim).
+func FuzzDecodeClaims(f *testing.F) {
+	for _, s := range batchSeeds {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		got, err := httpx.DecodeClaims(body)
+		if err != nil {
+			checkInvalid(t, "DecodeClaims", body, err)
+			return
+		}
+		var slow struct {
+			Claims []voucher.ReserveRequest `json:"claims"`
+		}
+		if err := httpx.DecodeGeneric(body, &slow); err != nil {
+			t.Fatalf("DecodeClaims(%q) accepted what encoding/json refuses: %v", body, err)
+		}
+		require.Len(t, slow.Claims, len(got), "%q", body)
+		for i := range got {
+			if show(got[i]) != show(slow.Claims[i]) {
+				t.Fatalf("DecodeClaims(%q) claim %d read %s, encoding/json read %s", body, i, show(got[i]), show(slow.Claims[i]))
+			}
+		}
+	})
+}
+
+// The batch body's shape, claim by claim: what is read and what is refused.
+func TestDecodeClaims(t *testing.T) {
+	got, err := httpx.DecodeClaims([]byte(batchSeeds[1]))
+	require.NoError(t, err)
+	require.Len(t, got, 2)
+	assert.Equal(t, `{"customerId":2,"orderId":"b","orderAmount":7}`, show(got[1]))
+
+	for _, body := range []string{`{"claims":[]}`, `{"claims":null}`, `{}`, `{"claims":[null]}`} {
+		_, err := httpx.DecodeClaims([]byte(body))
+		assert.NoError(t, err, "%s: read; BindClaims refuses it as it validates", body)
+	}
+	for _, body := range batchSeeds[7:] {
+		_, err := httpx.DecodeClaims([]byte(body))
+		if assert.Error(t, err, "%q", body) {
+			checkInvalid(t, "DecodeClaims", []byte(body), err)
+		}
+	}
+	_, err = httpx.DecodeClaims([]byte(`{"claims":[{"customerId":1,"customerId":2,"orderId":"a","orderAmount":5}]}`))
+	assert.ErrorContains(t, err, `claims[0]: duplicate field "customerId"`)
+
+	max := make([]string, httpx.MaxBatchClaims)
+	for i := range max {
+		max[i] = fmt.Sprintf(`{"customerId":%d,"orderId":"o%d","orderAmount":5}`, i+1, i)
+	}
+	got, err = httpx.DecodeClaims([]byte(`{"claims":[` + strings.Join(max, ",") + `]}`))
+	require.NoError(t, err)
+	assert.Len(t, got, httpx.MaxBatchClaims)
+	_, err = httpx.DecodeClaims([]byte(`{"claims":[` + strings.Join(max, ",") + `,` + okClaim + `]}`))
+	assert.ErrorContains(t, err, fmt.Sprintf("claims must hold 1 to %d items", httpx.MaxBatchClaims))
+}
