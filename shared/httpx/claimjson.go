@@ -94,18 +94,11 @@ func decodeClaim(body []byte, f *claimFields) error {
 	return nil
 }
 
-// members reads `"key": value` pairs up to and including the closing brace.
+// members reads a reserve body's `"key": value` pairs up to and including the
+// closing brace.
 func (s *claimScanner) members(f *claimFields) error {
-	for {
-		s.space()
-		if s.peek() != '"' {
-			return s.malformed()
-		}
-		key, err := s.str()
-		if err != nil {
-			return err
-		}
-		var bit uint8
+	var bit uint8
+	return s.object(func(key []byte) error {
 		switch string(key) {
 		case "customerId":
 			bit = fieldCustomer
@@ -120,13 +113,33 @@ func (s *claimScanner) members(f *claimFields) error {
 			return invalidJSON("duplicate field %q", key)
 		}
 		f.seen |= bit
+		return nil
+	}, func() error { return s.value(f, bit) })
+}
+
+// object reads `"key": value` pairs up to and including the closing brace:
+// key refuses a key (unknown, twice) before its value is looked at, value
+// reads the value.
+func (s *claimScanner) object(key func([]byte) error, value func() error) error {
+	for {
+		s.space()
+		if s.peek() != '"' {
+			return s.malformed()
+		}
+		k, err := s.str()
+		if err != nil {
+			return err
+		}
+		if err := key(k); err != nil {
+			return err
+		}
 		s.space()
 		if s.peek() != ':' {
 			return s.malformed()
 		}
 		s.i++
 		s.space()
-		if err := s.value(f, bit); err != nil {
+		if err := value(); err != nil {
 			return err
 		}
 		s.space()

@@ -78,15 +78,7 @@ func decodeClaims(body []byte, max int) ([]claimFields, error) {
 // "claims", once.
 func (s *claimScanner) batchMembers(out *[]claimFields, max int) error {
 	seen := false
-	for {
-		s.space()
-		if s.peek() != '"' {
-			return s.malformed()
-		}
-		key, err := s.str()
-		if err != nil {
-			return err
-		}
+	return s.object(func(key []byte) error {
 		if string(key) != "claims" {
 			return invalidJSON("unknown field %q", printable(key))
 		}
@@ -94,26 +86,12 @@ func (s *claimScanner) batchMembers(out *[]claimFields, max int) error {
 			return invalidJSON("duplicate field %q", key)
 		}
 		seen = true
-		s.space()
-		if s.peek() != ':' {
-			return s.malformed()
-		}
-		s.i++
-		s.space()
-		if *out, err = s.claimArray(max); err != nil {
-			return err
-		}
-		s.space()
-		switch s.peek() {
-		case ',':
-			s.i++
-		case '}':
-			s.i++
-			return nil
-		default:
-			return s.malformed()
-		}
-	}
+		return nil
+	}, func() error {
+		var err error
+		*out, err = s.claimArray(max)
+		return err
+	})
 }
 
 // claimArray reads the claims' array (or null).
