@@ -48,7 +48,10 @@ func (s *Store) InsertMany(ctx context.Context, v voucher.Voucher, claims []vouc
 	if len(unread) == 0 {
 		return out, false, nil
 	}
-	found, err := ordersIn(ctx, s.pool, unread)
+	found, readErr := ordersIn(ctx, s.pool, unread)
+	if readErr == nil {
+		readErr = errors.New("no row")
+	}
 	for i, cl := range claims {
 		if _, ok := rows[cl.OrderID]; ok {
 			continue
@@ -57,8 +60,10 @@ func (s *Store) InsertMany(ctx context.Context, v voucher.Voucher, claims []vouc
 			out[i] = written{r: r, err: retryAnswer(r, v.Code, cl), replayed: true}
 			continue
 		}
-		// The new orders are written; only this retry is not answered.
-		out[i].err = fmt.Errorf("read order %s: %v: %w", cl.OrderID, err, voucher.ErrUnavailable)
+		// The new orders are written; only this retry is not answered. A
+		// fault, not an answer: its use stays held until the database can
+		// tell (WriteAdmittedMany parks it for the Settler).
+		out[i].err = fmt.Errorf("read order %s once its insert met it: %w", cl.OrderID, readErr)
 	}
 	return out, false, nil
 }
