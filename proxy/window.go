@@ -45,8 +45,7 @@ type admitWindow struct {
 	sum      time.Duration // of the writes finished in it
 	n        int
 	full     bool // a request found the window full in it
-	lastLog  time.Time
-	unlogged uint64
+	storm    httpx.Storm
 }
 
 const (
@@ -135,19 +134,10 @@ var windowFullBody = func() []byte {
 // a line per request.
 func (w *admitWindow) refuse(requestID string) Reply {
 	w.shed.Add(1)
-	w.mu.Lock()
-	w.unlogged++
-	now := w.now()
-	logIt := now.Sub(w.lastLog) >= time.Second
-	n, limit := w.unlogged, int(w.limit)
-	if logIt {
-		w.lastLog, w.unlogged = now, 0
-	}
-	w.mu.Unlock()
-	if logIt && w.log != nil {
+	if n, log := w.storm.Add(w.now()); log && w.log != nil {
 		w.log.Error("request failed", "request_id", requestID, "route", "/vouchers/:code/reservations",
 			"method", http.MethodPost, "err", "shed: admitted writes behind (ADMIT_WRITE_TARGET)", "shed", n,
-			"window", limit)
+			"window", w.limitObserved.Load())
 	}
 	return Reply{Status: http.StatusServiceUnavailable, Body: windowFullBody, Err: voucher.ErrUnavailable}
 }

@@ -21,15 +21,36 @@ type Shedder struct {
 	slots chan struct{}
 	shed  atomic.Uint64 // requests shed since start
 
-	mu       sync.Mutex
-	lastLog  time.Time
-	unlogged uint64 // shed since the last log line
-	now      func() time.Time
+	storm Storm // the log lines of its sheds
+	now   func() time.Time
 }
 
-// shedLogEvery is how often a shed storm is logged: one line per interval,
-// with the number of requests shed since the line before.
-const shedLogEvery = time.Second
+// Storm counts the requests of a storm of refusals (shed, window full) and
+// says when one should be logged: like every 503 they are, but at most once a
+// second, with the count since the line before, so that thousands a second
+// do not become thousands of log lines.
+type Storm struct {
+	mu       sync.Mutex
+	lastLog  time.Time
+	unlogged uint64
+}
+
+// stormLogEvery is how often a storm is logged.
+const stormLogEvery = time.Second
+
+// Add counts one refusal at now and reports whether to log it, with the
+// refusals since the last line (this one included).
+func (st *Storm) Add(now time.Time) (n uint64, log bool) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	st.unlogged++
+	if now.Sub(st.lastLog) < stormLogEvery {
+		return 0, false
+	}
+	n = st.unlogged
+	st.lastLog, st.unlogged = now, 0
+	return n, true
+}
 
 // neverShed are the routes a full service still answers.
 var neverShed = map[string]bool{"/healthz": true, "/readyz": true, "/metrics": true}
@@ -67,25 +88,17 @@ func (s *Shedder) Middleware() gin.HandlerFunc {
 // InFlight returns the requests holding a slot now.
 func (s *Shedder) InFlight() int { return len(s.slots) }
 
-// reject answers a shed request. Like every 503 it is logged, but at most
-// once per shedLogEvery with the count since the last line: a storm of
-// thousands of sheds a second must not become thousands of log lines.
+// reject answers a shed request, logged as a Storm.
 func (s *Shedder) reject(c *gin.Context) {
 	s.shed.Add(1)
 	c.Header("Retry-After", RetryAfter)
 	c.AbortWithStatusJSON(http.StatusServiceUnavailable, ErrorBody{
 		Error: voucher.CodeUnavailable, Message: "the service is at its limit of requests in flight; retry shortly",
 	})
-	s.mu.Lock()
-	s.unlogged++
-	now := s.now()
-	if now.Sub(s.lastLog) < shedLogEvery {
-		s.mu.Unlock()
+	n, log := s.storm.Add(s.now())
+	if !log {
 		return
 	}
-	n := s.unlogged
-	s.lastLog, s.unlogged = now, 0
-	s.mu.Unlock()
 	LoggerFrom(c).Error("request failed", "request_id", RequestIDFrom(c), "route", c.FullPath(),
 		"method", c.Request.Method, "err", "shed: MAX_INFLIGHT requests in flight", "shed", n,
 		"max_inflight", cap(s.slots))
