@@ -27,7 +27,9 @@ type ShutdownLoad struct {
 	Warmup  time.Duration // load before the signal
 	// Request returns worker w's i-th request.
 	Request func(w, i int) (method, path string, body any)
-	Signal  func() // tells the service to stop; returns at once
+	// Stop tells the service to stop (SIGTERM) and returns once it exited;
+	// Run calls it in the background at the signal and waits for it.
+	Stop    func() error
 	Hold    func()
 	Release func()
 }
@@ -53,6 +55,8 @@ type ShutdownResult struct {
 	AfterDelay   error         // a new connection shortly after the delay ended
 	InFlightHeld int           // requests sent before the drain that were answered after it began
 	HeldAt       time.Time     // when Hold returned
+	Exited       time.Duration // from the signal to the exit
+	StopErr      error         // what Stop returned
 }
 
 // Run runs the load and returns what the clients saw.
@@ -87,8 +91,13 @@ func (o ShutdownLoad) Run(tb testing.TB) ShutdownResult {
 	stopAt = res.Signalled.Add(o.Delay - 250*time.Millisecond)
 	stopMu.Unlock()
 	drainAt := res.Signalled.Add(o.Delay)
-	o.Signal()
-	// The signal may take a moment to arrive (Signal returns at once): poll.
+	stopped := make(chan struct{})
+	go func() {
+		res.StopErr = o.Stop()
+		res.Exited = time.Since(res.Signalled)
+		close(stopped)
+	}()
+	// The signal may take a moment to arrive: poll.
 	for {
 		ready := send(&http.Client{Timeout: 5 * time.Second}, http.MethodGet, o.URL+"/readyz", nil)
 		res.ReadyStatus, res.ReadyAfter = ready.Status, ready.End.Sub(res.Signalled)
@@ -107,6 +116,7 @@ func (o ShutdownLoad) Run(tb testing.TB) ShutdownResult {
 	time.Sleep(time.Until(drainAt.Add(300 * time.Millisecond)))
 	o.Release()
 	wg.Wait()
+	<-stopped
 	for _, s := range res.Shots {
 		if s.Start.Before(drainAt) && s.End.After(drainAt.Add(100*time.Millisecond)) {
 			res.InFlightHeld++
@@ -115,13 +125,32 @@ func (o ShutdownLoad) Run(tb testing.TB) ShutdownResult {
 	return res
 }
 
-// Check asserts the promise of a graceful stop: /readyz 503 at once, a new
+// Count returns how many requests were answered status.
+func (r ShutdownResult) Count(status int) int {
+	n := 0
+	for _, s := range r.Shots {
+		if s.Err == nil && s.Status == status {
+			n++
+		}
+	}
+	return n
+}
+
+// Check asserts the promise of a graceful stop: an exit within 15 s of SIGTERM
+// (SHUTDOWN_TIMEOUT), /readyz 503 at once, a new
 // connection refused after the delay, requests in flight when the service
 // stopped accepting, and every request that reached the service answered
 // with its real answer: no 503 and no connection error. want lists the
 // statuses real answers may have.
 func (r ShutdownResult) Check(tb testing.TB, want ...int) {
 	tb.Helper()
+	if r.StopErr != nil {
+		tb.Errorf("the service did not exit on SIGTERM: %v", r.StopErr)
+	}
+	tb.Logf("exited %v after SIGTERM", r.Exited)
+	if r.Exited >= 15*time.Second {
+		tb.Errorf("exited %v after SIGTERM, want within 15s (SHUTDOWN_TIMEOUT)", r.Exited)
+	}
 	if r.ReadyStatus != http.StatusServiceUnavailable {
 		tb.Errorf("/readyz in the second after the signal = %d, want 503", r.ReadyStatus)
 	}
