@@ -148,7 +148,6 @@ func run(cfg Config, log *slog.Logger) error {
 		return err
 	}
 	defer pool.Close()
-	go warmPostgres(stopping, pool, cfg.MinConns, log) // beside serving: a slow dependency never delays the start
 
 	var rdb redis.UniversalClient
 	var g *gate.Gate
@@ -167,6 +166,7 @@ func run(cfg Config, log *slog.Logger) error {
 	}
 
 	store := NewStore(pool, cfg.ReservationTTL)
+	go warmPostgres(stopping, pool, cfg.MinConns, store.Prime, log) // beside serving: a slow dependency never delays the start
 	metrics := httpx.NewMetrics("ledger")
 	lm := newLedgerMetrics(metrics.Registry)
 	writer := NewWriter(ctx, store, cfg.WriteBatch, writeTimeout)

@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 	"golang.org/x/sync/errgroup"
@@ -17,10 +18,11 @@ import (
 const warmTimeout = 5 * time.Second
 
 // warmPostgres opens n pooled connections as the ledger starts serving
-// (pgxpool keeps DB_MIN_CONNS open from then on), so that the first writes of
-// a sale do not wait for connections to be dialed and authenticated under the
-// burst. A failure is logged, not fatal: connections then open on demand.
-func warmPostgres(ctx context.Context, pool *pgxpool.Pool, n int, log *slog.Logger) {
+// (pgxpool keeps DB_MIN_CONNS open from then on) and primes each one (prime),
+// so that the first writes of a sale do not wait for connections to be dialed
+// and authenticated, nor for their statements to be parsed and planned, under
+// the burst. A failure is logged, not fatal: connections then open on demand.
+func warmPostgres(ctx context.Context, pool *pgxpool.Pool, n int, prime func(context.Context, *pgx.Conn) error, log *slog.Logger) {
 	ctx, cancel := context.WithTimeout(ctx, warmTimeout)
 	defer cancel()
 	start := time.Now()
@@ -33,7 +35,7 @@ func warmPostgres(ctx context.Context, pool *pgxpool.Pool, n int, log *slog.Logg
 				return err
 			}
 			conns[i] = c
-			return c.Ping(gctx)
+			return prime(gctx, c.Conn())
 		})
 	}
 	err := g.Wait()

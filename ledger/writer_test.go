@@ -261,3 +261,26 @@ func TestGroupCommitRefusedWritesNothing(t *testing.T) {
 		})
 	}
 }
+
+// TestPrimeWritesNothing: priming a connection (warmPostgres, at start)
+// prepares the group commit and the terms read on it and writes no row.
+func TestPrimeWritesNothing(t *testing.T) {
+	t.Parallel()
+	l := newTestLedger(t, ledgerOptions{noRedis: true})
+	ctx := context.Background()
+	c, err := l.pool.Acquire(ctx)
+	require.NoError(t, err)
+	defer c.Release()
+	require.NoError(t, l.store.Prime(ctx, c.Conn()))
+
+	var prepared int
+	require.NoError(t, c.QueryRow(ctx, `SELECT count(*) FROM pg_prepared_statements WHERE statement IN ($1, $2)`,
+		groupCommitSQL, `SELECT `+termsColumns+` FROM voucher WHERE code = $1`).Scan(&prepared))
+	require.Equal(t, 2, prepared, "both statements are prepared on the connection")
+	var written int
+	require.NoError(t, c.QueryRow(ctx, `
+		SELECT (SELECT count(*) FROM voucher_redemption WHERE voucher_code = '')
+		     + (SELECT count(*) FROM voucher_customer_usage WHERE voucher_code = '')
+		     + (SELECT count(*) FROM voucher_event WHERE voucher_code = '')`).Scan(&written))
+	require.Zero(t, written)
+}
