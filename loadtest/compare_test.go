@@ -27,3 +27,25 @@ func TestStoppedBy(t *testing.T) {
 		}
 	}
 }
+
+// TestSaleCommitsTargetAtItsRate: the sale's commits are judged against the
+// 0.1-per-admitted target only when it was sent at the target's rate.
+func TestSaleCommitsTargetAtItsRate(t *testing.T) {
+	for _, tt := range []struct {
+		rate  float64
+		judge bool
+	}{{5_000, false}, {commitsTargetRate, true}} {
+		r := &CompareReport{Sale: &Summary{Stock: 1000, RequestedRate: tt.rate, AdmittedOrders: 1000,
+			Commits: &Commits{Delta: 80, PerAdmitted: 0.08}}}
+		r.finish(CompareConfig{})
+		judged := 0
+		for _, tg := range r.Targets {
+			if tg.Name == "<= 0.1 commits per admitted (1000-use burst at 20000/s)" && tg.Pass {
+				judged++
+			}
+		}
+		if want := map[bool]int{false: 0, true: 1}[tt.judge]; judged != want {
+			t.Errorf("sale at %.0f/s: %d commits targets, want %d (%v)", tt.rate, judged, want, r.Targets)
+		}
+	}
+}

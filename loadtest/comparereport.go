@@ -87,8 +87,11 @@ func (r *CompareReport) finish(cfg CompareConfig) {
 	ratio(pathSoldOut, pathCeiling, 0.9, "sold-out >= 0.9 x ceiling")
 	ratio(pathFlash, pathStandard, 20, "flash >= 20 x standard")
 	ratio(pathFlash, pathNoEvents, 0.9, "flash with the outbox's events >= 0.9 x EVENTS=off")
-	if s := r.Sale; s != nil && s.Commits != nil {
-		r.Targets = append(r.Targets, Target{Name: fmt.Sprintf("<= 0.1 commits per admitted (%d-use burst)", s.Stock),
+	// The commits target is set at commitsTargetRate; a slower sale (the
+	// demo's 5,000/s) writes smaller batches, and the sale's own line below
+	// reports its commits without judging them.
+	if s := r.Sale; s != nil && s.Commits != nil && s.RequestedRate >= commitsTargetRate {
+		r.Targets = append(r.Targets, Target{Name: fmt.Sprintf("<= 0.1 commits per admitted (%d-use burst at %.0f/s)", s.Stock, s.RequestedRate),
 			Pass: s.Commits.PerAdmitted <= 0.1,
 			Got:  fmt.Sprintf("%.3f (%d commits / %d admitted)", s.Commits.PerAdmitted, s.Commits.Delta, s.AdmittedOrders)})
 	}
@@ -100,6 +103,10 @@ func (r *CompareReport) finish(cfg CompareConfig) {
 				f.P99Ms, f.Rate, f.Achieved, 100*f.ErrorRate, f.Invariants)})
 	}
 }
+
+// commitsTargetRate is the rate at which issue 15 sets its target of at most
+// 0.1 Postgres commits per admitted reservation.
+const commitsTargetRate = 20_000
 
 // Markdown writes the compare table, the targets and each path's steps.
 func (r *CompareReport) Markdown(w io.Writer, failed []string) {
