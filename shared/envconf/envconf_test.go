@@ -145,7 +145,7 @@ func TestCommand(t *testing.T) {
 				names = append(names, f[0])
 			}
 		}
-		assert.Equal(t, []string{"LOG_LEVEL", "TEST_ADDR", "TEST_REQUIRED"}, names, "%v:\n%s", args, out.String())
+		assert.Equal(t, []string{"LOG_LEVEL", "GOGC", "GOMEMLIMIT", "TEST_ADDR", "TEST_REQUIRED"}, names, "%v:\n%s", args, out.String())
 		assert.Regexp(t, `TEST_ADDR +127\.0\.0\.1:1 +listen address`, out.String())
 		assert.Regexp(t, `TEST_REQUIRED +\(unset\) +required: the thing`, out.String())
 		assert.Regexp(t, `LOG_LEVEL +info +.*\(info, debug, warn, error\)`, out.String())
@@ -175,5 +175,21 @@ func TestLogLevel(t *testing.T) {
 	LogLevel(r)
 	if r.Err() == nil || !strings.Contains(r.Err().Error(), "LOG_LEVEL") {
 		t.Errorf("LogLevel(LOG_LEVEL=verbose) err = %v, want one naming LOG_LEVEL", r.Err())
+	}
+}
+
+func TestGCPercent(t *testing.T) {
+	for v, want := range map[string]int{"": DefaultGCPercent, "100": 100, "0": 0, "OFF": -1, "800": 800} {
+		r := NewFrom(map[string]string{"GOGC": v})
+		if got := GCPercent(r); got != want || r.Err() != nil {
+			t.Errorf("GCPercent(GOGC=%q) = %v, %v, want %v", v, got, r.Err(), want)
+		}
+	}
+	for _, v := range []string{"-5", "lots", "1.5"} {
+		r := NewFrom(map[string]string{"GOGC": v})
+		GCPercent(r)
+		if r.Err() == nil || !strings.Contains(r.Err().Error(), "GOGC") {
+			t.Errorf("GCPercent(GOGC=%q) err = %v, want one naming GOGC", v, r.Err())
+		}
 	}
 }

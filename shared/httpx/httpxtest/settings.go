@@ -20,7 +20,7 @@ import (
 func CheckSettingsDocumented[C any](tb testing.TB, config func(*envconf.Reader) (C, error), readme, title string) {
 	tb.Helper()
 	r := envconf.NewFrom(nil)
-	envconf.LogLevel(r)
+	envconf.Shared(r)
 	_, _ = config(r)
 	rows := readmeSettings(tb, readme, title)
 	read := map[string]bool{}
@@ -72,11 +72,11 @@ func readmeSettings(tb testing.TB, path, title string) map[string]string {
 
 // CheckCommandLine runs the service's binary with --help and --version: both
 // exit 0 without any setting in the environment, help names every setting
-// config reads (and LOG_LEVEL), and version names the service.
+// config reads (and LOG_LEVEL and GOGC), and version names the service.
 func CheckCommandLine[C any](tb testing.TB, binary, service string, config func(*envconf.Reader) (C, error)) {
 	tb.Helper()
 	r := envconf.NewFrom(nil)
-	envconf.LogLevel(r)
+	envconf.Shared(r)
 	_, _ = config(r)
 	for _, arg := range []string{"--help", "-h", "--version"} {
 		cmd := exec.Command(binary, arg)
