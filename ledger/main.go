@@ -78,7 +78,7 @@ func configFrom(e *envconf.Reader) (Config, error) {
 			"a Redis admission with no database row is freed only after this long"),
 		MaxConns: e.Int("DB_MAX_CONNS", 32, 2, "Postgres pool size"),
 		MinConns: e.Int("DB_MIN_CONNS", 4, 0,
-			"Postgres connections opened at start and kept open, so that the first requests of a sale find them (at most DB_MAX_CONNS)"),
+			"Postgres connections opened at start, primed with the hot statements and kept open, so that the first requests of a sale find them (at most DB_MAX_CONNS)"),
 		RedisWarm:  e.Int("REDIS_WARM_CONNS", 4, 0, "Redis connections opened as the service starts, with every gate script loaded"),
 		WriteBatch: e.Int("WRITE_MAX_BATCH", 256, 1, "most admitted reservations written in one transaction"),
 		MaxPerVoucher: e.Int("MAX_INFLIGHT_PER_VOUCHER", 16, 1,
