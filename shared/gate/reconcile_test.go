@@ -2,6 +2,7 @@ package gate
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -101,4 +102,25 @@ func TestReconcile(t *testing.T) {
 		_, err = g.Reconcile(ctx, code, testMeta(3, 1), []Order{{OrderID: "a", CustomerID: 1}, {OrderID: "a", CustomerID: 2}}, time.Minute)
 		assert.Error(t, err)
 	})
+}
+
+// BenchmarkReconcile50k: one reconcile of a voucher holding 50,000 orders,
+// all in the database (nothing to repair): the time Redis is blocked, since
+// the script runs atomically.
+func BenchmarkReconcile50k(b *testing.B) {
+	g, _ := newGate(b)
+	ctx := context.Background()
+	code := testCode(b, g, "big")
+	v := testMeta(100_000, 1)
+	orders := make([]Order, 50_000)
+	for i := range orders {
+		orders[i] = Order{OrderID: fmt.Sprintf("o-%d", i), CustomerID: int64(i + 1), AdmittedAt: time.Now().UTC()}
+	}
+	loadVoucher(b, g, code, v, orders...)
+	for b.Loop() {
+		res, err := g.Reconcile(ctx, code, v, orders, time.Minute)
+		if err != nil || res.Restored != 0 || len(res.Released) != 0 {
+			b.Fatalf("reconcile: %+v, %v", res, err)
+		}
+	}
 }
