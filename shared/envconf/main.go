@@ -21,9 +21,8 @@ var LogLevels = []string{"info", "debug", "warn", "error"}
 // default and meaning) and --version the build, both exiting 0; otherwise
 // JSON logs on stderr at LOG_LEVEL, the garbage collector at GOGC, the
 // configuration read once (exit 2 when it is bad), then run until it returns
-// (exit 1 on an error). The logger is
-// handed to run, never made the process default: whatever logs gets it passed
-// down.
+// (exit 1 on an error). The logger is handed to run, never made the process
+// default: whatever logs gets it passed down.
 func Main[C any](name, doc string, config func(*Reader) (C, error), run func(C, *slog.Logger) error) {
 	if code, done := Command(os.Stdout, os.Stderr, os.Args[1:], name, doc, config); done {
 		os.Exit(code)
