@@ -24,7 +24,7 @@ import (
 // statement reads the rows committed before it began, and a row committed
 // while it ran (the insert waited for it) is read once it committed.
 func (s *Store) InsertMany(ctx context.Context, v voucher.Voucher, claims []voucher.Claim) (out []written, refused bool, err error) {
-	rows, err := s.groupCommit(ctx, v, claims)
+	rows, err := s.groupCommit(ctx, s.pool, v, claims)
 	if err != nil {
 		err = translate(fmt.Errorf("write %d reservations for %s: %w", len(claims), v.Code, err))
 		if errors.As(err, new(*voucher.Error)) || errors.Is(err, errOrderTaken) {
@@ -74,12 +74,10 @@ func (s *Store) InsertMany(ctx context.Context, v voucher.Voucher, claims []vouc
 // in this connection's caches, and pgx has the statements prepared, so that
 // the first commits of a sale run as fast as the later ones.
 func (s *Store) Prime(ctx context.Context, conn *pgx.Conn) error {
-	var none []string
-	var zero []int64
-	if _, err := conn.Exec(ctx, groupCommitSQL, "", zero, none, s.ttl.Microseconds(), zero, zero, s.events); err != nil {
+	if _, err := s.groupCommit(ctx, conn, voucher.Voucher{}, nil); err != nil {
 		return fmt.Errorf("prime the group commit: %w", err)
 	}
-	if _, err := conn.Exec(ctx, `SELECT `+termsColumns+` FROM voucher WHERE code = $1`, ""); err != nil {
+	if _, err := conn.Exec(ctx, termsSQL, ""); err != nil {
 		return fmt.Errorf("prime the terms read: %w", err)
 	}
 	return nil
@@ -92,12 +90,13 @@ type groupRow struct {
 	inserted bool
 }
 
-// groupCommit is InsertMany's statement; it returns the rows it inserted and
-// the rows committed before it that the claims' orderIds had, by orderId.
+// groupCommit is InsertMany's statement, run on q (the pool, or the
+// connection Prime primes); it returns the rows it inserted and the rows
+// committed before it that the claims' orderIds had, by orderId.
 // Every table is touched in one order (orders, customers by id, the voucher
 // last, so that its hot row is locked for the shortest time), as the other
 // writers do.
-func (s *Store) groupCommit(ctx context.Context, v voucher.Voucher, claims []voucher.Claim) (map[string]groupRow, error) {
+func (s *Store) groupCommit(ctx context.Context, q querier, v voucher.Voucher, claims []voucher.Claim) (map[string]groupRow, error) {
 	orders := make([]string, len(claims))
 	customers := make([]int64, len(claims))
 	amounts := make([]int64, len(claims))
@@ -106,7 +105,7 @@ func (s *Store) groupCommit(ctx context.Context, v voucher.Voucher, claims []vou
 		orders[i], customers[i] = cl.OrderID, cl.CustomerID
 		amounts[i], discounts[i] = cl.OrderAmount, v.DiscountFor(cl.OrderAmount)
 	}
-	rows, err := s.pool.Query(ctx, groupCommitSQL,
+	rows, err := q.Query(ctx, groupCommitSQL,
 		v.Code, customers, orders, s.ttl.Microseconds(), amounts, discounts, s.events)
 	if err != nil {
 		return nil, err

@@ -157,9 +157,12 @@ func (s *Store) Terms(ctx context.Context, code string) (voucher.Voucher, error)
 	return v, nil
 }
 
+// termsSQL reads one voucher's terms (termsColumns) by code.
+const termsSQL = `SELECT ` + termsColumns + ` FROM voucher WHERE code = $1`
+
 // currentTerms reads a voucher's terms from the database, past the cache.
 func (s *Store) currentTerms(ctx context.Context, code string) (voucher.Voucher, error) {
-	v, err := scanTerms(s.pool.QueryRow(ctx, `SELECT `+termsColumns+` FROM voucher WHERE code = $1`, code))
+	v, err := scanTerms(s.pool.QueryRow(ctx, termsSQL, code))
 	if err != nil {
 		return voucher.Voucher{}, translate(fmt.Errorf("terms %s: %w", code, err))
 	}
@@ -317,7 +320,7 @@ func (s *Store) Snapshot(ctx context.Context, code string) (v voucher.Voucher, o
 	err = pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly},
 		func(tx pgx.Tx) error {
 			var err error
-			v, err = scanTerms(tx.QueryRow(ctx, `SELECT `+termsColumns+` FROM voucher WHERE code = $1`, code))
+			v, err = scanTerms(tx.QueryRow(ctx, termsSQL, code))
 			if err != nil {
 				return err
 			}

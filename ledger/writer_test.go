@@ -252,7 +252,7 @@ func TestGroupCommitRefusedWritesNothing(t *testing.T) {
 			}
 			before := tallyOf(code)
 
-			_, err = l.store.groupCommit(ctx, v, tc.claims(code))
+			_, err = l.store.groupCommit(ctx, l.pool, v, tc.claims(code))
 			assert.Equal(t, tc.want, translate(err))
 			_, refused, err = l.store.InsertMany(ctx, v, tc.claims(code))
 			require.NoError(t, err)
@@ -275,7 +275,7 @@ func TestPrimeWritesNothing(t *testing.T) {
 
 	var prepared int
 	require.NoError(t, c.QueryRow(ctx, `SELECT count(*) FROM pg_prepared_statements WHERE statement IN ($1, $2)`,
-		groupCommitSQL, `SELECT `+termsColumns+` FROM voucher WHERE code = $1`).Scan(&prepared))
+		groupCommitSQL, termsSQL).Scan(&prepared))
 	require.Equal(t, 2, prepared, "both statements are prepared on the connection")
 	var written int
 	require.NoError(t, c.QueryRow(ctx, `
