@@ -300,7 +300,7 @@ func parseCompareFlags(args []string) (compareCmd, error) {
 	fs.IntVar(&cfg.Wrk.Conns, "wrk-conns", 64, "connections of wrk's flat-out runs")
 	fs.DurationVar(&cfg.Wrk.Duration, "wrk-duration", 5*time.Second, "length of each measured wrk run")
 	fs.IntVar(&cfg.Wrk.Rounds, "wrk-rounds", 2, "flat-out wrk runs per path, in turns (the best counts)")
-	fs.Float64Var(&cfg.Wrk.SaleRate, "wrk-sale-rate", 20000, "rate of the 1,000-use sale sent by wrk, for commits per admitted (0: skip)")
+	fs.Float64Var(&cfg.Wrk.SaleRate, "wrk-sale-rate", commitsTargetRate, "rate of the 1,000-use sale sent by wrk, for commits per admitted (0: skip)")
 	fs.StringVar(&c.Out, "out", "", "report directory (default loadtest/reports/compare-<timestamp>)")
 	fs.StringVar(&c.BinDir, "bin", "", "directory holding ledger and proxy")
 	fs.StringVar(&c.Token, "token", "dev-token", "LEDGER_TOKEN of the stack")
