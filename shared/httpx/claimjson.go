@@ -76,15 +76,17 @@ func invalidJSON(format string, args ...any) error {
 // decodeClaim reads body (untrimmed) into f.
 func decodeClaim(body []byte, f *claimFields) error {
 	s := claimScanner{b: body}
+	return s.body(func() error { return s.members(f) })
+}
+
+// body reads the whole body as one JSON object, whose members (if any) members
+// reads, and nothing after it but white space.
+func (s *claimScanner) body(members func() error) error {
 	s.space()
-	if s.i >= len(s.b) || s.b[s.i] != '{' {
+	if s.peek() != '{' {
 		return invalidJSON("request body must be a JSON object")
 	}
-	s.i++
-	s.space()
-	if s.peek() == '}' {
-		s.i++
-	} else if err := s.members(f); err != nil {
+	if err := s.objectAt(members); err != nil {
 		return err
 	}
 	s.space()
@@ -92,6 +94,18 @@ func decodeClaim(body []byte, f *claimFields) error {
 		return invalidJSON("request body has data after the JSON object")
 	}
 	return nil
+}
+
+// objectAt reads the object whose '{' s is at: members reads its members up to
+// and including the closing brace, unless it is {}.
+func (s *claimScanner) objectAt(members func() error) error {
+	s.i++
+	s.space()
+	if s.peek() == '}' {
+		s.i++
+		return nil
+	}
+	return members()
 }
 
 // members reads a reserve body's `"key": value` pairs up to and including the

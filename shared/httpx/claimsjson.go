@@ -55,21 +55,9 @@ func claimError(i int, err error) error {
 // as soon as the next one starts.
 func decodeClaims(body []byte, max int) ([]claimFields, error) {
 	s := claimScanner{b: body}
-	s.space()
-	if s.peek() != '{' {
-		return nil, invalidJSON("request body must be a JSON object")
-	}
-	s.i++
-	s.space()
 	var out []claimFields
-	if s.peek() == '}' {
-		s.i++
-	} else if err := s.batchMembers(&out, max); err != nil {
+	if err := s.body(func() error { return s.batchMembers(&out, max) }); err != nil {
 		return nil, err
-	}
-	s.space()
-	if s.i != len(s.b) {
-		return nil, invalidJSON("request body has data after the JSON object")
 	}
 	return out, nil
 }
@@ -122,11 +110,7 @@ func (s *claimScanner) claimArray(max int) ([]claimFields, error) {
 				return nil, err
 			}
 		case '{':
-			s.i++
-			s.space()
-			if s.peek() == '}' {
-				s.i++
-			} else if err := s.members(&f); err != nil {
+			if err := s.objectAt(func() error { return s.members(&f) }); err != nil {
 				return nil, claimError(len(out), err)
 			}
 		default:
