@@ -167,20 +167,61 @@ func lateError(err error) error {
 // Release cancels a RESERVED reservation (RELEASED, reason CANCELLED: final)
 // and gives its use back to the voucher and the customer. released is false
 // when it had given its use back already, released or refunded (the call is
-// then a no-op); a confirmed reservation cannot be released.
+// then a no-op for the counts); a confirmed reservation cannot be released.
+// A hold the sweeper released (reason EXPIRED) is cancelled all the same: its
+// reason becomes CANCELLED, with its event, so that a late payment can no
+// longer take a use again for an order the shop cancelled.
 func (s *Store) Release(ctx context.Context, code, orderID string) (r voucher.Reservation, released bool, err error) {
 	r, released, err = s.endHold(ctx, code, orderID, voucher.Reserved, voucher.Released, voucher.ReasonCancelled)
 	if err != nil || released {
 		return r, released, err
 	}
-	switch r.Status {
-	case voucher.Confirmed:
+	switch {
+	case r.Status == voucher.Confirmed:
 		return r, false, voucher.ErrAlreadyConfirmed
-	case voucher.Reserved:
+	case r.Status == voucher.Reserved:
 		// Released and taken again by a late confirm in between: try once more.
 		return s.Release(ctx, code, orderID)
+	case r.Status == voucher.Released && r.ReleaseReason != nil && *r.ReleaseReason == voucher.ReasonExpiredHold:
+		cancelled, err := s.cancelExpired(ctx, code, orderID)
+		if err != nil {
+			return voucher.Reservation{}, false, err
+		}
+		if !cancelled {
+			// A late confirm took the row first: answer as it is now.
+			return s.Release(ctx, code, orderID)
+		}
+		reason := voucher.ReasonCancelled
+		r.ReleaseReason = &reason
 	}
 	return r, false, nil
+}
+
+// cancelExpired records the cancel of a hold the sweeper released: reason
+// EXPIRED becomes CANCELLED (final), with a reservation.released event of
+// reason CANCELLED. Its use went back already, so no count changes. It reports
+// false when the row was not an expired release any more (a late confirm
+// locked it first).
+func (s *Store) cancelExpired(ctx context.Context, code, orderID string) (bool, error) {
+	var n int
+	err := s.pool.QueryRow(ctx, `
+		WITH r AS (
+			UPDATE voucher_redemption SET release_reason = '`+voucher.ReasonCancelled+`', updated_at = now()
+			WHERE order_id = $1 AND voucher_code = $2
+			  AND status = 'RELEASED' AND release_reason = '`+voucher.ReasonExpiredHold+`'
+			RETURNING order_id, customer_id, discount_amount
+		), ev AS (
+			INSERT INTO voucher_event (type, voucher_code, data)
+			SELECT '`+events.ReservationReleased+`', $2, jsonb_build_object(
+			       'orderId', order_id, 'customerId', customer_id, 'discountAmount', discount_amount,
+			       'reason', '`+voucher.ReasonCancelled+`')
+			FROM r WHERE $3
+		)
+		SELECT count(*) FROM r`, orderID, code, s.events).Scan(&n)
+	if err != nil {
+		return false, translate(fmt.Errorf("cancel expired %s/%s: %w", code, orderID, err))
+	}
+	return n == 1, nil
 }
 
 // Refund pays a CONFIRMED reservation back: REFUNDED (reason REFUNDED), and
