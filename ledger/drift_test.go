@@ -53,3 +53,39 @@ func TestCancelAfterExpiryIsFinal(t *testing.T) {
 		})
 	}
 }
+
+// An orderId that holds a use on voucher A, sent to flash voucher B, is
+// ORDER_CONFLICT on every path, and B's Redis keeps no use for it: neither the
+// gate's admission (the edge) nor a re-assert of A's row into B's keys (the
+// public route) may lower B's remaining.
+func TestOrderOfAnotherVoucherLeaksNoUse(t *testing.T) {
+	t.Parallel()
+	l := newTestLedger(t, ledgerOptions{})
+	ctx := context.Background()
+	a, b := newCode(t), newCode(t)
+	l.createVoucher(t, spec(a, 5, 1, true))
+	l.createVoucher(t, spec(b, 5, 1, true))
+	require.NoError(t, l.led.Warmup(ctx, b))
+	order := a + "-o"
+	require.Equal(t, http.StatusCreated, l.reserve(t, a, 1, order, 5_000).Status)
+
+	check := func(path string) {
+		t.Helper()
+		for _, code := range []string{a, b} {
+			checkRedisMatches(t, l.gate, l.checkBooks(t, code), code)
+		}
+		assert.EqualValues(t, 5, redisState(t, l.gate, b).Remaining, "B's redis remaining after the %s", path)
+	}
+	for _, customer := range []int64{1, 2} {
+		r := l.reserve(t, b, customer, order, 5_000)
+		assert.Equal(t, http.StatusConflict, r.Status, r.Raw)
+		assert.Equal(t, "ORDER_CONFLICT", r.Code())
+	}
+	check("ledger's public route")
+	for _, customer := range []int64{1, 2} {
+		st, code := l.edgeReserve(t, b, customer, order) // the gate, then /internal
+		assert.Equal(t, http.StatusConflict, st)
+		assert.Equal(t, "ORDER_CONFLICT", code)
+	}
+	check("proxy's path")
+}

@@ -111,9 +111,12 @@ func (l *Ledger) Reserve(ctx context.Context, code string, cl voucher.Claim) (r 
 		return r, replayed, err
 	}
 	if r, found, err := l.store.Existing(ctx, code, cl); found || err != nil {
-		if found && r.Status.Active() {
+		if found && r.VoucherCode == code && r.Status.Active() {
 			// Redis may have lost the order (a restart from an older
 			// snapshot): hold it again, so the proxy's path admits its retry.
+			// Only this voucher's row: an orderId of another voucher is a
+			// conflict, and holding it here would take one of this
+			// voucher's uses for a row that holds another's.
 			l.reassert(ctx, code, []gate.Order{{OrderID: r.OrderID, CustomerID: r.CustomerID}})
 		}
 		return r, found, err
