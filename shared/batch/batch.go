@@ -9,6 +9,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 )
 
 // Func runs one batch for key and returns one result per item, in order. An
@@ -31,9 +32,38 @@ type queue[T, R any] struct {
 }
 
 type waiter[T, R any] struct {
-	ctx  context.Context
-	item T
-	done chan result[R]
+	ctx   context.Context
+	item  T
+	done  chan result[R]
+	state atomic.Int32 // queued, then running (its batch took it) or abandoned (its caller left first)
+}
+
+// A waiter's states: each moves once, from queued to one of the others, so
+// that an item either runs and its caller gets the result, or never runs.
+const (
+	queued int32 = iota
+	running
+	abandoned
+)
+
+// wait returns w's result. When ctx ends first and w's batch has not taken it
+// yet, w is abandoned and never runs (ctx's error); once its batch took it,
+// the caller waits for what the batch did for it, however long the batch
+// takes (the batch's own deadline bounds it): the item's effects are never
+// left unknown to the caller.
+func (w *waiter[T, R]) wait(ctx context.Context) (R, error) {
+	select {
+	case res := <-w.done:
+		return res.r, res.err
+	case <-ctx.Done():
+	}
+	// The state moves once: if it is not running now, nothing will run w.
+	if w.state.CompareAndSwap(queued, abandoned) || w.state.Load() == abandoned {
+		var zero R
+		return zero, ctx.Err()
+	}
+	res := <-w.done
+	return res.r, res.err
 }
 
 type result[R any] struct {
@@ -54,9 +84,10 @@ func New[K comparable, T, R any](base context.Context, max int, fn Func[K, T, R]
 // ObserveSizes makes the Batcher report each batch's size to f (for metrics).
 func (b *Batcher[K, T, R]) ObserveSizes(f func(int)) { b.sizes = f }
 
-// Do queues item for key and waits for its result. If ctx ends first, Do
-// returns ctx's error; an item whose batch already started still runs, and an
-// item still queued is dropped from its batch.
+// Do queues item for key and waits for its result. If ctx ends while the item
+// is still queued, it is dropped from its batch and Do returns ctx's error; an
+// item whose batch already started runs, and Do returns its result once the
+// batch returns (see waiter.wait).
 func (b *Batcher[K, T, R]) Do(ctx context.Context, key K, item T) (R, error) {
 	w := &waiter[T, R]{ctx: ctx, item: item, done: make(chan result[R], 1)}
 	b.mu.Lock()
@@ -70,13 +101,7 @@ func (b *Batcher[K, T, R]) Do(ctx context.Context, key K, item T) (R, error) {
 	if !running {
 		go b.drain(key, q)
 	}
-	select {
-	case res := <-w.done:
-		return res.r, res.err
-	case <-ctx.Done():
-		var zero R
-		return zero, ctx.Err()
-	}
+	return w.wait(ctx)
 }
 
 // DoAll queues items for key together (they go in the same call when the cap
@@ -99,12 +124,7 @@ func (b *Batcher[K, T, R]) DoAll(ctx context.Context, key K, items []T) ([]R, []
 	}
 	rs, errs := make([]R, len(items)), make([]error, len(items))
 	for i, w := range ws {
-		select {
-		case res := <-w.done:
-			rs[i], errs[i] = res.r, res.err
-		case <-ctx.Done():
-			errs[i] = ctx.Err()
-		}
+		rs[i], errs[i] = w.wait(ctx)
 	}
 	return rs, errs
 }
@@ -130,9 +150,11 @@ func (b *Batcher[K, T, R]) run(key K, taken []*waiter[T, R]) {
 	live := taken[:0:0]
 	items := make([]T, 0, len(taken))
 	for _, w := range taken {
-		if err := w.ctx.Err(); err != nil {
-			w.done <- result[R]{err: err}
-			continue
+		if w.ctx.Err() != nil && w.state.CompareAndSwap(queued, abandoned) {
+			continue // its caller left, or is leaving (wait answers it)
+		}
+		if !w.state.CompareAndSwap(queued, running) {
+			continue // abandoned by its caller meanwhile
 		}
 		live = append(live, w)
 		items = append(items, w.item)

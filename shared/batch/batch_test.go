@@ -3,6 +3,7 @@ package batch
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -137,6 +138,73 @@ func TestCancelledCallers(t *testing.T) {
 	assert.Equal(t, 2, got)
 	_, ran := seen.Load(1)
 	assert.False(t, ran, "a cancelled queued item was still run")
+}
+
+// A caller whose context ends while its item's batch runs still gets what
+// the batch did for it: an item is either run and its result delivered, or
+// never run. Many callers cancel at random moments against batches starting;
+// every item that ran was answered with its result, and none of those that
+// were answered with their context's error ran.
+func TestCancelDuringBatchGetsItsResult(t *testing.T) {
+	release := make(chan struct{})
+	b := New(context.Background(), 1, func(ctx context.Context, key string, xs []int) ([]int, error) {
+		if xs[0] == -1 {
+			<-release
+		}
+		return xs, nil
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	held := make(chan error)
+	go func() { _, err := b.Do(ctx, "held", -1); held <- err }()
+	time.Sleep(20 * time.Millisecond) // item -1's batch is running
+	cancel()
+	select {
+	case err := <-held:
+		t.Fatalf("Do returned %v while its batch still ran", err)
+	case <-time.After(20 * time.Millisecond):
+	}
+	close(release)
+	assert.NoError(t, <-held, "Do of an item whose batch ran")
+
+	var ran sync.Map
+	race := New(context.Background(), 4, func(ctx context.Context, key string, xs []int) ([]int, error) {
+		for _, x := range xs {
+			ran.Store(x, true)
+		}
+		time.Sleep(time.Millisecond)
+		return xs, nil
+	})
+	const n = 2000
+	answered := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx, cancel := context.WithTimeout(context.Background(), time.Duration(i%7)*time.Millisecond)
+			defer cancel()
+			got, err := race.Do(ctx, "k", i)
+			if err == nil && got != i {
+				err = fmt.Errorf("got %d", got)
+			}
+			answered[i] = err
+		}()
+	}
+	wg.Wait()
+	var dropped int
+	for i, err := range answered {
+		_, didRun := ran.Load(i)
+		switch {
+		case err == nil:
+			assert.True(t, didRun, "item %d answered without running", i)
+		case errors.Is(err, context.DeadlineExceeded):
+			dropped++
+			assert.False(t, didRun, "item %d ran but its caller got %v", i, err)
+		default:
+			t.Errorf("item %d: %v", i, err)
+		}
+	}
+	t.Logf("%d of %d items dropped before their batch", dropped, n)
 }
 
 func BenchmarkDo(b *testing.B) {
