@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -36,6 +37,23 @@ func checkDBTimeout(d time.Duration) error {
 // timeout.
 func withStatementDeadlines(cfg *pgxpool.Config, timeout time.Duration) {
 	cfg.ConnConfig.Tracer = statementDeadline{timeout: timeout}
+}
+
+// withServerDeadlines makes Postgres itself end what a session of cfg's pool
+// runs past timeout: statement_timeout cancels a statement (a lock wait
+// included), idle_in_transaction_session_timeout ends a transaction left open.
+// The client's deadline alone is not enough: when it fires, pgx closes the
+// connection, but the server notices a closed socket only when it next talks
+// to it, so a group commit waiting on the voucher's row lock would still
+// commit once the lock came free, after its caller was told it failed and
+// its use had been given back in Redis. With these, a write whose caller's
+// deadline passed can still commit only within about timeout of its start
+// (Settler.WaitAfterFault). A statement that must run longer (the streaming
+// export) lifts them for its own transaction.
+func withServerDeadlines(cfg *pgxpool.Config, timeout time.Duration) {
+	ms := strconv.FormatInt(max(timeout.Milliseconds(), 1), 10)
+	cfg.ConnConfig.RuntimeParams["statement_timeout"] = ms
+	cfg.ConnConfig.RuntimeParams["idle_in_transaction_session_timeout"] = ms
 }
 
 type deadlineCancelKey struct{}

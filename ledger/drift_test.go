@@ -1,7 +1,9 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"testing"
@@ -9,6 +11,10 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/flashgate/flashgate/shared/devstack/devstacktest"
+	"github.com/flashgate/flashgate/shared/envconf"
+	"github.com/flashgate/flashgate/shared/gate"
 )
 
 // Issue 22, races that drifted Redis from Postgres (or the books from what
@@ -88,4 +94,103 @@ func TestOrderOfAnotherVoucherLeaksNoUse(t *testing.T) {
 		assert.Equal(t, "ORDER_CONFLICT", code)
 	}
 	check("proxy's path")
+}
+
+// A write whose caller gave up (the proxy's LEDGER_TIMEOUT) while its group
+// commit waited on the voucher's row lock, held from another session: the
+// ledger must not give the Redis use back while that write can still commit.
+// Held shorter than DB_TIMEOUT, the write commits after its caller left (the
+// settler once gave the use back before); held longer, the server cancels the
+// statement (statement_timeout) and the use goes back. Either way each order
+// has a row and a Redis hold, or neither, and remaining agrees.
+func TestGiveUpWhileRowLockedKeepsAgreement(t *testing.T) {
+	t.Parallel()
+	for name, hold := range map[string]time.Duration{"commits late": 1200 * time.Millisecond, "cancelled": 3500 * time.Millisecond} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			giveUpWhileRowLocked(t, hold)
+		})
+	}
+}
+
+func giveUpWhileRowLocked(t *testing.T, hold time.Duration) {
+	db, redisURL := devstacktest.PostgresURL(t), devstacktest.RedisURL(t)
+	l := newTestLedger(t, ledgerOptions{db: db, redis: redisURL})
+	proc := startLedger(t, db, redisURL, "DB_TIMEOUT=1500ms", "HANGING_GRACE=5s")
+	ctx := context.Background()
+	code := newCode(t)
+	l.createVoucher(t, spec(code, 10, 1, true))
+	require.NoError(t, l.led.Warmup(ctx, code))
+
+	const n = 4
+	orders := make([]string, n)
+	for i := range orders {
+		orders[i] = fmt.Sprintf("%s-%d", code, i)
+		rs, _, err := l.gate.Reserve(ctx, code, []gate.Item{{CustomerID: int64(i + 1), OrderID: orders[i], OrderAmount: 5_000}})
+		require.NoError(t, err)
+		require.Equal(t, []gate.Result{gate.Reserved}, rs)
+	}
+
+	tx, err := l.pool.Begin(ctx)
+	require.NoError(t, err)
+	defer tx.Rollback(ctx)
+	_, err = tx.Exec(ctx, `SELECT 1 FROM voucher WHERE code = $1 FOR UPDATE`, code)
+	require.NoError(t, err)
+	locked := time.Now()
+	impatient := &http.Client{Timeout: 100 * time.Millisecond}
+	for i, order := range orders {
+		body, err := json.Marshal(claimBody(int64(i+1), order, 5_000))
+		require.NoError(t, err)
+		resp, err := impatient.Post(proc.URL+"/internal/vouchers/"+code+"/reservations", "application/json", bytes.NewReader(body))
+		if err == nil {
+			resp.Body.Close()
+			t.Logf("order %s answered %d while the row was locked", order, resp.StatusCode)
+		}
+	}
+	time.Sleep(time.Until(locked.Add(hold))) // the settler's rounds run meanwhile
+	require.NoError(t, tx.Commit(ctx))
+
+	eventually(t, 10*time.Second, func() bool {
+		b := l.books(t, code)
+		st := redisState(t, l.gate, code)
+		return int64(len(st.Orders)) == int64(b.Used) && st.Remaining == b.remaining()
+	}, "redis and postgres never agreed about %s", code)
+	time.Sleep(2 * time.Second) // a late commit, or a late give-back, would show now
+	b := l.checkBooks(t, code)
+	checkRedisMatches(t, l.gate, b, code)
+	t.Logf("%d of %d orders written", b.Used, n)
+}
+
+// No setting lets the reconciler free a Redis hold while its write could still
+// commit: the group commit's deadline (WRITE_TIMEOUT) is capped so that it,
+// plus the DB_TIMEOUT its last statement may run on the server, ends before
+// HANGING_GRACE; a grace with no room for a write at all is refused.
+func TestWriteTimeoutWithinGrace(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		env  map[string]string
+		want time.Duration // 0: refused
+	}{
+		{map[string]string{}, 10 * time.Second},
+		{map[string]string{"HANGING_GRACE": "2s"}, 1400 * time.Millisecond},
+		{map[string]string{"HANGING_GRACE": "1s"}, 400 * time.Millisecond},
+		{map[string]string{"HANGING_GRACE": "5s", "WRITE_TIMEOUT": "2s"}, 2 * time.Second},
+		{map[string]string{"HANGING_GRACE": "5s", "WRITE_TIMEOUT": "20s", "DB_TIMEOUT": "1500ms"}, 3400 * time.Millisecond},
+		{map[string]string{"HANGING_GRACE": "1s", "DB_TIMEOUT": "1500ms"}, 0},
+	} {
+		env := map[string]string{"DATABASE_URL": "postgres://x"}
+		for k, v := range tc.env {
+			env[k] = v
+		}
+		c, err := configFrom(envconf.NewFrom(env))
+		if tc.want == 0 {
+			if assert.Error(t, err, "configFrom(%v)", tc.env) {
+				assert.Contains(t, err.Error(), "HANGING_GRACE (1s) must be above DB_TIMEOUT (1.5s)")
+			}
+			continue
+		}
+		require.NoError(t, err, "configFrom(%v)", tc.env)
+		assert.Equal(t, tc.want, c.WriteTimeout, "WriteTimeout of %v", tc.env)
+		assert.Less(t, c.WriteTimeout+c.DBTimeout, c.HangingGrace, "%v", tc.env)
+	}
 }

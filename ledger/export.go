@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/gin-gonic/gin"
+	"github.com/jackc/pgx/v5"
 
 	"github.com/flashgate/flashgate/shared/httpx"
 	"github.com/flashgate/flashgate/shared/voucher"
@@ -34,23 +35,37 @@ func (s *Store) EachRecord(ctx context.Context, code string, each func(voucher.R
 	if err := voucherExists(ctx, s.pool, code); err != nil {
 		return translate(fmt.Errorf("export %s: %w", code, err))
 	}
-	rows, err := s.pool.Query(withoutStatementDeadline(ctx), `
-		SELECT `+reservationColumns+` -- reservations export
-		FROM voucher_redemption r WHERE r.voucher_code = $1 ORDER BY r.id`, code)
-	if err != nil {
-		return translate(fmt.Errorf("export %s: %w", code, err))
-	}
-	defer rows.Close()
-	for rows.Next() {
-		r, err := scanReservation(rows)
-		if err != nil {
-			return fmt.Errorf("export %s: %w", code, err)
-		}
-		if err := each(r.Record()); err != nil {
+	// Read-only, in a transaction of its own that lifts the sessions'
+	// server-side deadlines (withServerDeadlines): the export reads for as
+	// long as its client does.
+	ctx = withoutStatementDeadline(ctx)
+	var eachErr error
+	err := pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SET LOCAL statement_timeout = 0; SET LOCAL idle_in_transaction_session_timeout = 0`); err != nil {
 			return err
 		}
+		rows, err := tx.Query(ctx, `
+			SELECT `+reservationColumns+` -- reservations export
+			FROM voucher_redemption r WHERE r.voucher_code = $1 ORDER BY r.id`, code)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			r, err := scanReservation(rows)
+			if err != nil {
+				return err
+			}
+			if eachErr = each(r.Record()); eachErr != nil {
+				return eachErr
+			}
+		}
+		return rows.Err()
+	})
+	if eachErr != nil {
+		return eachErr
 	}
-	if err := rows.Err(); err != nil {
+	if err != nil {
 		return translate(fmt.Errorf("export %s: %w", code, err))
 	}
 	return nil

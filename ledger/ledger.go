@@ -161,7 +161,17 @@ func (l *Ledger) WriteAdmitted(ctx context.Context, code string, cl voucher.Clai
 // WriteAdmittedMany is WriteAdmitted for claims that arrived together; they
 // are written in one transaction when no guard fires.
 func (l *Ledger) WriteAdmittedMany(ctx context.Context, code string, claims []voucher.Claim) []written {
+	ids := make([]string, len(claims))
+	for i, cl := range claims {
+		ids[i] = cl.OrderID
+	}
+	// WriteMany returns once its batch did (a caller that leaves meanwhile
+	// still waits for it), so what is parked below is parked from the
+	// batch's side; another lane's write of the same order may still run,
+	// and the settler waits for it too.
+	writing := l.settler.Writing(code, ids)
 	out := l.writer.WriteMany(ctx, code, claims)
+	writing()
 	if l.gate == nil {
 		return out
 	}

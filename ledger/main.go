@@ -41,13 +41,25 @@ type Config struct {
 	MaxPerVoucher     int               // MAX_INFLIGHT_PER_VOUCHER: standard-path reserves of one voucher at once
 	VoucherWait       time.Duration     // VOUCHER_WAIT: longest wait for one of those slots
 	DBTimeout         time.Duration     // DB_TIMEOUT: deadline of each statement and connection wait
+	WriteTimeout      time.Duration     // WRITE_TIMEOUT, capped by writeTimeoutFor
 	httpx.Serving                       // MAX_CONNS, MAX_INFLIGHT, DEBUG_ADDR, SHUTDOWN_DELAY, SHUTDOWN_TIMEOUT
 	Events            EventsConfig      // EVENTS, WEBHOOK_*, KAFKA_*, EVENT_RETENTION
 }
 
-// writeTimeout bounds one group commit (and so an admitted write in flight
-// when the ledger stops accepting).
-const writeTimeout = 10 * time.Second
+// writeMargin is what writeTimeoutFor keeps between the longest time a write
+// can still commit and HANGING_GRACE.
+const writeMargin = 100 * time.Millisecond
+
+// writeTimeoutFor bounds one group commit (and so an admitted write in flight
+// when the ledger stops accepting): WRITE_TIMEOUT, but never so long that the
+// write could still commit once HANGING_GRACE has passed. A write's last
+// statement may run on the server up to DB_TIMEOUT past the writer's own
+// deadline (its session's statement_timeout), and the reconciler frees a
+// Redis hold with no row once it is older than the grace: a grace shorter
+// than the write's life would free a use whose row then commits.
+func writeTimeoutFor(set, grace, dbTimeout time.Duration) time.Duration {
+	return max(min(set, grace-dbTimeout-writeMargin), writeMargin)
+}
 
 // minHangingGrace is HANGING_GRACE's floor: an admission younger than the
 // grace may still be on its way to the database, and a grace shorter than a
@@ -86,7 +98,9 @@ func configFrom(e *envconf.Reader) (Config, error) {
 		VoucherWait: e.Duration("VOUCHER_WAIT", 500*time.Millisecond,
 			"longest wait for a standard voucher's slot (below 1s)"),
 		DBTimeout: e.Duration("DB_TIMEOUT", 500*time.Millisecond,
-			"deadline of each Postgres statement and pool wait (below 2s)"),
+			"deadline of each Postgres statement and pool wait (below 2s), on the ledger's side and on the server's (statement_timeout)"),
+		WriteTimeout: e.Duration("WRITE_TIMEOUT", 10*time.Second,
+			"deadline of one group commit of admitted writes; capped at HANGING_GRACE minus DB_TIMEOUT and 100ms, so that no hold is freed while its write could still commit"),
 		Serving: httpx.ReadServing(e),
 	}
 	if err := e.Err(); err != nil {
@@ -102,13 +116,18 @@ func configFrom(e *envconf.Reader) (Config, error) {
 	if c.MinConns > c.MaxConns {
 		return c, fmt.Errorf("DB_MIN_CONNS (%d) must be at most DB_MAX_CONNS (%d)", c.MinConns, c.MaxConns)
 	}
-	if err := c.Shutdown.Check(writeTimeout, "the group commit's deadline"); err != nil {
-		return c, err
-	}
 	if err := checkVoucherWait(c.VoucherWait); err != nil {
 		return c, err
 	}
 	if err := checkDBTimeout(c.DBTimeout); err != nil {
+		return c, err
+	}
+	if c.HangingGrace <= c.DBTimeout+2*writeMargin {
+		return c, fmt.Errorf("HANGING_GRACE (%v) must be above DB_TIMEOUT (%v) plus 200ms: a hold would be freed while its write could still commit",
+			c.HangingGrace, c.DBTimeout)
+	}
+	c.WriteTimeout = writeTimeoutFor(c.WriteTimeout, c.HangingGrace, c.DBTimeout)
+	if err := c.Shutdown.Check(c.WriteTimeout, "the group commit's deadline (WRITE_TIMEOUT)"); err != nil {
 		return c, err
 	}
 	return c, checkTokens(c)
@@ -169,10 +188,11 @@ func run(cfg Config, log *slog.Logger) error {
 	go warmPostgres(stopping, pool, cfg.MinConns, store.Prime, log) // beside serving: a slow dependency never delays the start
 	metrics := httpx.NewMetrics("ledger")
 	lm := newLedgerMetrics(metrics.Registry)
-	writer := NewWriter(ctx, store, cfg.WriteBatch, writeTimeout)
+	writer := NewWriter(ctx, store, cfg.WriteBatch, cfg.WriteTimeout)
 	writer.ObserveSizes(func(n int) { lm.writeBatch.Observe(float64(n)) })
 	writer.ObserveCommits(func(d time.Duration) { lm.commitLatency.Observe(d.Seconds()) })
 	settler := NewSettler(store, g, time.Now, log)
+	settler.WaitAfterFault(2 * cfg.DBTimeout) // the server cancels a statement within DB_TIMEOUT (openPool)
 	ledger := NewLedger(store, writer, g, rdb, settler, log)
 	ledger.LimitStandard(NewLimiter(cfg.MaxPerVoucher, cfg.VoucherWait))
 	jobs := NewJobs(store, g, rdb, settler, ledger.Warmup, log, JobsConfig{
@@ -242,7 +262,7 @@ func startBackground(stopping, ctx context.Context, cfg Config, store *Store, jo
 }
 
 // openPool is the Postgres pool: DB_MAX_CONNS, DB_MIN_CONNS kept open, and
-// DB_TIMEOUT on every statement. It connects on demand (warmPostgres opens
+// DB_TIMEOUT on every statement, on both sides of the connection. It connects on demand (warmPostgres opens
 // the first connections).
 func openPool(ctx context.Context, cfg Config) (*pgxpool.Pool, error) {
 	poolCfg, err := pgxpool.ParseConfig(cfg.DatabaseURL)
@@ -252,6 +272,7 @@ func openPool(ctx context.Context, cfg Config) (*pgxpool.Pool, error) {
 	poolCfg.MaxConns = int32(cfg.MaxConns)
 	poolCfg.MinConns = int32(cfg.MinConns)
 	withStatementDeadlines(poolCfg, cfg.DBTimeout)
+	withServerDeadlines(poolCfg, cfg.DBTimeout)
 	pool, err := pgxpool.NewWithConfig(ctx, poolCfg)
 	if err != nil {
 		return nil, fmt.Errorf("connect to postgres: %w", err)

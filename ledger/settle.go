@@ -21,18 +21,70 @@ type Settler struct {
 	now   func() time.Time
 	log   *slog.Logger
 
+	// fence is how long after a failed write returned a statement of it may
+	// still commit in Postgres: see WaitAfterFault.
+	fence time.Duration
+
 	// unsettled holds orders whose write failed on a fault: whether it
 	// committed (or whether the order had a row already) can only be learned
-	// from the database once it answers again. Their Redis uses stay held
-	// until Resolve finds out.
+	// from the database once it answers again and the write can no longer
+	// commit. Their Redis uses stay held until Resolve finds out. writing
+	// counts the writes of each order in flight: none is resolved while one
+	// is (another lane's batch may still commit it).
 	mu        sync.Mutex
-	unsettled map[string]map[string]time.Time // code -> orderID -> first failure
+	unsettled map[string]map[string]parked // code -> orderID -> parked
+	writing   map[string]map[string]int    // code -> orderID -> writes in flight
+}
+
+// parked is an order whose write failed on a fault.
+type parked struct {
+	since     time.Time // its first failure (unsettledGiveUp counts from it)
+	notBefore time.Time // the last failed write's return plus the fence
 }
 
 // NewSettler returns a Settler over store and g (g may be nil); now is the
 // clock that ages parked orders.
 func NewSettler(store *Store, g *gate.Gate, now func() time.Time, log *slog.Logger) *Settler {
-	return &Settler{store: store, gate: g, now: now, log: log, unsettled: map[string]map[string]time.Time{}}
+	return &Settler{store: store, gate: g, now: now, log: log,
+		unsettled: map[string]map[string]parked{}, writing: map[string]map[string]int{}}
+}
+
+// WaitAfterFault sets the fence (none until it is set): how long after a failed write returned its
+// orders are left parked before Resolve asks the database, because a
+// statement of that write may still be running there and commit. The
+// ledger's sessions run with statement_timeout at DB_TIMEOUT, so the server
+// cancels such a statement within DB_TIMEOUT of its start; main sets twice
+// that (see openPool).
+func (s *Settler) WaitAfterFault(d time.Duration) { s.fence = d }
+
+// Writing records that a write of orderIDs of code is starting; the returned
+// func records its end. Parked orders are resolved only once no write of
+// them is in flight: the answer a write's caller gave up on may still be on
+// its way, and the give-back would race its commit.
+func (s *Settler) Writing(code string, orderIDs []string) (done func()) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	m := s.writing[code]
+	if m == nil {
+		m = map[string]int{}
+		s.writing[code] = m
+	}
+	for _, id := range orderIDs {
+		m[id]++
+	}
+	return func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		m := s.writing[code]
+		for _, id := range orderIDs {
+			if m[id]--; m[id] <= 0 {
+				delete(m, id)
+			}
+		}
+		if len(m) == 0 {
+			delete(s.writing, code)
+		}
+	}
 }
 
 // Settle makes Redis agree with the database about orders after a step that
@@ -86,7 +138,10 @@ func (s *Settler) Reassert(ctx context.Context, code string, orders []gate.Order
 	return n
 }
 
-// Park records orders whose fate the database must settle later (Resolve).
+// Park records orders whose fate the database must settle later (Resolve),
+// once their failed write has returned: it is called from the write's side,
+// after the write's last statement ended, never from a caller that gave up
+// while the write ran on. Resolve leaves them until the fence has passed.
 func (s *Settler) Park(code string, orderIDs []string) {
 	if len(orderIDs) == 0 {
 		return
@@ -95,13 +150,17 @@ func (s *Settler) Park(code string, orderIDs []string) {
 	defer s.mu.Unlock()
 	m := s.unsettled[code]
 	if m == nil {
-		m = map[string]time.Time{}
+		m = map[string]parked{}
 		s.unsettled[code] = m
 	}
+	now := s.now()
 	for _, id := range orderIDs {
-		if _, ok := m[id]; !ok {
-			m[id] = s.now()
+		p, ok := m[id]
+		if !ok {
+			p.since = now
 		}
+		p.notBefore = now.Add(s.fence)
+		m[id] = p
 	}
 }
 
@@ -133,16 +192,21 @@ func (s *Settler) Resolve(ctx context.Context) int {
 	return settled
 }
 
-// due returns the parked orders by voucher, forgetting those parked longer
-// than unsettledGiveUp.
+// due returns the parked orders by voucher whose fence has passed and that
+// no write has in flight, forgetting those parked longer than
+// unsettledGiveUp.
 func (s *Settler) due() map[string][]string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	todo := map[string][]string{}
+	now := s.now()
 	for code, m := range s.unsettled {
-		for id, since := range m {
-			if s.now().Sub(since) > unsettledGiveUp {
+		for id, p := range m {
+			if now.Sub(p.since) > unsettledGiveUp {
 				delete(m, id)
+				continue
+			}
+			if now.Before(p.notBefore) || s.writing[code][id] > 0 {
 				continue
 			}
 			todo[code] = append(todo[code], id)

@@ -3,6 +3,7 @@ package main
 import (
 	"io"
 	"log/slog"
+	"sort"
 	"testing"
 	"time"
 
@@ -37,4 +38,32 @@ func TestSettlerForgetsParkedOrdersAfterGiveUp(t *testing.T) {
 		assert.Equal(t, tc.want, got, "due() after %v more", tc.after)
 	}
 	assert.Empty(t, s.unsettled, "codes with no parked order are dropped")
+}
+
+// A parked order is due only once its fence has passed since its last failed
+// write returned, and while no write of it is in flight (another lane's batch
+// may still commit it).
+func TestSettlerWaitsForFenceAndWrites(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2024, 1, 1, 12, 0, 0, 0, time.UTC)
+	s := NewSettler(nil, nil, func() time.Time { return now }, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	s.WaitAfterFault(time.Second)
+	done := s.Writing("A", []string{"a1"})
+	s.Park("A", []string{"a1", "a2"})
+	due := func() map[string][]string {
+		got := s.due()
+		for _, ids := range got {
+			sort.Strings(ids)
+		}
+		return got
+	}
+	assert.Empty(t, due(), "due() within the fence")
+	now = now.Add(time.Second)
+	assert.Equal(t, map[string][]string{"A": {"a2"}}, due(), "a1's other write is in flight")
+	s.Park("A", []string{"a2"}) // failed again: a new fence
+	done()
+	assert.Equal(t, map[string][]string{"A": {"a1"}}, due())
+	now = now.Add(time.Second)
+	assert.Equal(t, map[string][]string{"A": {"a1", "a2"}}, due())
+	assert.Empty(t, s.writing, "no write in flight is tracked once done")
 }
