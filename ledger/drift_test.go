@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"sync"
 	"testing"
 	"time"
 
@@ -15,6 +16,7 @@ import (
 	"github.com/flashgate/flashgate/shared/devstack/devstacktest"
 	"github.com/flashgate/flashgate/shared/envconf"
 	"github.com/flashgate/flashgate/shared/gate"
+	"github.com/flashgate/flashgate/shared/voucher"
 )
 
 // Issue 22, races that drifted Redis from Postgres (or the books from what
@@ -193,4 +195,107 @@ func TestWriteTimeoutWithinGrace(t *testing.T) {
 		assert.Equal(t, tc.want, c.WriteTimeout, "WriteTimeout of %v", tc.env)
 		assert.Less(t, c.WriteTimeout+c.DBTimeout, c.HangingGrace, "%v", tc.env)
 	}
+}
+
+// Changing perUserLimit while group commits are in flight deadlocked them
+// (40P01 after deadlock_timeout: a whole batch answered 503, or the PATCH
+// failed): the PATCH locked the voucher's row, then the customers' rows; a
+// group commit locks the customers' rows, then the voucher's. Now every
+// writer takes them in one order. Many writers for customers who already
+// hold uses, PATCHes of perUserLimit between them: every reserve is answered
+// 201 and every PATCH 200, and the books and Redis agree.
+func TestPerUserLimitPatchDuringGroupCommits(t *testing.T) {
+	t.Parallel()
+	l := newTestLedger(t, ledgerOptions{})
+	code := newCode(t)
+	const customers, perCustomer = 32, 6
+	l.createVoucher(t, spec(code, customers*perCustomer, 100, true))
+	for c := 1; c <= customers; c++ { // every customer has a usage row
+		require.Equal(t, http.StatusCreated, l.reserve(t, code, int64(c), fmt.Sprintf("%s-%d-0", code, c), 5_000).Status)
+	}
+	var wg sync.WaitGroup
+	statuses := make(chan string, customers*perCustomer)
+	for c := 1; c <= customers; c++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 1; i < perCustomer; i++ {
+				r := l.reserve(t, code, int64(c), fmt.Sprintf("%s-%d-%d", code, c, i), 5_000)
+				statuses <- fmt.Sprintf("reserve %d %s", r.Status, r.Code())
+			}
+		}()
+	}
+	patched := make(chan struct{})
+	go func() {
+		defer close(patched)
+		for i := 0; i < 20; i++ {
+			r := l.patch(t, code, map[string]any{"perUserLimit": 100 + i%2})
+			statuses <- fmt.Sprintf("patch %d %s", r.Status, r.Code())
+		}
+	}()
+	wg.Wait()
+	<-patched
+	close(statuses)
+	counts := map[string]int{}
+	for s := range statuses {
+		counts[s]++
+	}
+	assert.Equal(t, map[string]int{"reserve 201 ": customers * (perCustomer - 1), "patch 200 ": 20}, counts)
+	checkRedisMatches(t, l.gate, l.checkBooks(t, code), code)
+}
+
+// A group commit whose snapshot predates a PATCH that lowered perUserLimit
+// obeyed the old limit: it could take a customer above the new one, and it
+// wrote the old limit back into the customer's row. Here the group commit
+// waits (on an orderId another session is inserting) after its snapshot
+// while the PATCH lowers the limit from 3 to 1 for a customer who holds 1
+// use; then its two claims for that customer are refused ALREADY_USED, the
+// customer keeps 1 use, the row's stored limit stays 1, and Redis agrees.
+func TestGroupCommitObeysPatchAfterItsSnapshot(t *testing.T) {
+	t.Parallel()
+	l := newTestLedger(t, ledgerOptions{})
+	ctx := context.Background()
+	code := newCode(t)
+	l.createVoucher(t, spec(code, 10, 3, true))
+	require.Equal(t, http.StatusCreated, l.reserve(t, code, 1, code+"-held", 5_000).Status)
+	first, second := code+"-a", code+"-b"
+	rs, _, err := l.gate.Reserve(ctx, code, []gate.Item{
+		{CustomerID: 1, OrderID: first, OrderAmount: 5_000}, {CustomerID: 1, OrderID: second, OrderAmount: 5_000}})
+	require.NoError(t, err)
+	require.Equal(t, []gate.Result{gate.Reserved, gate.Reserved}, rs)
+
+	// Another session inserts first's orderId (for another voucher, so that
+	// it holds no lock on this one's row) and holds it uncommitted: the
+	// group commit's INSERT waits on it, after its snapshot was taken.
+	other := newCode(t)
+	l.createVoucher(t, spec(other, 10, 3, false))
+	tx, err := l.pool.Begin(ctx)
+	require.NoError(t, err)
+	defer tx.Rollback(ctx)
+	_, err = tx.Exec(ctx, `INSERT INTO voucher_redemption (voucher_code, customer_id, order_id, status, expires_at, discount_amount)
+		VALUES ($1, 1, $2, 'RESERVED', now() + interval '1 hour', 0)`, other, first)
+	require.NoError(t, err)
+	out := make(chan []written, 1)
+	go func() {
+		out <- l.led.WriteAdmittedMany(ctx, code, []voucher.Claim{
+			{CustomerID: 1, OrderID: first, OrderAmount: 5_000}, {CustomerID: 1, OrderID: second, OrderAmount: 5_000}})
+	}()
+	eventually(t, 5*time.Second, func() bool {
+		var waiting int
+		require.NoError(t, l.pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+			WHERE wait_event_type = 'Lock' AND query LIKE '%ON CONFLICT (order_id) DO NOTHING%'`).Scan(&waiting))
+		return waiting > 0
+	}, "the group commit never waited on the other session's insert")
+	require.Equal(t, http.StatusOK, l.patch(t, code, map[string]any{"perUserLimit": 1}).Status)
+	require.NoError(t, tx.Rollback(ctx))
+
+	res := <-out
+	for i, w := range res {
+		assert.Equal(t, voucher.CodeAlreadyUsed, voucher.ErrorCode(w.err), "claim %d: %v", i, w.err)
+	}
+	var used, limit int
+	require.NoError(t, l.pool.QueryRow(ctx, `SELECT used_count, per_user_limit FROM voucher_customer_usage
+		WHERE voucher_code = $1 AND customer_id = 1`, code).Scan(&used, &limit))
+	assert.Equal(t, []int{1, 1}, []int{used, limit}, "customer 1's uses and stored limit")
+	checkRedisMatches(t, l.gate, l.checkBooks(t, code), code)
 }

@@ -146,7 +146,11 @@ WITH t AS (
 	-- The customers' counts, guarded by the voucher's CURRENT per_user_limit
 	-- (so that a lowered limit stops new uses at once while the uses held
 	-- above it stay); the row keeps GREATEST(limit, used_count), so its CHECK
-	-- stays the last guard.
+	-- stays the last guard. The limit read here is this statement's snapshot,
+	-- which a PATCH may have changed since: an existing row's own limit is
+	-- then the fresher one (the PATCH rewrote it before this upsert could lock
+	-- the row), and upd checks the new counts against the voucher's row once
+	-- it holds that row's lock.
 	INSERT INTO voucher_customer_usage AS u (voucher_code, customer_id, used_count, per_user_limit)
 	SELECT v.code, per.c, per.n, v.per_user_limit
 	FROM per JOIN voucher v ON v.code = $1
@@ -154,15 +158,19 @@ WITH t AS (
 	ORDER BY per.c -- one lock order for customers' rows, as the sweeper's
 	ON CONFLICT (voucher_code, customer_id)
 	DO UPDATE SET used_count = u.used_count + EXCLUDED.used_count,
-	              per_user_limit = GREATEST(EXCLUDED.per_user_limit, u.used_count + EXCLUDED.used_count)
+	              per_user_limit = GREATEST(u.per_user_limit, u.used_count + EXCLUDED.used_count)
 	WHERE u.used_count + EXCLUDED.used_count <= EXCLUDED.per_user_limit
-	RETURNING customer_id
+	RETURNING customer_id, used_count
 ), upd AS (
+	-- Its WHERE is checked again on the row's newest version once the lock is
+	-- held (READ COMMITTED), so a PATCH that committed meanwhile is obeyed:
+	-- stock, pause, window, and the per-customer limit for the new counts.
 	UPDATE voucher SET used_count = used_count + (SELECT count(*) FROM ins)
 	WHERE code = $1 AND (SELECT count(*) FROM ins) > 0
 	  AND used_count + (SELECT count(*) FROM ins) <= total_limit
 	  AND NOT paused AND now() >= starts_at AND now() < ends_at
 	  AND (SELECT count(*) FROM used) = (SELECT count(*) FROM per)
+	  AND (SELECT coalesce(max(used_count), 0) FROM used) <= per_user_limit
 	RETURNING used_count, total_limit
 ), ev AS (
 	-- Once the voucher's row is locked, so that a voucher's events are

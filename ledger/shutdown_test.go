@@ -31,7 +31,8 @@ func TestSIGTERMUnderLoad(t *testing.T) {
 	db := devstacktest.PostgresURL(t)
 	rds := devstacktest.RedisURL(t)
 	const delay = time.Second
-	lp := startLedger(t, db, rds, "SHUTDOWN_DELAY="+delay.String(), "SHUTDOWN_TIMEOUT=15s", "DB_TIMEOUT=1500ms")
+	lp := startLedger(t, db, rds, "SHUTDOWN_DELAY="+delay.String(), "SHUTDOWN_TIMEOUT=15s", "DB_TIMEOUT=1500ms",
+		"HANGING_GRACE=5s") // room for a write held on the row lock (WRITE_TIMEOUT is capped below the grace)
 	l := newTestLedger(t, ledgerOptions{db: db, redis: rds, grace: time.Second})
 	code := newCode(t)
 	r := call(t, http.MethodPost, lp.URL+"/admin/vouchers", "", spec(code, 100_000, 100, true))

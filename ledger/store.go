@@ -194,13 +194,46 @@ func (s *Store) forgetsOf(code string) *atomic.Uint64 {
 // nothing: changed is false. before and after are the terms with used_count.
 func (s *Store) ChangeVoucher(ctx context.Context, code, actor, action string,
 	change func(voucher.Voucher) (voucher.Voucher, error)) (before, after voucher.Voucher, changed bool, err error) {
+	// A change of perUserLimit rewrites every customer's row, which must be
+	// locked before the voucher's row, in the order every writer takes them
+	// (reservations, customers by id, the voucher last: see groupCommit):
+	// locked the other way round, it deadlocked the group commits in flight.
+	// Whether the limit changes is known only from the terms, so a first
+	// try that finds it changing under the voucher's lock starts over with
+	// the customers' rows locked first.
+	lockCustomers := false
+	for {
+		before, after, changed, err = s.changeVoucher(ctx, code, actor, action, lockCustomers, change)
+		if !errors.Is(err, errLockCustomersFirst) {
+			return before, after, changed, err
+		}
+		lockCustomers = true
+	}
+}
+
+// errLockCustomersFirst makes changeVoucher's caller try again with the
+// customers' rows locked first.
+var errLockCustomersFirst = errors.New("per-user limit changes: lock the customers' rows first")
+
+func (s *Store) changeVoucher(ctx context.Context, code, actor, action string, lockCustomers bool,
+	change func(voucher.Voucher) (voucher.Voucher, error)) (before, after voucher.Voucher, changed bool, err error) {
 	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if lockCustomers {
+			if _, err := tx.Exec(ctx, `
+				SELECT 1 FROM voucher_customer_usage WHERE voucher_code = $1
+				ORDER BY customer_id FOR UPDATE`, code); err != nil {
+				return err
+			}
+		}
 		before, err = scanTerms(tx.QueryRow(ctx, `SELECT `+termsColumns+` FROM voucher WHERE code = $1 FOR UPDATE`, code))
 		if err != nil {
 			return err
 		}
 		if after, err = change(before); err != nil {
 			return err
+		}
+		if after.PerUserLimit != before.PerUserLimit && !lockCustomers {
+			return errLockCustomersFirst
 		}
 		// Postgres keeps microseconds: compare what it will store.
 		after.StartsAt, after.EndsAt = after.StartsAt.Truncate(time.Microsecond), after.EndsAt.Truncate(time.Microsecond)
@@ -234,6 +267,9 @@ func (s *Store) ChangeVoucher(ctx context.Context, code, actor, action string,
 		}
 		return s.changeEvents(ctx, tx, code, actor, action, before, after)
 	})
+	if errors.Is(err, errLockCustomersFirst) {
+		return voucher.Voucher{}, voucher.Voucher{}, false, err
+	}
 	if err != nil {
 		return voucher.Voucher{}, voucher.Voucher{}, false, translate(fmt.Errorf("change voucher %s: %w", code, err))
 	}
