@@ -168,3 +168,25 @@ func TestReleaseConcurrent(t *testing.T) {
 	assert.Empty(t, users(t, rdb, code))
 	assert.LessOrEqual(t, len(finished(t, g, code)), orders)
 }
+
+// Hold on a voucher whose orders and users hashes do not exist (no order held
+// yet, or all given back) creates them with the counter's expiry, as every
+// script that writes them does: a finished sale leaves nothing behind.
+func TestHoldKeepsTTL(t *testing.T) {
+	t.Parallel()
+	g, rdb := newGate(t)
+	ctx := context.Background()
+	code := testCode(t, g, "ttl")
+	load(t, g, code, 5, 1)
+	ok, err := g.Hold(ctx, code, "a", 1)
+	require.NoError(t, err)
+	require.True(t, ok)
+	at, err := rdb.PExpireTime(ctx, Keys(code)[0]).Result()
+	require.NoError(t, err)
+	require.Positive(t, at)
+	for _, k := range Keys(code)[1:3] {
+		kat, err := rdb.PExpireTime(ctx, k).Result()
+		require.NoError(t, err)
+		assert.Equal(t, at, kat, "%s expires with the counter", k)
+	}
+}

@@ -17,7 +17,9 @@
 -- customer or the voucher is not loaded (the next load reads the database),
 -- -1 if the order is recorded for another customer (the reconciler settles it).
 -- remaining goes down by one but never below 0: the database already counted
--- this use, and a counter at 0 admits no one either way.
+-- this use, and a counter at 0 admits no one either way. users and orders get
+-- the counter's expiry when it (re)creates them (followTTL), as every script
+-- that writes them does.
 
 if redis.call('EXISTS', KEYS[1]) == 0 then
   return 0
@@ -34,4 +36,5 @@ redis.call('HINCRBY', KEYS[2], ARGV[2], 1)
 if (tonumber(redis.call('GET', KEYS[1])) or 0) > 0 then
   redis.call('DECR', KEYS[1])
 end
+followTTL()
 return 1
