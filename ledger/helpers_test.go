@@ -12,6 +12,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
 	"github.com/flashgate/flashgate/migrations"
@@ -45,8 +46,9 @@ type ledgerOptions struct {
 	ttl     time.Duration
 	grace   time.Duration
 	noRedis bool
-	redis   string // URL; default the shared test server
-	db      string // URL; default the shared test server
+	redis   string     // URL; default the shared test server
+	db      string     // URL; default the shared test server
+	hook    redis.Hook // added to the ledger's Redis client: a seam to inject delays at
 }
 
 func newTestLedger(tb testing.TB, o ledgerOptions) *testLedger {
@@ -78,6 +80,9 @@ func newTestLedger(tb testing.TB, o ledgerOptions) *testLedger {
 		rdb, err := gate.NewClient(o.redis, gate.ClientOptions{Timeout: time.Second})
 		require.NoError(tb, err)
 		tb.Cleanup(func() { rdb.Close() })
+		if o.hook != nil {
+			rdb.AddHook(o.hook)
+		}
 		g, pub = gate.New(rdb), rdb
 	}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))

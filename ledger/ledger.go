@@ -53,43 +53,111 @@ func (l *Ledger) Reservation(ctx context.Context, code, orderID string) (voucher
 // Warmup loads a flash voucher into Redis from a database snapshot: remaining =
 // total_limit - used_count, and the orders that hold uses. It never overwrites a
 // loaded voucher. Concurrent callers for one voucher share one load.
+//
+// It runs under the voucher's lock (as a reconcile and an admin change's
+// Redis step do), and once it loaded, it catches up with what committed
+// between its snapshot and the load: those writes, releases and changes found
+// the voucher not loaded, so their own Redis steps changed nothing.
 func (l *Ledger) Warmup(ctx context.Context, code string) error {
 	if l.gate == nil {
 		return errNoGate
 	}
+	if HoldsVoucherLock(ctx, code) {
+		// A reconcile that found the voucher not loaded: it holds the lock,
+		// which a shared load in flight may be waiting for.
+		return l.warmLocked(ctx, code)
+	}
 	_, err, _ := l.warming.Do(code, func() (any, error) {
-		v, orders, err := l.store.Snapshot(ctx, code)
-		if err != nil {
-			return nil, err
-		}
-		if !v.FlashSale {
-			return nil, voucher.Errorf(voucher.CodeInvalidRequest, "voucher %s is not a flash-sale voucher", code)
-		}
-		finished, err := l.store.FinishedOrders(ctx, code)
-		if err != nil {
-			return nil, err
-		}
-		snap := gate.Snapshot{Voucher: v, Remaining: int64(v.Remaining)}
-		active := make(map[string]bool, len(orders))
-		for _, o := range orders {
-			active[o.OrderID] = true
-			snap.Orders = append(snap.Orders, gate.Order{OrderID: o.OrderID, CustomerID: o.CustomerID})
-		}
-		for _, o := range finished {
-			if !active[o.OrderID] { // confirmed late since the snapshot: it holds a use
-				snap.Finished = append(snap.Finished, gate.Order{OrderID: o.OrderID, CustomerID: o.CustomerID})
-			}
-		}
-		loaded, err := l.gate.Load(ctx, code, snap)
-		if err != nil {
-			return nil, fmt.Errorf("load %s into redis: %w", code, err)
-		}
-		if loaded {
-			l.log.Info("voucher loaded into redis", "code", code, "remaining", v.Remaining, "orders", len(orders))
-		}
-		return nil, nil
+		return nil, l.store.WithVoucherLock(ctx, code, func(ctx context.Context) error {
+			return l.warmLocked(ctx, code)
+		})
 	})
 	return err
+}
+
+// warmLocked is Warmup under the voucher's lock.
+func (l *Ledger) warmLocked(ctx context.Context, code string) error {
+	v, active, finished, err := l.snapshot(ctx, code)
+	if err != nil {
+		return err
+	}
+	snap := gate.Snapshot{Voucher: v, Remaining: int64(v.Remaining), Orders: active}
+	held := make(map[string]bool, len(active))
+	for _, o := range active {
+		held[o.OrderID] = true
+	}
+	for _, o := range finished {
+		if !held[o.OrderID] { // confirmed late since the snapshot: it holds a use
+			snap.Finished = append(snap.Finished, o)
+		}
+	}
+	loaded, err := l.gate.Load(ctx, code, snap)
+	if err != nil {
+		return fmt.Errorf("load %s into redis: %w", code, err)
+	}
+	if !loaded {
+		return nil // loaded already: every step since finds it and acts on it
+	}
+	l.log.Info("voucher loaded into redis", "code", code, "remaining", v.Remaining, "orders", len(active))
+	return l.catchUp(ctx, code, v, held)
+}
+
+// snapshot reads what Warmup loads: the voucher, the orders holding its uses,
+// and those that gave theirs back.
+func (l *Ledger) snapshot(ctx context.Context, code string) (voucher.Voucher, []gate.Order, []gate.Order, error) {
+	v, orders, err := l.store.Snapshot(ctx, code)
+	if err != nil {
+		return voucher.Voucher{}, nil, nil, err
+	}
+	if !v.FlashSale {
+		return voucher.Voucher{}, nil, nil, voucher.Errorf(voucher.CodeInvalidRequest, "voucher %s is not a flash-sale voucher", code)
+	}
+	finished, err := l.store.FinishedOrders(ctx, code)
+	if err != nil {
+		return voucher.Voucher{}, nil, nil, err
+	}
+	toGate := func(os []ActiveOrder) []gate.Order {
+		out := make([]gate.Order, len(os))
+		for i, o := range os {
+			out[i] = gate.Order{OrderID: o.OrderID, CustomerID: o.CustomerID}
+		}
+		return out
+	}
+	return v, toGate(orders), toGate(finished), nil
+}
+
+// catchUp brings a voucher just loaded from snapshot (v, held) up to what the
+// database holds now: orders that took a use since are held, orders that gave
+// theirs back are released, and changed terms are applied. A step racing it
+// (a release committed meanwhile, whose own Redis step ran before this one's)
+// is settled by reading the orders it touched once more after acting, as
+// Settle does: whichever runs last leaves Redis agreeing with the database.
+func (l *Ledger) catchUp(ctx context.Context, code string, v voucher.Voucher, held map[string]bool) error {
+	now, active, _, err := l.snapshot(ctx, code)
+	if err != nil {
+		return fmt.Errorf("catch up %s after its load: %w", code, err)
+	}
+	if termsOf(now) != termsOf(v) {
+		if _, err := l.gate.Update(ctx, code, now); err != nil {
+			return fmt.Errorf("catch up %s's terms after its load: %w", code, err)
+		}
+	}
+	var touched []string
+	for _, o := range active {
+		if held[o.OrderID] {
+			delete(held, o.OrderID)
+			continue
+		}
+		touched = append(touched, o.OrderID)
+	}
+	for id := range held { // held at the snapshot, given back since
+		touched = append(touched, id)
+	}
+	if len(touched) == 0 {
+		return nil
+	}
+	l.log.Info("voucher loaded into redis: caught up with what committed during the load", "code", code, "orders", len(touched))
+	return l.settler.Agree(ctx, code, touched)
 }
 
 // Reserve serves the public reserve route; replayed reports a retry answered

@@ -88,7 +88,7 @@ func (o *Operator) announce(ctx context.Context, code string, flash bool) {
 	defer cancel()
 	defer o.store.ForgetTerms(code)
 	if flash && o.gate != nil {
-		err := o.store.WithVoucherLock(ctx, code, func() error {
+		err := o.store.WithVoucherLock(ctx, code, func(ctx context.Context) error {
 			v, err := o.store.currentTerms(ctx, code)
 			if err != nil {
 				return err

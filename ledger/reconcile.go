@@ -40,7 +40,7 @@ func (j *Jobs) ReconcileBy(ctx context.Context, code, actor string) (Report, err
 	}
 	var rep Report
 	var termsRewritten bool
-	err := j.store.WithVoucherLock(ctx, code, func() (err error) {
+	err := j.store.WithVoucherLock(ctx, code, func(ctx context.Context) (err error) {
 		rep, termsRewritten, err = j.reconcileLocked(ctx, code)
 		return err
 	})

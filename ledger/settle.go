@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"maps"
 	"sync"
 	"time"
 
@@ -107,6 +108,50 @@ func (s *Settler) Settle(ctx context.Context, code string, orderIDs ...string) {
 				"err", fmt.Errorf("left for the reconciler: %w", err))
 		}
 	}
+}
+
+// Agree makes Redis hold exactly those of orderIDs that hold a use in the
+// database, after steps that may have found the voucher not loaded (see
+// Ledger.catchUp): the active ones are held, the others released. It reads the
+// database again after acting, and acts again while what it read moved (a
+// step committing meanwhile whose own Redis step ran before this one's), so
+// that whichever side acts last leaves them in agreement.
+func (s *Settler) Agree(ctx context.Context, code string, orderIDs []string) error {
+	if s.gate == nil || len(orderIDs) == 0 {
+		return nil
+	}
+	var last map[string]bool
+	for range 3 {
+		active, err := s.store.ActiveOf(ctx, code, orderIDs)
+		if err != nil {
+			return err
+		}
+		now := make(map[string]bool, len(active))
+		for _, o := range active {
+			now[o.OrderID] = true
+		}
+		if last != nil && maps.Equal(last, now) {
+			return nil
+		}
+		last = now
+		for _, o := range active {
+			if _, err := s.gate.Hold(ctx, code, o.OrderID, o.CustomerID); err != nil {
+				return fmt.Errorf("hold %s/%s in redis: %w", code, o.OrderID, err)
+			}
+		}
+		var gone []string
+		for _, id := range orderIDs {
+			if !now[id] {
+				gone = append(gone, id)
+			}
+		}
+		if len(gone) > 0 {
+			if _, err := s.gate.Release(ctx, code, gone...); err != nil {
+				return fmt.Errorf("release %d orders of %s in redis: %w", len(gone), code, err)
+			}
+		}
+	}
+	return nil
 }
 
 // reassertTimeout bounds Reassert, which runs after a commit before the answer:

@@ -417,7 +417,14 @@ func (s *Store) LiveFlashVersions(ctx context.Context) ([]LiveVersion, error) {
 // transaction: it talks to Redis. A caller waiting for the lock does not hold
 // a pooled connection meanwhile (it polls pg_try_advisory_lock), so waiters
 // can never starve the holder of the connections it needs.
-func (s *Store) WithVoucherLock(ctx context.Context, code string, fn func() error) error {
+//
+// fn gets a context that says the lock is held: a WithVoucherLock of the same
+// voucher under it (a reconcile that reloads the voucher, a warmup that runs
+// under the lock) runs its fn at once instead of waiting for itself.
+func (s *Store) WithVoucherLock(ctx context.Context, code string, fn func(ctx context.Context) error) error {
+	if HoldsVoucherLock(ctx, code) {
+		return fn(ctx)
+	}
 	const key = `hashtextextended('flashgate:reconcile:' || $1, 0)`
 	for {
 		conn, err := s.pool.Acquire(ctx)
@@ -445,6 +452,17 @@ func (s *Store) WithVoucherLock(ctx context.Context, code string, fn func() erro
 				conn.Conn().Close(context.WithoutCancel(ctx))
 			}
 		}()
-		return fn()
+		return fn(context.WithValue(ctx, voucherLockKey{}, code))
 	}
 }
+
+// HoldsVoucherLock reports whether ctx is one WithVoucherLock gave its fn for
+// code: the lock is held.
+func HoldsVoucherLock(ctx context.Context, code string) bool {
+	held, _ := ctx.Value(voucherLockKey{}).(string)
+	return held == code
+}
+
+// voucherLockKey marks a context under which WithVoucherLock holds a
+// voucher's lock; its value is the code.
+type voucherLockKey struct{}
