@@ -6,10 +6,13 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -298,4 +301,113 @@ func TestGroupCommitObeysPatchAfterItsSnapshot(t *testing.T) {
 		WHERE voucher_code = $1 AND customer_id = 1`, code).Scan(&used, &limit))
 	assert.Equal(t, []int{1, 1}, []int{used, limit}, "customer 1's uses and stored limit")
 	checkRedisMatches(t, l.gate, l.checkBooks(t, code), code)
+}
+
+// pauseOnce is a Redis hook that, once armed, holds the next command until
+// released: a delay injected at a seam (here, between a warmup's database
+// snapshot and its load into Redis).
+type pauseOnce struct {
+	armed            atomic.Bool
+	reached, release chan struct{}
+}
+
+func newPauseOnce() *pauseOnce {
+	return &pauseOnce{reached: make(chan struct{}), release: make(chan struct{})}
+}
+
+func (p *pauseOnce) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (p *pauseOnce) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if p.armed.CompareAndSwap(true, false) {
+			close(p.reached)
+			<-p.release
+		}
+		return next(ctx, cmd)
+	}
+}
+
+func (p *pauseOnce) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// A warmup loads Redis from a database snapshot. What commits between that
+// snapshot and the load (a write admitted before Redis lost the voucher, a
+// PATCH of totalLimit) found the voucher not loaded, so its own Redis step
+// did nothing, and the load installed a state without it. Now the load runs
+// under the voucher's lock and catches up after it: Redis holds the order
+// and the new limit's stock, as the database does.
+func TestWarmupCatchesUpWithCommitsDuringTheLoad(t *testing.T) {
+	t.Parallel()
+	pause := newPauseOnce()
+	l := newTestLedger(t, ledgerOptions{hook: pause})
+	ctx := context.Background()
+	code := newCode(t)
+	l.createVoucher(t, spec(code, 5, 1, true))
+	require.NoError(t, l.led.Warmup(ctx, code))
+	order := code + "-a"
+	cl := voucher.Claim{CustomerID: 1, OrderID: order, OrderAmount: 5_000}
+	rs, _, err := l.gate.Reserve(ctx, code, []gate.Item{{CustomerID: 1, OrderID: order, OrderAmount: 5_000}})
+	require.NoError(t, err)
+	require.Equal(t, []gate.Result{gate.Reserved}, rs)
+	require.NoError(t, l.gate.Unload(ctx, code)) // Redis loses the voucher while the write is on its way
+
+	pause.armed.Store(true)
+	warmed := make(chan error, 1)
+	go func() { warmed <- l.led.Warmup(ctx, code) }()
+	<-pause.reached // the snapshot is read; the load waits
+	out := l.led.WriteAdmittedMany(ctx, code, []voucher.Claim{cl})
+	require.NoError(t, out[0].err)
+	patched := make(chan reply, 1)
+	go func() { patched <- l.patch(t, code, map[string]any{"totalLimit": 8}) }()
+	time.Sleep(300 * time.Millisecond) // the PATCH commits; its Redis step waits for the voucher's lock
+	close(pause.release)
+	require.NoError(t, <-warmed)
+	assert.Equal(t, http.StatusOK, (<-patched).Status)
+
+	b := l.checkBooks(t, code)
+	require.Equal(t, 8, b.Total)
+	checkRedisMatches(t, l.gate, b, code)
+	v, _, _, err := l.gate.Meta(ctx, code)
+	require.NoError(t, err)
+	assert.Equal(t, 8, v.TotalLimit, "redis' totalLimit")
+}
+
+// Two ledgers writing the same orders at once (a proxy's retry reaching
+// another ledger), their batches in opposite orders: each insert waited on
+// the other's uncommitted row, a deadlock (40P01, the whole batch 503). Rows
+// are inserted in orderId order, so one waits for the other and the second is
+// answered from the first's rows.
+func TestOverlappingBatchesInOppositeOrder(t *testing.T) {
+	t.Parallel()
+	db, redisURL := devstacktest.PostgresURL(t), devstacktest.RedisURL(t)
+	a := newTestLedger(t, ledgerOptions{db: db, redis: redisURL})
+	b := newTestLedger(t, ledgerOptions{db: db, redis: redisURL})
+	ctx := context.Background()
+	code := newCode(t)
+	const rounds, n = 10, 40
+	a.createVoucher(t, spec(code, rounds*n, 1, true))
+	for r := range rounds {
+		claims := make([]voucher.Claim, n)
+		items := make([]gate.Item, n)
+		for i := range claims {
+			claims[i] = voucher.Claim{CustomerID: int64(r*n + i + 1), OrderID: fmt.Sprintf("%s-%d-%02d", code, r, i), OrderAmount: 5_000}
+			items[i] = gate.Item{CustomerID: claims[i].CustomerID, OrderID: claims[i].OrderID, OrderAmount: 5_000}
+		}
+		_, _, err := a.gate.Reserve(ctx, code, items)
+		require.NoError(t, err)
+		reversed := slices.Clone(claims)
+		slices.Reverse(reversed)
+		var wg sync.WaitGroup
+		var outA, outB []written
+		wg.Add(2)
+		go func() { defer wg.Done(); outA = a.led.WriteAdmittedMany(ctx, code, claims) }()
+		go func() { defer wg.Done(); outB = b.led.WriteAdmittedMany(ctx, code, reversed) }()
+		wg.Wait()
+		for i := range claims {
+			assert.NoError(t, outA[i].err, "round %d, ledger a, %s", r, claims[i].OrderID)
+			assert.NoError(t, outB[i].err, "round %d, ledger b, %s", r, reversed[i].OrderID)
+		}
+	}
+	checkRedisMatches(t, a.gate, a.checkBooks(t, code), code)
 }

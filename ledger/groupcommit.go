@@ -93,9 +93,9 @@ type groupRow struct {
 // groupCommit is InsertMany's statement, run on q (the pool, or the
 // connection Prime primes); it returns the rows it inserted and the rows
 // committed before it that the claims' orderIds had, by orderId.
-// Every table is touched in one order (orders, customers by id, the voucher
-// last, so that its hot row is locked for the shortest time), as the other
-// writers do.
+// Every table is touched in one order (orders by orderId, customers by id,
+// the voucher last, so that its hot row is locked for the shortest time), as
+// the other writers do.
 func (s *Store) groupCommit(ctx context.Context, q querier, v voucher.Voucher, claims []voucher.Claim) (map[string]groupRow, error) {
 	orders := make([]string, len(claims))
 	customers := make([]int64, len(claims))
@@ -137,6 +137,7 @@ WITH t AS (
 	INSERT INTO voucher_redemption (voucher_code, customer_id, order_id, status, expires_at,
 	                                order_amount, discount_amount)
 	SELECT $1, c, o, 'RESERVED', now() + $4 * interval '1 microsecond', a, d FROM t
+	ORDER BY o -- one lock order for orderIds: two batches of the same retries never deadlock
 	ON CONFLICT (order_id) DO NOTHING
 	RETURNING order_id, customer_id, voucher_code, status, discount_amount, created_at, expires_at,
 	          order_amount, confirmed_at, released_at, release_reason
