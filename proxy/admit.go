@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"sync"
 	"sync/atomic"
@@ -57,6 +58,8 @@ type Admitter struct {
 	metrics  *admitMetrics
 
 	metaFlight, warmFlight, soldOutFlight singleflight.Group
+
+	writing writes // admitted claims being written, for giveBack
 
 	flagHits atomic.Int64 // requests answered by the sold-out flag
 
@@ -229,18 +232,95 @@ func (a *Admitter) reserveFlash(ctx context.Context, code string, cl voucher.Cla
 		}
 		return Reply{}, fmt.Errorf("reserve %s: %w", code, err)
 	}
-	if a.window == nil {
-		return a.write(ctx, code, cl)
+	// From here the claim holds a use in Redis, or is a retry of one that
+	// does: what becomes of it is decided by the ledger's write, not by the
+	// client, so the write goes on when the client leaves (LEDGER_TIMEOUT
+	// bounds it). A claim dropped from the forward queue because its client
+	// left would keep its use with no row, for a whole HANGING_GRACE.
+	ctx = context.WithoutCancel(ctx)
+	if a.window != nil {
+		a.window.enter()
 	}
-	a.window.enter()
 	start := time.Now()
+	done := a.writing.add(code, cl.OrderID)
 	rep, err := a.write(ctx, code, cl)
-	var took time.Duration
-	if err == nil {
-		took = time.Since(start)
+	alone := done()
+	if a.window != nil {
+		var took time.Duration
+		if err == nil {
+			took = time.Since(start)
+		}
+		a.window.leave(took)
 	}
-	a.window.leave(took)
+	if err != nil && res == gate.Reserved && alone && notDelivered(err) {
+		a.giveBack(code, cl.OrderID)
+	}
 	return rep, err
+}
+
+// notDelivered reports whether a ledger call failed before anything reached
+// the ledger: its circuit breaker refused it, or no connection could be made.
+// Then no row can exist for what it carried.
+func notDelivered(err error) bool {
+	var op *net.OpError
+	return errors.Is(err, gobreaker.ErrOpenState) || errors.Is(err, gobreaker.ErrTooManyRequests) ||
+		(errors.As(err, &op) && op.Op == "dial")
+}
+
+// giveBack returns the Redis use of an admitted claim that provably never
+// reached the ledger (notDelivered) and that no other request of this proxy
+// is writing: no row can hold it, and its retry is admitted again. Giving it
+// back is the proxy's to do, since the ledger never heard of the claim; left
+// held, it would wait for the reconciler's HANGING_GRACE.
+func (a *Admitter) giveBack(code, orderID string) {
+	ctx, cancel := context.WithTimeout(a.base, a.cfg.RedisTimeout)
+	defer cancel()
+	if _, err := a.gate.GiveBack(ctx, code, orderID); err != nil {
+		a.log.Error("give back a claim the ledger never received", "code", code, "order", orderID,
+			"err", fmt.Errorf("left for the reconciler: %w", err))
+	}
+}
+
+// writes tracks the admitted claims this proxy is writing, by voucher and
+// orderId: a claim whose write was not delivered is given back only when no
+// other write of the same order (a retry on another lane) overlapped it here.
+// An earlier write of the order that committed left it held in Redis, so a
+// later claim of it is a Duplicate, never given back.
+type writes struct {
+	mu sync.Mutex
+	m  map[[2]string]*writing
+}
+
+type writing struct {
+	n          int  // writes of the order under way
+	overlapped bool // two or more were under way at once since n was 0
+}
+
+// add records a write of orderID starting; the returned func records its end
+// and reports whether no other write of the order overlapped it.
+func (w *writes) add(code, orderID string) (done func() (alone bool)) {
+	k := [2]string{code, orderID}
+	w.mu.Lock()
+	if w.m == nil {
+		w.m = map[[2]string]*writing{}
+	}
+	e := w.m[k]
+	if e == nil {
+		e = &writing{}
+		w.m[k] = e
+	}
+	e.n++
+	e.overlapped = e.overlapped || e.n > 1
+	w.mu.Unlock()
+	return func() bool {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		alone := !e.overlapped
+		if e.n--; e.n == 0 {
+			delete(w.m, k)
+		}
+		return alone
+	}
 }
 
 // write has the ledger write an admitted claim.

@@ -1,0 +1,113 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/flashgate/flashgate/shared/devstack/devstacktest"
+	"github.com/flashgate/flashgate/shared/httpx/httpxtest"
+)
+
+// requireAgreement waits until Redis holds exactly the database's active
+// orders of code and as many remaining uses, and fails if that never comes:
+// no reconciler runs in these tests (RECONCILE_INTERVAL=1h).
+func (s *stack) requireAgreement(tb testing.TB, code string) {
+	tb.Helper()
+	var last string
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		st, loaded, err := s.gate.State(context.Background(), code)
+		require.NoError(tb, err)
+		require.True(tb, loaded, "voucher %s not loaded in redis", code)
+		rows, err := s.pool.Query(context.Background(), `SELECT order_id FROM voucher_redemption
+			WHERE voucher_code = $1 AND status IN ('RESERVED', 'CONFIRMED') ORDER BY order_id`, code)
+		require.NoError(tb, err)
+		var active []string
+		for rows.Next() {
+			var id string
+			require.NoError(tb, rows.Scan(&id))
+			active = append(active, id)
+		}
+		require.NoError(tb, rows.Err())
+		held := make([]string, len(st.Orders))
+		for i, o := range st.Orders {
+			held[i] = o.OrderID
+		}
+		d := s.db(tb, code)
+		if fmt.Sprint(held) == fmt.Sprint(active) && st.Remaining == int64(d.Remaining) {
+			return
+		}
+		last = fmt.Sprintf("redis remaining %d, db %d; redis holds %d orders %v, db %d active %v",
+			st.Remaining, d.Remaining, len(held), held, len(active), active)
+		if time.Now().After(deadline) {
+			tb.Fatalf("%s: redis and postgres never agreed: %s", code, last)
+		}
+	}
+}
+
+// Clients that leave before their answer (a short client timeout) while the
+// admitted writes queue behind a group commit held on the voucher's row lock:
+// a claim whose client left was dropped from the forward queue, provably never
+// sent, and kept its Redis use until HANGING_GRACE and a reconcile. Now every
+// admitted claim is written (or given back) whatever its client does, so Redis
+// agrees with the database without the reconciler.
+func TestClientsLeavingKeepNoUse(t *testing.T) {
+	t.Parallel()
+	for _, coalesce := range []bool{true, false} {
+		t.Run(fmt.Sprintf("coalesce=%v", coalesce), func(t *testing.T) {
+			t.Parallel()
+			s := newStack(t, stackOptions{coalesce: coalesce})
+			code := newCode(t)
+			s.createVoucher(t, code, 100, 1, true)
+			require.Equal(t, 201, s.reserve(t, code, 1, code+"-first").Status) // loaded, terms cached
+
+			hold, release := httpxtest.VoucherLock(t, devstacktest.PostgresURL(t), code)
+			hold()
+			impatient := &http.Client{Timeout: 80 * time.Millisecond}
+			var wg sync.WaitGroup
+			for i := 2; i <= 41; i++ {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					body, _ := json.Marshal(map[string]any{"customerId": i, "orderId": fmt.Sprintf("%s-%d", code, i), "orderAmount": 5_000})
+					resp, err := impatient.Post(s.ProxyURL+"/vouchers/"+code+"/reservations", "application/json", bytes.NewReader(body))
+					if err == nil {
+						resp.Body.Close()
+					}
+				}()
+			}
+			wg.Wait()
+			time.Sleep(300 * time.Millisecond) // below DB_TIMEOUT: the held write commits once freed
+			release()
+			s.requireAgreement(t, code)
+			t.Logf("%d of 41 orders written", s.db(t, code).Used)
+		})
+	}
+}
+
+// A claim the gate admitted whose write never reached the ledger (the ledger
+// is down: the connection is refused, then the circuit breaker refuses at
+// once) gets its Redis use back from the proxy at once: no row can hold it,
+// and it need not wait for the reconciler's HANGING_GRACE.
+func TestUndeliveredWriteGivesItsUseBack(t *testing.T) {
+	t.Parallel()
+	s := newStack(t, stackOptions{coalesce: true})
+	code := newCode(t)
+	s.createVoucher(t, code, 100, 1, true)
+	require.Equal(t, 201, s.reserve(t, code, 1, code+"-first").Status) // loaded, terms cached
+	require.NoError(t, s.Ledger.Stop())
+	for i := 2; i <= 21; i++ {
+		r := s.reserve(t, code, int64(i), fmt.Sprintf("%s-%d", code, i))
+		assert.Equal(t, http.StatusServiceUnavailable, r.Status, r.Raw)
+	}
+	assert.EqualValues(t, 99, s.redisRemaining(t, code), "redis remaining with the ledger down")
+	s.requireAgreement(t, code)
+}
