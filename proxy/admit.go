@@ -140,6 +140,9 @@ func NewAdmitter(base context.Context, g *gate.Gate, ledger *LedgerClient, cfg A
 		Timeout:     time.Second, // open for 1s, then one trial call
 		ReadyToTrip: func(c gobreaker.Counts) bool { return c.ConsecutiveFailures >= 5 },
 		IsExcluded:  func(err error) bool { return errors.Is(err, context.Canceled) },
+		// Redis answered about one voucher's malformed data: that voucher's
+		// requests fail, the others' must not (see gate.ErrBadState).
+		IsSuccessful: func(err error) bool { return err == nil || errors.Is(err, gate.ErrBadState) },
 		OnStateChange: func(name string, from, to gobreaker.State) {
 			log.Warn("redis circuit breaker", "from", from.String(), "to", to.String())
 		},

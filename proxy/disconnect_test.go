@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -110,4 +111,49 @@ func TestUndeliveredWriteGivesItsUseBack(t *testing.T) {
 	}
 	assert.EqualValues(t, 99, s.redisRemaining(t, code), "redis remaining with the ledger down")
 	s.requireAgreement(t, code)
+}
+
+// One voucher's malformed Redis data (a counter that is not a number: the
+// reserve script's error reply) fails that voucher's reserves with 503, and
+// only its: Redis answered, so the proxy's Redis circuit breaker stays closed
+// and another flash voucher sells on.
+func TestOneVouchersBadStateLeavesTheOthers(t *testing.T) {
+	t.Parallel()
+	s := newStack(t, stackOptions{coalesce: true})
+	bad, good := newCode(t), newCode(t)
+	s.createVoucher(t, bad, 100, 1, true)
+	s.createVoucher(t, good, 100, 1, true)
+	require.Equal(t, 201, s.reserve(t, bad, 1, bad+"-first").Status) // loaded, terms cached
+	require.Equal(t, 201, s.reserve(t, good, 1, good+"-first").Status)
+	require.NoError(t, s.rdb.Set(context.Background(), "voucher:{"+bad+"}:remaining", "lots", redis.KeepTTL).Err())
+	for i := 2; i <= 12; i++ {
+		r := s.reserve(t, bad, int64(i), fmt.Sprintf("%s-%d", bad, i))
+		assert.Equal(t, http.StatusServiceUnavailable, r.Status, r.Raw)
+	}
+	for i := 2; i <= 6; i++ {
+		r := s.reserve(t, good, int64(i), fmt.Sprintf("%s-%d", good, i))
+		assert.Equal(t, http.StatusCreated, r.Status, "the other voucher, reserve %d: %s", i, r.Raw)
+	}
+	s.requireAgreement(t, good)
+}
+
+// An orderId that holds a use on voucher A, sent through the proxy to flash
+// voucher B: 409 ORDER_CONFLICT, and B's Redis keeps no use for it (each such
+// request lowered B's remaining by one until a reconcile).
+func TestOrderOfAnotherVoucherThroughProxy(t *testing.T) {
+	t.Parallel()
+	s := newStack(t, stackOptions{coalesce: true})
+	a, b := newCode(t), newCode(t)
+	s.createVoucher(t, a, 10, 1, true)
+	s.createVoucher(t, b, 10, 1, true)
+	order := a + "-o"
+	require.Equal(t, 201, s.reserve(t, a, 1, order).Status)
+	for _, customer := range []int64{1, 2, 1} {
+		r := s.reserve(t, b, customer, order)
+		assert.Equal(t, http.StatusConflict, r.Status, r.Raw)
+		assert.Equal(t, "ORDER_CONFLICT", r.Code())
+	}
+	s.requireAgreement(t, a)
+	s.requireAgreement(t, b)
+	assert.EqualValues(t, 10, s.redisRemaining(t, b))
 }

@@ -17,6 +17,7 @@ package gate
 import (
 	"context"
 	_ "embed"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -149,13 +150,37 @@ func (g *Gate) Reserve(ctx context.Context, code string, items []Item) ([]Result
 	}
 	v, err := g.run(ctx, reserveScript, Keys(code), args...)
 	if err != nil {
+		if scriptRefused(err) {
+			return nil, 0, fmt.Errorf("reserve %s: %w: %w", code, err, ErrBadState)
+		}
 		return nil, 0, fmt.Errorf("reserve %s: %w", code, err)
 	}
 	res, remaining, err := decodeReserve(v, len(items))
 	if err != nil {
-		return nil, 0, fmt.Errorf("reserve %s: %w", code, err)
+		return nil, 0, fmt.Errorf("reserve %s: %w: %w", code, err, ErrBadState)
 	}
 	return res, remaining, nil
+}
+
+// ErrBadState marks an error that Redis answered about one voucher's data: the
+// script refused it (a counter that is not a number, a meta without a field)
+// or its reply could not be read. Redis itself is up, so it is no reason to
+// stop asking Redis about other vouchers (the proxy's circuit breaker counts
+// it as an answer); the request still fails, and the reconciler or a reload
+// repairs the voucher.
+var ErrBadState = errors.New("the voucher's redis state is malformed")
+
+// scriptRefused reports whether err is the reserve script's own error reply,
+// or a Lua error while it ran (on data it did not expect), as opposed to a
+// Redis that is down, loading, read-only or out of memory.
+func scriptRefused(err error) bool {
+	var re redis.Error
+	if !errors.As(err, &re) {
+		return false
+	}
+	msg := re.Error()
+	return strings.HasPrefix(msg, "ERR reserve:") || strings.Contains(msg, "user_script") ||
+		strings.HasPrefix(msg, "ERR Error running script")
 }
 
 // How release.lua treats the orders it is given.
