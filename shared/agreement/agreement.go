@@ -272,3 +272,25 @@ func compareTerms(d *Diff, r, db voucher.Voucher) {
 		}
 	}
 }
+
+// Repairs lists the reconcile repairs the database audited for codes (a
+// reconcile that released, restored or reloaded something writes an audit row
+// with action "reconcile"), one line each: code, actor, what it found and did.
+func Repairs(ctx context.Context, db Querier, codes ...string) ([]string, error) {
+	rows, err := db.Query(ctx, `
+		SELECT voucher_code, actor, coalesce(after::text, '')
+		FROM voucher_audit WHERE voucher_code = ANY($1) AND action = 'reconcile' ORDER BY id`, codes)
+	if err != nil {
+		return nil, fmt.Errorf("reconcile audit: %w", err)
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var code, actor, after string
+		if err := rows.Scan(&code, &actor, &after); err != nil {
+			return nil, fmt.Errorf("reconcile audit: %w", err)
+		}
+		out = append(out, code+" by "+actor+": "+after)
+	}
+	return out, rows.Err()
+}
