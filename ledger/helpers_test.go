@@ -39,6 +39,8 @@ type testLedger struct {
 	// settler and log are led's, for jobs built beside l.jobs.
 	settler *Settler
 	log     *slog.Logger
+	rdb     redis.UniversalClient // nil without Redis
+	checks  *agreementChecks
 }
 
 type ledgerOptions struct {
@@ -73,6 +75,7 @@ func newTestLedger(tb testing.TB, o ledgerOptions) *testLedger {
 
 	var g *gate.Gate
 	var pub gate.Publisher
+	l := &testLedger{Token: o.token, pool: pool}
 	if !o.noRedis {
 		if o.redis == "" {
 			o.redis = devstacktest.RedisURL(tb)
@@ -83,7 +86,7 @@ func newTestLedger(tb testing.TB, o ledgerOptions) *testLedger {
 		if o.hook != nil {
 			rdb.AddHook(o.hook)
 		}
-		g, pub = gate.New(rdb), rdb
+		g, pub, l.rdb = gate.New(rdb), rdb, rdb
 	}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	store := NewStore(pool, o.ttl)
@@ -91,18 +94,22 @@ func newTestLedger(tb testing.TB, o ledgerOptions) *testLedger {
 	tb.Cleanup(cancel)
 	settler := NewSettler(store, g, time.Now, log)
 	led := NewLedger(store, NewWriter(wctx, store, 256, 10*time.Second), g, pub, settler, log)
-	l := &testLedger{Token: o.token, pool: pool, store: store, gate: g, pub: pub, led: led, settler: settler, log: log}
+	l.store, l.gate, l.pub, l.led, l.settler, l.log = store, g, pub, led, settler, log
+	l.checks = &agreementChecks{}
 	l.jobs = l.newJobs(JobsConfig{ExpiryInterval: time.Hour, ReconcileInterval: time.Hour, HangingGrace: o.grace})
 	srv := &Server{ledger: led, jobs: l.jobs, token: o.token, ready: func(c *gin.Context) error { return store.Ping(c) }}
 	hs := httptest.NewServer(srv.Handler())
 	tb.Cleanup(hs.Close)
 	l.URL = hs.URL
+	tb.Cleanup(func() { l.requireAgreement(tb) }) // before the servers and pools close
 	return l
 }
 
 // newJobs returns jobs wired to l as main wires them to its ledger.
 func (l *testLedger) newJobs(cfg JobsConfig) *Jobs {
-	return NewJobs(l.store, l.gate, l.pub, l.settler, l.led.Warmup, l.log, cfg)
+	j := NewJobs(l.store, l.gate, l.pub, l.settler, l.led.Warmup, l.log, cfg)
+	l.checks.addJobs(j)
+	return j
 }
 
 // newCode returns a voucher code unique to this test run.
@@ -135,6 +142,9 @@ func (l *testLedger) createVoucher(tb testing.TB, s voucherSpec) {
 	tb.Helper()
 	st, body := l.do(tb, http.MethodPost, "/admin/vouchers", s)
 	require.Equal(tb, http.StatusCreated, st, "create voucher: %s", body)
+	if s.FlashSale {
+		l.checks.addFlash(s.Code)
+	}
 }
 
 // reply is a decoded response.

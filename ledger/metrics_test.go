@@ -41,6 +41,7 @@ func TestMetricsDocumented(t *testing.T) {
 		JobsConfig{ExpiryInterval: time.Hour, ReconcileInterval: time.Hour, HangingGrace: 30 * time.Second, Metrics: lm})
 	srv := &Server{ledger: led, jobs: jobs, token: tl.Token, metrics: m, maxInflight: 256, ready: func(c *gin.Context) error { return tl.store.Ping(c) }}
 	h := srv.Handler()
+	tl.checks.addJobs(jobs)
 	do := func(method, path string, body any) *httptest.ResponseRecorder {
 		t.Helper()
 		var rd io.Reader
@@ -59,6 +60,7 @@ func TestMetricsDocumented(t *testing.T) {
 	code := newCode(t)
 	rec := do(http.MethodPost, "/admin/vouchers", spec(code, 10, 1, true))
 	require.Equal(t, http.StatusCreated, rec.Code, "create: %s", rec.Body)
+	tl.trackFlash(code)
 	rec = do(http.MethodPost, "/vouchers/"+code+"/reservations", claimBody(1, code+"-o1", 5_000))
 	require.Equal(t, http.StatusCreated, rec.Code, "reserve: %s", rec.Body)
 	rec = do(http.MethodPost, "/admin/vouchers/"+code+"/reconcile", nil)

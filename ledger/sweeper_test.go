@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/flashgate/flashgate/shared/agreement/agreementtest"
 	"github.com/flashgate/flashgate/shared/devstack/devstacktest"
 )
 
@@ -213,9 +214,14 @@ func testConfirmRacesSweeper(t *testing.T, db string, flash, newcomers bool) {
 // hanging admission until the next round.
 func (l *testLedger) checkRedisAfterReconcile(t *testing.T, code string, b books) {
 	t.Helper()
+	// Redis agrees without the reconciler (DESIGN.md principle 5), and the
+	// reconcile then finds nothing to repair.
+	agreementtest.RequireAgreement(t, l.rdb, l.pool, code)
 	before := redisState(t, l.gate, code)
 	rep, err := l.jobs.Reconcile(context.Background(), code)
 	require.NoError(t, err)
+	assert.Zero(t, rep.Drift, "reconcile found drift: %+v", rep)
+	assert.Zero(t, rep.Released+rep.Restored, "reconcile repaired: %+v", rep)
 	if rep.Drift != 0 || rep.Released != 0 || rep.Restored != 0 {
 		t.Logf("reconcile found drift: %+v (redis held %d orders)", rep, len(before.Orders))
 	}

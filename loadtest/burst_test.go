@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/flashgate/flashgate/shared/agreement/agreementtest"
 	"github.com/flashgate/flashgate/shared/devstack/devstacktest"
 )
 
@@ -26,10 +27,14 @@ func TestBurstInvariants(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts the whole stack")
 	}
+	// The reconciler off (issue 22): each flash burst ends with agreement and
+	// no repair by the ledger.
 	st, err := StartStack(StackOptions{BinDir: buildServices(t), Token: "test-token",
-		ExternalDB: devstacktest.PostgresURL(t), ExternalRDB: devstacktest.RedisURL(t)})
+		ExternalDB: devstacktest.PostgresURL(t), ExternalRDB: devstacktest.RedisURL(t),
+		LedgerEnv: []string{"RECONCILE_INTERVAL=1h"}})
 	require.NoError(t, err)
 	t.Cleanup(st.Stop)
+	rdb, db := agreementClients(t, st)
 	b, err := OpenBench(t.Context(), st.Endpoints())
 	require.NoError(t, err)
 	t.Cleanup(b.Close)
@@ -58,6 +63,11 @@ func TestBurstInvariants(t *testing.T) {
 			// With failed requests the counts are checked as bounds; many
 			// failures would make those bounds say nothing.
 			assert.LessOrEqual(t, s.ErrorRate, 0.01, "failed requests: %v", s.ErrorSamples)
+			if cfg.Flash {
+				agreementtest.RequireAgreement(t, rdb, db, s.Code)
+				agreementtest.RequireNoRepairMetrics(t, st.LedgerURL+"/metrics")
+				agreementtest.RequireNoRepairAudited(t, db, s.Code)
+			}
 			assert.Equal(t, min(cfg.Stock, s.Demand), s.Expected)
 			t.Logf("%s: %d requests at %.0f/s (achieved %.0f/s): %v; p99 %.1fms; %d admitted",
 				cfg.Label, s.Requests, s.RequestedRate, s.AchievedRate, s.Statuses, s.All.P99, s.AdmittedOrders)

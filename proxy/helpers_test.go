@@ -44,6 +44,7 @@ type stack struct {
 	gate      *gate.Gate
 	rdb       redis.UniversalClient
 	pool      *pgxpool.Pool
+	checks    *agreementChecks
 }
 
 type stackOptions struct {
@@ -67,6 +68,7 @@ func newStack(tb testing.TB, o stackOptions) *stack {
 	require.NoError(tb, err)
 	tb.Cleanup(pool.Close)
 	p.Ledger, p.pool = led, pool
+	tb.Cleanup(func() { p.requireAgreement(tb) }) // while the ledger process serves
 	return p
 }
 
@@ -111,7 +113,7 @@ func startProxy(tb testing.TB, o stackOptions, ledgerURL string) *stack {
 	srv := &Server{log: o.log, admit: admit, ledger: lc, ready: func(context.Context) error { return nil }}
 	hs := httptest.NewServer(srv.Handler())
 	tb.Cleanup(hs.Close)
-	return &stack{ProxyURL: hs.URL, LedgerURL: ledgerURL, admit: admit, gate: g, rdb: rdb}
+	return &stack{ProxyURL: hs.URL, LedgerURL: ledgerURL, admit: admit, gate: g, rdb: rdb, checks: &agreementChecks{}}
 }
 
 // newCode returns a voucher code unique to this test run.
@@ -142,6 +144,9 @@ func (s *stack) create(tb testing.TB, body map[string]any) {
 	tb.Helper()
 	r := call(tb, "POST", s.LedgerURL+"/admin/vouchers", "test-token", body)
 	require.Equal(tb, 201, r.Status, r.Raw)
+	if flash, _ := body["flashSale"].(bool); flash {
+		s.trackFlash(body["code"].(string))
+	}
 }
 
 // reserve sends a reserve of 5,000 through the proxy.

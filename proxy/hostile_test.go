@@ -146,6 +146,7 @@ func TestProxyTokensNeverLogged(t *testing.T) {
 			t.Errorf("%s %s = %d %s", c.Method, c.Path, r.Status, r.Raw)
 		}
 	}
+	s.requireAgreement(t)               // now: the ledger's /metrics goes with it
 	require.NoError(t, s.Ledger.Stop()) // every line is in
 	logs := s.Ledger.Logs()
 	require.Contains(t, logs, code, "the ledger's logs should mention the voucher; got:\n%s", logs)

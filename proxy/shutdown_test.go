@@ -73,6 +73,7 @@ func newStackEnv(tb testing.TB, o stackOptions, ledgerEnv ...string) *stack {
 	require.NoError(tb, err)
 	tb.Cleanup(pool.Close)
 	s.Ledger, s.pool = led, pool
+	tb.Cleanup(func() { s.requireAgreement(tb) }) // while the ledger process serves
 	return s
 }
 

@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/flashgate/flashgate/shared/agreement/agreementtest"
 	"github.com/flashgate/flashgate/shared/voucher"
 )
 
@@ -206,6 +207,11 @@ func checkFinalState(t *testing.T, s *stack, code string, spec voucherSpec, flas
 		summarizeLinHistory(run.h.operations()))
 	if !flash {
 		return
+	}
+	if s.repairsAllowed() == "" {
+		// Redis agrees before the reconcile (DESIGN.md principle 5): the
+		// reconcile is a safety net with nothing to repair.
+		agreementtest.RequireAgreement(t, s.rdb, s.pool, code)
 	}
 	rep := call(t, "POST", s.LedgerURL+"/admin/vouchers/"+code+"/reconcile", ledgerToken, nil)
 	require.Equal(t, http.StatusOK, rep.Status, rep.Raw)

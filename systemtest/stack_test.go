@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
 	"github.com/flashgate/flashgate/shared/devstack"
@@ -45,7 +46,9 @@ type stack struct {
 	Proxy     *devstack.Service
 	gate      *gate.Gate
 	pool      *pgxpool.Pool
+	rdb       redis.UniversalClient
 	opts      stackOptions // as newStack completed them, for startProxy
+	checks    *agreementChecks
 }
 
 type stackOptions struct {
@@ -68,7 +71,7 @@ func newStack(tb testing.TB, o stackOptions) *stack {
 	if o.soldOutTTL == 0 {
 		o.soldOutTTL = 2 * time.Second
 	}
-	s := &stack{opts: o}
+	s := &stack{opts: o, checks: &agreementChecks{}}
 	s.Ledger, s.LedgerURL = startService(tb, "ledger", "LEDGER_ADDR", append([]string{
 		"DATABASE_URL=" + o.dbURL, "REDIS_URL=" + o.redisURL, "LEDGER_TOKEN=" + ledgerToken,
 		"EXPIRY_INTERVAL=1h", "RECONCILE_INTERVAL=1h",
@@ -78,10 +81,11 @@ func newStack(tb testing.TB, o stackOptions) *stack {
 	rdb, err := gate.NewClient(o.redisURL, gate.ClientOptions{Timeout: redisTimeout})
 	require.NoError(tb, err)
 	tb.Cleanup(func() { rdb.Close() })
-	s.gate = gate.New(rdb)
+	s.gate, s.rdb = gate.New(rdb), rdb
 	s.pool, err = pgxpool.New(context.Background(), o.dbURL)
 	require.NoError(tb, err)
 	tb.Cleanup(s.pool.Close)
+	tb.Cleanup(func() { s.requireAgreement(tb) }) // while the ledger process serves
 	return s
 }
 
@@ -131,6 +135,9 @@ func (s *stack) createVoucher(tb testing.TB, code string, limit, perUser int, fl
 		"startsAt": time.Now().Add(-time.Hour).Format(time.RFC3339), "endsAt": time.Now().Add(time.Hour).Format(time.RFC3339),
 	})
 	require.Equal(tb, 201, r.Status, r.Raw)
+	if flash {
+		s.trackFlash(code)
+	}
 }
 
 var client = &http.Client{

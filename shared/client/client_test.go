@@ -36,6 +36,9 @@ func newVoucher(t *testing.T, admin *client.Client, total, perUser int, flash bo
 	_, err := admin.CreateVoucher(t.Context(), voucher.NewVoucher{Code: &code, DiscountAmount: &discount, MinOrderAmount: &min,
 		TotalLimit: &total, PerUserLimit: &perUser, StartsAt: &start, EndsAt: &end, FlashSale: &flash})
 	require.NoError(t, err)
+	if flash {
+		requireAgreementAtEnd(t, code)
+	}
 	return code
 }
 

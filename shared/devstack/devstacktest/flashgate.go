@@ -79,6 +79,13 @@ func startOnFreePort(name, binary, addrVar string, env []string, log io.Writer) 
 	return svc, "http://" + addr, nil
 }
 
+// RedisURL is the URL of the stack's redis-server, for a test that reads what
+// the services wrote (the agreement check).
+func (f *Flashgate) RedisURL() string { return f.redis.URL() }
+
+// DatabaseURL is the URL of the stack's PostgreSQL.
+func (f *Flashgate) DatabaseURL() string { return f.postgres.URL() }
+
 // Stop stops everything StartFlashgate started.
 func (f *Flashgate) Stop() error {
 	var errs []error

@@ -1,0 +1,79 @@
+package main
+
+import (
+	"sync"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/flashgate/flashgate/shared/agreement/agreementtest"
+)
+
+// agreementChecks is what a testLedger checks when its test ends (issue 22,
+// DESIGN.md principle 5): every flash voucher the test created agrees between
+// Redis and the database, and no reconcile repaired one of them. The ledger's
+// jobs never Run in these tests (the reconciler is off), so a test that drifts
+// Redis is caught by the agreement check, and one that called Reconcile and
+// got a repair is caught by the jobs' metrics and the audit.
+type agreementChecks struct {
+	mu       sync.Mutex
+	flash    []string
+	jobs     []*Jobs
+	repairOK string // why repairs are expected; empty: a repair fails the test
+}
+
+// addFlash and addJobs do nothing on a testLedger built by hand around a
+// ledger process (no checks).
+func (c *agreementChecks) addFlash(code string) {
+	if c == nil {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.flash = append(c.flash, code)
+}
+
+func (c *agreementChecks) addJobs(j *Jobs) {
+	if c == nil {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.jobs = append(c.jobs, j)
+}
+
+// trackFlash adds a flash voucher the test created without createVoucher.
+func (l *testLedger) trackFlash(code string) { l.checks.addFlash(code) }
+
+// allowRepairs is for a test that destroys Redis' data on purpose (or tests
+// the reconciler itself): a repair is then expected, and only agreement after
+// the recovery is checked. why says what the test destroys.
+func (l *testLedger) allowRepairs(why string) {
+	l.checks.mu.Lock()
+	defer l.checks.mu.Unlock()
+	l.checks.repairOK = why
+}
+
+// requireAgreement is the check at the end of every test with a testLedger.
+func (l *testLedger) requireAgreement(tb testing.TB) {
+	tb.Helper()
+	c := l.checks
+	c.mu.Lock()
+	codes, jobs, repairOK := append([]string(nil), c.flash...), append([]*Jobs(nil), c.jobs...), c.repairOK
+	c.mu.Unlock()
+	if l.rdb == nil || len(codes) == 0 {
+		return
+	}
+	agreementtest.RequireAgreement(tb, l.rdb, l.pool, codes...)
+	if repairOK != "" {
+		return
+	}
+	for _, j := range jobs {
+		for _, kind := range []string{"released", "restored", "reloaded"} {
+			if n := testutil.ToFloat64(j.cfg.Metrics.reconcileFixes.WithLabelValues(kind)); n != 0 {
+				tb.Errorf("the reconciler %s %v (flashgate_reconcile_fixes_total): Redis had drifted from the database", kind, n)
+			}
+		}
+	}
+	agreementtest.RequireNoRepairAudited(tb, l.pool, codes...)
+}
