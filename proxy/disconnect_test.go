@@ -14,45 +14,10 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/flashgate/flashgate/shared/agreement/agreementtest"
 	"github.com/flashgate/flashgate/shared/devstack/devstacktest"
 	"github.com/flashgate/flashgate/shared/httpx/httpxtest"
 )
-
-// requireAgreement waits until Redis holds exactly the database's active
-// orders of code and as many remaining uses, and fails if that never comes:
-// no reconciler runs in these tests (RECONCILE_INTERVAL=1h).
-func (s *stack) requireAgreement(tb testing.TB, code string) {
-	tb.Helper()
-	var last string
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-		st, loaded, err := s.gate.State(context.Background(), code)
-		require.NoError(tb, err)
-		require.True(tb, loaded, "voucher %s not loaded in redis", code)
-		rows, err := s.pool.Query(context.Background(), `SELECT order_id FROM voucher_redemption
-			WHERE voucher_code = $1 AND status IN ('RESERVED', 'CONFIRMED') ORDER BY order_id`, code)
-		require.NoError(tb, err)
-		var active []string
-		for rows.Next() {
-			var id string
-			require.NoError(tb, rows.Scan(&id))
-			active = append(active, id)
-		}
-		require.NoError(tb, rows.Err())
-		held := make([]string, len(st.Orders))
-		for i, o := range st.Orders {
-			held[i] = o.OrderID
-		}
-		d := s.db(tb, code)
-		if fmt.Sprint(held) == fmt.Sprint(active) && st.Remaining == int64(d.Remaining) {
-			return
-		}
-		last = fmt.Sprintf("redis remaining %d, db %d; redis holds %d orders %v, db %d active %v",
-			st.Remaining, d.Remaining, len(held), held, len(active), active)
-		if time.Now().After(deadline) {
-			tb.Fatalf("%s: redis and postgres never agreed: %s", code, last)
-		}
-	}
-}
 
 // Clients that leave before their answer (a short client timeout) while the
 // admitted writes queue behind a group commit held on the voucher's row lock:
@@ -88,7 +53,7 @@ func TestClientsLeavingKeepNoUse(t *testing.T) {
 			wg.Wait()
 			time.Sleep(300 * time.Millisecond) // below DB_TIMEOUT: the held write commits once freed
 			release()
-			s.requireAgreement(t, code)
+			agreementtest.RequireAgreement(t, s.rdb, s.pool, code)
 			t.Logf("%d of 41 orders written", s.db(t, code).Used)
 		})
 	}
@@ -110,7 +75,7 @@ func TestUndeliveredWriteGivesItsUseBack(t *testing.T) {
 		assert.Equal(t, http.StatusServiceUnavailable, r.Status, r.Raw)
 	}
 	assert.EqualValues(t, 99, s.redisRemaining(t, code), "redis remaining with the ledger down")
-	s.requireAgreement(t, code)
+	agreementtest.RequireAgreement(t, s.rdb, s.pool, code)
 }
 
 // One voucher's malformed Redis data (a counter that is not a number: the
@@ -134,7 +99,7 @@ func TestOneVouchersBadStateLeavesTheOthers(t *testing.T) {
 		r := s.reserve(t, good, int64(i), fmt.Sprintf("%s-%d", good, i))
 		assert.Equal(t, http.StatusCreated, r.Status, "the other voucher, reserve %d: %s", i, r.Raw)
 	}
-	s.requireAgreement(t, good)
+	agreementtest.RequireAgreement(t, s.rdb, s.pool, good)
 }
 
 // An orderId that holds a use on voucher A, sent through the proxy to flash
@@ -153,7 +118,7 @@ func TestOrderOfAnotherVoucherThroughProxy(t *testing.T) {
 		assert.Equal(t, http.StatusConflict, r.Status, r.Raw)
 		assert.Equal(t, "ORDER_CONFLICT", r.Code())
 	}
-	s.requireAgreement(t, a)
-	s.requireAgreement(t, b)
+	agreementtest.RequireAgreement(t, s.rdb, s.pool, a)
+	agreementtest.RequireAgreement(t, s.rdb, s.pool, b)
 	assert.EqualValues(t, 10, s.redisRemaining(t, b))
 }
