@@ -255,16 +255,20 @@ func (a *Admitter) reserveFlash(ctx context.Context, code string, cl voucher.Cla
 		}
 		a.window.leave(took)
 	}
-	if err != nil && res == gate.Reserved && alone && notDelivered(err) {
+	if res == gate.Reserved && alone && notDelivered(rep, err) {
 		a.giveBack(code, cl.OrderID)
 	}
 	return rep, err
 }
 
-// notDelivered reports whether a ledger call failed before anything reached
-// the ledger: its circuit breaker refused it, or no connection could be made.
-// Then no row can exist for what it carried.
-func notDelivered(err error) bool {
+// notDelivered reports whether a ledger call did nothing at the ledger: its
+// circuit breaker refused it, no connection could be made, or the ledger shed
+// it before any handler ran (httpx.ShedHeader). Then no row can exist for what
+// it carried.
+func notDelivered(rep Reply, err error) bool {
+	if err == nil {
+		return rep.Shed
+	}
 	var op *net.OpError
 	return errors.Is(err, gobreaker.ErrOpenState) || errors.Is(err, gobreaker.ErrTooManyRequests) ||
 		(errors.As(err, &op) && op.Op == "dial")

@@ -122,3 +122,31 @@ func TestOrderOfAnotherVoucherThroughProxy(t *testing.T) {
 	agreementtest.RequireAgreement(t, s.rdb, s.pool, b)
 	assert.EqualValues(t, 10, s.redisRemaining(t, b))
 }
+
+// An admitted batch the ledger shed (its MAX_INFLIGHT requests in flight)
+// never reached a handler: the ledger's 503 says so (httpx.ShedHeader), and
+// the proxy gives its Redis uses back at once instead of leaving them to the
+// reconciler. Here the ledger holds one request at a time, the first lane's
+// write waits on the voucher's row lock, and the second lane's is shed.
+func TestShedWriteGivesItsUseBack(t *testing.T) {
+	t.Parallel()
+	o := stackOptions{redisURL: devstacktest.RedisURL(t), dbURL: devstacktest.PostgresURL(t), coalesce: true}
+	s := newStackEnv(t, o, "MAX_INFLIGHT=1", "DB_TIMEOUT=1500ms")
+	code := newCode(t)
+	s.createVoucher(t, code, 100, 1, true)
+	require.Equal(t, 201, s.reserve(t, code, 1, code+"-first").Status) // loaded, terms cached
+	hold, release := httpxtest.VoucherLock(t, o.dbURL, code)
+	hold()
+	statuses := make(chan int, 2)
+	for i := int64(2); i <= 3; i++ {
+		go func() { statuses <- s.reserve(t, code, i, fmt.Sprintf("%s-%d", code, i)).Status }()
+		time.Sleep(100 * time.Millisecond) // the first is on its lane, waiting on the lock
+	}
+	shed := <-statuses
+	assert.Equal(t, http.StatusServiceUnavailable, shed, "the second lane's write is shed")
+	time.Sleep(200 * time.Millisecond)
+	release()
+	assert.Equal(t, http.StatusCreated, <-statuses, "the first lane's write commits")
+	assert.Equal(t, 2, s.db(t, code).Used)
+	agreementtest.RequireAgreement(t, s.rdb, s.pool, code)
+}

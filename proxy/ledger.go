@@ -81,6 +81,7 @@ type Reply struct {
 	Body     []byte
 	Err      error // nil for a 2xx; the domain error the body carries otherwise
 	Replayed bool  // the ledger replayed the order's first answer
+	Shed     bool  // the ledger shed the request before working on it (httpx.ShedHeader)
 }
 
 // newReply reads a ledger answer: an error body ({"error", "message",
@@ -157,6 +158,7 @@ func (l *LedgerClient) Do(ctx context.Context, call, method, path string, body a
 	}
 	rep := newReply(resp.StatusCode, raw)
 	rep.Replayed = resp.Header.Get(httpx.ReplayedHeader) == "true"
+	rep.Shed = resp.StatusCode == http.StatusServiceUnavailable && resp.Header.Get(httpx.ShedHeader) != ""
 	return rep, nil
 }
 

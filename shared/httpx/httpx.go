@@ -369,6 +369,11 @@ func OrderParams(c *gin.Context) (code, orderID string, err error) {
 // that their log lines can be joined.
 const RequestIDHeader = "X-Request-ID"
 
+// ShedHeader marks a 503 the shedder (MAX_INFLIGHT) gave before any handler
+// ran: the request did nothing. The proxy gives back the Redis uses of an
+// admitted batch the ledger shed, which no row can hold.
+const ShedHeader = "Flashgate-Shed"
+
 // ReplayedHeader marks an answer that replays the first answer to the same
 // orderId (a retry): "true" on the reserve routes' 201s that created nothing.
 const ReplayedHeader = "Idempotent-Replayed"

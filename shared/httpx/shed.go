@@ -92,6 +92,7 @@ func (s *Shedder) InFlight() int { return len(s.slots) }
 func (s *Shedder) reject(c *gin.Context) {
 	s.shed.Add(1)
 	c.Header("Retry-After", RetryAfter)
+	c.Header(ShedHeader, "1")
 	c.AbortWithStatusJSON(http.StatusServiceUnavailable, ErrorBody{
 		Error: voucher.CodeUnavailable, Message: "the service is at its limit of requests in flight; retry shortly",
 	})
