@@ -17,6 +17,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
+	"github.com/flashgate/flashgate/shared/agreement/agreementtest"
 	"github.com/flashgate/flashgate/shared/devstack"
 	"github.com/flashgate/flashgate/shared/devstack/devstacktest"
 	"github.com/flashgate/flashgate/shared/gate"
@@ -44,7 +45,7 @@ type stack struct {
 	gate      *gate.Gate
 	rdb       redis.UniversalClient
 	pool      *pgxpool.Pool
-	checks    *agreementChecks
+	checks    *agreementtest.Checks
 }
 
 type stackOptions struct {
@@ -113,7 +114,7 @@ func startProxy(tb testing.TB, o stackOptions, ledgerURL string) *stack {
 	srv := &Server{log: o.log, admit: admit, ledger: lc, ready: func(context.Context) error { return nil }}
 	hs := httptest.NewServer(srv.Handler())
 	tb.Cleanup(hs.Close)
-	return &stack{ProxyURL: hs.URL, LedgerURL: ledgerURL, admit: admit, gate: g, rdb: rdb, checks: &agreementChecks{}}
+	return &stack{ProxyURL: hs.URL, LedgerURL: ledgerURL, admit: admit, gate: g, rdb: rdb, checks: &agreementtest.Checks{}}
 }
 
 // newCode returns a voucher code unique to this test run.

@@ -13,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
+	"github.com/flashgate/flashgate/shared/agreement/agreementtest"
 	"github.com/flashgate/flashgate/shared/devstack"
 	"github.com/flashgate/flashgate/shared/devstack/devstacktest"
 	"github.com/flashgate/flashgate/shared/gate"
@@ -48,7 +49,7 @@ type stack struct {
 	pool      *pgxpool.Pool
 	rdb       redis.UniversalClient
 	opts      stackOptions // as newStack completed them, for startProxy
-	checks    *agreementChecks
+	checks    *agreementtest.Checks
 }
 
 type stackOptions struct {
@@ -71,7 +72,7 @@ func newStack(tb testing.TB, o stackOptions) *stack {
 	if o.soldOutTTL == 0 {
 		o.soldOutTTL = 2 * time.Second
 	}
-	s := &stack{opts: o, checks: &agreementChecks{}}
+	s := &stack{opts: o, checks: &agreementtest.Checks{}}
 	s.Ledger, s.LedgerURL = startService(tb, "ledger", "LEDGER_ADDR", append([]string{
 		"DATABASE_URL=" + o.dbURL, "REDIS_URL=" + o.redisURL, "LEDGER_TOKEN=" + ledgerToken,
 		"EXPIRY_INTERVAL=1h", "RECONCILE_INTERVAL=1h",
