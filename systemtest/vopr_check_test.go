@@ -407,37 +407,42 @@ func (run *voprRun) report(problems []voprProblem) string {
 	return b.String()
 }
 
-// orderHistory is an order's calls, with the voucher-wide calls (operator,
-// faults) on the vouchers it was sent to that overlap its calls' span.
+// orderHistory is an order's calls (marked *), all of them, with the
+// voucher-wide calls (operator, faults) on the vouchers it was sent to that
+// overlap one of them or end shortly before it starts.
 func orderHistory(ops []voprOp, id string) []string {
-	codes := map[string]bool{}
-	var from, to time.Duration = -1, 0
+	var own []voprOp
 	for _, op := range ops {
 		if op.order == id {
-			codes[op.code] = true
-			if from < 0 || op.start < from {
-				from = op.start
+			own = append(own, op)
+		}
+	}
+	near := func(op voprOp) bool {
+		for _, o := range own {
+			if o.code == op.code && op.end >= o.start-100*time.Millisecond && op.start <= o.end {
+				return true
 			}
-			to = max(to, op.end)
 		}
+		return false
 	}
-	var mine []voprOp
+	var around []voprOp
 	for _, op := range ops {
-		if op.order == id || op.order == "" && codes[op.code] && op.end >= from-50*time.Millisecond && op.start <= to {
-			mine = append(mine, op)
+		if op.order == "" && near(op) {
+			around = append(around, op)
 		}
 	}
-	sort.SliceStable(mine, func(i, j int) bool { return mine[i].start < mine[j].start })
-	var lines []string
-	for _, op := range mine {
+	if len(own)+len(around) > 120 {
+		around = nil // the order's own calls matter most
+	}
+	all := append(own, around...)
+	sort.SliceStable(all, func(i, j int) bool { return all[i].start < all[j].start })
+	lines := make([]string, len(all))
+	for i, op := range all {
 		mark := "  "
 		if op.order == id {
 			mark = "* "
 		}
-		lines = append(lines, mark+op.String())
-	}
-	if len(lines) > 40 {
-		lines = append(lines[:40], fmt.Sprintf("... %d more calls", len(lines)-40))
+		lines[i] = mark + op.String()
 	}
 	return lines
 }
