@@ -465,3 +465,40 @@ func reconcileFixes(t *testing.T, s *voprStack) float64 {
 	}
 	return sum
 }
+
+// deadlocks reports the deadlocks Postgres broke (SQLSTATE 40P01) that the
+// services logged since offset from of their log: two of the ledger's own
+// statements locking one voucher's rows in opposite orders are a bug even
+// when the failed write is cleaned up after.
+func deadlocks(path string, from int64) []voprProblem {
+	f, err := os.Open(path)
+	if err != nil {
+		return []voprProblem{{check: "deadlock", msg: err.Error()}}
+	}
+	defer f.Close()
+	if _, err := f.Seek(from, 0); err != nil {
+		return []voprProblem{{check: "deadlock", msg: err.Error()}}
+	}
+	var problems []voprProblem
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if strings.Contains(line, "40P01") || strings.Contains(line, "deadlock detected") {
+			if len(problems) == 5 {
+				problems = append(problems, voprProblem{check: "deadlock", msg: "... and more"})
+				break
+			}
+			problems = append(problems, voprProblem{check: "deadlock", msg: "the services logged a deadlock: " + line})
+		}
+	}
+	return problems
+}
+
+func fileSize(path string) int64 {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return 0
+	}
+	return fi.Size()
+}
