@@ -281,7 +281,8 @@ func (run *voprRun) checkCustomers(db *voprDB) []voprProblem {
 // checkAnswers holds the rows to what the drivers were answered: every 201
 // has its row (on that voucher, for that customer) and no later call of the
 // order is answered 404; a confirm answered 200 ends CONFIRMED or REFUNDED, a
-// release answered 204 never ends active, a refund answered 200 ends REFUNDED.
+// release answered 204 had a row and never ends active, a refund answered 200
+// ends REFUNDED.
 func (run *voprRun) checkAnswers(db *voprDB) []voprProblem {
 	type key struct{ code, order string }
 	created := map[key]time.Duration{} // the earliest return of a 201
@@ -324,7 +325,10 @@ func (run *voprRun) checkAnswers(db *voprDB) []voprProblem {
 					op.id, op.order, a.resState, describeRow(row, ok)))
 			}
 		case base == "release" && a.status == http.StatusNoContent:
-			if ok && row.code == op.code && row.status != "RELEASED" && row.status != "REFUNDED" {
+			if !ok || row.code != op.code {
+				add("204 without its row", op.order, fmt.Sprintf("#%d release of %s on %s answered 204; %s",
+					op.id, op.order, op.code, describeRow(row, ok)))
+			} else if row.status != "RELEASED" && row.status != "REFUNDED" {
 				add("cancelled then active", op.order, fmt.Sprintf("#%d release of %s answered 204; %s",
 					op.id, op.order, describeRow(row, ok)))
 			}
