@@ -19,8 +19,8 @@ var voprFaultMix = []struct {
 	weight   int
 	destroys bool
 }{
-	{"lock-voucher", 30, false}, {"lock-usage", 20, false}, {"pause-redis", 25, false},
-	{"delete-redis-keys", 12, true},
+	{"lock-voucher", 30, false}, {"lock-usage", 20, false}, {"lock-usage+patch", 8, false},
+	{"pause-redis", 25, false}, {"delete-redis-keys", 12, true},
 }
 
 // inject runs faults one after another until stop, chosen from the seed.
@@ -64,6 +64,20 @@ func (run *voprRun) inject(stop <-chan struct{}) {
 				err = run.lockRows(`SELECT 1 FROM voucher_customer_usage WHERE voucher_code = $1 AND customer_id = $2 FOR UPDATE`,
 					hold, v.code, customer)
 			}
+		case "lock-usage+patch":
+			// A perUserLimit PATCH (voucher row, then the customers' usage rows)
+			// while group commits wait on the usage rows (which they lock before
+			// the voucher row): the seam of a lock-order deadlock.
+			limit := 1 + rng.IntN(3)
+			op.detail = fmt.Sprintf("all customers for %v, PATCH perUserLimit %d meanwhile", hold, limit)
+			patched := make(chan struct{})
+			go func() {
+				defer close(patched)
+				time.Sleep(hold / 3)
+				run.adminOp("fault", "patch-perUser", v.code, map[string]any{"perUserLimit": limit})
+			}()
+			err = run.lockRows(`SELECT 1 FROM voucher_customer_usage WHERE voucher_code = $1 FOR UPDATE`, hold, v.code)
+			<-patched
 		case "pause-redis":
 			ms := 5 + rng.IntN(195)
 			op.detail = fmt.Sprintf("CLIENT PAUSE %d WRITE", ms)

@@ -320,16 +320,16 @@ func (run *voprRun) operate(stop <-chan struct{}) {
 			body = map[string]any{"startsAt": now.Add(from).UTC().Format(time.RFC3339Nano),
 				"endsAt": now.Add(to).UTC().Format(time.RFC3339Nano)}
 		}
-		run.adminOp(kind, v.code, body)
+		run.adminOp("operator", kind, v.code, body)
 	}
 }
 
-// adminOp sends one operator call to the ledger and records it.
-func (run *voprRun) adminOp(kind, code string, body map[string]any) {
+// adminOp sends one admin call to the ledger and records it.
+func (run *voprRun) adminOp(actor, kind, code string, body map[string]any) {
 	ctx, cancel := voprCallCtx("", 0)
 	defer cancel()
 	url := run.s.LedgerURL + "/admin/vouchers/" + code
-	op := voprOp{actor: "operator", kind: kind, code: code, start: run.h.now()}
+	op := voprOp{actor: actor, kind: kind, code: code, start: run.h.now()}
 	if body != nil {
 		raw, _ := json.Marshal(body)
 		op.detail = string(raw)

@@ -49,6 +49,8 @@ const (
 	voprExpiryInterval = 100 * time.Millisecond
 	voprDBTimeout      = 150 * time.Millisecond
 	voprLedgerTimeout  = 400 * time.Millisecond
+	// voprDeadlockTimeout is the ledger's sessions' deadlock_timeout.
+	voprDeadlockTimeout = 50 * time.Millisecond
 	// voprQuiet bounds the wait for quiescence after a round: the checks are
 	// polled until they all pass at once or this has passed. The settler
 	// resolves parked writes once a second and a group commit ends within
@@ -133,7 +135,7 @@ func newVOPRStack(t *testing.T) *voprStack {
 	t.Logf("ledger and proxy logs: %s", logPath)
 	s := &stack{opts: stackOptions{redisURL: rs.URL(), dbURL: dbURL, coalesce: true, soldOutTTL: linSoldOutTTL}}
 	s.Ledger, s.LedgerURL = startVOPRService(t, "ledger", "LEDGER_ADDR", logFile, []string{
-		"DATABASE_URL=" + dbURL, "REDIS_URL=" + rs.URL(), "LEDGER_TOKEN=" + ledgerToken,
+		"DATABASE_URL=" + voprLedgerDB(t, dbURL), "REDIS_URL=" + rs.URL(), "LEDGER_TOKEN=" + ledgerToken,
 		"RESERVATION_TTL=" + voprReservationTTL.String(), "EXPIRY_INTERVAL=" + voprExpiryInterval.String(),
 		"RECONCILE_INTERVAL=1h", "DB_TIMEOUT=" + voprDBTimeout.String(),
 	})
@@ -154,6 +156,23 @@ func newVOPRStack(t *testing.T) *voprStack {
 	require.NoError(t, err)
 	t.Cleanup(s.pool.Close)
 	return &voprStack{stack: s, rdb: rdb, logPath: logPath}
+}
+
+// voprLedgerDB is the ledger's DATABASE_URL: on the tests' own Postgres (a
+// superuser's), its sessions detect a deadlock after voprDeadlockTimeout, below
+// DB_TIMEOUT, so that a deadlock is logged as one (40P01, see deadlocks)
+// instead of ending as a statement timeout. A DATABASE_URL from the
+// environment is used as it is (its user may not set deadlock_timeout).
+func voprLedgerDB(t *testing.T, dbURL string) string {
+	if os.Getenv("DATABASE_URL") != "" {
+		t.Logf("DATABASE_URL is set: deadlocks show as DB_TIMEOUT timeouts only")
+		return dbURL
+	}
+	sep := "?"
+	if strings.Contains(dbURL, "?") {
+		sep = "&"
+	}
+	return dbURL + sep + "deadlock_timeout=" + strconv.Itoa(int(voprDeadlockTimeout.Milliseconds()))
 }
 
 // startVOPRService is startService with the service's log sent to out.
