@@ -14,13 +14,17 @@ import (
 // in the rounds that destroy data, a flash voucher's Redis keys deleted (data
 // loss) and then warmed up. The clients' own hang-ups and short deadlines are
 // the drivers' (voprDriverMix).
-var voprFaultMix = []struct {
+var voprFaultMix = []voprFault{
+	{"lock-voucher", 30, false}, {"lock-usage", 20, false}, {"lock-usage+patch", 8, false},
+	{"pause-redis", 25, false}, {"delete-redis-keys", 12, true},
+}
+
+// voprFault is a fault and its weight; destroys: only in the rounds that
+// destroy Redis data.
+type voprFault struct {
 	kind     string
 	weight   int
 	destroys bool
-}{
-	{"lock-voucher", 30, false}, {"lock-usage", 20, false}, {"lock-usage+patch", 8, false},
-	{"pause-redis", 25, false}, {"delete-redis-keys", 12, true},
 }
 
 // inject runs faults one after another until stop, chosen from the seed.
@@ -39,13 +43,7 @@ func (run *voprRun) inject(stop <-chan struct{}) {
 			return
 		case <-time.After(time.Duration(40+rng.IntN(200)) * time.Millisecond):
 		}
-		f := pickWeighted(rng, mix, func(f struct {
-			kind     string
-			weight   int
-			destroys bool
-		}) int {
-			return f.weight
-		})
+		f := pickWeighted(rng, mix, func(f voprFault) int { return f.weight })
 		v := r.vouchers[rng.IntN(len(r.vouchers))]
 		hold := time.Duration(10+rng.IntN(390)) * time.Millisecond
 		customer := int64(rng.IntN(r.customers) + 1)

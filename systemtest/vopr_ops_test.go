@@ -172,7 +172,7 @@ func shortErr(err error) string {
 	return s
 }
 
-// voprCall runs one call under ctx made by mode: "" the default timeout,
+// voprCallCtx is the context of one call by mode: "" the default timeout,
 // "disconnect" a hang-up after d, "deadline" a client timeout of d.
 func voprCallCtx(mode string, d time.Duration) (context.Context, context.CancelFunc) {
 	switch mode {
@@ -186,12 +186,17 @@ func voprCallCtx(mode string, d time.Duration) (context.Context, context.CancelF
 	return context.WithTimeout(context.Background(), voprCallTimeout)
 }
 
-// The drivers' operations and their weights (per mille is not needed: the
-// weights are relative).
-var voprDriverMix = []struct {
+// voprMix is an operation and its weight among its mix's (relative).
+type voprMix struct {
 	kind   string
 	weight int
-}{
+}
+
+func (m voprMix) weigh() int { return m.weight }
+
+// voprDriverMix is the drivers' operations: "-disconnect" hangs up after a
+// few milliseconds, "-deadline" gives the call a client timeout that short.
+var voprDriverMix = []voprMix{
 	{"reserve", 34}, {"reserve-disconnect", 7}, {"reserve-deadline", 6},
 	{"confirm", 16}, {"confirm-deadline", 3}, {"release", 12}, {"release-deadline", 3},
 	{"refund", 6}, {"get", 13},
@@ -235,12 +240,7 @@ func (run *voprRun) drive(d int) {
 		if rng.IntN(20) == 0 {
 			amount = 500 // below minOrderAmount
 		}
-		kind := pickWeighted(rng, voprDriverMix, func(m struct {
-			kind   string
-			weight int
-		}) int {
-			return m.weight
-		}).kind
+		kind := pickWeighted(rng, voprDriverMix, voprMix.weigh).kind
 		wait := time.Duration(1+rng.IntN(25)) * time.Millisecond
 		run.customerOp(fmt.Sprintf("d%d", d), kind, v.code, r.orderID(i), c, amount, wait)
 	}
@@ -277,10 +277,7 @@ func (run *voprRun) customerOp(actor, kind, code, order string, customer, amount
 }
 
 // The operator's operations on a voucher, through the ledger's admin routes.
-var voprOperatorMix = []struct {
-	kind   string
-	weight int
-}{
+var voprOperatorMix = []voprMix{
 	{"patch-total", 25}, {"patch-window", 12}, {"patch-perUser", 20}, {"pause", 8}, {"resume", 20},
 }
 
@@ -296,12 +293,7 @@ func (run *voprRun) operate(stop <-chan struct{}) {
 		case <-time.After(time.Duration(30+rng.IntN(120)) * time.Millisecond):
 		}
 		v := r.vouchers[rng.IntN(len(r.vouchers))]
-		kind := pickWeighted(rng, voprOperatorMix, func(m struct {
-			kind   string
-			weight int
-		}) int {
-			return m.weight
-		}).kind
+		kind := pickWeighted(rng, voprOperatorMix, voprMix.weigh).kind
 		var body map[string]any
 		switch kind {
 		case "patch-total":

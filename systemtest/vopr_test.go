@@ -31,8 +31,15 @@ import (
 // locked from another Postgres session, Redis paused, Redis keys deleted,
 // clients that hang up or give up early), each round checked once it is quiet
 // against the database's invariants, the answers the drivers got and the
-// agreement of Redis with Postgres. vopr_ops_test.go holds the drivers,
-// vopr_faults_test.go the faults, vopr_check_test.go the checks.
+// agreement of Redis with Postgres. vopr_ops_test.go holds the drivers and
+// the operator, vopr_faults_test.go the faults, vopr_check_test.go the checks
+// and the failure report, vopr_agree_test.go the Redis-Postgres comparison.
+//
+// A seed decides a round: its vouchers, and every choice of the drivers (a
+// fixed number of operations each), the operator and the faults. How many
+// operations the operator and the faults get in, and what the races make of
+// them, depend on timing, so a seed replays its choices, not always its
+// failure.
 var (
 	voprSeed     = flag.Uint64("vopr.seed", 0, "run the VOPR round of this seed only (or, with -vopr.duration, start at it); also VOPR_SEED")
 	voprDuration = flag.Duration("vopr.duration", 0, "run VOPR rounds of consecutive seeds for this long (the short fixed set when 0); also VOPR_DURATION")
