@@ -3,6 +3,7 @@ package systemtest
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"os"
@@ -471,10 +472,11 @@ func reconcileFixes(t *testing.T, s *voprStack) float64 {
 }
 
 // deadlocks reports the deadlocks Postgres broke (SQLSTATE 40P01) that the
-// services logged since offset from of their log: two of the ledger's own
+// services logged since offset from of their log, each with the round's calls
+// in flight on the voucher it names at that moment: two of the ledger's own
 // statements locking one voucher's rows in opposite orders are a bug even
 // when the failed write is cleaned up after.
-func deadlocks(path string, from int64) []voprProblem {
+func (run *voprRun) deadlocks(path string, from int64) []voprProblem {
 	f, err := os.Open(path)
 	if err != nil {
 		return []voprProblem{{check: "deadlock", msg: err.Error()}}
@@ -488,15 +490,37 @@ func deadlocks(path string, from int64) []voprProblem {
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	for sc.Scan() {
 		line := sc.Text()
-		if strings.Contains(line, "40P01") || strings.Contains(line, "deadlock detected") {
-			if len(problems) == 5 {
-				problems = append(problems, voprProblem{check: "deadlock", msg: "... and more"})
-				break
-			}
-			problems = append(problems, voprProblem{check: "deadlock", msg: "the services logged a deadlock: " + line})
+		if !strings.Contains(line, "40P01") && !strings.Contains(line, "deadlock detected") {
+			continue
 		}
+		if len(problems) == 5 {
+			problems = append(problems, voprProblem{check: "deadlock", msg: "... and more"})
+			break
+		}
+		problems = append(problems, voprProblem{check: "deadlock",
+			msg: "the services logged a deadlock: " + line + run.inFlight(line)})
 	}
 	return problems
+}
+
+// inFlight lists the calls on the round's voucher that a log line names
+// which were in flight at the line's time.
+func (run *voprRun) inFlight(line string) string {
+	var logged struct {
+		Time time.Time `json:"time"`
+	}
+	_, js, _ := strings.Cut(line, "] ")
+	if json.Unmarshal([]byte(js), &logged) != nil {
+		return ""
+	}
+	at := logged.Time.Sub(run.h.start)
+	var b strings.Builder
+	for _, op := range run.h.all() {
+		if strings.Contains(line, op.code) && op.start <= at && at <= op.end+5*time.Millisecond {
+			b.WriteString("\n    in flight: " + op.String())
+		}
+	}
+	return b.String()
 }
 
 func fileSize(path string) int64 {

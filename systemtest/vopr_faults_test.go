@@ -56,7 +56,7 @@ func (run *voprRun) inject(stop <-chan struct{}) {
 		case "lock-usage":
 			if rng.IntN(2) == 0 {
 				op.detail = "all customers for " + hold.String()
-				err = run.lockRows(`SELECT 1 FROM voucher_customer_usage WHERE voucher_code = $1 FOR UPDATE`, hold, v.code)
+				err = run.lockRows(voprLockUsageSQL, hold, v.code)
 			} else {
 				op.detail = fmt.Sprintf("customer %d for %v", customer, hold)
 				err = run.lockRows(`SELECT 1 FROM voucher_customer_usage WHERE voucher_code = $1 AND customer_id = $2 FOR UPDATE`,
@@ -74,7 +74,7 @@ func (run *voprRun) inject(stop <-chan struct{}) {
 				time.Sleep(hold / 3)
 				run.adminOp("fault", "patch-perUser", v.code, map[string]any{"perUserLimit": limit})
 			}()
-			err = run.lockRows(`SELECT 1 FROM voucher_customer_usage WHERE voucher_code = $1 FOR UPDATE`, hold, v.code)
+			err = run.lockRows(voprLockUsageSQL, hold, v.code)
 			<-patched
 		case "pause-redis":
 			ms := 5 + rng.IntN(195)
@@ -108,6 +108,12 @@ func (run *voprRun) inject(stop <-chan struct{}) {
 		run.stats.fault(f.kind)
 	}
 }
+
+// voprLockUsageSQL locks a voucher's usage rows in the ledger's lock order
+// (by customer, as its group commit and sweeper take them), so that the
+// fault's session delays the ledger's statements but never closes a deadlock
+// cycle with one that keeps that order.
+const voprLockUsageSQL = `SELECT 1 FROM voucher_customer_usage WHERE voucher_code = $1 ORDER BY customer_id FOR UPDATE`
 
 // lockRows holds the rows query selects FOR UPDATE from its own Postgres
 // session for hold, then commits: the ledger's statements on them wait (and

@@ -294,7 +294,7 @@ func runVOPRRound(t *testing.T, s *voprStack, r *voprRound, stats *voprStats) {
 		problems = append(problems, voprProblem{check: "reconcile",
 			msg: fmt.Sprintf("flashgate_reconcile_fixes_total rose by %v in a round that destroyed no Redis data: the reconciler repaired a divergence", fixes)})
 	}
-	problems = append(problems, deadlocks(s.logPath, logFrom)...)
+	problems = append(problems, run.deadlocks(s.logPath, logFrom)...)
 	stats.addRound(r, problems)
 	if len(problems) > 0 {
 		t.Errorf("VOPR %s\n%s\nservice logs: %s\n%s", r, r.reproduce(), s.logPath, run.report(problems))
