@@ -516,11 +516,17 @@ func (run *voprRun) inFlight(line string) string {
 	at := logged.Time.Sub(run.h.start)
 	var b strings.Builder
 	for _, op := range run.h.all() {
-		if strings.Contains(line, op.code) && op.start <= at && at <= op.end+5*time.Millisecond {
+		if names(line, op.code) && op.start <= at && at <= op.end+5*time.Millisecond {
 			b.WriteString("\n    in flight: " + op.String())
 		}
 	}
 	return b.String()
+}
+
+// names reports whether a log line names voucher code: as "CODE/ORDER",
+// "CODE:" or "CODE" in quotes, not as the prefix of the round's orderIds.
+func names(line, code string) bool {
+	return strings.Contains(line, code+"/") || strings.Contains(line, code+":") || strings.Contains(line, code+`"`)
 }
 
 func fileSize(path string) int64 {
