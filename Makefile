@@ -5,7 +5,7 @@ export PATH := /usr/local/go/bin:$(PATH)
 GO ?= go
 TEST_TIMEOUT ?= 9m
 
-.PHONY: all deps build test fuzz run demo lint bench clean
+.PHONY: all deps build test fuzz vopr run demo lint bench clean
 
 all: build
 
@@ -48,6 +48,17 @@ fuzz: deps
 		echo "fuzz $$name ($$pkg, $(FUZZTIME))"; \
 		scripts/fuzz.sh $$pkg $$name $(FUZZTIME); \
 	done
+
+# The VOPR (systemtest/vopr_test.go) for longer than `make test` runs it: seeded
+# rounds of random operations under injected faults, each checked against
+# Postgres's invariants and Redis's agreement, for VOPR_DURATION (consecutive
+# seeds from a random one; VOPR_SEED=N starts at N). It reports rounds, seeds,
+# operations and faults at the end, and each failure with its seed.
+# VOPR_TIMEOUT is go test's -timeout: keep it above VOPR_DURATION plus a minute.
+VOPR_DURATION ?= 10m
+VOPR_TIMEOUT ?= 2h
+vopr: deps
+	VOPR_SEED=$(VOPR_SEED) $(GO) test -count=1 -timeout $(VOPR_TIMEOUT) ./systemtest/ -run 'TestVOPR$$' -v -vopr.duration $(VOPR_DURATION)
 
 # The stack in the foreground on throwaway servers: Ctrl-C stops and cleans up.
 run: deps build
