@@ -19,6 +19,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
+	"github.com/flashgate/flashgate/shared/agreement/agreementtest"
 	"github.com/flashgate/flashgate/shared/devstack"
 	"github.com/flashgate/flashgate/shared/devstack/devstacktest"
 	"github.com/flashgate/flashgate/shared/gate"
@@ -140,7 +141,10 @@ func newVOPRStack(t *testing.T) *voprStack {
 	require.NoError(t, err)
 	t.Cleanup(func() { logFile.Close() })
 	t.Logf("ledger and proxy logs: %s", logPath)
-	s := &stack{opts: stackOptions{redisURL: rs.URL(), dbURL: dbURL, coalesce: true, soldOutTTL: linSoldOutTTL}}
+	// Its own checks run after every round (vopr_check_test.go); the stack's
+	// end-of-test checks are not registered.
+	s := &stack{opts: stackOptions{redisURL: rs.URL(), dbURL: dbURL, coalesce: true, soldOutTTL: linSoldOutTTL},
+		checks: &agreementtest.Checks{}}
 	s.Ledger, s.LedgerURL = startVOPRService(t, "ledger", "LEDGER_ADDR", logFile, []string{
 		"DATABASE_URL=" + voprLedgerDB(t, dbURL), "REDIS_URL=" + rs.URL(), "LEDGER_TOKEN=" + ledgerToken,
 		"RESERVATION_TTL=" + voprReservationTTL.String(), "EXPIRY_INTERVAL=" + voprExpiryInterval.String(),
