@@ -6,7 +6,8 @@
 -- KEYS[1] voucher:{CODE}:remaining  integer string; missing = voucher not loaded
 -- KEYS[2] voucher:{CODE}:users      hash customerId -> active uses
 -- KEYS[3] voucher:{CODE}:orders     hash orderId -> "customerId:admittedAtMillis"
--- KEYS[4] voucher:{CODE}:meta       unused
+-- KEYS[4] voucher:{CODE}:meta       totalLimit read: remaining never goes above it minus
+--                                   the orders still held
 -- KEYS[5] voucher:{CODE}:done       hash orderId -> customerId of finished orders
 -- ARGV[1] the mode:
 --         "release"  give the uses back and record the orders in done (their
@@ -50,7 +51,19 @@ for i = 2, #ARGV do
   end
 end
 if released > 0 and mode ~= 'drop' then
-  redis.call('INCRBY', KEYS[1], released)
+  -- Never above totalLimit minus the uses still held: a lowered limit may
+  -- have floored remaining at 0 while admissions the database then refused
+  -- still held uses (update.lua's cap), and giving those back must not lift
+  -- remaining above what the limit leaves.
+  local left = redis.call('INCRBY', KEYS[1], released)
+  local total = tonumber(redis.call('HGET', KEYS[4], 'totalLimit'))
+  if total then
+    local cap = total - redis.call('HLEN', KEYS[3])
+    if cap < 0 then cap = 0 end
+    if left > cap then
+      redis.call('SET', KEYS[1], cap, 'KEEPTTL')
+    end
+  end
 end
 if released > 0 and mode == 'release' then
   followTTL()

@@ -128,3 +128,31 @@ func TestHold(t *testing.T) {
 	require.NoError(t, err)
 	assert.False(t, ok)
 }
+
+// A limit lowered below the uses Redis holds floors remaining at 0 (update.lua's
+// cap: some of them are admissions the database will refuse); giving those back
+// must not lift remaining above the new limit minus the uses still held, or
+// Redis would admit a use the database no longer has.
+func TestGiveBackUnderALoweredLimit(t *testing.T) {
+	t.Parallel()
+	g, _ := newGate(t)
+	ctx := context.Background()
+	code := testCode(t, g, "low")
+	load(t, g, code, 3, 2)
+	rs, _, err := g.Reserve(ctx, code, []Item{{1, "a", testAmount}, {1, "b", testAmount}})
+	require.NoError(t, err)
+	require.Equal(t, []Result{Reserved, Reserved}, rs)
+	v := testMeta(1, 2)
+	_, err = g.Update(ctx, code, v) // two held, the limit now 1: remaining floored at 0
+	require.NoError(t, err)
+	n, err := g.GiveBack(ctx, code, "a") // refused by the database: its use goes back
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+	_, remaining := orderOwners(t, g, code)
+	assert.Zero(t, remaining, "remaining with limit 1 and one order held")
+	n, err = g.GiveBack(ctx, code, "b")
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+	_, remaining = orderOwners(t, g, code)
+	assert.EqualValues(t, 1, remaining, "remaining with limit 1 and no order held")
+}
