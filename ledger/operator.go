@@ -83,26 +83,61 @@ func (o *Operator) change(ctx context.Context, code, actor, action string,
 // the terms the database has when the voucher's lock is held (the reconciler's
 // too), not the ones this call wrote: two changes racing each other can reach
 // Redis in either order, and the last one applied is still the database's.
+// A Redis step that failed is tried again in the background until
+// announceTimeout (it is idempotent): a change left unapplied in Redis is a
+// drift only a reconcile would repair.
 func (o *Operator) announce(ctx context.Context, code string, flash bool) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), announceTimeout)
-	defer cancel()
 	defer o.store.ForgetTerms(code)
 	if flash && o.gate != nil {
-		err := o.store.WithVoucherLock(ctx, code, func(ctx context.Context) error {
-			v, err := o.store.currentTerms(ctx, code)
-			if err != nil {
-				return err
-			}
-			_, err = o.gate.Update(ctx, code, v)
-			return err
-		})
-		if err != nil {
-			o.log.Error("voucher changed in postgres, not in redis: the reconciler will apply it",
-				"code", code, "err", err)
+		if err := o.applyTerms(ctx, code); err != nil {
+			go func() {
+				defer cancel()
+				o.retryTerms(ctx, code, err)
+			}()
+			publishChange(ctx, o.pub, code, o.log)
+			return
 		}
 	}
+	defer cancel()
 	publishChange(ctx, o.pub, code, o.log)
 }
+
+// applyTerms writes the database's current terms of code into Redis, under
+// the voucher's lock.
+func (o *Operator) applyTerms(ctx context.Context, code string) error {
+	return o.store.WithVoucherLock(ctx, code, func(ctx context.Context) error {
+		v, err := o.store.currentTerms(ctx, code)
+		if err != nil {
+			return err
+		}
+		_, err = o.gate.Update(ctx, code, v)
+		return err
+	})
+}
+
+// retryTerms tries applyTerms again every announceRetry until it succeeds or
+// ctx ends; a success is announced again (the proxies may have read Redis's
+// old terms meanwhile), a final failure logged.
+func (o *Operator) retryTerms(ctx context.Context, code string, err error) {
+	for ctx.Err() == nil {
+		select {
+		case <-ctx.Done():
+			continue
+		case <-time.After(announceRetry):
+		}
+		if err = o.applyTerms(ctx, code); err == nil {
+			o.store.ForgetTerms(code)
+			publishChange(ctx, o.pub, code, o.log)
+			return
+		}
+	}
+	o.log.Error("voucher changed in postgres, not in redis: the reconciler will apply it",
+		"code", code, "err", err)
+}
+
+// announceRetry is the pause between two tries of a change's Redis step.
+const announceRetry = 100 * time.Millisecond
 
 // gateState is what an audit row of a warmup keeps of Redis before and after.
 type gateState struct {
