@@ -23,4 +23,16 @@
 // checked exactly against Postgres and Redis (livesale_test.go); and the same
 // retry sent to a proxy and to the ledger's public route after each change
 // that must not alter its answer (retry_test.go).
+//
+// The VOPR (vopr_test.go, in the spirit of TigerBeetle's) is a seeded,
+// reproducible random run of the whole state machine: drivers reserve (some
+// hanging up or timing out), confirm, release, refund and read through the
+// proxy while an operator PATCHes limits, windows and perUserLimit, pauses and
+// resumes, and faults are injected from outside at the seams (the voucher's or
+// the customers' rows locked from another session, Redis paused, a voucher's
+// Redis keys deleted before a warmup). After each round it checks the
+// database's invariants, every answer against the rows (vopr_check_test.go),
+// and that Redis equals Postgres with the reconciler off (vopr_agree_test.go);
+// the operations are in vopr_ops_test.go, the faults in vopr_faults_test.go.
+// Every stack ends with that agreement check too (agreement_helpers_test.go).
 package systemtest
