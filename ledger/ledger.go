@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"time"
 
 	"golang.org/x/sync/singleflight"
 
@@ -290,6 +291,14 @@ func (l *Ledger) WriteAdmittedMany(ctx context.Context, code string, claims []vo
 		l.settler.Settle(bg, code, give.orders...)
 	}
 	return out
+}
+
+// Unsettled parks orders of code whose admission's fate a proxy could not
+// learn: the settler resolves them once wait (HANGING_GRACE) has passed, when
+// no write of them can still commit: a row that holds one keeps it held in
+// Redis, the others get their uses back.
+func (l *Ledger) Unsettled(code string, orderIDs []string, wait time.Duration) {
+	l.settler.ParkFor(code, orderIDs, wait)
 }
 
 // Confirm confirms a reservation (idempotent). A late payment (the hold ran

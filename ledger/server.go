@@ -42,6 +42,7 @@ func (s *Server) Handler() *gin.Engine {
 
 	r.POST("/internal/vouchers/:code/reservations", s.writeAdmitted)
 	r.POST("/internal/vouchers/:code/reservations/batch", s.writeAdmittedBatch)
+	r.POST("/internal/vouchers/:code/unsettled", s.unsettled)
 	r.GET(httpx.SettingsPath, s.settings)
 	return r
 }
@@ -126,6 +127,24 @@ func (s *Server) writeAdmittedBatch(c *gin.Context) {
 			Body: voucher.Receipt{OrderID: w.r.OrderID, DiscountAmount: w.r.DiscountAmount}}
 	}
 	c.JSON(http.StatusOK, gin.H{"results": out})
+}
+
+// unsettled takes orders whose admission's fate a proxy could not learn
+// (httpx.UnsettledPath): the settler gives their Redis uses back once
+// HANGING_GRACE has passed and no row holds them.
+func (s *Server) unsettled(c *gin.Context) {
+	code, err := httpx.CodeParam(c)
+	if err != nil {
+		httpx.WriteError(c, err)
+		return
+	}
+	ids, err := httpx.BindUnsettled(c)
+	if err != nil {
+		httpx.WriteError(c, err)
+		return
+	}
+	s.ledger.Unsettled(code, ids, s.hangingGrace)
+	c.Status(http.StatusNoContent)
 }
 
 func (s *Server) getReservation(c *gin.Context) {

@@ -191,6 +191,18 @@ func (s *Settler) Park(code string, orderIDs []string) {
 	if len(orderIDs) == 0 {
 		return
 	}
+	s.ParkFor(code, orderIDs, s.fence)
+}
+
+// ParkFor records orders whose admission's fate nobody could learn (a proxy
+// lost the reserve script's reply, or its admitted write's answer): their
+// Redis use may be held with no write under way, or a write of them may still
+// reach a ledger. Resolve settles them once wait (HANGING_GRACE: the longest
+// an admission's write can still commit) has passed.
+func (s *Settler) ParkFor(code string, orderIDs []string, wait time.Duration) {
+	if len(orderIDs) == 0 {
+		return
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	m := s.unsettled[code]
@@ -204,9 +216,16 @@ func (s *Settler) Park(code string, orderIDs []string) {
 		if !ok {
 			p.since = now
 		}
-		p.notBefore = now.Add(s.fence)
+		p.notBefore = maxTime(p.notBefore, now.Add(wait))
 		m[id] = p
 	}
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }
 
 // unsettledGiveUp bounds how long an unsettled order is tracked; past it the

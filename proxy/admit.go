@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"net/http"
 	"sync"
 	"sync/atomic"
@@ -59,7 +58,8 @@ type Admitter struct {
 
 	metaFlight, warmFlight, soldOutFlight singleflight.Group
 
-	writing writes // admitted claims being written, for giveBack
+	writing  writes    // admitted claims being written, for giveBack
+	handOver *handOver // admissions whose fate is unknown, to the ledger
 
 	flagHits atomic.Int64 // requests answered by the sold-out flag
 
@@ -156,6 +156,7 @@ func NewAdmitter(base context.Context, g *gate.Gate, ledger *LedgerClient, cfg A
 	a.batcher.ObserveSizes(func(n int) { a.metrics.batchSize.Observe(float64(n)) })
 	// At most maxForwardBatch claims per request: what the ledger's batch
 	// route accepts, whatever PROXY_MAX_BATCH says.
+	a.handOver = newHandOver(base, ledger, log)
 	a.forward = batch.New(base, min(cfg.MaxBatch, maxForwardBatch),
 		func(ctx context.Context, k forwardKey, claims []voucher.Claim) ([]Reply, error) {
 			return ledger.WriteAdmitted(ctx, k.code, claims)
@@ -255,23 +256,25 @@ func (a *Admitter) reserveFlash(ctx context.Context, code string, cl voucher.Cla
 		}
 		a.window.leave(took)
 	}
-	if res == gate.Reserved && alone && notDelivered(rep, err) {
+	switch {
+	case res == gate.Reserved && alone && notDelivered(rep, err):
 		a.giveBack(code, cl.OrderID)
+	case err != nil && !notDelivered(rep, err):
+		// The write may or may not have reached the ledger, which may have
+		// died with it: the ledger decides, once no write can commit.
+		a.handOver.Give(code, cl.OrderID)
 	}
 	return rep, err
 }
 
-// notDelivered reports whether a ledger call did nothing at the ledger: its
-// circuit breaker refused it, no connection could be made, or the ledger shed
-// it before any handler ran (httpx.ShedHeader). Then no row can exist for what
-// it carried.
+// notDelivered reports whether a ledger call did nothing at the ledger: it was
+// never sent (neverSent), or the ledger shed it before any handler ran
+// (httpx.ShedHeader). Then no row can exist for what it carried.
 func notDelivered(rep Reply, err error) bool {
 	if err == nil {
 		return rep.Shed
 	}
-	var op *net.OpError
-	return errors.Is(err, gobreaker.ErrOpenState) || errors.Is(err, gobreaker.ErrTooManyRequests) ||
-		(errors.As(err, &op) && op.Op == "dial")
+	return neverSent(err)
 }
 
 // giveBack returns the Redis use of an admitted claim that provably never
@@ -283,8 +286,10 @@ func (a *Admitter) giveBack(code, orderID string) {
 	ctx, cancel := context.WithTimeout(a.base, a.cfg.RedisTimeout)
 	defer cancel()
 	if _, err := a.gate.GiveBack(ctx, code, orderID); err != nil {
-		a.log.Error("give back a claim the ledger never received", "code", code, "order", orderID,
-			"err", fmt.Errorf("left for the reconciler: %w", err))
+		// Whether it ran is unknown now: the ledger settles it once it answers.
+		a.log.Warn("give back a claim the ledger never received", "code", code, "order", orderID,
+			"err", fmt.Errorf("handed over to the ledger: %w", err))
+		a.handOver.Give(code, orderID)
 	}
 }
 
@@ -377,6 +382,15 @@ func (a *Admitter) reserveBatch(ctx context.Context, code string, items []gate.I
 	})
 	if err != nil {
 		a.metrics.redisErrors.Inc()
+		if scriptMayHaveRun(err) {
+			// Its reply is lost, not its effect: the script may have taken
+			// uses for these orders, which nobody will write now.
+			ids := make([]string, len(items))
+			for i, it := range items {
+				ids[i] = it.OrderID
+			}
+			a.handOver.Give(code, ids...)
+		}
 		return nil, fmt.Errorf("reserve %s in redis: %w: %w", code, err, voucher.ErrUnavailable)
 	}
 	rs := out.([]gate.Result)

@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -153,4 +155,52 @@ func TestShedWriteGivesItsUseBack(t *testing.T) {
 	assert.Equal(t, http.StatusCreated, <-statuses, "the first lane's write commits")
 	assert.Equal(t, 2, s.db(t, code).Used)
 	agreementtest.RequireAgreement(t, s.rdb, s.pool, code)
+}
+
+// loseReplies is a Redis hook that, while armed, runs each script call and
+// then loses its reply (as a timeout or a cut connection does after Redis ran
+// the script).
+type loseReplies struct{ armed atomic.Int32 }
+
+func (h *loseReplies) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *loseReplies) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		if name := cmd.Name(); (name == "evalsha" || name == "eval") && h.armed.Add(-1) >= 0 {
+			lost := errors.New("i/o timeout: the reply was lost")
+			cmd.SetErr(lost)
+			return lost
+		}
+		return err
+	}
+}
+
+func (h *loseReplies) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// A reserve whose script ran in Redis (its use taken) but whose reply was
+// lost: the client gets 503, nobody will write the claim, and the use was held
+// until the reconciler freed it. Now the proxy hands such orders to the
+// ledger, which gives their uses back once HANGING_GRACE has passed and no row
+// holds them; a retry meanwhile is written as usual.
+func TestLostReserveReplyIsHandedOver(t *testing.T) {
+	t.Parallel()
+	lose := &loseReplies{}
+	o := stackOptions{redisURL: devstacktest.RedisURL(t), dbURL: devstacktest.PostgresURL(t), coalesce: true, redisHook: lose}
+	s := newStackEnv(t, o, "HANGING_GRACE=2s")
+	code := newCode(t)
+	s.createVoucher(t, code, 100, 1, true)
+	require.Equal(t, 201, s.reserve(t, code, 1, code+"-first").Status) // loaded, terms cached
+	lose.armed.Store(2)
+	gone, retried := code+"-gone", code+"-retried"
+	assert.Equal(t, http.StatusServiceUnavailable, s.reserve(t, code, 2, gone).Status)
+	assert.Equal(t, http.StatusServiceUnavailable, s.reserve(t, code, 3, retried).Status)
+	assert.EqualValues(t, 97, s.redisRemaining(t, code), "the two lost replies' uses are held")
+	r := s.reserve(t, code, 3, retried) // the client retries: its held use is written
+	assert.Equal(t, http.StatusCreated, r.Status, r.Raw)
+	time.Sleep(3 * time.Second) // past HANGING_GRACE and a settler round
+	agreementtest.RequireAgreement(t, s.rdb, s.pool, code)
+	assert.EqualValues(t, 98, s.redisRemaining(t, code), "the use of the order nobody wrote is back")
 }

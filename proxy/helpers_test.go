@@ -53,6 +53,7 @@ type stackOptions struct {
 	soldOutTTL      time.Duration
 	coalesce        bool
 	log             *slog.Logger // the proxy's server log; nil: discarded
+	redisHook       redis.Hook   // added to the proxy's Redis client: a seam to inject faults at
 }
 
 func newStack(tb testing.TB, o stackOptions) *stack {
@@ -100,6 +101,9 @@ func startProxy(tb testing.TB, o stackOptions, ledgerURL string) *stack {
 	rdb, err := gate.NewClient(o.redisURL, gate.ClientOptions{Timeout: 250 * time.Millisecond})
 	require.NoError(tb, err)
 	tb.Cleanup(func() { rdb.Close() })
+	if o.redisHook != nil {
+		rdb.AddHook(o.redisHook)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	tb.Cleanup(cancel)
 	g := gate.New(rdb)

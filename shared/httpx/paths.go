@@ -38,3 +38,17 @@ const (
 	MaxBatchClaims = 512
 	MaxBatchBytes  = 128 << 10
 )
+
+// UnsettledPath is the ledger's internal route, under InternalPrefix, that
+// takes the orders of a voucher whose admission's fate the proxy could not
+// learn (a reserve script's reply lost, an admitted write's answer lost): the
+// ledger gives back their Redis uses once no write of them can still commit,
+// unless a row holds them.
+func UnsettledPath(code string) string {
+	return InternalPrefix + "/vouchers/" + url.PathEscape(code) + "/unsettled"
+}
+
+// UnsettledBody is UnsettledPath's body: 1 to MaxBatchClaims orderIds.
+type UnsettledBody struct {
+	OrderIDs []string `json:"orderIds"`
+}

@@ -1,0 +1,102 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/sony/gobreaker/v2"
+
+	"github.com/flashgate/flashgate/shared/batch"
+	"github.com/flashgate/flashgate/shared/gate"
+	"github.com/flashgate/flashgate/shared/httpx"
+)
+
+// A use the gate took in Redis ends in one of two ways, decided by one party:
+// its row commits, or the use is given back once its write can no longer
+// commit. When the proxy cannot learn what happened to an admission (the
+// reserve script's reply was lost: a timeout, a cut connection, while the
+// script may have run; or an admitted write's answer was lost: the ledger
+// died or the connection broke mid-request), it hands the orders to the
+// ledger (httpx.UnsettledPath), which settles them after HANGING_GRACE: a row
+// that holds one keeps it held, the others get their uses back. Left alone,
+// they would hold their uses until the reconciler's HANGING_GRACE, or for
+// ever with the reconciler off.
+
+// handOverFor bounds how long the proxy keeps trying to hand orders over
+// while the ledger does not answer; past it they are left to the reconciler
+// (and logged).
+const handOverFor = 2 * time.Minute
+
+// handOverRetry is the pause between two tries.
+const handOverRetry = 250 * time.Millisecond
+
+// handOver batches orders per voucher into the ledger's unsettled route, with
+// retries: one request in flight per voucher, what queued meanwhile goes in
+// the next (shared/batch).
+type handOver struct {
+	ledger  *LedgerClient
+	log     *slog.Logger
+	base    context.Context
+	batcher *batch.Batcher[string, string, struct{}]
+}
+
+func newHandOver(base context.Context, ledger *LedgerClient, log *slog.Logger) *handOver {
+	h := &handOver{ledger: ledger, log: log, base: base}
+	h.batcher = batch.New(base, httpx.MaxBatchClaims, h.send)
+	return h
+}
+
+// Give hands orderIDs of code over in the background.
+func (h *handOver) Give(code string, orderIDs ...string) {
+	if len(orderIDs) == 0 {
+		return
+	}
+	go h.batcher.DoAll(h.base, code, orderIDs)
+}
+
+// send delivers one batch, trying again while the ledger does not take it.
+func (h *handOver) send(ctx context.Context, code string, orderIDs []string) ([]struct{}, error) {
+	ctx, cancel := context.WithTimeout(ctx, handOverFor)
+	defer cancel()
+	var last error
+	for {
+		rep, err := h.ledger.Do(ctx, "unsettled", http.MethodPost, httpx.UnsettledPath(code),
+			httpx.UnsettledBody{OrderIDs: orderIDs})
+		switch {
+		case err == nil && rep.Status == http.StatusNoContent:
+			return make([]struct{}, len(orderIDs)), nil
+		case err == nil:
+			last = fmt.Errorf("ledger answered %d: %w", rep.Status, rep.Err)
+		default:
+			last = err
+		}
+		select {
+		case <-ctx.Done():
+			h.log.Error("hand unsettled admissions over to the ledger", "code", code, "orders", len(orderIDs),
+				"err", fmt.Errorf("left for the reconciler: %w", last))
+			return make([]struct{}, len(orderIDs)), nil
+		case <-time.After(handOverRetry):
+		}
+	}
+}
+
+// scriptMayHaveRun reports whether a failed reserve script call may have run
+// in Redis all the same: anything but a call the breaker refused, a connection
+// that could not be made, or the script's own refusal (it refuses before any
+// write: gate.ErrBadState).
+func scriptMayHaveRun(err error) bool {
+	return !errors.Is(err, gate.ErrBadState) && !neverSent(err)
+}
+
+// neverSent reports whether a call failed before anything was sent: its
+// circuit breaker refused it, or no connection could be made.
+func neverSent(err error) bool {
+	var op *net.OpError
+	return errors.Is(err, gobreaker.ErrOpenState) || errors.Is(err, gobreaker.ErrTooManyRequests) ||
+		(errors.As(err, &op) && op.Op == "dial")
+}
