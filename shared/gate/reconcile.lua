@@ -49,7 +49,7 @@ end
 -- pass over the orders works on Lua tables, and Redis is written in chunks of
 -- at most `chunk` fields, not a call per order (50,000 orders: 143 ms a pass
 -- instead of 200, most of it now Redis turning ARGV and HGETALL's answer into
--- Lua strings; gate's BenchmarkReconcile50k).
+-- Lua strings; gate's BenchmarkReconcile).
 local chunk = 500
 local function each(list, width, call)
   for i = 1, #list, chunk * width do
