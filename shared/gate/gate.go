@@ -43,6 +43,8 @@ var (
 	stateLua string
 	//go:embed reconcile.lua
 	reconcileLua string
+	//go:embed reconcile_scan.lua
+	reconcileScanLua string
 	//go:embed unload.lua
 	unloadLua string
 	//go:embed hold.lua
@@ -56,18 +58,19 @@ var (
 	//go:embed fingerprint.lua
 	fingerprintLua string
 
-	reserveScript    = newScript(reserveLua)
-	releaseScript    = newScript(releaseLua)
-	loadScript       = newScript(loadLua)
-	metaScript       = newScript(metaLua)
-	stateScript      = newScript(stateLua)
-	reconcileScript  = newScript(reconcileLua)
-	unloadScript     = newScript(unloadLua)
-	holdScript       = newScript(holdLua)
-	updateScript     = newScript(updateLua)
-	reassertScript   = newScript(reassertLua)
-	generationScript = newScript(generationLua)
-	fingerprintScr   = newScript(fingerprintLua)
+	reserveScript       = newScript(reserveLua)
+	releaseScript       = newScript(releaseLua)
+	loadScript          = newScript(loadLua)
+	metaScript          = newScript(metaLua)
+	stateScript         = newScript(stateLua)
+	reconcileScript     = newScript(reconcileLua)
+	reconcileScanScript = newScript(reconcileScanLua)
+	unloadScript        = newScript(unloadLua)
+	holdScript          = newScript(holdLua)
+	updateScript        = newScript(updateLua)
+	reassertScript      = newScript(reassertLua)
+	generationScript    = newScript(generationLua)
+	fingerprintScr      = newScript(fingerprintLua)
 )
 
 // newScript puts prelude.lua's shared opening after the script's #! line (which
