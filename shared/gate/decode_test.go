@@ -131,6 +131,21 @@ func TestDecodeReplies(t *testing.T) {
 		}
 	}
 
+	re, err := decodeReconcileEnd([]any{int64(1), int64(5), int64(3), int64(1), int64(0)})
+	require.NoError(t, err)
+	assert.Equal(t, ReconcileDetail{ReconcileResult: ReconcileResult{Loaded: true, RemainingBefore: 5, RemainingAfter: 3}, CounterRepaired: true}, re)
+	re, err = decodeReconcileEnd([]any{int64(0)})
+	require.NoError(t, err)
+	assert.False(t, re.Loaded)
+	for _, bad := range []any{nil, []any{}, []any{int64(0), int64(1)}, []any{int64(1), int64(5), int64(3), int64(0)},
+		[]any{int64(1), int64(5), int64(-1), int64(0), int64(0)}, []any{int64(1), int64(5), int64(3), int64(2), int64(0)},
+		[]any{int64(1), int64(5), int64(3), int64(0), int64(2)}, []any{int64(1), "5", int64(3), int64(0), int64(0)},
+		[]any{int64(1), int64(5), int64(3), int64(0), int64(0), int64(0)}} {
+		if _, err := decodeReconcileEnd(bad); err == nil {
+			t.Errorf("decodeReconcileEnd(%#v) succeeded, want error", bad)
+		}
+	}
+
 	ur, err := decodeUpdate([]any{int64(1), int64(0), int64(500)})
 	require.NoError(t, err)
 	assert.Equal(t, UpdateResult{Loaded: true, RemainingBefore: 0, RemainingAfter: 500}, ur)

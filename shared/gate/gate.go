@@ -45,6 +45,8 @@ var (
 	reconcileLua string
 	//go:embed reconcile_scan.lua
 	reconcileScanLua string
+	//go:embed reconcile_end.lua
+	reconcileEndLua string
 	//go:embed unload.lua
 	unloadLua string
 	//go:embed hold.lua
@@ -65,6 +67,7 @@ var (
 	stateScript         = newScript(stateLua)
 	reconcileScript     = newScript(reconcileLua)
 	reconcileScanScript = newScript(reconcileScanLua)
+	reconcileEndScript  = newScript(reconcileEndLua)
 	unloadScript        = newScript(unloadLua)
 	holdScript          = newScript(holdLua)
 	updateScript        = newScript(updateLua)

@@ -20,6 +20,17 @@ type ReconcileResult struct {
 	TermsChanged                    bool     // meta differed from the voucher's terms and was rewritten
 }
 
+// ReconcileDetail is a ReconcileResult with what the pass found wrong in the
+// counter itself, which the result's numbers cannot tell apart from the
+// admissions the crowd made during the pass.
+type ReconcileDetail struct {
+	ReconcileResult
+	// CounterRepaired: remaining disagreed with the orders Redis held (a
+	// counter that drifted or was set by hand, a total limit changed without
+	// its Update) and was set right.
+	CounterRepaired bool
+}
+
 // reconcileSizes bound each script call of a reconcile: the fields one HSCAN
 // page asks for and the orders one repair step is given. Redis serves nothing
 // else while a script runs; at these sizes a call takes well under 2 ms
@@ -42,13 +53,14 @@ type stepSizes struct {
 // database is moved to the database's; users follows each order moved; meta is
 // rewritten from v, the voucher's current terms, and the keys expire at
 // v.EndsAt + 24h; remaining becomes max(0, v.TotalLimit - orders), counted in
-// the last step's single script, so admissions made between the steps are in
+// the last step, one small script, so admissions made between the steps are in
 // it. v's limits, never the loaded ones, decide: a change whose Update was lost
 // is applied here. RemainingBefore is remaining when the pass began.
 //
 // The steps: HSCAN pages of orders (and of done), each Redis-only or
 // wrong-customer order sent to a repair step; then the database orders the
-// scan did not see, in steps; the last step sets remaining. Every repair reads
+// scan did not see, in steps; the last step (reconcile_end.lua) sets remaining
+// and rewrites the terms. Every repair reads
 // the order as it is at that step and is idempotent, so an order the scan
 // showed twice, or one released or admitted between the steps, is repaired
 // once or left alone. Between the steps remaining is never raised: a freed
@@ -64,33 +76,40 @@ type stepSizes struct {
 // Read dbActive before calling: a reservation released in between comes back
 // (a slot held until the next round), never the other way round, as long as grace
 // exceeds the longest admitted write plus the time between reading dbActive and
-// the pass's end. A voucher that is not loaded, or stops being loaded during
-// the pass, is left alone (Loaded is false).
+// the pass's end. A voucher that is not loaded is left alone (Loaded is false);
+// one that stops being loaded during the pass reports Loaded false too, and
+// keeps what the steps before did.
 func (g *Gate) Reconcile(ctx context.Context, code string, v voucher.Voucher, dbActive []Order, grace time.Duration) (ReconcileResult, error) {
+	d, err := g.reconcile(ctx, code, v, dbActive, grace, reconcileSizes)
+	return d.ReconcileResult, err
+}
+
+// ReconcileDetailed is Reconcile that also reports whether the counter itself
+// was wrong.
+func (g *Gate) ReconcileDetailed(ctx context.Context, code string, v voucher.Voucher, dbActive []Order, grace time.Duration) (ReconcileDetail, error) {
 	return g.reconcile(ctx, code, v, dbActive, grace, reconcileSizes)
 }
 
-// reconcile is Reconcile in steps of the given sizes.
-func (g *Gate) reconcile(ctx context.Context, code string, v voucher.Voucher, dbActive []Order, grace time.Duration, sizes stepSizes) (ReconcileResult, error) {
+// reconcile is ReconcileDetailed in steps of the given sizes.
+func (g *Gate) reconcile(ctx context.Context, code string, v voucher.Voucher, dbActive []Order, grace time.Duration, sizes stepSizes) (ReconcileDetail, error) {
 	if err := checkCode(code); err != nil {
-		return ReconcileResult{}, err
+		return ReconcileDetail{}, err
 	}
 	if grace < 0 {
-		return ReconcileResult{}, fmt.Errorf("reconcile %s: negative grace %s", code, grace)
+		return ReconcileDetail{}, fmt.Errorf("reconcile %s: negative grace %s", code, grace)
 	}
 	if err := checkTerms(v); err != nil {
-		return ReconcileResult{}, fmt.Errorf("reconcile %s: %w", code, err)
+		return ReconcileDetail{}, fmt.Errorf("reconcile %s: %w", code, err)
 	}
 	db, err := uniqueOrders(dbActive)
 	if err != nil {
-		return ReconcileResult{}, fmt.Errorf("reconcile %s: %w", code, err)
+		return ReconcileDetail{}, fmt.Errorf("reconcile %s: %w", code, err)
 	}
-	p := &reconcilePass{g: g, keys: Keys(code), db: db, sizes: sizes, grace: grace.Milliseconds(),
-		head: append([]any{strconv.FormatInt(grace.Milliseconds(), 10)}, termsArgs(v)...),
-		res:  ReconcileResult{Loaded: true, Released: []string{}}}
+	p := &reconcilePass{g: g, keys: Keys(code), db: db, sizes: sizes, terms: termsArgs(v),
+		grace: grace.Milliseconds(), res: ReconcileDetail{ReconcileResult: ReconcileResult{Loaded: true, Released: []string{}}}}
 	res, err := p.run(ctx, dbActive)
 	if err != nil {
-		return ReconcileResult{}, fmt.Errorf("reconcile %s: %w", code, err)
+		return ReconcileDetail{}, fmt.Errorf("reconcile %s: %w", code, err)
 	}
 	return res, nil
 }
@@ -99,17 +118,18 @@ func (g *Gate) reconcile(ctx context.Context, code string, v voucher.Voucher, db
 type reconcilePass struct {
 	g     *Gate
 	keys  []string
-	head  []any // grace and the terms block, every step's first ARGV
+	terms []any // the terms block, for the last step
 	db    map[string]int64
 	sizes stepSizes
 	grace int64 // millis
 
 	sent    map[string]bool // orders seen in Redis's orders, or sent to a step
 	pending []any           // orderId, customer pairs for the next step
-	res     ReconcileResult
+	res     ReconcileDetail
+	owed    int64 // uses the steps left out of remaining (reconcile_end.lua's ARGV[1])
 }
 
-func (p *reconcilePass) run(ctx context.Context, dbActive []Order) (ReconcileResult, error) {
+func (p *reconcilePass) run(ctx context.Context, dbActive []Order) (ReconcileDetail, error) {
 	p.sent = make(map[string]bool, len(p.db))
 	loaded, err := p.scan(ctx, "orders", func(now int64, order, value string) error {
 		p.sent[order] = true
@@ -127,7 +147,7 @@ func (p *reconcilePass) run(ctx context.Context, dbActive []Order) (ReconcileRes
 		return nil
 	})
 	if err != nil || !loaded {
-		return ReconcileResult{}, err
+		return ReconcileDetail{}, err
 	}
 	// A database order recorded as finished leaves done: in the same step it
 	// is restored if the orders' scan did not see it.
@@ -139,18 +159,21 @@ func (p *reconcilePass) run(ctx context.Context, dbActive []Order) (ReconcileRes
 		return nil
 	})
 	if err != nil || !loaded {
-		return ReconcileResult{}, err
+		return ReconcileDetail{}, err
 	}
 	for _, o := range dbActive {
 		if !p.sent[o.OrderID] {
 			p.sent[o.OrderID] = true
 			if err := p.add(ctx, o.OrderID, strconv.FormatInt(o.CustomerID, 10)); err != nil {
-				return ReconcileResult{}, err
+				return ReconcileDetail{}, err
 			}
 		}
 	}
-	if err := p.flush(ctx, true); err != nil || !p.res.Loaded {
-		return ReconcileResult{}, err
+	if err := p.flush(ctx); err != nil || !p.res.Loaded {
+		return ReconcileDetail{}, err
+	}
+	if err := p.end(ctx); err != nil || !p.res.Loaded {
+		return ReconcileDetail{}, err
 	}
 	slices.Sort(p.res.Released)
 	return p.res, nil
@@ -196,19 +219,17 @@ func (p *reconcilePass) add(ctx context.Context, order, customer string) error {
 	if len(p.pending) < 2*p.sizes.step {
 		return nil
 	}
-	return p.flush(ctx, false)
+	return p.flush(ctx)
 }
 
-// flush runs one repair step over the queued orders; the last one also sets
-// remaining and the terms. A step that finds the voucher not loaded sets
-// res.Loaded to false.
-func (p *reconcilePass) flush(ctx context.Context, last bool) error {
-	if len(p.pending) == 0 && !last {
+// flush runs one repair step over the queued orders, if any. A step that
+// finds the voucher not loaded sets res.Loaded to false.
+func (p *reconcilePass) flush(ctx context.Context) error {
+	if len(p.pending) == 0 {
 		return nil
 	}
-	args := make([]any, 0, len(p.head)+1+len(p.pending))
-	args = append(append(args, p.head...), flag(last))
-	args = append(args, p.pending...)
+	args := make([]any, 0, 1+len(p.pending))
+	args = append(append(args, strconv.FormatInt(p.grace, 10)), p.pending...)
 	p.pending = p.pending[:0]
 	reply, err := p.g.run(ctx, reconcileScript, p.keys, args...)
 	if err != nil {
@@ -224,9 +245,28 @@ func (p *reconcilePass) flush(ctx context.Context, last bool) error {
 	}
 	p.res.Released = append(p.res.Released, st.Released...)
 	p.res.Restored += st.Restored
-	if last {
-		p.res.RemainingAfter, p.res.TermsChanged = st.RemainingAfter, st.TermsChanged
+	// A freed order's use is owed to remaining; a restored one took its use,
+	// unless remaining was at 0 already (before - after counts those it took).
+	p.owed += int64(len(st.Released)) - int64(st.Restored) + (st.RemainingBefore - st.RemainingAfter)
+	return nil
+}
+
+// end runs reconcile_end.lua: remaining from the orders held, the terms.
+func (p *reconcilePass) end(ctx context.Context) error {
+	args := append([]any{strconv.FormatInt(p.owed, 10)}, p.terms...)
+	reply, err := p.g.run(ctx, reconcileEndScript, p.keys, args...)
+	if err != nil {
+		return err
 	}
+	e, err := decodeReconcileEnd(reply)
+	if err != nil {
+		return err
+	}
+	if !e.Loaded {
+		p.res.Loaded = false
+		return nil
+	}
+	p.res.RemainingAfter, p.res.TermsChanged, p.res.CounterRepaired = e.RemainingAfter, e.TermsChanged, e.CounterRepaired
 	return nil
 }
 

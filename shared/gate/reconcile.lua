@@ -1,40 +1,35 @@
 #!lua
--- reconcile.lua: one step of a reconcile (gate's Reconcile): repair the orders
--- it is given against the database's word on each, and on the last step set
--- remaining from the orders Redis holds and rewrite the terms. A step touches
--- only its own orders, so it is bounded by their number and Redis serves the
--- crowd between steps; reconcile_scan.lua reads the pages the steps are made
--- from. Every repair is per order and idempotent: a step sees the order as it
--- is now, not as the page showed it.
+-- reconcile.lua: one repair step of a reconcile (gate's Reconcile): repair the
+-- orders it is given against the database's word on each. A step touches only
+-- its own orders, so it is bounded by their number and Redis serves the crowd
+-- between steps; reconcile_scan.lua reads the pages the steps are made from and
+-- reconcile_end.lua ends the pass. Every repair is per order and idempotent: a
+-- step sees the order as it is now, not as the page showed it.
 --
 -- KEYS[1] voucher:{CODE}:remaining  a restored order takes one (never below 0);
---                                   the last step sets max(0, totalLimit -
---                                   HLEN orders), totalLimit from ARGV
+--                                   a freed one gives none back: the last step
+--                                   sets remaining, so a step never raises it
+--                                   above what the database allows while Redis
+--                                   still lacks orders a later step restores
 -- KEYS[2] voucher:{CODE}:users      each order moved keeps its customer's count
 -- KEYS[3] voucher:{CODE}:orders     hanging orders removed, missing ones added,
 --                                   a customer the database disagrees with rewritten
--- KEYS[4] voucher:{CODE}:meta       last step: terms rewritten from ARGV;
---                                   generation set (prelude): Redis agrees with
---                                   the database now
+-- KEYS[4] voucher:{CODE}:meta       unused
 -- KEYS[5] voucher:{CODE}:done       orders the database holds are removed
--- ARGV[1]     grace, millis: a Redis-only order younger than this is kept, its
---             database write may still be in flight
--- ARGV[2..9]  the terms block (prelude's termsValid): expire-at (unix millis,
---             PEXPIREAT on all five keys), discountAmount, minOrderAmount,
---             totalLimit, perUserLimit, startsAt, endsAt, paused
--- ARGV[10]    "1" on the last step, "0" before
--- ARGV[11..]  orderId, customerId pairs: customerId "" means the database holds
---             no use for the order (free it once older than grace); any other
---             is the customer the database holds a use for
+-- ARGV[1]    grace, millis: a Redis-only order younger than this is kept, its
+--            database write may still be in flight
+-- ARGV[2..]  orderId, customerId pairs: customerId "" means the database holds
+--            no use for the order (free it once older than grace); any other
+--            is the customer the database holds a use for
 --
 -- Returns {0} when not loaded (nothing changed), otherwise
--- {1, remainingBefore (of this step), remainingAfter, restored,
---  termsChanged (1/0, always 0 before the last step), releasedOrderId1, ...}.
--- Released orders are not recorded in done: they have no database row to
--- answer from.
+-- {1, remainingBefore, remainingAfter, restored, 0, releasedOrderId1, ...}
+-- (the 0 is reconcile_end's termsChanged place, so one decoder reads both
+-- shapes of result). Released orders are not recorded in done: they have no
+-- database row to answer from.
 -- Errors (before any write) on a bad ARGV layout or a corrupt remaining.
 
-if #ARGV < 10 or (#ARGV - 10) % 2 ~= 0 or not termsValid(2) or (ARGV[10] ~= '0' and ARGV[10] ~= '1') then
+if #ARGV < 1 or (#ARGV - 1) % 2 ~= 0 then
   return redis.error_reply('ERR reconcile: bad ARGV layout')
 end
 local grace = tonumber(ARGV[1])
@@ -61,7 +56,7 @@ end
 local out = {1, before, 0, 0, 0}
 local remaining, restored = before, 0
 local anyDone = redis.call('EXISTS', KEYS[5]) == 1
-for i = 11, #ARGV, 2 do
+for i = 2, #ARGV, 2 do
   local order, customer = ARGV[i], ARGV[i + 1]
   local value = redis.call('HGET', KEYS[3], order)
   if customer == '' then
@@ -89,24 +84,11 @@ for i = 11, #ARGV, 2 do
   end
 end
 
-if ARGV[10] == '1' then
-  -- Set, not moved: HLEN counts every use Redis holds at this instant, the
-  -- admissions the crowd made between the steps included, so remaining is
-  -- exact whatever the steps before saw.
-  remaining = tonumber(ARGV[5]) - redis.call('HLEN', KEYS[3])
-  if remaining < 0 then remaining = 0 end
-  redis.call('SET', KEYS[1], remaining)
-  if writeTerms(2) then out[5] = 1 end
-  writeGeneration()
-  -- users or orders may have been emptied and recreated: every key gets the
-  -- current end's expiry.
-  expireAll(ARGV[2])
-else
-  if remaining ~= before then
-    redis.call('SET', KEYS[1], remaining, 'KEEPTTL')
-  end
-  followTTL()
+if remaining ~= before then
+  redis.call('SET', KEYS[1], remaining, 'KEEPTTL')
 end
+-- users or done may have just been created.
+followTTL()
 
 out[3] = remaining
 out[4] = restored

@@ -216,6 +216,7 @@ func TestReconcileStepsUnderReserves(t *testing.T) {
 	assert.Zero(t, over.Load(), "times remaining exceeded what the database allows")
 	assert.Equal(t, hanging, res.Released)
 	assert.Equal(t, 200, res.Restored)
+	assert.False(t, res.CounterRepaired, "remaining agreed with the orders at the start")
 	assert.Positive(t, during, "no reserve ran during the reconcile")
 	t.Logf("%d admitted during the reconcile, %d in all", during, admitted.Load())
 
@@ -240,7 +241,59 @@ func TestReconcileStepsUnderReserves(t *testing.T) {
 	// Nothing left to do the second time.
 	res, err = g.reconcile(ctx, code, v, db, time.Minute, stepSizes{page: 20, step: 5})
 	require.NoError(t, err)
-	assert.Equal(t, ReconcileResult{Loaded: true, RemainingBefore: remaining, RemainingAfter: remaining, Released: []string{}}, res)
+	assert.Equal(t, ReconcileDetail{ReconcileResult: ReconcileResult{Loaded: true, RemainingBefore: remaining, RemainingAfter: remaining, Released: []string{}}}, res)
+}
+
+// TestReconcileCounterRepaired: ReconcileDetailed tells a counter that
+// disagreed with the orders Redis held from one the pass moved by the orders
+// it released and restored.
+func TestReconcileCounterRepaired(t *testing.T) {
+	t.Parallel()
+	g, rdb := newGate(t)
+	ctx := context.Background()
+	old := time.UnixMilli(time.Now().Add(-10 * time.Minute).UnixMilli()).UTC()
+	tests := []struct {
+		name    string
+		loaded  int // the total limit Redis is loaded with, 0: 10
+		total   int // the database's
+		held    []Order
+		db      []Order
+		counter int64 // remaining set by hand, -1: as loaded
+		want    bool
+	}{
+		{name: "agrees", total: 10, held: []Order{{OrderID: "a", CustomerID: 1, AdmittedAt: old}},
+			db: []Order{{OrderID: "a", CustomerID: 1}}, counter: -1},
+		{name: "released and restored", total: 10, held: []Order{{OrderID: "hang", CustomerID: 1, AdmittedAt: old}},
+			db: []Order{{OrderID: "lost", CustomerID: 2}, {OrderID: "lost2", CustomerID: 3}}, counter: -1},
+		{name: "restored at zero", loaded: 1, total: 1, held: []Order{{OrderID: "a", CustomerID: 1, AdmittedAt: old}},
+			db: []Order{{OrderID: "a", CustomerID: 1}, {OrderID: "b", CustomerID: 2}}, counter: -1},
+		{name: "set to zero", total: 10, held: []Order{{OrderID: "a", CustomerID: 1, AdmittedAt: old}},
+			db: []Order{{OrderID: "a", CustomerID: 1}, {OrderID: "b", CustomerID: 2}}, counter: 0, want: true},
+		{name: "set too high", total: 10, counter: 42, want: true},
+		{name: "set too low", total: 10, held: []Order{{OrderID: "hang", CustomerID: 1, AdmittedAt: old}}, counter: 3, want: true},
+		{name: "total limit changed without its update", total: 12, counter: -1, want: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			code := testCode(t, g, "v")
+			loaded := tt.loaded
+			if loaded == 0 {
+				loaded = 10
+			}
+			loadVoucher(t, g, code, testMeta(loaded, 3), tt.held...)
+			if tt.counter >= 0 {
+				require.NoError(t, rdb.Set(ctx, Keys(code)[0], tt.counter, redis.KeepTTL).Err())
+			}
+			v := testMeta(tt.total, 3)
+			res, err := g.reconcile(ctx, code, v, tt.db, time.Minute, stepSizes{page: 1, step: 1})
+			require.NoError(t, err)
+			assert.Equal(t, tt.want, res.CounterRepaired, "ReconcileDetailed(%s).CounterRepaired", tt.name)
+			assert.EqualValues(t, max(0, tt.total-len(tt.db)), res.RemainingAfter)
+			res, err = g.ReconcileDetailed(ctx, code, v, tt.db, time.Minute)
+			require.NoError(t, err)
+			assert.False(t, res.CounterRepaired, "the second time")
+		})
+	}
 }
 
 // BenchmarkReconcile: one reconcile pass of a voucher holding 1,000, 50,000
