@@ -65,7 +65,12 @@ type stepSizes struct {
 // showed twice, or one released or admitted between the steps, is repaired
 // once or left alone. Between the steps remaining is never raised: a freed
 // order's use comes back only in the last step, a restored one takes its use
-// at once.
+// at once. Nor does the last step raise it above v.TotalLimit - len(dbActive):
+// an order of dbActive released after the scan saw it (the database first,
+// then Redis) leaves Redis holding fewer orders than dbActive, and the use it
+// gave back waits for the next pass, whose dbActive no longer has the order
+// (meta's reconcileHeld keeps the count, so that pass does not take it for a
+// drifted counter).
 //
 // users is kept per order, not rebuilt: each freed, restored or moved order
 // moves its customer's count by one. A rebuild needs every order read in one
@@ -253,7 +258,7 @@ func (p *reconcilePass) flush(ctx context.Context) error {
 
 // end runs reconcile_end.lua: remaining from the orders held, the terms.
 func (p *reconcilePass) end(ctx context.Context) error {
-	args := append([]any{strconv.FormatInt(p.owed, 10)}, p.terms...)
+	args := append([]any{strconv.FormatInt(p.owed, 10), len(p.db)}, p.terms...)
 	reply, err := p.g.run(ctx, reconcileEndScript, p.keys, args...)
 	if err != nil {
 		return err

@@ -244,6 +244,74 @@ func TestReconcileStepsUnderReserves(t *testing.T) {
 	assert.Equal(t, ReconcileDetail{ReconcileResult: ReconcileResult{Loaded: true, RemainingBefore: remaining, RemainingAfter: remaining, Released: []string{}}}, res)
 }
 
+// TestReconcileStepsUnderReleases: orders of the database's list released
+// (the database first, then Redis) while a reconcile runs in steps never
+// leave remaining above what that list allows, and the next pass, given the
+// database's list without them, finds no drifted counter.
+func TestReconcileStepsUnderReleases(t *testing.T) {
+	t.Parallel()
+	g, _ := newGate(t)
+	ctx := context.Background()
+	code := testCode(t, g, "v")
+	const total = 2_000
+	v := testMeta(total, 1)
+	old := time.UnixMilli(time.Now().Add(-10 * time.Minute).UnixMilli()).UTC()
+	var held, db []Order
+	for i := range 600 {
+		o := Order{OrderID: fmt.Sprintf("o-%d", i), CustomerID: int64(i + 1)}
+		db = append(db, o)
+		if i%10 != 0 { // Redis lost every tenth
+			held = append(held, Order{OrderID: o.OrderID, CustomerID: o.CustomerID, AdmittedAt: old})
+		}
+	}
+	loadVoucher(t, g, code, v, held...)
+
+	var wg sync.WaitGroup
+	released := map[string]bool{}
+	for w := range 4 {
+		var mine []string
+		for i := w; i < 200; i += 4 {
+			mine = append(mine, db[3*i+1].OrderID)
+		}
+		for _, id := range mine {
+			released[id] = true
+		}
+		wg.Go(func() {
+			for _, id := range mine {
+				_, err := g.Release(ctx, code, id)
+				assert.NoError(t, err)
+			}
+		})
+	}
+	res, err := g.reconcile(ctx, code, v, db, time.Minute, stepSizes{page: 10, step: 5})
+	wg.Wait()
+	require.NoError(t, err)
+	assert.LessOrEqual(t, res.RemainingAfter, int64(total-len(db)), "remaining above the database's list")
+	assert.Empty(t, res.Released)
+	assert.False(t, res.CounterRepaired)
+
+	var db2 []Order
+	for _, o := range db {
+		if !released[o.OrderID] {
+			db2 = append(db2, o)
+		}
+	}
+	res, err = g.reconcile(ctx, code, v, db2, time.Minute, stepSizes{page: 10, step: 5})
+	require.NoError(t, err)
+	assert.False(t, res.CounterRepaired, "the uses held back were taken for a drifted counter")
+	assert.Zero(t, res.Restored)
+	owners, remaining := orderOwners(t, g, code)
+	for _, o := range db2 {
+		assert.Contains(t, owners, o.OrderID)
+	}
+	for id := range owners {
+		// A released order restored before its release reached Redis comes
+		// back as a fresh admission, freed after the grace.
+		assert.True(t, released[id] || slices.ContainsFunc(db2, func(o Order) bool { return o.OrderID == id }), "order %s", id)
+	}
+	assert.EqualValues(t, total-len(owners), remaining)
+}
+
 // TestReconcileCounterRepaired: ReconcileDetailed tells a counter that
 // disagreed with the orders Redis held from one the pass moved by the orders
 // it released and restored.
