@@ -6,7 +6,8 @@
 // over five keys that share the voucher's Redis Cluster hash slot, so each
 // operation is atomic and the gate needs nothing but a redis.Scripter. Redis is not
 // the money truth: Postgres guards the limits again, and Reconcile brings Redis
-// back into line with it. Every ambiguity here resolves toward "slot held"
+// back into line with it, in bounded steps (each one script) rather than one
+// script over every order, so that Redis serves the crowd meanwhile. Every ambiguity here resolves toward "slot held"
 // (undersell for a while), never toward a second sale of the same use.
 //
 // The five keys carry the same TTL, so under a volatile-* maxmemory policy Redis
