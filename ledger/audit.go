@@ -19,7 +19,7 @@ const (
 	ActionPause     = "pause"
 	ActionResume    = "resume"
 	ActionWarmup    = "warmup"
-	ActionReconcile = "reconcile" // only a reconcile that released, restored or reloaded something
+	ActionReconcile = "reconcile" // only a reconcile that repaired (repairKinds) or reloaded something
 )
 
 // ReconcilerActor is the actor of the periodic reconciler's audit rows.

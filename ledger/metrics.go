@@ -13,6 +13,9 @@ type ledgerMetrics struct {
 	expired        prometheus.Counter
 	reconcileDrift *httpx.BoundedGauge
 	reconcileFixes *prometheus.CounterVec
+	// reconcileRepairs counts reconciles that repaired Redis, by kind
+	// (repairKinds): each is a bug or a Redis data loss to look into.
+	reconcileRepairs *prometheus.CounterVec
 	// reconcileSkipped counts vouchers a reconcile run left alone: unchanged
 	// since their last clean reconcile.
 	reconcileSkipped prometheus.Counter
@@ -56,6 +59,10 @@ func newLedgerMetrics(reg prometheus.Registerer) *ledgerMetrics {
 			Name: "flashgate_reconcile_fixes_total",
 			Help: "Orders the reconciler released (hanging admissions) or restored in Redis, and vouchers it reloaded.",
 		}, []string{"action"}),
+		reconcileRepairs: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "flashgate_reconcile_repairs_total",
+			Help: "Reconciles that repaired Redis, by kind: remaining (the counter disagreed with the orders Redis held), orders_restored, orders_released, terms. Each is a bug or a Redis data loss.",
+		}, []string{"kind"}),
 		reconcileSkipped: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "flashgate_reconcile_skipped_total",
 			Help: "Vouchers a reconcile run skipped: nothing changed in the database or Redis since their last clean reconcile.",
@@ -65,8 +72,11 @@ func newLedgerMetrics(reg prometheus.Registerer) *ledgerMetrics {
 			Help: "Uses left per voucher at the last reconcile, as the database and Redis have them (the proxy's flashgate_voucher_remaining is the last script reply).",
 		}, httpx.MaxVoucherSeries, "source"),
 	}
+	for _, kind := range repairKindNames {
+		m.reconcileRepairs.WithLabelValues(kind) // every kind exported from the start: increase() sees the first
+	}
 	m.addEventMetrics()
-	reg.MustRegister(m.writeBatch, m.commitLatency, m.expired, m.reconcileFixes, m.reconcileSkipped,
+	reg.MustRegister(m.writeBatch, m.commitLatency, m.expired, m.reconcileFixes, m.reconcileRepairs, m.reconcileSkipped,
 		m.eventsWritten, m.eventsDelivered, m.eventsFailed, m.eventErrors, m.eventLag, m.eventLeader, m.eventsPruned)
 	return m
 }

@@ -28,7 +28,8 @@ type Report struct {
 // grace period (their write can no longer be in flight); DB-active orders
 // Redis lacks are restored; remaining becomes total_limit minus the uses Redis
 // now holds, which never exceeds what the database allows. A reconcile that
-// released, restored or reloaded something is audited under ReconcilerActor.
+// repaired something (repairKinds) or reloaded the voucher is audited under
+// ReconcilerActor.
 func (j *Jobs) Reconcile(ctx context.Context, code string) (Report, error) {
 	return j.ReconcileBy(ctx, code, ReconcilerActor)
 }
@@ -39,60 +40,106 @@ func (j *Jobs) ReconcileBy(ctx context.Context, code, actor string) (Report, err
 		return Report{}, errNoGate
 	}
 	var rep Report
-	var termsRewritten bool
+	var fix counterFix
 	err := j.store.WithVoucherLock(ctx, code, func(ctx context.Context) (err error) {
-		rep, termsRewritten, err = j.reconcileLocked(ctx, code)
+		rep, fix, err = j.reconcileLocked(ctx, code)
 		return err
 	})
 	if err != nil {
 		return Report{}, err
 	}
-	j.observe(rep)
-	fixed := rep.Released > 0 || rep.Restored > 0 || rep.Reloaded
-	if fixed || rep.Drift != 0 || termsRewritten {
+	kinds := repairKinds(rep, fix)
+	j.observe(rep, kinds)
+	fixed := len(kinds) > 0 || rep.Reloaded
+	if fixed || rep.Drift != 0 {
 		j.log.Warn("reconcile found drift", "code", code, "db_remaining", rep.DBRemaining,
 			"redis_remaining", rep.RedisRemaining, "redis_remaining_after", rep.RedisRemainingAfter,
 			"drift", rep.Drift, "released", rep.Released, "restored", rep.Restored, "reloaded", rep.Reloaded,
-			"terms_rewritten", termsRewritten, "actor", actor)
+			"remaining_repaired", fix.remaining, "terms_rewritten", fix.terms, "actor", actor)
 	}
-	if rep.Released > 0 || rep.Restored > 0 {
-		// Stock came back, or orders did: a proxy's sold-out flag is stale.
+	if rep.Released > 0 || rep.Restored > 0 || fix.remaining {
+		// Stock came back, or orders did: a proxy's sold-out flag may be stale.
 		publishChange(context.WithoutCancel(ctx), j.pub, code, j.log)
 	}
 	if fixed {
 		before := gateState{Loaded: !rep.Reloaded, Remaining: rep.RedisRemaining}
-		if err := j.store.AddAudit(context.WithoutCancel(ctx), code, actor, ActionReconcile, before, rep); err != nil {
+		after := reconcileAudit{Report: rep, Repairs: kinds}
+		if err := j.store.AddAudit(context.WithoutCancel(ctx), code, actor, ActionReconcile, before, after); err != nil {
 			j.log.Error("reconcile not audited", "code", code, "err", err) // Redis was fixed all the same
 		}
 	}
 	return rep, nil
 }
 
+// reconcileAudit is a reconcile's audit row after: its report and the kinds
+// of what it repaired.
+type reconcileAudit struct {
+	Report
+	Repairs []string `json:"repairs,omitempty"`
+}
+
+// counterFix is what a reconcile repaired in Redis beside its orders, which
+// Report does not carry.
+type counterFix struct {
+	remaining bool // the counter disagreed with the orders Redis held
+	terms     bool // meta's terms differed from the database's
+}
+
+// The kinds of flashgate_reconcile_repairs_total.
+const (
+	repairRemaining = "remaining"
+	repairRestored  = "orders_restored"
+	repairReleased  = "orders_released"
+	repairTerms     = "terms"
+)
+
+var repairKindNames = []string{repairRemaining, repairRestored, repairReleased, repairTerms}
+
+// repairKinds lists what one reconcile repaired, by kind. A reload is not a
+// repair: a voucher is also not loaded before its first sale.
+func repairKinds(rep Report, fix counterFix) []string {
+	var kinds []string
+	for _, k := range []struct {
+		kind string
+		did  bool
+	}{
+		{repairRemaining, fix.remaining},
+		{repairRestored, rep.Restored > 0},
+		{repairReleased, rep.Released > 0},
+		{repairTerms, fix.terms},
+	} {
+		if k.did {
+			kinds = append(kinds, k.kind)
+		}
+	}
+	return kinds
+}
+
 // reconcileLocked is one reconciliation, under the voucher's lock.
-func (j *Jobs) reconcileLocked(ctx context.Context, code string) (rep Report, termsRewritten bool, err error) {
+func (j *Jobs) reconcileLocked(ctx context.Context, code string) (rep Report, fix counterFix, err error) {
 	rep.Code = code
 	v, orders, err := j.store.Snapshot(ctx, code)
 	if err != nil {
-		return Report{}, false, err
+		return Report{}, fix, err
 	}
 	if !v.FlashSale {
-		return Report{}, false, voucher.Errorf(voucher.CodeInvalidRequest, "voucher %s is not a flash-sale voucher", code)
+		return Report{}, fix, voucher.Errorf(voucher.CodeInvalidRequest, "voucher %s is not a flash-sale voucher", code)
 	}
 	rep.DBRemaining = int64(v.Remaining)
 	active := make([]gate.Order, len(orders))
 	for i, o := range orders {
 		active[i] = gate.Order{OrderID: o.OrderID, CustomerID: o.CustomerID}
 	}
-	res, err := j.gate.Reconcile(ctx, code, v, active, j.cfg.HangingGrace)
+	res, err := j.gate.ReconcileDetailed(ctx, code, v, active, j.cfg.HangingGrace)
 	if err != nil {
-		return Report{}, false, fmt.Errorf("reconcile %s in redis: %w", code, err)
+		return Report{}, fix, fmt.Errorf("reconcile %s in redis: %w", code, err)
 	}
 	if !res.Loaded {
 		if err := j.warm(ctx, code); err != nil {
-			return Report{}, false, err
+			return Report{}, fix, err
 		}
 		rep.Reloaded, rep.RedisRemainingAfter = true, rep.DBRemaining
-		return rep, false, nil
+		return rep, fix, nil
 	}
 	rep.RedisRemaining, rep.RedisRemainingAfter = res.RemainingBefore, res.RemainingAfter
 	rep.Released, rep.Restored = len(res.Released), res.Restored
@@ -102,7 +149,7 @@ func (j *Jobs) reconcileLocked(ctx context.Context, code string) (rep Report, te
 	if res.Restored > 0 {
 		rep.Drift = max(rep.Drift, int64(res.Restored))
 	}
-	return rep, res.TermsChanged, nil
+	return rep, counterFix{remaining: res.CounterRepaired, terms: res.TermsChanged}, nil
 }
 
 // ReconcileAll reconciles every live flash voucher that has changed since its
@@ -175,9 +222,12 @@ func (j *Jobs) ReconcileInherited(ctx context.Context) []Report {
 	return reps
 }
 
-// observe exports one reconciliation's report.
-func (j *Jobs) observe(rep Report) {
+// observe exports one reconciliation's report and what it repaired.
+func (j *Jobs) observe(rep Report, kinds []string) {
 	m := j.cfg.Metrics
+	for _, kind := range kinds {
+		m.reconcileRepairs.WithLabelValues(kind).Inc()
+	}
 	m.reconcileDrift.Set(float64(rep.Drift), rep.Code)
 	m.remaining.Set(float64(rep.DBRemaining), rep.Code, "db")
 	m.remaining.Set(float64(rep.RedisRemainingAfter), rep.Code, "redis")

@@ -235,3 +235,69 @@ func decodeUpdate(v any) (UpdateResult, error) {
 	}
 	return UpdateResult{Loaded: true, RemainingBefore: before, RemainingAfter: after}, nil
 }
+
+// scanPage is one reconcile_scan.lua reply.
+type scanPage struct {
+	loaded    bool
+	remaining int64
+	now       int64 // Redis's clock, unix millis
+	cursor    string
+	fields    []string // field1, value1, ...
+}
+
+// decodeScan decodes reconcile_scan.lua's reply: {0} or
+// {1, remaining, nowMillis, nextCursor, {field1, value1, ...}}.
+func decodeScan(v any) (scanPage, error) {
+	arr, ok := v.([]any)
+	if !ok || len(arr) == 0 {
+		return scanPage{}, fmt.Errorf("decode scan reply: got %T %v, want non-empty array", v, v)
+	}
+	if arr[0] == int64(0) && len(arr) == 1 {
+		return scanPage{}, nil
+	}
+	if arr[0] != int64(1) || len(arr) != 5 {
+		return scanPage{}, fmt.Errorf("decode scan reply: status %v with %d elements", arr[0], len(arr))
+	}
+	remaining, ok1 := arr[1].(int64)
+	now, ok2 := arr[2].(int64)
+	cursor, ok3 := arr[3].(string)
+	fields, ok4 := arr[4].([]any)
+	if !ok1 || !ok2 || !ok3 || !ok4 || cursor == "" || len(fields)%2 != 0 {
+		return scanPage{}, fmt.Errorf("decode scan reply: %v", arr[1:])
+	}
+	page := scanPage{loaded: true, remaining: remaining, now: now, cursor: cursor, fields: make([]string, len(fields))}
+	for i, e := range fields {
+		s, ok := e.(string)
+		if !ok {
+			return scanPage{}, fmt.Errorf("decode scan reply: field is %T, want string", e)
+		}
+		page.fields[i] = s
+	}
+	return page, nil
+}
+
+// decodeReconcileEnd decodes reconcile_end.lua's reply: {0} or
+// {1, before, after, counterRepaired (0/1), termsChanged (0/1)}.
+func decodeReconcileEnd(v any) (ReconcileDetail, error) {
+	arr, ok := v.([]any)
+	if !ok || len(arr) == 0 {
+		return ReconcileDetail{}, fmt.Errorf("decode reconcile end reply: got %T %v, want non-empty array", v, v)
+	}
+	switch {
+	case arr[0] == int64(0) && len(arr) == 1:
+		return ReconcileDetail{}, nil
+	case arr[0] != int64(1) || len(arr) != 5:
+		return ReconcileDetail{}, fmt.Errorf("decode reconcile end reply: status %v with %d elements", arr[0], len(arr))
+	}
+	before, ok1 := arr[1].(int64)
+	after, ok2 := arr[2].(int64)
+	counter, ok3 := arr[3].(int64)
+	terms, ok4 := arr[4].(int64)
+	if !ok1 || !ok2 || !ok3 || !ok4 || after < 0 || (counter != 0 && counter != 1) || (terms != 0 && terms != 1) {
+		return ReconcileDetail{}, fmt.Errorf("decode reconcile end reply: %v", arr[1:])
+	}
+	return ReconcileDetail{
+		ReconcileResult: ReconcileResult{Loaded: true, RemainingBefore: before, RemainingAfter: after, TermsChanged: terms == 1},
+		CounterRepaired: counter == 1,
+	}, nil
+}

@@ -116,6 +116,36 @@ func TestDecodeReplies(t *testing.T) {
 		}
 	}
 
+	sp, err := decodeScan([]any{int64(1), int64(5), int64(1000), "17", []any{"a", "1:7"}})
+	require.NoError(t, err)
+	assert.Equal(t, scanPage{loaded: true, remaining: 5, now: 1000, cursor: "17", fields: []string{"a", "1:7"}}, sp)
+	sp, err = decodeScan([]any{int64(0)})
+	require.NoError(t, err)
+	assert.False(t, sp.loaded)
+	for _, bad := range []any{nil, []any{}, []any{int64(0), int64(1)}, []any{int64(1), int64(5), int64(1), "0"},
+		[]any{int64(1), "5", int64(1), "0", none}, []any{int64(1), int64(5), int64(1), int64(0), none},
+		[]any{int64(1), int64(5), int64(1), "", none}, []any{int64(1), int64(5), int64(1), "0", []any{"a"}},
+		[]any{int64(1), int64(5), int64(1), "0", []any{"a", int64(1)}}, []any{int64(2), int64(5), int64(1), "0", none}} {
+		if _, err := decodeScan(bad); err == nil {
+			t.Errorf("decodeScan(%#v) succeeded, want error", bad)
+		}
+	}
+
+	re, err := decodeReconcileEnd([]any{int64(1), int64(5), int64(3), int64(1), int64(0)})
+	require.NoError(t, err)
+	assert.Equal(t, ReconcileDetail{ReconcileResult: ReconcileResult{Loaded: true, RemainingBefore: 5, RemainingAfter: 3}, CounterRepaired: true}, re)
+	re, err = decodeReconcileEnd([]any{int64(0)})
+	require.NoError(t, err)
+	assert.False(t, re.Loaded)
+	for _, bad := range []any{nil, []any{}, []any{int64(0), int64(1)}, []any{int64(1), int64(5), int64(3), int64(0)},
+		[]any{int64(1), int64(5), int64(-1), int64(0), int64(0)}, []any{int64(1), int64(5), int64(3), int64(2), int64(0)},
+		[]any{int64(1), int64(5), int64(3), int64(0), int64(2)}, []any{int64(1), "5", int64(3), int64(0), int64(0)},
+		[]any{int64(1), int64(5), int64(3), int64(0), int64(0), int64(0)}} {
+		if _, err := decodeReconcileEnd(bad); err == nil {
+			t.Errorf("decodeReconcileEnd(%#v) succeeded, want error", bad)
+		}
+	}
+
 	ur, err := decodeUpdate([]any{int64(1), int64(0), int64(500)})
 	require.NoError(t, err)
 	assert.Equal(t, UpdateResult{Loaded: true, RemainingBefore: 0, RemainingAfter: 500}, ur)

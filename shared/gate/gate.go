@@ -6,7 +6,8 @@
 // over five keys that share the voucher's Redis Cluster hash slot, so each
 // operation is atomic and the gate needs nothing but a redis.Scripter. Redis is not
 // the money truth: Postgres guards the limits again, and Reconcile brings Redis
-// back into line with it. Every ambiguity here resolves toward "slot held"
+// back into line with it, in bounded steps (each one script) rather than one
+// script over every order, so that Redis serves the crowd meanwhile. Every ambiguity here resolves toward "slot held"
 // (undersell for a while), never toward a second sale of the same use.
 //
 // The five keys carry the same TTL, so under a volatile-* maxmemory policy Redis
@@ -44,6 +45,10 @@ var (
 	stateLua string
 	//go:embed reconcile.lua
 	reconcileLua string
+	//go:embed reconcile_scan.lua
+	reconcileScanLua string
+	//go:embed reconcile_end.lua
+	reconcileEndLua string
 	//go:embed unload.lua
 	unloadLua string
 	//go:embed hold.lua
@@ -57,18 +62,20 @@ var (
 	//go:embed fingerprint.lua
 	fingerprintLua string
 
-	reserveScript    = newScript(reserveLua)
-	releaseScript    = newScript(releaseLua)
-	loadScript       = newScript(loadLua)
-	metaScript       = newScript(metaLua)
-	stateScript      = newScript(stateLua)
-	reconcileScript  = newScript(reconcileLua)
-	unloadScript     = newScript(unloadLua)
-	holdScript       = newScript(holdLua)
-	updateScript     = newScript(updateLua)
-	reassertScript   = newScript(reassertLua)
-	generationScript = newScript(generationLua)
-	fingerprintScr   = newScript(fingerprintLua)
+	reserveScript       = newScript(reserveLua)
+	releaseScript       = newScript(releaseLua)
+	loadScript          = newScript(loadLua)
+	metaScript          = newScript(metaLua)
+	stateScript         = newScript(stateLua)
+	reconcileScript     = newScript(reconcileLua)
+	reconcileScanScript = newScript(reconcileScanLua)
+	reconcileEndScript  = newScript(reconcileEndLua)
+	unloadScript        = newScript(unloadLua)
+	holdScript          = newScript(holdLua)
+	updateScript        = newScript(updateLua)
+	reassertScript      = newScript(reassertLua)
+	generationScript    = newScript(generationLua)
+	fingerprintScr      = newScript(fingerprintLua)
 )
 
 // newScript puts prelude.lua's shared opening after the script's #! line (which

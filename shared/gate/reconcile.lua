@@ -1,29 +1,35 @@
 #!lua
--- reconcile.lua: bring one voucher's Redis state into agreement with the
--- database's active reservations (the money truth), in one atomic step.
+-- reconcile.lua: one repair step of a reconcile (gate's Reconcile): repair the
+-- orders it is given against the database's word on each. A step touches only
+-- its own orders, so it is bounded by their number and Redis serves the crowd
+-- between steps; reconcile_scan.lua reads the pages the steps are made from and
+-- reconcile_end.lua ends the pass. Every repair is per order and idempotent: a
+-- step sees the order as it is now, not as the page showed it.
 --
--- KEYS[1] voucher:{CODE}:remaining  set to max(0, totalLimit - HLEN orders),
---                                   totalLimit from ARGV (the current terms)
--- KEYS[2] voucher:{CODE}:users      rebuilt from orders
--- KEYS[3] voucher:{CODE}:orders     hanging orders removed, missing ones added
--- KEYS[4] voucher:{CODE}:meta       terms rewritten from ARGV; generation set
---                                   (prelude): Redis agrees with the database now
--- KEYS[5] voucher:{CODE}:done       the database's active orders removed
--- ARGV[1]     grace, millis: a Redis-only order younger than this is kept, its
---             database write may still be in flight
--- ARGV[2..9]  the terms block (prelude's termsValid): expire-at (unix millis,
---             PEXPIREAT on all five keys), discountAmount, minOrderAmount,
---             totalLimit, perUserLimit, startsAt, endsAt, paused
--- ARGV[10..]  orderId, customerId pairs: every reservation the database holds a
---             use for
+-- KEYS[1] voucher:{CODE}:remaining  a restored order takes one (never below 0);
+--                                   a freed one gives none back: the last step
+--                                   sets remaining, so a step never raises it
+--                                   above what the database allows while Redis
+--                                   still lacks orders a later step restores
+-- KEYS[2] voucher:{CODE}:users      each order moved keeps its customer's count
+-- KEYS[3] voucher:{CODE}:orders     hanging orders removed, missing ones added,
+--                                   a customer the database disagrees with rewritten
+-- KEYS[4] voucher:{CODE}:meta       unused
+-- KEYS[5] voucher:{CODE}:done       orders the database holds are removed
+-- ARGV[1]    grace, millis: a Redis-only order younger than this is kept, its
+--            database write may still be in flight
+-- ARGV[2..]  orderId, customerId pairs: customerId "" means the database holds
+--            no use for the order (free it once older than grace); any other
+--            is the customer the database holds a use for
 --
 -- Returns {0} when not loaded (nothing changed), otherwise
--- {1, remainingBefore, remainingAfter, restored, termsChanged (1/0),
---  releasedOrderId1, ...}. Released orders are not recorded in done: they have
--- no database row to answer from.
+-- {1, remainingBefore, remainingAfter, restored, 0, releasedOrderId1, ...}
+-- (the 0 is reconcile_end's termsChanged place, so one decoder reads both
+-- shapes of result). Released orders are not recorded in done: they have no
+-- database row to answer from.
 -- Errors (before any write) on a bad ARGV layout or a corrupt remaining.
 
-if #ARGV < 9 or (#ARGV - 9) % 2 ~= 0 or not termsValid(2) then
+if #ARGV < 1 or (#ARGV - 1) % 2 ~= 0 then
   return redis.error_reply('ERR reconcile: bad ARGV layout')
 end
 local grace = tonumber(ARGV[1])
@@ -35,103 +41,55 @@ if bad then return bad end
 if not before then
   return {0}
 end
-local total = tonumber(ARGV[5])
 
 local nowText = nowMillis()
 local now = tonumber(nowText)
 
-local db = {}
-for i = 10, #ARGV, 2 do
-  db[ARGV[i]] = ARGV[i + 1]
-end
-
--- The script runs atomically, so Redis serves nothing else meanwhile: every
--- pass over the orders works on Lua tables, and Redis is written in chunks of
--- at most `chunk` fields, not a call per order (50,000 orders: 143 ms a pass
--- instead of 200, most of it now Redis turning ARGV and HGETALL's answer into
--- Lua strings; gate's BenchmarkReconcile50k).
-local chunk = 500
-local function each(list, width, call)
-  for i = 1, #list, chunk * width do
-    call(unpack(list, i, math.min(i + chunk * width - 1, #list)))
+local function count(customer, by)
+  if by < 0 and (tonumber(redis.call('HGET', KEYS[2], customer)) or 0) <= -by then
+    redis.call('HDEL', KEYS[2], customer)
+  else
+    redis.call('HINCRBY', KEYS[2], customer, by)
   end
 end
 
--- Hanging admissions: in Redis, not in the database, older than grace. An
--- unreadable admission time counts as old: nothing we wrote looks like that.
--- orders is what Redis holds once they are gone, order -> value.
 local out = {1, before, 0, 0, 0}
-local orders = {}
-local held = redis.call('HGETALL', KEYS[3])
-local hanging = {}
-for i = 1, #held, 2 do
-  local order, value = held[i], held[i + 1]
-  local keep = db[order] ~= nil
-  if not keep then
-    local at = tonumber(string.match(value, ':(%d+)$')) or 0
-    keep = now - at <= grace
-  end
-  if keep then
-    orders[order] = value
-  else
-    hanging[#hanging + 1] = order
-    out[#out + 1] = order
-  end
-end
-held = nil
-each(hanging, 1, function(...) redis.call('HDEL', KEYS[3], ...) end)
-
--- Reservations the database holds but Redis lost. The database also decides the
--- customer when the two disagree; the admission time is kept then. None of
--- them is finished.
-local restored = 0
-local writes, finished = {}, {}
+local remaining, restored = before, 0
 local anyDone = redis.call('EXISTS', KEYS[5]) == 1
-for i = 10, #ARGV, 2 do
+for i = 2, #ARGV, 2 do
   local order, customer = ARGV[i], ARGV[i + 1]
-  if anyDone then finished[#finished + 1] = order end
-  local value = orders[order]
-  if not value then
-    value = customer .. ':' .. nowText
-    restored = restored + 1
-  elseif customerOf(value) ~= customer then
-    value = customer .. ':' .. (string.match(value, ':(%d+)$') or nowText)
+  local value = redis.call('HGET', KEYS[3], order)
+  if customer == '' then
+    -- A hanging admission: in Redis, not in the database, older than grace. An
+    -- unreadable admission time counts as old: nothing we wrote looks like that.
+    if value and now - (tonumber(string.match(value, ':(%d+)$')) or 0) > grace then
+      redis.call('HDEL', KEYS[3], order)
+      count(customerOf(value), -1)
+      out[#out + 1] = order
+    end
   else
-    value = nil
+    -- The database holds a use for it, and decides the customer; the admission
+    -- time is kept then. It is not finished.
+    if anyDone then redis.call('HDEL', KEYS[5], order) end
+    if not value then
+      redis.call('HSET', KEYS[3], order, customer .. ':' .. nowText)
+      count(customer, 1)
+      restored = restored + 1
+      if remaining > 0 then remaining = remaining - 1 end
+    elseif customerOf(value) ~= customer then
+      redis.call('HSET', KEYS[3], order, customer .. ':' .. (string.match(value, ':(%d+)$') or nowText))
+      count(customerOf(value), -1)
+      count(customer, 1)
+    end
   end
-  if value then
-    orders[order] = value
-    writes[#writes + 1] = order
-    writes[#writes + 1] = value
-  end
 end
-each(finished, 1, function(...) redis.call('HDEL', KEYS[5], ...) end)
-each(writes, 2, function(...) redis.call('HSET', KEYS[3], ...) end)
 
--- users, rebuilt from orders.
-local counts, count = {}, 0
-for _, value in pairs(orders) do
-  local customer = customerOf(value)
-  counts[customer] = (counts[customer] or 0) + 1
-  count = count + 1
+if remaining ~= before then
+  redis.call('SET', KEYS[1], remaining, 'KEEPTTL')
 end
-local users = {}
-for customer, n in pairs(counts) do
-  users[#users + 1] = customer
-  users[#users + 1] = n
-end
-redis.call('DEL', KEYS[2])
-each(users, 2, function(...) redis.call('HSET', KEYS[2], ...) end)
+-- users or done may have just been created.
+followTTL()
 
-local after = total - count
-if after < 0 then after = 0 end
-redis.call('SET', KEYS[1], after)
-if writeTerms(2) then out[5] = 1 end
-writeGeneration()
--- users was just recreated and orders may have been: every key gets the
--- current end's expiry.
-expireAll(ARGV[2])
-
-out[3] = after
+out[3] = remaining
 out[4] = restored
 return out
