@@ -225,7 +225,11 @@ func (s *Store) changeVoucher(ctx context.Context, code, actor, action string, l
 				return err
 			}
 		}
-		before, err = scanTerms(tx.QueryRow(ctx, `SELECT `+termsColumns+` FROM voucher WHERE code = $1 FOR UPDATE`, code))
+		// FOR NO KEY UPDATE, as the UPDATE below takes it: the key never
+		// changes, and FOR UPDATE would wait for every writer's KEY SHARE lock
+		// (the foreign keys of the rows they insert) while those wait for the
+		// customers' rows locked above: a deadlock.
+		before, err = scanTerms(tx.QueryRow(ctx, `SELECT `+termsColumns+` FROM voucher WHERE code = $1 FOR NO KEY UPDATE`, code))
 		if err != nil {
 			return err
 		}
