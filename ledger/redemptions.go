@@ -342,11 +342,18 @@ func (s *Store) ExpireBatch(ctx context.Context, limit int) ([]ExpiredOrder, err
 			WHERE u.voucher_code = x.voucher_code AND u.customer_id = x.customer_id
 			  AND (SELECT count(*) FROM customers) >= 0
 			RETURNING 1
+		), vouchers AS (
+			-- The hot voucher rows last, after the customers' locks, in one
+			-- fixed order too: two sweeps releasing orders of the same
+			-- vouchers never deadlock on them.
+			SELECT 1 FROM voucher v
+			WHERE v.code IN (SELECT voucher_code FROM released) AND (SELECT count(*) FROM per_customer) >= 0
+			ORDER BY v.code
+			FOR NO KEY UPDATE
 		), per_voucher AS (
-			-- The hot voucher rows last, after the customers' locks.
 			UPDATE voucher v SET used_count = v.used_count - x.n
 			FROM (SELECT voucher_code, count(*)::int AS n FROM released GROUP BY voucher_code) x
-			WHERE v.code = x.voucher_code AND (SELECT count(*) FROM per_customer) >= 0
+			WHERE v.code = x.voucher_code AND (SELECT count(*) FROM vouchers) >= 0
 			RETURNING 1
 		), ev AS (
 			-- The events last, once the voucher rows are locked (takeVoucherUses).
