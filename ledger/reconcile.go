@@ -143,6 +143,15 @@ func (j *Jobs) reconcileLocked(ctx context.Context, code string) (rep Report, fi
 	}
 	rep.RedisRemaining, rep.RedisRemainingAfter = res.RemainingBefore, res.RemainingAfter
 	rep.Released, rep.Restored = len(res.Released), res.Restored
+	if res.Restored > 0 {
+		// An order of the snapshot that finished while the steps ran (the
+		// database, then Redis) may have been restored after its release:
+		// settle the snapshot's orders that are no longer active now, rather
+		// than hold their uses until the next pass frees them.
+		if err := j.settleFinished(ctx, code, orders); err != nil {
+			return Report{}, fix, err
+		}
+	}
 	// Each order Redis lost is a use it could hand out again (a retry of the
 	// order refused meanwhile), even when remaining agreed (both at 0).
 	rep.Drift = res.RemainingBefore - rep.DBRemaining
@@ -150,6 +159,30 @@ func (j *Jobs) reconcileLocked(ctx context.Context, code string) (rep Report, fi
 		rep.Drift = max(rep.Drift, int64(res.Restored))
 	}
 	return rep, counterFix{remaining: res.CounterRepaired, terms: res.TermsChanged}, nil
+}
+
+// settleFinished makes Redis agree with the database about those of the
+// snapshot's orders that no longer hold a use (Settler.Agree).
+func (j *Jobs) settleFinished(ctx context.Context, code string, snapshot []ActiveOrder) error {
+	ids := make([]string, len(snapshot))
+	for i, o := range snapshot {
+		ids[i] = o.OrderID
+	}
+	now, err := j.store.ActiveOf(ctx, code, ids)
+	if err != nil {
+		return err
+	}
+	still := make(map[string]bool, len(now))
+	for _, o := range now {
+		still[o.OrderID] = true
+	}
+	var gone []string
+	for _, id := range ids {
+		if !still[id] {
+			gone = append(gone, id)
+		}
+	}
+	return j.settler.Agree(ctx, code, gone)
 }
 
 // ReconcileAll reconciles every live flash voucher that has changed since its
