@@ -427,3 +427,25 @@ func TestOverlappingBatchesInOppositeOrder(t *testing.T) {
 	}
 	checkRedisMatches(t, a.gate, a.checkBooks(t, code), code)
 }
+
+// A ledger that stops serving settles what its requests parked before it
+// exits (Settler.Drain): an admission handed over with its fate unknown, whose
+// grace has not passed, gets its use back when no row holds it, and one that
+// a row holds stays held; neither is left for a reconcile.
+func TestDrainSettlesParkedOrders(t *testing.T) {
+	t.Parallel()
+	l := newTestLedger(t, ledgerOptions{})
+	ctx := context.Background()
+	code := newCode(t)
+	l.createVoucher(t, spec(code, 10, 1, true))
+	require.Equal(t, http.StatusCreated, l.reserve(t, code, 1, code+"-written", 5_000).Status)
+	rs, _, err := l.gate.Reserve(ctx, code, []gate.Item{{CustomerID: 2, OrderID: code + "-lost", OrderAmount: 5_000}})
+	require.NoError(t, err)
+	require.Equal(t, []gate.Result{gate.Reserved}, rs)
+
+	s := NewSettler(l.store, l.gate, time.Now, l.log)
+	s.WaitAfterFault(50 * time.Millisecond)
+	s.ParkFor(code, []string{code + "-written", code + "-lost"}, time.Hour)
+	assert.Equal(t, 2, s.Drain(ctx))
+	checkRedisMatches(t, l.gate, l.checkBooks(t, code), code)
+}

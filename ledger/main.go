@@ -225,6 +225,11 @@ func run(cfg Config, log *slog.Logger) error {
 	err = life.Serve(httpx.NewServer(cfg.Addr, srv.Handler()), cfg.MaxClientConns)
 	stop() // when serving failed, the jobs stop too
 	<-jobsDone
+	// The drained requests may have parked writes that failed on a fault:
+	// settle them now, or their Redis uses would wait for a reconcile.
+	if n := settler.Drain(ctx); n > 0 {
+		log.Info("settled writes that failed on a fault before stopping", "orders", n)
+	}
 	log.Info("ledger stopped")
 	return err
 }

@@ -99,13 +99,15 @@ func (s *Settler) Settle(ctx context.Context, code string, orderIDs ...string) {
 	}
 	active, err := s.store.ActiveOf(ctx, code, orderIDs)
 	if err != nil {
-		s.log.Error("settle: read orders", "code", code, "err", fmt.Errorf("left for the reconciler: %w", err))
+		s.log.Warn("settle: read orders", "code", code, "err", fmt.Errorf("parked until the database answers: %w", err))
+		s.Park(code, orderIDs)
 		return
 	}
 	for _, o := range active {
 		if _, err := s.gate.Hold(ctx, code, o.OrderID, o.CustomerID); err != nil {
-			s.log.Error("settle: hold in redis", "code", code, "order", o.OrderID,
-				"err", fmt.Errorf("left for the reconciler: %w", err))
+			s.log.Warn("settle: hold in redis", "code", code, "order", o.OrderID,
+				"err", fmt.Errorf("parked until redis answers: %w", err))
+			s.Park(code, []string{o.OrderID})
 		}
 	}
 }
@@ -173,8 +175,15 @@ func (s *Settler) Reassert(ctx context.Context, code string, orders []gate.Order
 	defer cancel()
 	n, err := s.gate.Reassert(ctx, code, orders)
 	if err != nil {
-		s.log.Error("reassert committed orders in redis", "code", code, "orders", len(orders),
-			"err", fmt.Errorf("left for the reconciler: %w", err))
+		// Resolve holds them once Redis answers (they hold uses in the
+		// database), as Reassert would have.
+		ids := make([]string, len(orders))
+		for i, o := range orders {
+			ids[i] = o.OrderID
+		}
+		s.log.Warn("reassert committed orders in redis", "code", code, "orders", len(orders),
+			"err", fmt.Errorf("parked until redis answers: %w", err))
+		s.Park(code, ids)
 		return 0
 	}
 	if n > 0 {
@@ -254,6 +263,29 @@ func (s *Settler) Resolve(ctx context.Context) int {
 		s.mu.Unlock()
 	}
 	return settled
+}
+
+// Drain settles every parked order at once, once the fence has passed since
+// the last write could have failed: for a ledger that stopped serving (its
+// requests drained, none in flight), so that what they parked is not lost with
+// the process. The orders handed over with a longer wait (ParkFor) are
+// settled too: a write of them at another ledger that commits later holds
+// them again after its commit (Reassert). It returns how many it settled.
+func (s *Settler) Drain(ctx context.Context) int {
+	select {
+	case <-ctx.Done():
+		return 0
+	case <-time.After(s.fence):
+	}
+	s.mu.Lock()
+	for _, m := range s.unsettled {
+		for id, p := range m {
+			p.notBefore = time.Time{}
+			m[id] = p
+		}
+	}
+	s.mu.Unlock()
+	return s.Resolve(ctx)
 }
 
 // due returns the parked orders by voucher whose fence has passed and that
