@@ -104,8 +104,9 @@ func RunScenario(ctx context.Context, pg *devstack.Postgres, sc Scenario, cfg Ch
 	}
 	if sc.Strict {
 		res.Checks = append(res.Checks, res.answeredCheck())
-		res.Pass = Passed(res.Checks)
 	}
+	res.Checks = append(res.Checks, r.agreementChecks(ctx, quiet.Add(cfg.SettleBound), t.spec.Code, t.probeSpec.Code)...)
+	res.Pass = Passed(res.Checks)
 	return res, nil
 }
 
