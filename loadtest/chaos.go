@@ -105,7 +105,11 @@ func RunScenario(ctx context.Context, pg *devstack.Postgres, sc Scenario, cfg Ch
 	if sc.Strict {
 		res.Checks = append(res.Checks, res.answeredCheck())
 	}
-	res.Checks = append(res.Checks, r.agreementChecks(ctx, quiet.Add(cfg.SettleBound), t.spec.Code, t.probeSpec.Code)...)
+	agree := r.agreementChecks(ctx, quiet.Add(cfg.SettleBound), t.spec.Code, t.probeSpec.Code)
+	if !agree[0].Pass {
+		agree[0].Detail += t.driftDetail(ctx, r.bench)
+	}
+	res.Checks = append(res.Checks, agree...)
 	res.Pass = Passed(res.Checks)
 	return res, nil
 }

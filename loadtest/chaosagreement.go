@@ -181,3 +181,63 @@ func unreadable(errs []string) string {
 	}
 	return "; could not read: " + strings.Join(errs, "; ")
 }
+
+// driftDetail says which of the burst's orders Redis holds without an active
+// row (or the reverse) and what their clients were told, so that a failed
+// agreement check names the path that left the two apart: "" when none.
+func (t *traffic) driftDetail(ctx context.Context, b *Bench) string {
+	plan, shots := t.rc.merge(t.plan, t.volley.Shots)
+	st, loaded, err := b.RedisState(ctx, t.spec.Code)
+	if err != nil || !loaded {
+		return ""
+	}
+	d, err := b.DBState(ctx, t.spec.Code)
+	if err != nil {
+		return ""
+	}
+	inRedis := map[string]bool{}
+	var held, rowOnly []string
+	for _, o := range st.Orders {
+		inRedis[o.OrderID] = true
+		if _, ok := d.Active[o.OrderID]; !ok {
+			held = append(held, o.OrderID)
+		}
+	}
+	for id := range d.Active {
+		if !inRedis[id] {
+			rowOnly = append(rowOnly, id)
+		}
+	}
+	if len(held)+len(rowOnly) == 0 {
+		return ""
+	}
+	index := map[string]int32{}
+	for i, o := range plan.Orders {
+		index[o.ID] = int32(i)
+	}
+	sent := map[int32][]Shot{}
+	for _, s := range shots {
+		if s.Req >= 0 && int(s.Req) < len(plan.Requests) {
+			sent[plan.Requests[s.Req]] = append(sent[plan.Requests[s.Req]], s)
+		}
+	}
+	answers := map[string]int{}
+	retrying, resent := 0, 0
+	for _, id := range held {
+		ss := sent[index[id]]
+		if strings.Contains(id, ".r") {
+			retrying++
+		}
+		if len(ss) > 1 {
+			resent++
+		}
+		var last []string
+		for _, s := range ss {
+			last = append(last, statusKey(s))
+		}
+		answers[strings.Join(last, " then ")]++
+	}
+	o := Outcome{Plan: plan, Shots: shots}
+	return fmt.Sprintf(". Burst voucher (the fault from %.2f s to %.2f s): %d orders held in Redis with no active row (%d of the retrying clients', %d sent more than once; answered: %s)%s; %d active rows Redis does not hold%s",
+		t.faultStart.Sub(t.start).Seconds(), t.faultEnd.Sub(t.start).Seconds(), len(held), retrying, resent, statusList(answers), histories(o, held), len(rowOnly), histories(o, rowOnly))
+}
