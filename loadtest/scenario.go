@@ -90,7 +90,8 @@ func Scenarios() []Scenario {
 		// held (503). A client that retries the order resolves it (none of
 		// the retrying clients' orders is left), but the burst's clients do
 		// not retry, and DESIGN.md's failure table leaves such an order to
-		// the reconciler after HANGING_GRACE (see /work/chaos-findings.md).
+		// the reconciler after HANGING_GRACE (RELIABILITY.md, "Agreement
+		// without the reconciler").
 		{Name: "ledger-kill", Fault: "kill -9 the ledger with writes in flight, down for {d}, restarted",
 			Reconciler: "writes in flight die with the ledger and the proxy's answer to them is a 503 after EOF: their uses stay held until a retry of the order, which the burst's clients never send, or the reconciler after HANGING_GRACE",
 			Inject:     kill(func(r *rig) *devstack.Service { return r.st.Ledger })},
@@ -107,7 +108,8 @@ func Scenarios() []Scenario {
 		{Name: "rolling-restart", Fleet: true, Direct: true, Strict: true, Tune: tuneRollingRestart,
 			// No reconciler, as in every scenario that keeps Redis' data:
 			// Redis must equal the database because every stop was clean,
-			// not because a reconcile fixed it. MAX_INFLIGHT and the admission window out of the way: on a
+			// not because a reconcile fixed it. MAX_INFLIGHT and the
+			// admission window out of the way: on a
 			// 2-core machine shared with other work, 2,000/s on one proxy
 			// while the other restarts has moments of 256 requests in flight
 			// and of writes slower than ADMIT_WRITE_TARGET, and what is
