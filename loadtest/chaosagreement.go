@@ -235,6 +235,10 @@ func (t *traffic) driftDetail(ctx context.Context, b *Bench) string {
 		for _, s := range ss {
 			last = append(last, statusKey(s))
 		}
+		if len(last) == 0 {
+			// A transport error carries no order (Shot.Req < 0): cut or never answered.
+			last = append(last, "no answer")
+		}
 		answers[strings.Join(last, " then ")]++
 	}
 	o := Outcome{Plan: plan, Shots: shots}
