@@ -104,8 +104,13 @@ func RunScenario(ctx context.Context, pg *devstack.Postgres, sc Scenario, cfg Ch
 	}
 	if sc.Strict {
 		res.Checks = append(res.Checks, res.answeredCheck())
-		res.Pass = Passed(res.Checks)
 	}
+	agree := r.agreementChecks(ctx, quiet.Add(cfg.SettleBound), t.spec.Code, t.probeSpec.Code)
+	if !agree[0].Pass {
+		agree[0].Detail += t.driftDetail(ctx, r.bench)
+	}
+	res.Checks = append(res.Checks, agree...)
+	res.Pass = Passed(res.Checks)
 	return res, nil
 }
 

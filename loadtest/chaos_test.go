@@ -243,3 +243,28 @@ func TestScenarioNamesAreUnique(t *testing.T) {
 		assert.True(t, seen[name], "soak fault %s is a scenario", name)
 	}
 }
+
+// Only the scenarios that lose Redis' data on purpose (and the soak, which
+// has such rounds) and the two that kill -9 the process holding admitted,
+// unwritten claims run the ledger's periodic reconciler, each saying why;
+// every other one runs without it.
+func TestReconcilerOnlyWhereNeeded(t *testing.T) {
+	keeps := map[string]bool{"redis-kill-aof": true, "redis-kill-empty": true, "soak": true,
+		"ledger-kill": true, "proxy-kill": true}
+	for _, s := range Scenarios() {
+		env := ledgerEnvOf(s)
+		var interval string
+		for _, e := range env {
+			if v, ok := strings.CutPrefix(e, "RECONCILE_INTERVAL="); ok {
+				interval = v // the last one wins, as in os/exec
+			}
+		}
+		if keeps[s.Name] {
+			assert.NotEmpty(t, s.Reconciler, "%s keeps the reconciler and must say why", s.Name)
+			assert.NotEqual(t, "1h", interval, "%s: RECONCILE_INTERVAL", s.Name)
+			continue
+		}
+		assert.Empty(t, s.Reconciler, s.Name)
+		assert.Equal(t, "1h", interval, "%s: RECONCILE_INTERVAL", s.Name)
+	}
+}

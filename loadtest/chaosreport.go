@@ -31,7 +31,7 @@ func newChaosReport(cfg ChaosConfig, command string) *ChaosReport {
 			"stock": cfg.Stock, "recoveryBoundSeconds": cfg.RecoveryBound.Seconds(),
 			"settleBoundSeconds": cfg.SettleBound.Seconds(), "fast503Seconds": cfg.Fast503.Seconds(),
 			"clientTimeoutSeconds": cfg.Attack.Timeout.Seconds(),
-			"ledgerEnv":            chaosLedgerEnv, "proxyEnv": chaosProxyEnv, "seed": cfg.Seed,
+			"ledgerEnv":            chaosLedgerEnv, "reconcilerEnv": reconcilerEnv, "proxyEnv": chaosProxyEnv, "seed": cfg.Seed,
 		},
 	}
 }
@@ -123,9 +123,10 @@ func chaosMarkdown(rep *ChaosReport) string {
 		"the requests; 10%% of the requests resend an earlier orderId; customers ordering twice against a limit of 1), "+
 		"beside it clients that retry: %.0f%% more new orders, each sent again after the proxy's Retry-After while the "+
 		"answer is a 503 or nothing, up to %d times; the fault %vs into the burst for %vs; and a probe sending one new "+
-		"reserve every %s to a voucher of its own from the fault on. Ledger: %s. Proxy: %s. Client timeout %vs.\n\n",
+		"reserve every %s to a voucher of its own from the fault on. Ledger: %s (the periodic reconciler off; a scenario "+
+		"that loses Redis' data on purpose adds %s and says why). Proxy: %s. Client timeout %vs.\n\n",
 		rep.Command, rep.Verdicts, rep.Seconds, c["requestsPerScenario"], c["rate"], 100*retryingShare, retryAttempts,
-		c["faultAtSeconds"], c["faultForSeconds"], probeEvery, strings.Join(chaosLedgerEnv, ", "),
+		c["faultAtSeconds"], c["faultForSeconds"], probeEvery, strings.Join(chaosLedgerEnv, ", "), strings.Join(reconcilerEnv, ", "),
 		strings.Join(chaosProxyEnv, ", "), c["clientTimeoutSeconds"])
 	fmt.Fprintf(&b, "The machine has %d CPUs and is shared (1-minute load average %.1f at the start): the load "+
 		"generator, toxiproxy, Redis, Postgres, the ledger and the proxy all run on it, so the figures are this "+
@@ -141,7 +142,10 @@ func chaosMarkdown(rep *ChaosReport) string {
 		"p99 of the 503s sent during the fault within %s.\n", secondsOf(c["recoveryBoundSeconds"]), secondsOf(c["settleBoundSeconds"]), secondsOf(c["fast503Seconds"]))
 	b.WriteString("\n*reserves answered again*: after the fault ended (toxic removed, process restarted and healthy), until the first of " +
 		fmt.Sprint(probesInARow) + " probes in a row came back answered. *Redis = DB*: after the last request, until Redis held " +
-		"exactly the database's remaining and orders on both vouchers, with only the ledger's own reconciler at work. " +
+		"exactly the database's remaining and orders on both vouchers, with nothing but the system at work (no reconciler, " +
+		"except in the scenarios that lose Redis' data on purpose). *" + checkAgreement + "*: agreement.Compare (remaining, " +
+		"orders, per-customer counts, terms) on every flash voucher, and *" + checkNoRepair + "*: no ledger's " +
+		"flashgate_reconcile_fixes_total above 0 and no reconcile audited for the scenario's vouchers. " +
 		"*errors*: no answer (transport error, timeout) or a status other than 2xx/409/422/503.\n")
 	for _, r := range rep.Results {
 		fmt.Fprintf(&b, "\n## %s: %s\n\n", r.Scenario, verdict(r.Pass))

@@ -67,11 +67,11 @@ func (r *rig) planFleet(o *StackOptions) error {
 
 func (r *rig) startFleet(ctx context.Context) error {
 	f := r.fleet
-	ledgerB, _, err := r.st.StartLedger("ledger-b", f.ledgerAddrs[1])
+	ledgerB, urlB, err := r.st.StartLedger("ledger-b", f.ledgerAddrs[1])
 	if err != nil {
 		return err
 	}
-	r.ledgerB = ledgerB
+	r.ledgerB, r.ledgerURLs = ledgerB, append(r.ledgerURLs, urlB)
 	proxyB, _, err := r.st.StartProxyLike("proxy-b", f.proxyAddrs[1])
 	if err != nil {
 		return err

@@ -168,6 +168,7 @@ func overloadBurst(ctx context.Context, r *rig, sc Scenario, cfg ChaosConfig) (*
 	res.DB, res.RedisRemaining = j.db, j.redisRemaining
 	res.Checks = append(j.checks, res.overloadChecks(overloadP99)...)
 	res.Checks = append(res.Checks, res.settledCheck(cfg.SettleBound, 0), serverP99Check(after.since(before)))
+	res.Checks = append(res.Checks, r.agreementChecks(ctx, end.Add(cfg.SettleBound), spec.Code)...)
 	res.Pass = Passed(res.Checks)
 	return res, nil
 }

@@ -13,11 +13,27 @@ import (
 	"github.com/flashgate/flashgate/shared/devstack"
 )
 
-// chaosLedgerEnv runs the ledger's background jobs on short intervals, so that
-// recovery without an operator is a matter of seconds. RESERVATION_TTL stays at
-// its default: no scenario needs expiry, and an expired hold would look like a
-// 201 without its row.
-var chaosLedgerEnv = []string{"RECONCILE_INTERVAL=1s", "HANGING_GRACE=2s", "EXPIRY_INTERVAL=1s"}
+// chaosLedgerEnv runs the ledger without its periodic reconciler (its first
+// run would be an hour in): Redis must agree with the database on its own
+// (DESIGN.md principle 5), and a scenario whose reconciler is on
+// (Scenario.Reconciler) adds reconcilerEnv. The expiry sweep runs every
+// second; RESERVATION_TTL stays at its default: no scenario needs expiry, and
+// an expired hold would look like a 201 without its row. HANGING_GRACE is
+// short for the scenarios that reconcile, and chaosProxyEnv is kept below it.
+var chaosLedgerEnv = []string{"RECONCILE_INTERVAL=1h", "HANGING_GRACE=2s", "EXPIRY_INTERVAL=1s"}
+
+// reconcilerEnv is a scenario's that keeps the reconciler: a reconcile every
+// second, so that recovery from lost Redis data is a matter of seconds.
+var reconcilerEnv = []string{"RECONCILE_INTERVAL=1s"}
+
+// ledgerEnvOf is the ledgers' environment in sc: chaosLedgerEnv, then
+// reconcilerEnv if sc keeps the reconciler, then sc's own (a later entry wins).
+func ledgerEnvOf(sc Scenario) []string {
+	if sc.Reconciler == "" {
+		return slices.Concat(chaosLedgerEnv, sc.LedgerEnv)
+	}
+	return slices.Concat(chaosLedgerEnv, reconcilerEnv, sc.LedgerEnv)
+}
 
 // chaosProxyEnv keeps the proxy's ledger deadline below HANGING_GRACE, as the
 // README asks: an admission the reconciler frees can no longer be on its way
@@ -39,10 +55,13 @@ type rig struct {
 	entry   string            // where clients send: the proxy, or the fleet's balancer
 	bench   *Bench
 	dbName  string
+	// ledgerURLs reach each ledger itself (not a balancer), for its /metrics.
+	ledgerURLs []string
+	reconciler string // the scenario's Scenario.Reconciler: why repairs are allowed; "": they fail it
 }
 
 func startRig(ctx context.Context, pg *devstack.Postgres, sc Scenario, cfg ChaosConfig) (r *rig, err error) {
-	r = &rig{pg: pg}
+	r = &rig{pg: pg, reconciler: sc.Reconciler}
 	defer func() {
 		if err != nil {
 			r.Close(ctx)
@@ -73,7 +92,7 @@ func startRig(ctx context.Context, pg *devstack.Postgres, sc Scenario, cfg Chaos
 		LedgerDBURL:    withHost(dbURL, addrs[linkLedgerPG]),
 		LedgerRedisURL: "redis://" + addrs[linkLedgerRedis] + "/0",
 		ProxyRedisURL:  "redis://" + addrs[linkProxyRedis] + "/0",
-		LedgerEnv:      slices.Concat(chaosLedgerEnv, sc.LedgerEnv), ProxyEnv: slices.Concat(chaosProxyEnv, sc.ProxyEnv),
+		LedgerEnv:      ledgerEnvOf(sc), ProxyEnv: slices.Concat(chaosProxyEnv, sc.ProxyEnv),
 		ServiceLog: cfg.ServiceLog,
 	}
 	var addrB string
@@ -96,10 +115,13 @@ func startRig(ctx context.Context, pg *devstack.Postgres, sc Scenario, cfg Chaos
 	if r.st, err = StartStack(o); err != nil {
 		return r, err
 	}
+	r.ledgerURLs = []string{r.st.LedgerURL}
 	if sc.TwoLedgers {
-		if r.ledgerB, _, err = r.st.StartLedger("ledger-b", addrB); err != nil {
+		var urlB string
+		if r.ledgerB, urlB, err = r.st.StartLedger("ledger-b", addrB); err != nil {
 			return r, err
 		}
+		r.ledgerURLs = append(r.ledgerURLs, urlB)
 	}
 	e := r.st.Endpoints()
 	if sc.Fleet {

@@ -221,6 +221,8 @@ func (rd *soakRound) run(ctx context.Context, r *rig) {
 	}
 	if err != nil {
 		res.Error = err.Error()
+	} else {
+		res.Checks = append(res.Checks, r.agreementChecks(ctx, quiet.Add(rd.cfg.SettleBound), rd.codes...)...)
 	}
 	res.Pass = err == nil && Passed(res.Checks)
 	rd.res = res
