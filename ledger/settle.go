@@ -337,6 +337,11 @@ func (s *Settler) resolve(ctx context.Context, code string, ids []string) (held 
 		if _, err := s.gate.GiveBack(ctx, code, free...); err != nil {
 			return nil, false
 		}
+		// A retry of one of them may have been written meanwhile (admitted
+		// as the order Redis held, committed and re-asserted before the
+		// give-back): read them again after acting, as Settle does, so that
+		// whichever side acts last leaves them in agreement.
+		s.Settle(ctx, code, free...)
 	}
 	return held, true
 }
