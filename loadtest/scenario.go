@@ -86,15 +86,11 @@ func Scenarios() []Scenario {
 		{Name: "pg-reset", Fault: "ledger->Postgres connections cut as replies come back, mid-transaction and mid-COMMIT (reset_peer toxic) for {d}",
 			Inject: toxic([]string{linkLedgerPG}, "reset_peer", "downstream", map[string]any{"timeout": 0})},
 		// The writes in flight when the ledger dies are answered EOF: the
-		// proxy cannot know whether they committed and keeps their uses
-		// held (503). A client that retries the order resolves it (none of
-		// the retrying clients' orders is left), but the burst's clients do
-		// not retry, and DESIGN.md's failure table leaves such an order to
-		// the reconciler after HANGING_GRACE (RELIABILITY.md, "Agreement
-		// without the reconciler").
+		// proxy cannot know whether they committed, answers 503 and hands
+		// the orders to the restarted ledger (its unsettled route), which
+		// settles them after HANGING_GRACE: no reconciler needed.
 		{Name: "ledger-kill", Fault: "kill -9 the ledger with writes in flight, down for {d}, restarted",
-			Reconciler: "writes in flight die with the ledger and the proxy's answer to them is a 503 after EOF: their uses stay held until a retry of the order, which the burst's clients never send, or the reconciler after HANGING_GRACE",
-			Inject:     kill(func(r *rig) *devstack.Service { return r.st.Ledger })},
+			Inject: kill(func(r *rig) *devstack.Service { return r.st.Ledger })},
 		{Name: "ledger-pair-kill", TwoLedgers: true, Fault: "two ledgers behind a TCP balancer the proxy talks to; kill -9 one, down for {d}, restarted",
 			Inject: kill(func(r *rig) *devstack.Service { return r.ledgerB })},
 		// Claims admitted in Redis whose write was still in the killed
