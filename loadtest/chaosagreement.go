@@ -1,11 +1,9 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"net/http"
-	"strconv"
 	"strings"
 	"time"
 
@@ -21,11 +19,6 @@ const (
 	checkNoRepair            = "no reconcile repaired anything"
 	checkRepairsReported     = "reconcile repairs (reported, allowed)"
 )
-
-// repairMetrics are the ledger's counters of what its reconcilers repaired:
-// fixes_total{action=released|restored|reloaded} and, where a ledger exports
-// it, repairs_total{kind}.
-var repairMetrics = []string{"flashgate_reconcile_fixes_total", "flashgate_reconcile_repairs_total"}
 
 // agreementShown is how many of a Diff's problems a check's detail lists.
 const agreementShown = 8
@@ -113,7 +106,7 @@ func (r *rig) repairCheck(ctx context.Context, codes ...string) Check {
 		found = append(found, "audited: "+a)
 	}
 	detail := fmt.Sprintf("%d ledgers' %s and the reconcile audit of %d vouchers: %d counters above 0, %d audited repairs%s%s",
-		len(r.ledgerURLs), strings.Join(repairMetrics, ", "), len(codes), len(found)-len(audited), len(audited),
+		len(r.ledgerURLs), strings.Join(agreement.RepairMetrics, ", "), len(codes), len(found)-len(audited), len(audited),
 		listed(found), unreadable(unread))
 	if r.reconciler != "" {
 		return Check{Name: checkRepairsReported, Pass: true, Detail: detail + "; allowed: " + r.reconciler}
@@ -127,40 +120,11 @@ func (r *rig) repairCheck(ctx context.Context, codes ...string) Check {
 func readRepairMetrics(ctx context.Context, ledgerURL string) ([]string, error) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, ledgerURL+"/metrics", nil)
-	if err != nil {
-		return nil, err
+	lines, err := agreement.MetricRepairs(ctx, http.DefaultClient, ledgerURL+"/metrics")
+	for i, l := range lines {
+		lines[i] = ledgerURL + ": " + l
 	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return nil, fmt.Errorf("read %s/metrics: %w", ledgerURL, err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("read %s/metrics: status %d", ledgerURL, resp.StatusCode)
-	}
-	var out []string
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		if strings.HasPrefix(line, "#") {
-			continue
-		}
-		for _, name := range repairMetrics {
-			if !strings.HasPrefix(line, name+"{") && !strings.HasPrefix(line, name+" ") {
-				continue
-			}
-			f := strings.Fields(line)
-			if v, err := strconv.ParseFloat(f[len(f)-1], 64); err != nil || v != 0 {
-				out = append(out, ledgerURL+": "+line)
-			}
-		}
-	}
-	if err := sc.Err(); err != nil {
-		return out, fmt.Errorf("read %s/metrics: %w", ledgerURL, err)
-	}
-	return out, nil
+	return lines, err
 }
 
 func listed(lines []string) string {
