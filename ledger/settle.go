@@ -37,10 +37,11 @@ type Settler struct {
 	writing   map[string]map[string]int    // code -> orderID -> writes in flight
 }
 
-// parked is an order whose write failed on a fault.
+// parked is an order whose write failed on a fault, or whose admission's fate
+// a proxy could not learn.
 type parked struct {
-	since     time.Time // its first failure (unsettledGiveUp counts from it)
-	notBefore time.Time // the last failed write's return plus the fence
+	since     time.Time // parked first (unsettledGiveUp counts from it)
+	notBefore time.Time // the last failed write's return plus the fence, or a hand-over plus HANGING_GRACE
 }
 
 // NewSettler returns a Settler over store and g (g may be nil); now is the
@@ -50,9 +51,10 @@ func NewSettler(store *Store, g *gate.Gate, now func() time.Time, log *slog.Logg
 		unsettled: map[string]map[string]parked{}, writing: map[string]map[string]int{}}
 }
 
-// WaitAfterFault sets the fence (none until it is set): how long after a failed write returned its
-// orders are left parked before Resolve asks the database, because a
-// statement of that write may still be running there and commit. The
+// WaitAfterFault sets the fence (none until it is set): how long after a
+// failed write returned its orders are left parked before Resolve asks the
+// database, because a statement of that write may still be running there and
+// commit. The
 // ledger's sessions run with statement_timeout at DB_TIMEOUT, so the server
 // cancels such a statement within DB_TIMEOUT of its start; main sets twice
 // that (see openPool).
