@@ -449,3 +449,25 @@ func TestDrainSettlesParkedOrders(t *testing.T) {
 	assert.Equal(t, 2, s.Drain(ctx))
 	checkRedisMatches(t, l.gate, l.checkBooks(t, code), code)
 }
+
+// A release (or refund) whose caller left right after it committed (a
+// client's short deadline) still gives the use back in Redis: restocked ran
+// its terms read under the caller's context, failed, and left Redis holding a
+// use the database had freed (found by the VOPR).
+func TestRestockedAfterTheCallerLeft(t *testing.T) {
+	t.Parallel()
+	l := newTestLedger(t, ledgerOptions{})
+	ctx := context.Background()
+	code := newCode(t)
+	l.createVoucher(t, spec(code, 5, 1, true))
+	order := code + "-a"
+	require.Equal(t, http.StatusCreated, l.reserve(t, code, 1, order, 5_000).Status)
+	_, released, err := l.store.Release(ctx, code, order)
+	require.NoError(t, err)
+	require.True(t, released)
+	l.store.ForgetTerms(code) // the terms must be read again
+	left, cancel := context.WithCancel(ctx)
+	cancel()
+	require.NoError(t, l.led.restocked(left, code, order))
+	checkRedisMatches(t, l.gate, l.checkBooks(t, code), code)
+}

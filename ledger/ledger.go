@@ -391,11 +391,17 @@ func (l *Ledger) Refund(ctx context.Context, code, orderID string) (voucher.Rese
 // only leaves Redis holding a use (undersell) until the reconciler notices, or
 // a proxy's sold-out flag standing until its TTL.
 func (l *Ledger) restocked(ctx context.Context, code, orderID string) error {
-	v, err := l.store.Terms(ctx, code)
-	if err != nil || l.gate == nil {
+	// The release has committed: what follows runs even when the caller has
+	// left (a client's deadline), or Redis would keep the use it gave back.
+	bg := context.WithoutCancel(ctx)
+	if l.gate == nil {
+		return nil
+	}
+	v, err := l.store.Terms(bg, code)
+	if err != nil {
+		l.settler.Park(code, []string{orderID}) // Resolve gives its use back once the database answers
 		return err
 	}
-	bg := context.WithoutCancel(ctx)
 	if v.FlashSale {
 		if _, err := l.gate.Release(bg, code, orderID); err != nil {
 			l.log.Error("release in redis", "code", code, "order", orderID, "err", err)
