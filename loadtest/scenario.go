@@ -86,11 +86,13 @@ func Scenarios() []Scenario {
 		{Name: "pg-reset", Fault: "ledger->Postgres connections cut as replies come back, mid-transaction and mid-COMMIT (reset_peer toxic) for {d}",
 			Inject: toxic([]string{linkLedgerPG}, "reset_peer", "downstream", map[string]any{"timeout": 0})},
 		// The writes in flight when the ledger dies are answered EOF: the
-		// proxy cannot know whether they committed, answers 503 and hands
-		// the orders to the restarted ledger (its unsettled route), which
-		// settles them after HANGING_GRACE: no reconciler needed.
+		// proxy hands the orders to the restarted ledger (its unsettled
+		// route), which settles them after HANGING_GRACE. That passed in two
+		// runs and left one use held in a third (issue 22's closing note),
+		// so the scenario keeps the reconciler until that is understood.
 		{Name: "ledger-kill", Fault: "kill -9 the ledger with writes in flight, down for {d}, restarted",
-			Inject: kill(func(r *rig) *devstack.Service { return r.st.Ledger })},
+			Reconciler: "writes in flight die with the ledger: the proxy hands them over, but one run still left a use held with no row (open, issue 22)",
+			Inject:     kill(func(r *rig) *devstack.Service { return r.st.Ledger })},
 		{Name: "ledger-pair-kill", TwoLedgers: true, Fault: "two ledgers behind a TCP balancer the proxy talks to; kill -9 one, down for {d}, restarted",
 			Inject: kill(func(r *rig) *devstack.Service { return r.ledgerB })},
 		// Claims admitted in Redis whose write was still in the killed
