@@ -7,6 +7,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 
+	"github.com/flashgate/flashgate/shared/api"
 	"github.com/flashgate/flashgate/shared/httpx"
 	"github.com/flashgate/flashgate/shared/voucher"
 )
@@ -27,17 +28,17 @@ func (s *Server) adminRoutes(r gin.IRoutes) {
 	if l := s.ledger; l != nil { // nil only where a test lists the routes
 		a.op, a.store, a.log = NewOperator(l.store, l.gate, l.pub, l.Warmup, l.log), l.store, l.log
 	}
-	r.POST("/admin/vouchers", a.create)
-	r.GET("/admin/vouchers", a.list)
-	r.GET("/admin/vouchers/:code", a.get)
-	r.PATCH("/admin/vouchers/:code", a.patch)
-	r.POST("/admin/vouchers/:code/pause", func(c *gin.Context) { a.setPaused(c, true) })
-	r.POST("/admin/vouchers/:code/resume", func(c *gin.Context) { a.setPaused(c, false) })
-	r.POST("/admin/vouchers/:code/warmup", a.warmup)
-	r.POST("/admin/vouchers/:code/reconcile", a.reconcile)
-	r.GET("/admin/vouchers/:code/reservations", a.reservations)
-	r.GET("/admin/vouchers/:code/reservations.csv", a.export)
-	r.GET("/admin/vouchers/:code/audit", a.audit)
+	r.POST(api.RouteVouchers, a.create)
+	r.GET(api.RouteVouchers, a.list)
+	r.GET(api.RouteVoucher, a.get)
+	r.PATCH(api.RouteVoucher, a.patch)
+	r.POST(api.RoutePause, func(c *gin.Context) { a.setPaused(c, true) })
+	r.POST(api.RouteResume, func(c *gin.Context) { a.setPaused(c, false) })
+	r.POST(api.RouteWarmup, a.warmup)
+	r.POST(api.RouteReconcile, a.reconcile)
+	r.GET(api.RouteVoucherReservations, a.reservations)
+	r.GET(api.RouteExport, a.export)
+	r.GET(api.RouteAudit, a.audit)
 	a.eventRoutes(r)
 }
 

@@ -6,6 +6,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 
+	"github.com/flashgate/flashgate/shared/api"
 	"github.com/flashgate/flashgate/shared/events"
 	"github.com/flashgate/flashgate/shared/httpx"
 	"github.com/flashgate/flashgate/shared/voucher"
@@ -27,8 +28,8 @@ type ParkedPage struct {
 
 // eventRoutes registers the outbox's admin routes.
 func (a *admin) eventRoutes(r gin.IRoutes) {
-	r.GET("/admin/events", a.events)
-	r.POST("/admin/events/:id/retry", a.retryEvent)
+	r.GET(api.RouteEvents, a.events)
+	r.POST(api.RouteEventRetry, a.retryEvent)
 }
 
 // events answers the pull feed (events up to the watermark: final, so a

@@ -9,9 +9,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/flashgate/flashgate/shared/api"
 	"github.com/flashgate/flashgate/shared/devstack"
 	"github.com/flashgate/flashgate/shared/devstack/devstacktest"
-	"github.com/flashgate/flashgate/shared/httpx"
 	"github.com/flashgate/flashgate/shared/httpx/httpxtest"
 )
 
@@ -41,13 +41,13 @@ func TestFaultLoggedOnce(t *testing.T) {
 	require.Equal(t, http.StatusCreated, r.Status, r.Raw)
 	require.NoError(t, pg.Stop())
 
-	r = httpxtest.Call(t, httpxtest.RequestIDClient("probe-503-xyz"), http.MethodPost, base+httpx.ReservationsPath(code),
+	r = httpxtest.Call(t, httpxtest.RequestIDClient("probe-503-xyz"), http.MethodPost, base+api.ReservationsPath(code),
 		token, claimBody(1, code+"-o1", 5_000))
 	require.Equal(t, http.StatusServiceUnavailable, r.Status, "reserve with Postgres stopped: %s", r.Raw)
 
 	claims := []any{claimBody(2, code+"-o2", 5_000), claimBody(3, code+"-o3", 5_000)}
 	r = httpxtest.Call(t, httpxtest.RequestIDClient("probe-503-batch"), http.MethodPost,
-		base+httpx.InternalPrefix+httpx.ReservationsPath(code)+"/batch", token, map[string]any{"claims": claims})
+		base+api.InternalPrefix+api.ReservationsPath(code)+"/batch", token, map[string]any{"claims": claims})
 	status, body := r.Status, []byte(r.Raw)
 	var batch struct{ Results []struct{ Status int } }
 	unavailable := 0

@@ -27,7 +27,7 @@ func (s *Store) InsertMany(ctx context.Context, v voucher.Voucher, claims []vouc
 	rows, err := s.groupCommit(ctx, s.pool, v, claims)
 	if err != nil {
 		err = translate(fmt.Errorf("write %d reservations for %s: %w", len(claims), v.Code, err))
-		if errors.As(err, new(*voucher.Error)) || errors.Is(err, errOrderTaken) {
+		if !voucher.IsFault(err) || errors.Is(err, errOrderTaken) {
 			return nil, true, nil // a guard or a constraint fired
 		}
 		return nil, false, err

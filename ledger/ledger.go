@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"time"
@@ -252,7 +251,7 @@ func (l *Ledger) WriteAdmittedMany(ctx context.Context, code string, claims []vo
 		}
 		switch err := out[i].err; {
 		case err == nil:
-		case !errors.As(err, new(*voucher.Error)):
+		case voucher.IsFault(err):
 			// A fault (timeout, the caller left, the connection broke, no
 			// connection at all): the write may have committed, or the order
 			// may have had its row already, so nothing is given back yet. The
@@ -319,7 +318,7 @@ func (l *Ledger) Confirm(ctx context.Context, code, orderID string) (voucher.Res
 	for {
 		r, did, err := l.store.LateConfirm(ctx, code, orderID, mayTake)
 		switch {
-		case heldByUs && err != nil && !errors.As(err, new(*voucher.Error)):
+		case heldByUs && voucher.IsFault(err):
 			l.settler.Park(code, []string{orderID}) // a fault: the database decides later
 		case heldByUs && err != nil:
 			if _, rerr := l.gate.Release(context.WithoutCancel(ctx), code, orderID); rerr != nil {
@@ -344,7 +343,7 @@ func (l *Ledger) Confirm(ctx context.Context, code, orderID string) (voucher.Res
 			return voucher.Reservation{}, errLateNoUseLeft
 		case res == gate.AlreadyUsed:
 			return voucher.Reservation{}, errLateOverLimit
-		case err != nil && !errors.As(err, new(*voucher.Error)):
+		case voucher.IsFault(err):
 			return voucher.Reservation{}, err // not loaded after a warmup, or unknown
 		}
 		// Reserved: the gate took the use. Anything else (the order is held or

@@ -9,10 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/flashgate/flashgate/shared/api"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-
-	"github.com/flashgate/flashgate/shared/httpx"
 )
 
 // The article's own check, over HTTP: 200 customers race for 10 uses.
@@ -115,11 +114,11 @@ func TestReserveIdempotentUnderConcurrency(t *testing.T) {
 	for _, r := range replies {
 		assert.Equal(t, http.StatusCreated, r.Status, r.Raw)
 		assert.Equal(t, replies[0].Raw, r.Raw)
-		if r.Header.Get(httpx.ReplayedHeader) != "true" {
+		if r.Header.Get(api.HeaderReplayed) != "true" {
 			originals++
 		}
 	}
-	assert.Equal(t, 1, originals, "every answer but the first is marked %s", httpx.ReplayedHeader)
+	assert.Equal(t, 1, originals, "every answer but the first is marked %s", api.HeaderReplayed)
 	assert.JSONEq(t, fmt.Sprintf(`{"orderId":%q,"discountAmount":100000}`, code+"-same"), replies[0].Raw)
 	assert.Equal(t, dbCounts{Used: 1, Rows: 1, Active: 1, MaxPerCustomer: 1}, l.counts(t, code))
 }

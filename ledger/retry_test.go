@@ -11,7 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/flashgate/flashgate/shared/httpx"
+	"github.com/flashgate/flashgate/shared/api"
 	"github.com/flashgate/flashgate/shared/voucher"
 )
 
@@ -33,7 +33,7 @@ func TestReserveRetries(t *testing.T) {
 
 			first := l.call(t, "POST", res, claimBody(1, o, 5_000))
 			require.Equal(t, 201, first.Status, first.Raw)
-			assert.Empty(t, first.Header.Get(httpx.ReplayedHeader), "the first answer is no replay")
+			assert.Empty(t, first.Header.Get(api.HeaderReplayed), "the first answer is no replay")
 			assert.JSONEq(t, fmt.Sprintf(`{"orderId":%q,"discountAmount":5000}`, o), first.Raw, "the discount is capped at the order")
 
 			// The voucher's terms change under the held order: it is sold out,
@@ -52,7 +52,7 @@ func TestReserveRetries(t *testing.T) {
 				r := l.call(t, "POST", res, claimBody(1, o, 5_000))
 				assert.Equal(t, 201, r.Status, r.Raw)
 				assert.Equal(t, first.Raw, r.Raw)
-				assert.Equal(t, "true", r.Header.Get(httpx.ReplayedHeader))
+				assert.Equal(t, "true", r.Header.Get(api.HeaderReplayed))
 			}
 			for name, c := range map[string]struct {
 				path string
@@ -65,7 +65,7 @@ func TestReserveRetries(t *testing.T) {
 				r := l.call(t, "POST", c.path, c.body)
 				assert.Equal(t, 409, r.Status, "%s: %s", name, r.Raw)
 				assert.Equal(t, voucher.CodeOrderConflict, r.Code(), name)
-				assert.Empty(t, r.Header.Get(httpx.ReplayedHeader), name)
+				assert.Empty(t, r.Header.Get(api.HeaderReplayed), name)
 			}
 			require.Equal(t, 204, l.call(t, "DELETE", res+"/"+o, nil).Status)
 			r := l.call(t, "POST", res, claimBody(1, o, 5_000))
@@ -89,10 +89,10 @@ func TestAdmittedRouteReplayHeader(t *testing.T) {
 	path := "/internal/vouchers/" + code + "/reservations"
 	r := l.call(t, "POST", path, claimBody(1, code+"-a", 150_000))
 	require.Equal(t, 201, r.Status, r.Raw)
-	assert.Empty(t, r.Header.Get(httpx.ReplayedHeader))
+	assert.Empty(t, r.Header.Get(api.HeaderReplayed))
 	r = l.call(t, "POST", path, claimBody(1, code+"-a", 150_000))
 	require.Equal(t, 201, r.Status, r.Raw)
-	assert.Equal(t, "true", r.Header.Get(httpx.ReplayedHeader))
+	assert.Equal(t, "true", r.Header.Get(api.HeaderReplayed))
 	r = l.call(t, "POST", path, claimBody(1, code+"-a", 150_001))
 	assert.Equal(t, 409, r.Status, r.Raw)
 	assert.Equal(t, voucher.CodeOrderConflict, r.Code())
@@ -273,7 +273,7 @@ func TestFlashPausedInDatabaseGivesBack(t *testing.T) {
 	assert.GreaterOrEqual(t, paused, 2, "the gate admitted at least its 2 uses, and the database refused them")
 	r := l.call(t, "POST", res, claimBody(1, code+"-held", 150_000))
 	assert.Equal(t, 201, r.Status, "a held order's retry while paused: %s", r.Raw)
-	assert.Equal(t, "true", r.Header.Get(httpx.ReplayedHeader))
+	assert.Equal(t, "true", r.Header.Get(api.HeaderReplayed))
 	b := l.checkBooks(t, code)
 	assert.Equal(t, 1, b.Used)
 	checkRedisMatches(t, l.gate, b, code)

@@ -7,6 +7,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 
+	"github.com/flashgate/flashgate/shared/api"
 	"github.com/flashgate/flashgate/shared/httpx"
 	"github.com/flashgate/flashgate/shared/voucher"
 )
@@ -22,7 +23,7 @@ type Server struct {
 	tokens  map[string]string // LEDGER_TOKENS: named tokens beside token (named "default")
 	metrics *httpx.Metrics    // nil: no /metrics
 
-	hangingGrace time.Duration // HANGING_GRACE, served on httpx.SettingsPath
+	hangingGrace time.Duration // HANGING_GRACE, served on api.SettingsPath
 
 	maxInflight int // MAX_INFLIGHT; 0: no bound
 }
@@ -34,16 +35,16 @@ func (s *Server) Handler() *gin.Engine {
 
 	s.adminRoutes(r)
 
-	r.POST("/vouchers/:code/reservations", s.reserve)
-	r.GET("/vouchers/:code/reservations/:orderId", s.getReservation)
-	r.POST("/vouchers/:code/reservations/:orderId/confirm", s.confirm)
-	r.DELETE("/vouchers/:code/reservations/:orderId", s.release)
-	r.POST("/vouchers/:code/reservations/:orderId/refund", s.refund)
+	r.POST(api.RouteReservations, s.reserve)
+	r.GET(api.RouteReservation, s.getReservation)
+	r.POST(api.RouteConfirm, s.confirm)
+	r.DELETE(api.RouteReservation, s.release)
+	r.POST(api.RouteRefund, s.refund)
 
-	r.POST("/internal/vouchers/:code/reservations", s.writeAdmitted)
-	r.POST("/internal/vouchers/:code/reservations/batch", s.writeAdmittedBatch)
-	r.POST("/internal/vouchers/:code/unsettled", s.unsettled)
-	r.GET(httpx.SettingsPath, s.settings)
+	r.POST(api.RouteAdmitted, s.writeAdmitted)
+	r.POST(api.RouteAdmittedBatch, s.writeAdmittedBatch)
+	r.POST(api.RouteUnsettled, s.unsettled)
+	r.GET(api.SettingsPath, s.settings)
 	return r
 }
 
@@ -72,10 +73,10 @@ func (s *Server) reserve(c *gin.Context) {
 }
 
 // writeReceipt answers a reserve with 201, the reservation's Location and the
-// stored discount; a replay says so in httpx.ReplayedHeader.
+// stored discount; a replay says so in api.HeaderReplayed.
 func writeReceipt(c *gin.Context, code string, r voucher.Reservation, replayed bool) {
 	if replayed {
-		c.Header(httpx.ReplayedHeader, "true")
+		c.Header(api.HeaderReplayed, "true")
 	}
 	httpx.SetLocation(c, code, r.OrderID)
 	c.JSON(http.StatusCreated, voucher.Receipt{OrderID: r.OrderID, DiscountAmount: r.DiscountAmount})
@@ -95,15 +96,6 @@ func (s *Server) writeAdmitted(c *gin.Context) {
 	writeReceipt(c, code, r, replayed)
 }
 
-// ItemReply is one claim's answer in a batch: the status and body the single
-// route would have answered, and Replayed where it would have set
-// httpx.ReplayedHeader.
-type ItemReply struct {
-	Status   int  `json:"status"`
-	Body     any  `json:"body"`
-	Replayed bool `json:"replayed,omitempty"`
-}
-
 func (s *Server) writeAdmittedBatch(c *gin.Context) {
 	code, err := httpx.CodeParam(c)
 	if err != nil {
@@ -116,17 +108,17 @@ func (s *Server) writeAdmittedBatch(c *gin.Context) {
 		return
 	}
 	ws := s.ledger.WriteAdmittedMany(c, code, claims)
-	out := make([]ItemReply, len(claims))
+	out := make([]api.ItemReply[any], len(claims))
 	for i, w := range ws {
 		if w.err != nil {
 			st, body := httpx.AnswerError(c, w.err) // each claim's fault is logged once, as WriteError would
-			out[i] = ItemReply{Status: st, Body: body}
+			out[i] = api.ItemReply[any]{Status: st, Body: body}
 			continue
 		}
-		out[i] = ItemReply{Status: http.StatusCreated, Replayed: w.replayed,
+		out[i] = api.ItemReply[any]{Status: http.StatusCreated, Replayed: w.replayed,
 			Body: voucher.Receipt{OrderID: w.r.OrderID, DiscountAmount: w.r.DiscountAmount}}
 	}
-	c.JSON(http.StatusOK, gin.H{"results": out})
+	c.JSON(http.StatusOK, api.BatchReply[any]{Results: out})
 }
 
 // unsettled takes orders whose admission's fate a proxy could not learn

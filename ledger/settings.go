@@ -3,14 +3,13 @@ package main
 import (
 	"net/http"
 
+	"github.com/flashgate/flashgate/shared/api"
 	"github.com/gin-gonic/gin"
-
-	"github.com/flashgate/flashgate/shared/httpx"
 )
 
 // settings answers GET /internal/settings: the ledger settings a proxy's must
 // agree with (a proxy refuses to start with a LEDGER_TIMEOUT at or above the
 // HANGING_GRACE it reads here).
 func (s *Server) settings(c *gin.Context) {
-	c.JSON(http.StatusOK, httpx.NewLedgerSettings(s.hangingGrace))
+	c.JSON(http.StatusOK, api.NewLedgerSettings(s.hangingGrace))
 }

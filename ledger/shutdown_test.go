@@ -12,10 +12,10 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/flashgate/flashgate/shared/api"
 	"github.com/flashgate/flashgate/shared/devstack"
 	"github.com/flashgate/flashgate/shared/devstack/devstacktest"
 	"github.com/flashgate/flashgate/shared/envconf"
-	"github.com/flashgate/flashgate/shared/httpx"
 	"github.com/flashgate/flashgate/shared/httpx/httpxtest"
 )
 
@@ -45,7 +45,7 @@ func TestSIGTERMUnderLoad(t *testing.T) {
 	res := httpxtest.ShutdownLoad{
 		URL: lp.URL, Delay: delay, Workers: 32, Warmup: 500 * time.Millisecond,
 		Request: func(w, i int) (string, string, any) {
-			return http.MethodPost, httpx.ReservationsPath(code), claimBody(int64(1+w*1000+i%1000), fmt.Sprintf("w%d-%d", w, i), 5_000)
+			return http.MethodPost, api.ReservationsPath(code), claimBody(int64(1+w*1000+i%1000), fmt.Sprintf("w%d-%d", w, i), 5_000)
 		},
 		Stop: lp.Stop,
 		Hold: hold, Release: release,
@@ -121,9 +121,9 @@ func TestLedgerSettingsRoute(t *testing.T) {
 	}, "http://"+addr+"/healthz", os.Stderr)
 	require.NoError(t, err)
 	t.Cleanup(func() { led.Stop() })
-	r := call(t, http.MethodGet, "http://"+addr+httpx.SettingsPath, "", nil)
+	r := call(t, http.MethodGet, "http://"+addr+api.SettingsPath, "", nil)
 	assert.Equal(t, http.StatusUnauthorized, r.Status, r.Raw)
-	r = call(t, http.MethodGet, "http://"+addr+httpx.SettingsPath, "settings-token", nil)
+	r = call(t, http.MethodGet, "http://"+addr+api.SettingsPath, "settings-token", nil)
 	require.Equal(t, http.StatusOK, r.Status, r.Raw)
 	assert.Equal(t, map[string]any{"hangingGrace": "2s"}, r.Body)
 }
@@ -144,6 +144,6 @@ func TestLedgerReadiness(t *testing.T) {
 	code := newCode(t)
 	r = call(t, http.MethodPost, lp.URL+"/admin/vouchers", "", spec(code, 10, 1, false))
 	require.Equal(t, http.StatusCreated, r.Status, r.Raw)
-	r = call(t, http.MethodPost, lp.URL+httpx.ReservationsPath(code), "", claimBody(1, "o1", 5_000))
+	r = call(t, http.MethodPost, lp.URL+api.ReservationsPath(code), "", claimBody(1, "o1", 5_000))
 	assert.Equal(t, http.StatusCreated, r.Status, "a standard reserve with redis down: %s", r.Raw)
 }

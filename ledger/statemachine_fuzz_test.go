@@ -14,7 +14,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/flashgate/flashgate/shared/httpx"
+	"github.com/flashgate/flashgate/shared/api"
 	"github.com/flashgate/flashgate/shared/voucher"
 )
 
@@ -376,8 +376,8 @@ func smCheckAnswer(t *testing.T, step string, kind int, id string, got reply, wa
 		}
 	case http.StatusCreated:
 		smCheckJSON(t, step, got.Raw, fmt.Sprintf(`{"orderId":%q,"discountAmount":%d}`, id, smDiscount))
-		if replayed := got.Header.Get(httpx.ReplayedHeader) == "true"; replayed != want.replayed {
-			t.Errorf("%s: %s header %q, want replayed %v", step, httpx.ReplayedHeader, got.Header.Get(httpx.ReplayedHeader), want.replayed)
+		if replayed := got.Header.Get(api.HeaderReplayed) == "true"; replayed != want.replayed {
+			t.Errorf("%s: %s header %q, want replayed %v", step, api.HeaderReplayed, got.Header.Get(api.HeaderReplayed), want.replayed)
 		}
 	case http.StatusOK:
 		switch kind {

@@ -12,7 +12,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/flashgate/flashgate/shared/httpx"
+	"github.com/flashgate/flashgate/shared/api"
 	"github.com/flashgate/flashgate/shared/voucher"
 )
 
@@ -180,7 +180,7 @@ func TestAdmittedBatchRoute(t *testing.T) {
 	}
 	assert.Equal(t, dbCounts{Used: 2, Rows: 2, Active: 2, MaxPerCustomer: 1}, l.counts(t, code))
 
-	tooMany := make([]map[string]any, httpx.MaxBatchClaims+1)
+	tooMany := make([]map[string]any, api.MaxBatchClaims+1)
 	for i := range tooMany {
 		tooMany[i] = claimBody(int64(100+i), fmt.Sprintf("%s-m%d", code, i), 5_000)
 	}

@@ -13,9 +13,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/flashgate/flashgate/shared/api"
 	vegeta "github.com/tsenart/vegeta/v12/lib"
-
-	"github.com/flashgate/flashgate/shared/httpx"
 )
 
 // AttackOptions size the load generator. It is an open model: requests leave at
@@ -193,7 +192,7 @@ func (p countedPacer) Pace(elapsed time.Duration, hits uint64) (time.Duration, b
 // reserveURL is where a reserve of voucher code is POSTed on base, the URL of
 // a proxy (or of the ceiling server).
 func reserveURL(base, code string) string {
-	return base + httpx.ReservationsPath(code)
+	return base + api.ReservationsPath(code)
 }
 
 // reserveBody is o's reserve body, for amount unless o has its own (a replay).
@@ -276,7 +275,7 @@ func postReserve(ctx context.Context, client *http.Client, url string, o Order) 
 		s.Code = jsonString(raw, "error")
 	}
 	var wait time.Duration
-	if n, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil && n > 0 {
+	if n, err := strconv.Atoi(resp.Header.Get(api.HeaderRetryAfter)); err == nil && n > 0 {
 		wait = time.Duration(n) * time.Second
 	}
 	return s, wait

@@ -10,6 +10,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/flashgate/flashgate/shared/api"
 )
 
 // readyEvery is how often a balancer that follows readiness asks each backend's
@@ -60,7 +62,7 @@ func (b *balancer) followReadiness() {
 			tick := time.NewTicker(readyEvery)
 			defer tick.Stop()
 			for {
-				b.ready[i].Store(isReady(client, "http://"+addr+"/readyz"))
+				b.ready[i].Store(isReady(client, "http://"+addr+api.ReadyzPath))
 				select {
 				case <-b.stop:
 					return

@@ -13,6 +13,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 
+	"github.com/flashgate/flashgate/shared/api"
 	"github.com/flashgate/flashgate/shared/devstack"
 	"github.com/flashgate/flashgate/shared/httpx"
 	"github.com/flashgate/flashgate/shared/voucher"
@@ -25,14 +26,14 @@ import (
 // the caller's to set (runCeiling sets release mode).
 func ceilingHandler() http.Handler {
 	r := gin.New()
-	r.GET("/healthz", func(c *gin.Context) { c.JSON(http.StatusOK, gin.H{"status": "ok"}) })
-	r.POST(httpx.ReservationsPath(":code"), func(c *gin.Context) {
+	r.GET(api.HealthzPath, func(c *gin.Context) { c.JSON(http.StatusOK, gin.H{"status": "ok"}) })
+	r.POST(api.ReservationsPath(":code"), func(c *gin.Context) {
 		if _, err := httpx.BindClaim(c); err != nil {
 			httpx.WriteError(c, err)
 			return
 		}
 		e := voucher.ErrOutOfStock
-		c.JSON(http.StatusConflict, httpx.ErrorBody{Error: e.Code, Message: e.Message})
+		c.JSON(http.StatusConflict, api.ErrorBody{Error: e.Code, Message: e.Message})
 	})
 	return r
 }
@@ -112,7 +113,7 @@ func startChild(command string, args ...string) (*ceilingProcess, error) {
 	}
 	client := &http.Client{Timeout: time.Second}
 	for deadline := time.Now().Add(10 * time.Second); ; {
-		resp, err := client.Get(p.URL + "/healthz")
+		resp, err := client.Get(p.URL + api.HealthzPath)
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {

@@ -4,7 +4,7 @@ import (
 	"net/http"
 	"testing"
 
-	"github.com/flashgate/flashgate/shared/httpx"
+	"github.com/flashgate/flashgate/shared/api"
 	"github.com/flashgate/flashgate/shared/httpx/httpxtest"
 )
 
@@ -13,5 +13,5 @@ import (
 // the proxy's BenchmarkReserveSoldOut is compared with.
 func BenchmarkCeiling(b *testing.B) {
 	body := []byte(`{"customerId":3,"orderId":"bench-order-1","orderAmount":5000}`)
-	httpxtest.BenchServe(b, ceilingHandler(), httpx.ReservationsPath("BENCH"), body, http.StatusConflict)
+	httpxtest.BenchServe(b, ceilingHandler(), api.ReservationsPath("BENCH"), body, http.StatusConflict)
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/flashgate/flashgate/shared/agreement"
+	"github.com/flashgate/flashgate/shared/api"
 )
 
 // The invariants of DESIGN.md principle 5 (issue 22): at the end of a
@@ -120,7 +121,7 @@ func (r *rig) repairCheck(ctx context.Context, codes ...string) Check {
 func readRepairMetrics(ctx context.Context, ledgerURL string) ([]string, error) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	lines, err := agreement.MetricRepairs(ctx, http.DefaultClient, ledgerURL+"/metrics")
+	lines, err := agreement.MetricRepairs(ctx, http.DefaultClient, ledgerURL+api.MetricsPath)
 	for i, l := range lines {
 		lines[i] = ledgerURL + ": " + l
 	}

@@ -9,6 +9,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/flashgate/flashgate/shared/api"
 )
 
 // serverHistogram is the proxy's own view of the reserves' latency: the
@@ -18,10 +20,10 @@ import (
 // waited in the load generator or the kernel on a machine they share.
 type serverHistogram map[float64]float64 // upper bound (s) -> cumulative count
 
-const reserveRoute = `route="/vouchers/:code/reservations"`
+var reserveRoute = `route="` + api.RouteReservations + `"`
 
 func readServerHistogram(ctx context.Context, url string) (serverHistogram, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url+"/metrics", nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url+api.MetricsPath, nil)
 	if err != nil {
 		return nil, err
 	}

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/flashgate/flashgate/shared/api"
 )
 
 // ProcSample is one instance's memory and goroutines at one moment, from its
@@ -41,7 +43,7 @@ func startSampler(ctx context.Context, f *fleet, every time.Duration) *sampler {
 		defer tick.Stop()
 		for {
 			for _, m := range f.members {
-				p, err := readProc(ctx, client, "http://"+m.addr+"/metrics")
+				p, err := readProc(ctx, client, "http://"+m.addr+api.MetricsPath)
 				if err != nil {
 					continue // down (killed, restarting): no sample
 				}

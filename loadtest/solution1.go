@@ -9,6 +9,7 @@ import (
 	"github.com/gin-gonic/gin"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/flashgate/flashgate/shared/api"
 	"github.com/flashgate/flashgate/shared/httpx"
 	"github.com/flashgate/flashgate/shared/voucher"
 )
@@ -22,8 +23,8 @@ import (
 // per-customer count and no idempotency (the article's code has neither).
 func solution1Handler(pool *pgxpool.Pool) http.Handler {
 	r := gin.New()
-	r.GET("/healthz", func(c *gin.Context) { c.JSON(http.StatusOK, gin.H{"status": "ok"}) })
-	r.POST(httpx.ReservationsPath(":code"), func(c *gin.Context) {
+	r.GET(api.HealthzPath, func(c *gin.Context) { c.JSON(http.StatusOK, gin.H{"status": "ok"}) })
+	r.POST(api.ReservationsPath(":code"), func(c *gin.Context) {
 		code, err := httpx.CodeParam(c)
 		if err != nil {
 			httpx.WriteError(c, err)

@@ -14,8 +14,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/flashgate/flashgate/migrations"
+	"github.com/flashgate/flashgate/shared/api"
 	"github.com/flashgate/flashgate/shared/devstack/devstacktest"
-	"github.com/flashgate/flashgate/shared/httpx"
 )
 
 // TestSolution1Exact: the article's one transaction per reservation, hammered
@@ -42,7 +42,7 @@ func TestSolution1Exact(t *testing.T) {
 		wg.Go(func() {
 			for i := range 10 {
 				body := wrkBody(int64(g*10+i+1), fmt.Sprintf("%s-%d-%d", code, g, i))
-				resp, err := http.Post(srv.URL+httpx.ReservationsPath(code), "application/json", strings.NewReader(body))
+				resp, err := http.Post(srv.URL+api.ReservationsPath(code), "application/json", strings.NewReader(body))
 				if err != nil {
 					t.Error(err)
 					return

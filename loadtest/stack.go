@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 
+	"github.com/flashgate/flashgate/shared/api"
 	"github.com/flashgate/flashgate/shared/devstack"
 )
 
@@ -91,13 +92,13 @@ func StartStack(o StackOptions) (s *Stack, err error) {
 	env := append([]string{"LEDGER_ADDR=" + s.LedgerAddr, "DATABASE_URL=" + cmp.Or(o.LedgerDBURL, s.DBURL),
 		"REDIS_URL=" + cmp.Or(o.LedgerRedisURL, s.RedisURL), "LEDGER_TOKEN=" + o.Token}, o.LedgerEnv...)
 	s.ledgerEnv = env
-	if s.Ledger, err = devstack.StartService("ledger", ledgerBin, env, s.LedgerURL+"/healthz", s.serviceLog); err != nil {
+	if s.Ledger, err = devstack.StartService("ledger", ledgerBin, env, s.LedgerURL+api.HealthzPath, s.serviceLog); err != nil {
 		return s, err
 	}
 	env = append([]string{"PROXY_ADDR=" + s.ProxyAddr, "REDIS_URL=" + cmp.Or(o.ProxyRedisURL, s.RedisURL),
 		"LEDGER_URL=" + cmp.Or(o.ProxyLedgerURL, s.LedgerURL), "LEDGER_TOKEN=" + o.Token}, o.ProxyEnv...)
 	s.proxyEnv = env
-	if s.Proxy, err = devstack.StartService("proxy", proxyBin, env, s.ProxyURL+"/healthz", s.serviceLog); err != nil {
+	if s.Proxy, err = devstack.StartService("proxy", proxyBin, env, s.ProxyURL+api.HealthzPath, s.serviceLog); err != nil {
 		return s, err
 	}
 	return s, nil
@@ -113,7 +114,7 @@ func (s *Stack) StartProxy(name string, env ...string) (string, error) {
 	}
 	env = append([]string{"PROXY_ADDR=" + addr, "REDIS_URL=" + s.RedisURL,
 		"LEDGER_URL=" + s.LedgerURL, "LEDGER_TOKEN=" + s.Token}, env...)
-	svc, err := devstack.StartService(name, s.proxyBin, env, "http://"+addr+"/healthz", s.serviceLog)
+	svc, err := devstack.StartService(name, s.proxyBin, env, "http://"+addr+api.HealthzPath, s.serviceLog)
 	if err != nil {
 		return "", err
 	}
@@ -131,7 +132,7 @@ func (s *Stack) StartProxyLike(name, addr string, env ...string) (*devstack.Serv
 		return nil, "", err
 	}
 	env = append(append(slices.Clone(s.proxyEnv), "PROXY_ADDR="+addr), env...)
-	svc, err := devstack.StartService(name, s.proxyBin, env, "http://"+addr+"/healthz", s.serviceLog)
+	svc, err := devstack.StartService(name, s.proxyBin, env, "http://"+addr+api.HealthzPath, s.serviceLog)
 	if err != nil {
 		return nil, "", err
 	}
@@ -150,7 +151,7 @@ func (s *Stack) StartLedger(name, addr string, env ...string) (*devstack.Service
 	}
 	// A later entry of the same variable wins (os/exec keeps the last).
 	env = append(append(slices.Clone(s.ledgerEnv), "LEDGER_ADDR="+addr), env...)
-	svc, err := devstack.StartService(name, s.ledgerBin, env, "http://"+addr+"/healthz", s.serviceLog)
+	svc, err := devstack.StartService(name, s.ledgerBin, env, "http://"+addr+api.HealthzPath, s.serviceLog)
 	if err != nil {
 		return nil, "", err
 	}

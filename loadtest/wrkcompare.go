@@ -11,7 +11,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/flashgate/flashgate/shared/httpx"
+	"github.com/flashgate/flashgate/shared/api"
 	"github.com/flashgate/flashgate/shared/voucher"
 )
 
@@ -23,7 +23,7 @@ type wrkPath func(ctx context.Context, b *Bench) (wrkScript, error)
 // wrkPaths are the paths the wrk table measures, by name (see allPaths).
 var wrkPaths = map[string]wrkPath{
 	pathCeiling: func(context.Context, *Bench) (wrkScript, error) {
-		return constantRequest(httpx.ReservationsPath("CEILING"), wrkBody(3, "wrk-ceiling-1")), nil
+		return constantRequest(api.ReservationsPath("CEILING"), wrkBody(3, "wrk-ceiling-1")), nil
 	},
 	pathSoldOut:    wrkSoldOut,
 	pathGate:       wrkGate,
@@ -50,7 +50,7 @@ func wrkSoldOut(ctx context.Context, b *Bench) (wrkScript, error) {
 			return "", err
 		}
 	}
-	return constantRequest(httpx.ReservationsPath(code), wrkBody(3, code+"-x")), nil
+	return constantRequest(api.ReservationsPath(code), wrkBody(3, code+"-x")), nil
 }
 
 // wrkGate: a flash voucher with stock, 100 customers at their limit of one;
@@ -67,7 +67,7 @@ func wrkGate(ctx context.Context, b *Bench) (wrkScript, error) {
 		}
 		bodies = append(bodies, wrkBody(c, fmt.Sprintf("%s-g%d", code, c)))
 	}
-	return cycledRequests(httpx.ReservationsPath(code), bodies), nil
+	return cycledRequests(api.ReservationsPath(code), bodies), nil
 }
 
 // wrkFresh: a voucher (flash or standard) with stock for every request; each
@@ -78,7 +78,7 @@ func wrkFresh(flash bool) wrkPath {
 		if err := createVoucherRetrying(ctx, b, VoucherSpec{Code: code, Stock: 50_000_000, PerUser: 1, Flash: flash}); err != nil {
 			return "", err
 		}
-		return freshOrders(httpx.ReservationsPath(code), code+"-", 0, orderAmount), nil
+		return freshOrders(api.ReservationsPath(code), code+"-", 0, orderAmount), nil
 	}
 }
 
@@ -125,7 +125,7 @@ func (b *Bench) reserveOnce(ctx context.Context, code string, customer int64, or
 }
 
 func (b *Bench) postReserve(ctx context.Context, code string, customer int64, order string) (int, []byte, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, b.URL+httpx.ReservationsPath(code),
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, b.URL+api.ReservationsPath(code),
 		strings.NewReader(wrkBody(customer, order)))
 	if err != nil {
 		return 0, nil, err
@@ -144,7 +144,7 @@ func (b *Bench) postReserve(ctx context.Context, code string, customer int64, or
 // was answered 503: admission faults and shed requests. A server without
 // them (ceiling, solution1) reads 0.
 func serviceCounts(ctx context.Context, url string) int64 {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url+"/metrics", nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url+api.MetricsPath, nil)
 	if err != nil {
 		return 0
 	}
@@ -313,7 +313,7 @@ func (c *comparer) wrkSale(ctx context.Context, b *Bench, rate float64) (*WrkSal
 	// An answer takes about 10 ms while the uses sell (each is written), so
 	// that many connections keep rate requests a second coming.
 	conns, delay := atRate(rate, 10)
-	script := freshOrders(httpx.ReservationsPath(code), code+"-", 0, orderAmount).withDelay(delay)
+	script := freshOrders(api.ReservationsPath(code), code+"-", 0, orderAmount).withDelay(delay)
 	r, err := runWrk(ctx, b.URL, script, conns, time.Second)
 	if err != nil {
 		return nil, fmt.Errorf("sale: %w", err)

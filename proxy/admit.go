@@ -16,6 +16,7 @@ import (
 	"github.com/sony/gobreaker/v2"
 	"golang.org/x/sync/singleflight"
 
+	"github.com/flashgate/flashgate/shared/api"
 	"github.com/flashgate/flashgate/shared/batch"
 	"github.com/flashgate/flashgate/shared/gate"
 	"github.com/flashgate/flashgate/shared/httpx"
@@ -89,7 +90,7 @@ type soldOutFlag struct {
 }
 
 // maxForwardBatch bounds the claims of one admitted-write request, within the
-// ledger's batch route's httpx.MaxBatchClaims and httpx.MaxBatchBytes
+// ledger's batch route's api.MaxBatchClaims and api.MaxBatchBytes
 // (TestForwardBatchFitsLedgerRoute checks both).
 const maxForwardBatch = 256
 
@@ -196,7 +197,7 @@ func (a *Admitter) reserve(ctx context.Context, code string, cl voucher.Claim) (
 	// the ledger (standard) knows that state and the terms of this second.
 	if !v.FlashSale {
 		// Standard vouchers: the ledger's guarded UPDATE is all they need.
-		return a.ledger.Do(ctx, "reserve", http.MethodPost, httpx.ReservationsPath(code), cl)
+		return a.ledger.Do(ctx, "reserve", http.MethodPost, api.ReservationsPath(code), cl)
 	}
 	if a.flagged(code, cl.OrderID) {
 		a.flagHits.Add(1)
@@ -269,7 +270,7 @@ func (a *Admitter) reserveFlash(ctx context.Context, code string, cl voucher.Cla
 
 // notDelivered reports whether a ledger call did nothing at the ledger: it was
 // never sent (neverSent), or the ledger shed it before any handler ran
-// (httpx.ShedHeader). Then no row can exist for what it carried.
+// (api.HeaderShed). Then no row can exist for what it carried.
 func notDelivered(rep Reply, err error) bool {
 	if err == nil {
 		return rep.Shed
@@ -338,7 +339,7 @@ func (w *writes) add(code, orderID string) (done func() (alone bool)) {
 // write has the ledger write an admitted claim.
 func (a *Admitter) write(ctx context.Context, code string, cl voucher.Claim) (Reply, error) {
 	if !a.cfg.Coalesce {
-		return a.ledger.Do(ctx, "admitted_write", http.MethodPost, httpx.InternalPrefix+httpx.ReservationsPath(code), cl)
+		return a.ledger.Do(ctx, "admitted_write", http.MethodPost, api.InternalPrefix+api.ReservationsPath(code), cl)
 	}
 	// Admitted together, written together: the ledger commits what one round
 	// admitted in one transaction.

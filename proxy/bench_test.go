@@ -7,6 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/flashgate/flashgate/shared/api"
 	"github.com/flashgate/flashgate/shared/httpx"
 	"github.com/flashgate/flashgate/shared/httpx/httpxtest"
 )
@@ -34,7 +35,7 @@ func BenchmarkReserveSoldOut(b *testing.B) {
 	require.Equal(b, 201, r.Status, r.Raw)
 	require.Equal(b, 409, s.reserve(b, code, 2, code+"-2").Status) // Redis refuses and sets the flag
 	body := []byte(`{"customerId":3,"orderId":"bench-order-1","orderAmount":5000}`)
-	httpxtest.BenchServe(b, benchHandler(s), httpx.ReservationsPath(code), body, http.StatusConflict)
+	httpxtest.BenchServe(b, benchHandler(s), api.ReservationsPath(code), body, http.StatusConflict)
 }
 
 // BenchmarkReserveRedisDecides: a flash voucher with stock, the customer at
@@ -47,5 +48,5 @@ func BenchmarkReserveRedisDecides(b *testing.B) {
 	r := s.reserve(b, code, 1, code+"-1")
 	require.Equal(b, 201, r.Status, r.Raw)
 	body := []byte(`{"customerId":1,"orderId":"bench-order-2","orderAmount":5000}`)
-	httpxtest.BenchServe(b, benchHandler(s), httpx.ReservationsPath(code), body, http.StatusConflict)
+	httpxtest.BenchServe(b, benchHandler(s), api.ReservationsPath(code), body, http.StatusConflict)
 }

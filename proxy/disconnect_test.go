@@ -130,7 +130,7 @@ func TestOrderOfAnotherVoucherThroughProxy(t *testing.T) {
 }
 
 // An admitted batch the ledger shed (its MAX_INFLIGHT requests in flight)
-// never reached a handler: the ledger's 503 says so (httpx.ShedHeader), and
+// never reached a handler: the ledger's 503 says so (api.HeaderShed), and
 // the proxy gives its Redis uses back at once instead of leaving them to the
 // reconciler. Here the ledger holds one request at a time, the first lane's
 // write waits on the voucher's row lock, and the second lane's is shed.

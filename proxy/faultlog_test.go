@@ -11,9 +11,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/flashgate/flashgate/shared/api"
 	"github.com/flashgate/flashgate/shared/devstack"
 	"github.com/flashgate/flashgate/shared/devstack/devstacktest"
-	"github.com/flashgate/flashgate/shared/httpx"
 	"github.com/flashgate/flashgate/shared/httpx/httpxtest"
 )
 
@@ -65,7 +65,7 @@ func TestFaultLoggedOnceLedgerDown(t *testing.T) {
 // probeReserve sends one reserve to the proxy with the request id probeID.
 func probeReserve(tb testing.TB, proxyURL, code string) reply {
 	tb.Helper()
-	return httpxtest.Call(tb, httpxtest.RequestIDClient(probeID), http.MethodPost, proxyURL+httpx.ReservationsPath(code), "",
+	return httpxtest.Call(tb, httpxtest.RequestIDClient(probeID), http.MethodPost, proxyURL+api.ReservationsPath(code), "",
 		map[string]any{"customerId": 1, "orderId": code + "-probe", "orderAmount": 5_000})
 }
 
@@ -73,8 +73,8 @@ func probeReserve(tb testing.TB, proxyURL, code string) reply {
 // within what the ledger's batch route accepts, in claims and in bytes (the
 // longest orderIds and largest numbers a claim may hold).
 func TestForwardBatchFitsLedgerRoute(t *testing.T) {
-	if maxForwardBatch > httpx.MaxBatchClaims {
-		t.Fatalf("maxForwardBatch = %d, want at most httpx.MaxBatchClaims = %d", maxForwardBatch, httpx.MaxBatchClaims)
+	if maxForwardBatch > api.MaxBatchClaims {
+		t.Fatalf("maxForwardBatch = %d, want at most api.MaxBatchClaims = %d", maxForwardBatch, api.MaxBatchClaims)
 	}
 	claims := make([]map[string]any, maxForwardBatch)
 	for i := range claims {
@@ -83,7 +83,7 @@ func TestForwardBatchFitsLedgerRoute(t *testing.T) {
 	}
 	buf, err := json.Marshal(map[string]any{"claims": claims})
 	require.NoError(t, err)
-	if len(buf) > httpx.MaxBatchBytes {
-		t.Fatalf("a batch of %d claims takes %d bytes, want at most httpx.MaxBatchBytes = %d", maxForwardBatch, len(buf), httpx.MaxBatchBytes)
+	if len(buf) > api.MaxBatchBytes {
+		t.Fatalf("a batch of %d claims takes %d bytes, want at most api.MaxBatchBytes = %d", maxForwardBatch, len(buf), api.MaxBatchBytes)
 	}
 }

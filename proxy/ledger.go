@@ -9,12 +9,12 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
-	"net/url"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/sony/gobreaker/v2"
 
+	"github.com/flashgate/flashgate/shared/api"
 	"github.com/flashgate/flashgate/shared/httpx"
 	"github.com/flashgate/flashgate/shared/voucher"
 )
@@ -81,7 +81,7 @@ type Reply struct {
 	Body     []byte
 	Err      error // nil for a 2xx; the domain error the body carries otherwise
 	Replayed bool  // the ledger replayed the order's first answer
-	Shed     bool  // the ledger shed the request before working on it (httpx.ShedHeader)
+	Shed     bool  // the ledger shed the request before working on it (api.HeaderShed)
 }
 
 // newReply reads a ledger answer: an error body ({"error", "message",
@@ -93,7 +93,7 @@ func newReply(status int, body []byte) Reply {
 	if status >= 200 && status < 300 {
 		return rep
 	}
-	var e httpx.ErrorBody
+	var e api.ErrorBody
 	if json.Unmarshal(body, &e) != nil || e.Error == "" {
 		rep.Err = fmt.Errorf("ledger answered %d: %w", status, voucher.ErrUnavailable)
 		return rep
@@ -142,10 +142,10 @@ func (l *LedgerClient) Do(ctx context.Context, call, method, path string, body a
 		req.Header.Set("Content-Type", "application/json")
 	}
 	if l.token != "" {
-		req.Header.Set("Authorization", "Bearer "+l.token)
+		req.Header.Set(api.HeaderAuthorization, api.Bearer(l.token))
 	}
 	if id := httpx.RequestIDFrom(ctx); id != "" {
-		req.Header.Set(httpx.RequestIDHeader, id)
+		req.Header.Set(api.HeaderRequestID, id)
 	}
 	resp, err := l.breaker.Execute(func() (*http.Response, error) { return l.http.Do(req) })
 	if err != nil {
@@ -157,14 +157,14 @@ func (l *LedgerClient) Do(ctx context.Context, call, method, path string, body a
 		return Reply{}, fmt.Errorf("ledger %s %s: read: %w: %w", method, path, err, voucher.ErrUnavailable)
 	}
 	rep := newReply(resp.StatusCode, raw)
-	rep.Replayed = resp.Header.Get(httpx.ReplayedHeader) == "true"
-	rep.Shed = resp.StatusCode == http.StatusServiceUnavailable && resp.Header.Get(httpx.ShedHeader) != ""
+	rep.Replayed = resp.Header.Get(api.HeaderReplayed) == "true"
+	rep.Shed = resp.StatusCode == http.StatusServiceUnavailable && resp.Header.Get(api.HeaderShed) != ""
 	return rep, nil
 }
 
 // Voucher reads a voucher from the ledger's admin route.
 func (l *LedgerClient) Voucher(ctx context.Context, code string) (voucher.Voucher, error) {
-	rep, err := l.Do(ctx, "voucher", http.MethodGet, voucherPath(code), nil)
+	rep, err := l.Do(ctx, "voucher", http.MethodGet, api.VoucherPath(code), nil)
 	if err != nil {
 		return voucher.Voucher{}, err
 	}
@@ -180,7 +180,7 @@ func (l *LedgerClient) Voucher(ctx context.Context, code string) (voucher.Vouche
 
 // Warmup asks the ledger to load a flash voucher into Redis.
 func (l *LedgerClient) Warmup(ctx context.Context, code string) error {
-	rep, err := l.Do(ctx, "warmup", http.MethodPost, voucherPath(code)+"/warmup", nil)
+	rep, err := l.Do(ctx, "warmup", http.MethodPost, api.Fill(api.RouteWarmup, code), nil)
 	if err != nil {
 		return err
 	}
@@ -197,7 +197,7 @@ func (l *LedgerClient) WriteAdmitted(ctx context.Context, code string, claims []
 	ctx, cancel := context.WithTimeout(ctx, l.http.Timeout)
 	defer cancel()
 	rep, err := l.Do(ctx, "admitted_write", http.MethodPost,
-		httpx.InternalPrefix+httpx.ReservationsPath(code)+"/batch", map[string]any{"claims": claims})
+		api.Fill(api.RouteAdmittedBatch, code), api.BatchRequest{Claims: claims})
 	if err != nil {
 		return nil, err
 	}
@@ -208,13 +208,7 @@ func (l *LedgerClient) WriteAdmitted(ctx context.Context, code string, claims []
 		}
 		return out, nil
 	}
-	var body struct {
-		Results []struct {
-			Status   int             `json:"status"`
-			Body     json.RawMessage `json:"body"`
-			Replayed bool            `json:"replayed"`
-		} `json:"results"`
-	}
+	var body api.BatchReply[json.RawMessage]
 	if err := json.Unmarshal(rep.Body, &body); err != nil || len(body.Results) != len(claims) {
 		return nil, fmt.Errorf("ledger batch answer for %s: %d results for %d claims (%v): %w",
 			code, len(body.Results), len(claims), err, voucher.ErrUnavailable)
@@ -225,6 +219,3 @@ func (l *LedgerClient) WriteAdmitted(ctx context.Context, code string, claims []
 	}
 	return out, nil
 }
-
-// voucherPath is the ledger's admin route of one voucher.
-func voucherPath(code string) string { return "/admin/vouchers/" + url.PathEscape(code) }

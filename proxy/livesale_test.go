@@ -10,8 +10,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/flashgate/flashgate/shared/api"
 	"github.com/flashgate/flashgate/shared/gate"
-	"github.com/flashgate/flashgate/shared/httpx"
 )
 
 // each runs f(0..n-1) on at most inflight goroutines at once and returns the
@@ -62,7 +62,7 @@ func (s *stack) flagged(code string) bool {
 }
 
 // replayed reports whether an answer says it replays the order's first one.
-func replayed(r reply) bool { return r.Header.Get(httpx.ReplayedHeader) == "true" }
+func replayed(r reply) bool { return r.Header.Get(api.HeaderReplayed) == "true" }
 
 // notReplay says how r fails to replay first (201, the same body, the
 // header); "" when it does.

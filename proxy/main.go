@@ -15,6 +15,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/flashgate/flashgate/shared/api"
 	"github.com/flashgate/flashgate/shared/envconf"
 	"github.com/flashgate/flashgate/shared/gate"
 	"github.com/flashgate/flashgate/shared/httpx"
@@ -142,7 +143,7 @@ func run(cfg Config, log *slog.Logger) error {
 		if err := life.Err(); err != nil {
 			return err
 		}
-		rep, err := ledger.Do(c, "readyz", http.MethodGet, "/readyz", nil)
+		rep, err := ledger.Do(c, "readyz", http.MethodGet, api.ReadyzPath, nil)
 		if err != nil {
 			return fmt.Errorf("ledger: %w", err)
 		}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 
+	"github.com/flashgate/flashgate/shared/api"
 	"github.com/flashgate/flashgate/shared/httpx"
 )
 
@@ -28,11 +29,11 @@ func (s *Server) Handler() *gin.Engine {
 	r := httpx.NewServiceEngine(httpx.Service{Log: s.log, Metrics: s.metrics, Token: s.token,
 		Ready: func(c *gin.Context) error { return s.ready(c) }, MaxInflight: s.maxInflight})
 
-	r.POST("/vouchers/:code/reservations", s.reserve)
-	r.GET("/vouchers/:code/reservations/:orderId", s.forward("get", "", 0))
-	r.POST("/vouchers/:code/reservations/:orderId/confirm", s.forward("confirm", "/confirm", 0))
-	r.POST("/vouchers/:code/reservations/:orderId/refund", s.forward("refund", "/refund", http.StatusOK))
-	r.DELETE("/vouchers/:code/reservations/:orderId", s.forward("release", "", http.StatusNoContent))
+	r.POST(api.RouteReservations, s.reserve)
+	r.GET(api.RouteReservation, s.forward("get", api.RouteReservation, 0))
+	r.POST(api.RouteConfirm, s.forward("confirm", api.RouteConfirm, 0))
+	r.POST(api.RouteRefund, s.forward("refund", api.RouteRefund, http.StatusOK))
+	r.DELETE(api.RouteReservation, s.forward("release", api.RouteReservation, http.StatusNoContent))
 	return r
 }
 
@@ -58,19 +59,20 @@ func (s *Server) reserve(c *gin.Context) {
 	relay(c, rep)
 }
 
-// forward relays an order's route (get, confirm, refund, release: suffix is
-// what follows the order's path) to the ledger after validating the path.
+// forward relays an order's route (get, confirm, refund, release: route is
+// its pattern, which the ledger serves too) to the ledger after validating the
+// path.
 // When the ledger answers givesBack (a release's 204, a refund's 200), a use
 // may have come back: this proxy's sold-out flag for the voucher is dropped at
 // once (the ledger also publishes the change to every proxy).
-func (s *Server) forward(call, suffix string, givesBack int) gin.HandlerFunc {
+func (s *Server) forward(call, route string, givesBack int) gin.HandlerFunc {
 	return func(c *gin.Context) {
 		code, orderID, err := httpx.OrderParams(c)
 		if err != nil {
 			httpx.WriteError(c, err)
 			return
 		}
-		rep, err := s.ledger.Do(c, call, c.Request.Method, httpx.ReservationPath(code, orderID)+suffix, nil)
+		rep, err := s.ledger.Do(c, call, c.Request.Method, api.Fill(route, code, orderID), nil)
 		if err != nil {
 			httpx.WriteError(c, err)
 			return
@@ -85,10 +87,10 @@ func (s *Server) forward(call, suffix string, givesBack int) gin.HandlerFunc {
 // relay writes the ledger's answer as it is, with its replay mark.
 func relay(c *gin.Context, rep Reply) {
 	if rep.Status == http.StatusServiceUnavailable {
-		c.Header("Retry-After", httpx.RetryAfter)
+		c.Header(api.HeaderRetryAfter, api.RetryAfter)
 	}
 	if rep.Replayed {
-		c.Header(httpx.ReplayedHeader, "true")
+		c.Header(api.HeaderReplayed, "true")
 	}
 	if len(rep.Body) == 0 {
 		c.Status(rep.Status)

@@ -8,8 +8,8 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/flashgate/flashgate/shared/api"
 	"github.com/flashgate/flashgate/shared/envconf"
-	"github.com/flashgate/flashgate/shared/httpx"
 )
 
 // settingsWait bounds how long the proxy waits at start for a ledger to tell
@@ -42,10 +42,10 @@ func readLedgerSettings(ctx context.Context, l *LedgerClient, log *slog.Logger) 
 	ctx, cancel := context.WithTimeout(ctx, settingsWait)
 	defer cancel()
 	for {
-		rep, err := l.Do(ctx, "settings", http.MethodGet, httpx.SettingsPath, nil)
+		rep, err := l.Do(ctx, "settings", http.MethodGet, api.SettingsPath, nil)
 		switch {
 		case err == nil && rep.Status == http.StatusOK:
-			var s httpx.LedgerSettings
+			var s api.LedgerSettings
 			if err := json.Unmarshal(rep.Body, &s); err != nil {
 				return 0, fmt.Errorf("ledger settings: %w", err)
 			}
@@ -54,7 +54,7 @@ func readLedgerSettings(ctx context.Context, l *LedgerClient, log *slog.Logger) 
 			// Not a passing fault: the token is wrong, or the ledger predates
 			// the route (upgrade the ledgers before the proxies).
 			return 0, fmt.Errorf("GET %s%s answered %d: the proxy cannot check LEDGER_TIMEOUT against the ledger's HANGING_GRACE: %w",
-				l.base, httpx.SettingsPath, rep.Status, envconf.ErrBadSetting)
+				l.base, api.SettingsPath, rep.Status, envconf.ErrBadSetting)
 		case err == nil:
 			err = fmt.Errorf("answered %d", rep.Status)
 		}

@@ -15,9 +15,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/flashgate/flashgate/shared/api"
 	"github.com/flashgate/flashgate/shared/devstack"
 	"github.com/flashgate/flashgate/shared/devstack/devstacktest"
-	"github.com/flashgate/flashgate/shared/httpx"
 	"github.com/flashgate/flashgate/shared/httpx/httpxtest"
 )
 
@@ -102,7 +102,7 @@ func TestSIGTERMUnderLoad(t *testing.T) {
 	res := httpxtest.ShutdownLoad{
 		URL: proxyURL, Delay: delay, Workers: 32, Warmup: 500 * time.Millisecond,
 		Request: func(w, i int) (string, string, any) {
-			return http.MethodPost, httpx.ReservationsPath(code), map[string]any{
+			return http.MethodPost, api.ReservationsPath(code), map[string]any{
 				"customerId": 1 + w*1000 + i%1000, "orderId": fmt.Sprintf("w%d-%d", w, i), "orderAmount": 5_000}
 		},
 		Stop: proc.Stop,

@@ -11,9 +11,9 @@ import (
 
 	"github.com/sony/gobreaker/v2"
 
+	"github.com/flashgate/flashgate/shared/api"
 	"github.com/flashgate/flashgate/shared/batch"
 	"github.com/flashgate/flashgate/shared/gate"
-	"github.com/flashgate/flashgate/shared/httpx"
 )
 
 // A use the gate took in Redis ends in one of two ways, decided by one party:
@@ -47,7 +47,7 @@ type handOver struct {
 
 func newHandOver(base context.Context, ledger *LedgerClient, log *slog.Logger) *handOver {
 	h := &handOver{ledger: ledger, log: log, base: base}
-	h.batcher = batch.New(base, httpx.MaxBatchClaims, h.send)
+	h.batcher = batch.New(base, api.MaxBatchClaims, h.send)
 	return h
 }
 
@@ -65,8 +65,8 @@ func (h *handOver) send(ctx context.Context, code string, orderIDs []string) ([]
 	defer cancel()
 	var last error
 	for {
-		rep, err := h.ledger.Do(ctx, "unsettled", http.MethodPost, httpx.UnsettledPath(code),
-			httpx.UnsettledBody{OrderIDs: orderIDs})
+		rep, err := h.ledger.Do(ctx, "unsettled", http.MethodPost, api.Fill(api.RouteUnsettled, code),
+			api.UnsettledBody{OrderIDs: orderIDs})
 		switch {
 		case err == nil && rep.Status == http.StatusNoContent:
 			return make([]struct{}, len(orderIDs)), nil

@@ -10,6 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/flashgate/flashgate/shared/api"
 	"github.com/flashgate/flashgate/shared/gate"
 )
 
@@ -46,7 +47,7 @@ func (l *LedgerClient) Warm(ctx context.Context, n int) error {
 	g, ctx := errgroup.WithContext(ctx)
 	for range n {
 		g.Go(func() error {
-			rep, err := l.Do(ctx, "warm", http.MethodGet, "/healthz", nil)
+			rep, err := l.Do(ctx, "warm", http.MethodGet, api.HealthzPath, nil)
 			if err == nil && rep.Status != http.StatusOK {
 				err = fmt.Errorf("ledger /healthz answered %d", rep.Status)
 			}

@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/flashgate/flashgate/shared/api"
 	"github.com/flashgate/flashgate/shared/httpx"
 	"github.com/flashgate/flashgate/shared/voucher"
 )
@@ -124,7 +125,7 @@ func (w *admitWindow) leave(wrote time.Duration) {
 
 // windowFullBody is the answer to a request the window refuses.
 var windowFullBody = func() []byte {
-	b, _ := json.Marshal(httpx.ErrorBody{Error: voucher.CodeUnavailable,
+	b, _ := json.Marshal(api.ErrorBody{Error: voucher.CodeUnavailable,
 		Message: "the ledger's writes are behind; retry shortly"})
 	return b
 }()
@@ -135,7 +136,7 @@ var windowFullBody = func() []byte {
 func (w *admitWindow) refuse(requestID string) Reply {
 	w.shed.Add(1)
 	if n, log := w.storm.Add(w.now()); log && w.log != nil {
-		w.log.Error("request failed", "request_id", requestID, "route", "/vouchers/:code/reservations",
+		w.log.Error("request failed", "request_id", requestID, "route", api.RouteReservations,
 			"method", http.MethodPost, "err", "shed: admitted writes behind (ADMIT_WRITE_TARGET)", "shed", n,
 			"window", w.limitObserved.Load())
 	}

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/flashgate/flashgate/shared/api"
 	"github.com/flashgate/flashgate/shared/voucher"
 )
 
@@ -64,21 +65,19 @@ type AuditEvent struct {
 	After  json.RawMessage `json:"after"`
 }
 
-func adminPath(code string) string { return "/admin/vouchers/" + url.PathEscape(code) }
-
 // CreateVoucher creates a voucher (a flash one is loaded into Redis).
 // Errors: VOUCHER_EXISTS, INVALID_REQUEST. A 503 is retried: a retry of a
 // create that was written answers VOUCHER_EXISTS.
 func (c *Client) CreateVoucher(ctx context.Context, v voucher.NewVoucher) (voucher.Voucher, error) {
 	var out voucher.Voucher
-	_, err := c.do(ctx, http.MethodPost, "/admin/vouchers", v, &out)
+	_, err := c.do(ctx, http.MethodPost, api.RouteVouchers, v, &out)
 	return out, err
 }
 
 // Voucher reads a voucher with its counters. Errors: VOUCHER_NOT_FOUND.
 func (c *Client) Voucher(ctx context.Context, code string) (voucher.Voucher, error) {
 	var out voucher.Voucher
-	_, err := c.do(ctx, http.MethodGet, adminPath(code), nil, &out)
+	_, err := c.do(ctx, http.MethodGet, api.VoucherPath(code), nil, &out)
 	return out, err
 }
 
@@ -93,7 +92,7 @@ func (c *Client) ListVouchers(ctx context.Context, q VoucherQuery) (VoucherPage,
 	}
 	page(v, q.Limit, q.Cursor)
 	var out VoucherPage
-	_, err := c.do(ctx, http.MethodGet, "/admin/vouchers"+query(v), nil, &out)
+	_, err := c.do(ctx, http.MethodGet, api.RouteVouchers+query(v), nil, &out)
 	return out, err
 }
 
@@ -101,34 +100,34 @@ func (c *Client) ListVouchers(ctx context.Context, q VoucherQuery) (VoucherPage,
 // VOUCHER_NOT_FOUND, INVALID_REQUEST.
 func (c *Client) UpdateVoucher(ctx context.Context, code string, p voucher.VoucherPatch) (voucher.Voucher, error) {
 	var out voucher.Voucher
-	_, err := c.do(ctx, http.MethodPatch, adminPath(code), p, &out)
+	_, err := c.do(ctx, http.MethodPatch, api.VoucherPath(code), p, &out)
 	return out, err
 }
 
 // Pause stops new reserves of the voucher (confirm, release and refund go on).
 func (c *Client) Pause(ctx context.Context, code string) (voucher.Voucher, error) {
 	var out voucher.Voucher
-	_, err := c.do(ctx, http.MethodPost, adminPath(code)+"/pause", nil, &out)
+	_, err := c.do(ctx, http.MethodPost, api.Fill(api.RoutePause, code), nil, &out)
 	return out, err
 }
 
 // Resume undoes Pause.
 func (c *Client) Resume(ctx context.Context, code string) (voucher.Voucher, error) {
 	var out voucher.Voucher
-	_, err := c.do(ctx, http.MethodPost, adminPath(code)+"/resume", nil, &out)
+	_, err := c.do(ctx, http.MethodPost, api.Fill(api.RouteResume, code), nil, &out)
 	return out, err
 }
 
 // Warmup loads a flash voucher into Redis before the sale.
 func (c *Client) Warmup(ctx context.Context, code string) error {
-	_, err := c.do(ctx, http.MethodPost, adminPath(code)+"/warmup", nil, nil)
+	_, err := c.do(ctx, http.MethodPost, api.Fill(api.RouteWarmup, code), nil, nil)
 	return err
 }
 
 // Reconcile brings a flash voucher's Redis state into agreement with the database now.
 func (c *Client) Reconcile(ctx context.Context, code string) (ReconcileReport, error) {
 	var out ReconcileReport
-	_, err := c.do(ctx, http.MethodPost, adminPath(code)+"/reconcile", nil, &out)
+	_, err := c.do(ctx, http.MethodPost, api.Fill(api.RouteReconcile, code), nil, &out)
 	return out, err
 }
 
@@ -143,14 +142,14 @@ func (c *Client) Reservations(ctx context.Context, code string, q RecordQuery) (
 	}
 	page(v, q.Limit, q.Cursor)
 	var out RecordPage
-	_, err := c.do(ctx, http.MethodGet, adminPath(code)+"/reservations"+query(v), nil, &out)
+	_, err := c.do(ctx, http.MethodGet, api.Fill(api.RouteVoucherReservations, code)+query(v), nil, &out)
 	return out, err
 }
 
 // ExportReservations writes the voucher's reservations as CSV to w.
 func (c *Client) ExportReservations(ctx context.Context, code string, w io.Writer) error {
 	var csv rawBody
-	if _, err := c.do(ctx, http.MethodGet, adminPath(code)+"/reservations.csv", nil, &csv); err != nil {
+	if _, err := c.do(ctx, http.MethodGet, api.Fill(api.RouteExport, code), nil, &csv); err != nil {
 		return err
 	}
 	_, err := w.Write(csv)
@@ -162,7 +161,7 @@ func (c *Client) Audit(ctx context.Context, code string) ([]AuditEvent, error) {
 	var out struct {
 		Events []AuditEvent `json:"events"`
 	}
-	_, err := c.do(ctx, http.MethodGet, adminPath(code)+"/audit", nil, &out)
+	_, err := c.do(ctx, http.MethodGet, api.Fill(api.RouteAudit, code), nil, &out)
 	return out.Events, err
 }
 

@@ -25,6 +25,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/flashgate/flashgate/shared/api"
 	"github.com/flashgate/flashgate/shared/voucher"
 )
 
@@ -147,9 +148,9 @@ func (c *Client) attempt(ctx context.Context, method, path, id string, payload [
 		req.Body, req.ContentLength = http.NoBody, 0
 	}
 	if c.token != "" {
-		req.Header.Set("Authorization", "Bearer "+c.token)
+		req.Header.Set(api.HeaderAuthorization, api.Bearer(c.token))
 	}
-	req.Header.Set("X-Request-ID", id)
+	req.Header.Set(api.HeaderRequestID, id)
 	hr, err := c.http.Do(req)
 	if err != nil {
 		if ctx.Err() != nil {
@@ -160,7 +161,7 @@ func (c *Client) attempt(ctx context.Context, method, path, id string, payload [
 		return Response{RequestID: id}, noAnswerWait, fmt.Errorf("%s %s: %w: %w", method, path, err, voucher.ErrUnavailable)
 	}
 	defer hr.Body.Close()
-	resp := Response{Status: hr.StatusCode, Header: hr.Header, RequestID: hr.Header.Get("X-Request-ID")}
+	resp := Response{Status: hr.StatusCode, Header: hr.Header, RequestID: hr.Header.Get(api.HeaderRequestID)}
 	raw, err := io.ReadAll(io.LimitReader(hr.Body, 32<<20))
 	if err != nil {
 		return resp, noAnswerWait, fmt.Errorf("%s %s: read the answer: %w: %w", method, path, err, voucher.ErrUnavailable)
@@ -186,11 +187,7 @@ func (c *Client) attempt(ctx context.Context, method, path, id string, payload [
 // decodeError returns the *voucher.Error of an error answer's body; a body
 // without a code (a balancer's page) is a fault, voucher.ErrUnavailable.
 func decodeError(status int, raw []byte) error {
-	var b struct {
-		Error   string `json:"error"`
-		Message string `json:"message"`
-		Reason  string `json:"reason"`
-	}
+	var b api.ErrorBody
 	if json.Unmarshal(raw, &b) != nil || b.Error == "" {
 		return fmt.Errorf("answered %d without an error code: %w", status, voucher.ErrUnavailable)
 	}
@@ -199,7 +196,7 @@ func decodeError(status int, raw []byte) error {
 
 // retryAfter reads Retry-After in seconds (1 s when absent or malformed).
 func retryAfter(h http.Header) time.Duration {
-	n, err := strconv.Atoi(h.Get("Retry-After"))
+	n, err := strconv.Atoi(h.Get(api.HeaderRetryAfter))
 	if err != nil || n < 0 {
 		return time.Second
 	}

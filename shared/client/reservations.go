@@ -3,9 +3,9 @@ package client
 import (
 	"context"
 	"net/http"
-	"net/url"
 	"time"
 
+	"github.com/flashgate/flashgate/shared/api"
 	"github.com/flashgate/flashgate/shared/voucher"
 )
 
@@ -35,14 +35,6 @@ type Settled struct {
 	DiscountAmount int64          `json:"discountAmount"`
 }
 
-func reservationsPath(code string) string {
-	return "/vouchers/" + url.PathEscape(code) + "/reservations"
-}
-
-func reservationPath(code, orderID string) string {
-	return reservationsPath(code) + "/" + url.PathEscape(orderID)
-}
-
 // Reserve holds one use of voucher code for the order: its errors are
 // OUT_OF_STOCK, ALREADY_USED, ORDER_CONFLICT, RESERVATION_RELEASED,
 // RESERVATION_REFUNDED, NOT_ELIGIBLE (with a Reason), VOUCHER_NOT_FOUND and
@@ -50,12 +42,12 @@ func reservationPath(code, orderID string) string {
 // answers idempotently (a retry of a reserve that was written gets Replayed).
 func (c *Client) Reserve(ctx context.Context, code string, claim voucher.Claim) (Receipt, error) {
 	var r Receipt
-	resp, err := c.do(ctx, http.MethodPost, reservationsPath(code), claim, &r)
+	resp, err := c.do(ctx, http.MethodPost, api.ReservationsPath(code), claim, &r)
 	if err != nil {
 		return Receipt{}, err
 	}
-	r.Replayed = resp.Header.Get("Idempotent-Replayed") == "true"
-	r.Location = resp.Header.Get("Location")
+	r.Replayed = resp.Header.Get(api.HeaderReplayed) == "true"
+	r.Location = resp.Header.Get(api.HeaderLocation)
 	return r, nil
 }
 
@@ -64,7 +56,7 @@ func (c *Client) Reserve(ctx context.Context, code string, claim voucher.Claim) 
 // RESERVATION_REFUNDED, RESERVATION_NOT_FOUND.
 func (c *Client) Confirm(ctx context.Context, code, orderID string) (Settled, error) {
 	var s Settled
-	_, err := c.do(ctx, http.MethodPost, reservationPath(code, orderID)+"/confirm", nil, &s)
+	_, err := c.do(ctx, http.MethodPost, api.Fill(api.RouteConfirm, code, orderID), nil, &s)
 	return s, err
 }
 
@@ -72,7 +64,7 @@ func (c *Client) Confirm(ctx context.Context, code, orderID string) (Settled, er
 // released or refunded reservation is nil again. Errors: ALREADY_CONFIRMED
 // (refund it instead), RESERVATION_NOT_FOUND.
 func (c *Client) Release(ctx context.Context, code, orderID string) error {
-	_, err := c.do(ctx, http.MethodDelete, reservationPath(code, orderID), nil, nil)
+	_, err := c.do(ctx, http.MethodDelete, api.ReservationPath(code, orderID), nil, nil)
 	return err
 }
 
@@ -80,13 +72,13 @@ func (c *Client) Release(ctx context.Context, code, orderID string) error {
 // Repeating it is harmless. Errors: NOT_CONFIRMED, RESERVATION_NOT_FOUND.
 func (c *Client) Refund(ctx context.Context, code, orderID string) (Settled, error) {
 	var s Settled
-	_, err := c.do(ctx, http.MethodPost, reservationPath(code, orderID)+"/refund", nil, &s)
+	_, err := c.do(ctx, http.MethodPost, api.Fill(api.RouteRefund, code, orderID), nil, &s)
 	return s, err
 }
 
 // Get reads the order's reservation. Errors: RESERVATION_NOT_FOUND.
 func (c *Client) Get(ctx context.Context, code, orderID string) (Reservation, error) {
 	var r Reservation
-	_, err := c.do(ctx, http.MethodGet, reservationPath(code, orderID), nil, &r)
+	_, err := c.do(ctx, http.MethodGet, api.ReservationPath(code, orderID), nil, &r)
 	return r, err
 }

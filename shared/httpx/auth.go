@@ -7,6 +7,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 
+	"github.com/flashgate/flashgate/shared/api"
 	"github.com/flashgate/flashgate/shared/voucher"
 )
 
@@ -53,7 +54,7 @@ func Auth(tokens map[string]string, open ...string) gin.HandlerFunc {
 				return
 			}
 		}
-		got := []byte(c.GetHeader("Authorization"))
+		got := []byte(c.GetHeader(api.HeaderAuthorization))
 		actor := ""
 		for _, k := range known { // every token compared: the time taken does not tell which matched
 			if subtle.ConstantTimeCompare(got, k.want) == 1 {

@@ -5,24 +5,25 @@ import (
 
 	"github.com/gin-gonic/gin"
 
+	"github.com/flashgate/flashgate/shared/api"
 	"github.com/flashgate/flashgate/shared/voucher"
 )
 
 // The ledger's batch route (what one coalesced round admitted) carries
 // {"claims": [claim, ...]}, one reserve body per claim. It is read in one pass
 // as the reserve body is (claimjson.go): the object's one key spelled exactly,
-// an array of at most MaxBatchClaims objects (null is an empty claim), each
+// an array of at most api.MaxBatchClaims objects (null is an empty claim), each
 // claim's keys spelled exactly, once, with their types, and nothing after.
 
-// BindClaims reads and validates the batch route's body: 1 to MaxBatchClaims
+// BindClaims reads and validates the batch route's body: 1 to api.MaxBatchClaims
 // claims, each valid as a reserve body; a refusal names the claim.
 func BindClaims(c *gin.Context) ([]voucher.Claim, error) {
-	body, err := readBody(c, MaxBatchBytes)
+	body, err := readBody(c, api.MaxBatchBytes)
 	if err != nil {
 		return nil, err
 	}
 	defer body.release()
-	fields, err := decodeClaims(body.b, MaxBatchClaims)
+	fields, err := decodeClaims(body.b, api.MaxBatchClaims)
 	if err != nil {
 		return nil, err
 	}
@@ -39,7 +40,7 @@ func BindClaims(c *gin.Context) ([]voucher.Claim, error) {
 }
 
 func batchSizeError() error {
-	return invalidJSON("claims must hold 1 to %d items", MaxBatchClaims)
+	return invalidJSON("claims must hold 1 to %d items", api.MaxBatchClaims)
 }
 
 // claimError names claim i in a refusal of it.

@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/flashgate/flashgate/shared/api"
 	"github.com/flashgate/flashgate/shared/httpx"
 	"github.com/flashgate/flashgate/shared/voucher"
 )
@@ -95,13 +96,13 @@ func TestDecodeClaims(t *testing.T) {
 	_, err = httpx.DecodeClaims([]byte(`{"claims":[{"customerId":1,"customerId":2,"orderId":"a","orderAmount":5}]}`))
 	assert.ErrorContains(t, err, `claims[0]: duplicate field "customerId"`)
 
-	max := make([]string, httpx.MaxBatchClaims)
+	max := make([]string, api.MaxBatchClaims)
 	for i := range max {
 		max[i] = fmt.Sprintf(`{"customerId":%d,"orderId":"o%d","orderAmount":5}`, i+1, i)
 	}
 	got, err = httpx.DecodeClaims([]byte(`{"claims":[` + strings.Join(max, ",") + `]}`))
 	require.NoError(t, err)
-	assert.Len(t, got, httpx.MaxBatchClaims)
+	assert.Len(t, got, api.MaxBatchClaims)
 	_, err = httpx.DecodeClaims([]byte(`{"claims":[` + strings.Join(max, ",") + `,` + okClaim + `]}`))
-	assert.ErrorContains(t, err, fmt.Sprintf("claims must hold 1 to %d items", httpx.MaxBatchClaims))
+	assert.ErrorContains(t, err, fmt.Sprintf("claims must hold 1 to %d items", api.MaxBatchClaims))
 }

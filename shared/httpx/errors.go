@@ -8,6 +8,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 
+	"github.com/flashgate/flashgate/shared/api"
 	"github.com/flashgate/flashgate/shared/voucher"
 )
 
@@ -41,13 +42,6 @@ func Status(code string) int {
 	return http.StatusServiceUnavailable
 }
 
-// ErrorBody is the body of every error response.
-type ErrorBody struct {
-	Error   string `json:"error"`
-	Message string `json:"message"`
-	Reason  string `json:"reason,omitempty"`
-}
-
 // WriteError writes err as {"error", "message"[, "reason"]}. Errors without a
 // voucher code are faults: they are answered 503 UNAVAILABLE, never with their
 // internal text. Every 503 is logged, once, here (see AnswerError).
@@ -60,7 +54,7 @@ func WriteError(c *gin.Context, err error) {
 	}
 	status, body := AnswerError(c, err)
 	if status == http.StatusServiceUnavailable {
-		c.Header("Retry-After", RetryAfter)
+		c.Header(api.HeaderRetryAfter, api.RetryAfter)
 	}
 	c.AbortWithStatusJSON(status, body)
 }
@@ -102,7 +96,7 @@ func writeEncoded(c *gin.Context, status int, body []byte) {
 // error answered 503) is logged with the request id, route, method and cause.
 // It is the one place a fault is logged, so that a 503 leaves exactly one line;
 // WriteError and the ledger's batch route (one answer per claim) call it.
-func AnswerError(c *gin.Context, err error) (int, ErrorBody) {
+func AnswerError(c *gin.Context, err error) (int, api.ErrorBody) {
 	status, body := ErrorReply(err)
 	if status == http.StatusServiceUnavailable {
 		LoggerFrom(c).Error("request failed", "request_id", RequestIDFrom(c), "route", c.FullPath(),
@@ -112,12 +106,12 @@ func AnswerError(c *gin.Context, err error) (int, ErrorBody) {
 }
 
 // ErrorReply is the status and body WriteError answers err with.
-func ErrorReply(err error) (int, ErrorBody) {
+func ErrorReply(err error) (int, api.ErrorBody) {
 	var e *voucher.Error
 	if !errors.As(err, &e) {
 		e = voucher.ErrUnavailable
 	}
-	return Status(e.Code), ErrorBody{Error: e.Code, Message: e.Message, Reason: e.Reason}
+	return Status(e.Code), api.ErrorBody{Error: e.Code, Message: e.Message, Reason: e.Reason}
 }
 
 const loggerKey = "flashgate.logger"

@@ -12,6 +12,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 
+	"github.com/flashgate/flashgate/shared/api"
 	"github.com/flashgate/flashgate/shared/httpx"
 	"github.com/flashgate/flashgate/shared/voucher"
 )
@@ -48,7 +49,7 @@ func TestWriteErrorLogsFaults(t *testing.T) {
 			})
 			req := httptest.NewRequest(http.MethodPost, "/vouchers/V/reservations", nil)
 			req.Header.Set("Authorization", "Bearer "+token)
-			req.Header.Set(httpx.RequestIDHeader, "probe-503-xyz")
+			req.Header.Set(api.HeaderRequestID, "probe-503-xyz")
 			w := httptest.NewRecorder()
 			r.ServeHTTP(w, req)
 			if w.Code != tt.status {
@@ -86,7 +87,7 @@ func TestWriteErrorPreEncoded(t *testing.T) {
 				r.POST("/x", write)
 				w := httptest.NewRecorder()
 				req := httptest.NewRequest(http.MethodPost, "/x", nil)
-				req.Header.Set(httpx.RequestIDHeader, "same-id")
+				req.Header.Set(api.HeaderRequestID, "same-id")
 				r.ServeHTTP(w, req)
 				return w
 			}

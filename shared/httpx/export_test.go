@@ -1,6 +1,9 @@
 package httpx
 
-import "github.com/flashgate/flashgate/shared/voucher"
+import (
+	"github.com/flashgate/flashgate/shared/api"
+	"github.com/flashgate/flashgate/shared/voucher"
+)
 
 // DecodeGeneric is the encoding/json path that every body but the reserve
 // body takes: the reserve tokenizer is compared with it.
@@ -9,7 +12,7 @@ var DecodeGeneric = decodeGeneric
 // DecodeClaims is the batch route's tokenizer (claimsjson.go), its claims as
 // the requests encoding/json would fill.
 func DecodeClaims(body []byte) ([]voucher.ReserveRequest, error) {
-	fields, err := decodeClaims(body, MaxBatchClaims)
+	fields, err := decodeClaims(body, api.MaxBatchClaims)
 	if err != nil {
 		return nil, err
 	}

@@ -24,14 +24,12 @@ import (
 	"github.com/gin-gonic/gin"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/flashgate/flashgate/shared/api"
 	"github.com/flashgate/flashgate/shared/voucher"
 )
 
 // MaxBodyBytes bounds every request body.
 const MaxBodyBytes = 16 << 10
-
-// RetryAfter is the Retry-After sent with 503s, in seconds.
-const RetryAfter = "1"
 
 // BindJSON decodes the request body into dst strictly: one JSON object, no
 // unknown fields, no trailing data, at most MaxBodyBytes. Errors name the field.
@@ -204,9 +202,6 @@ func describeJSONError(err error) string {
 	return "malformed JSON"
 }
 
-// OpenPaths are the routes that never require a token.
-var OpenPaths = []string{"/healthz", "/readyz", "/metrics", "/openapi.yaml"}
-
 // ReadyTimeout bounds one readiness check: a hung dependency makes /readyz
 // answer 503 within it, never hang.
 const ReadyTimeout = time.Second
@@ -218,12 +213,12 @@ func Health(r gin.IRoutes, ready func(*gin.Context) error) {
 	// The pid tells a starter (devstack, the load harness) that its own child
 	// answers, not another process holding the port.
 	pid := os.Getpid()
-	r.GET("/healthz", func(c *gin.Context) { c.JSON(http.StatusOK, gin.H{"status": "ok", "pid": pid}) })
-	r.GET("/readyz", func(c *gin.Context) {
+	r.GET(api.HealthzPath, func(c *gin.Context) { c.JSON(http.StatusOK, gin.H{"status": "ok", "pid": pid}) })
+	r.GET(api.ReadyzPath, func(c *gin.Context) {
 		if err := checkReady(c, ready); err != nil {
 			LoggerFrom(c).Warn("not ready", "err", err)
-			c.Header("Retry-After", RetryAfter)
-			c.JSON(http.StatusServiceUnavailable, ErrorBody{Error: voucher.CodeUnavailable, Message: "not ready"})
+			c.Header(api.HeaderRetryAfter, api.RetryAfter)
+			c.JSON(http.StatusServiceUnavailable, api.ErrorBody{Error: voucher.CodeUnavailable, Message: "not ready"})
 			return
 		}
 		c.JSON(http.StatusOK, gin.H{"status": "ready"})
@@ -304,7 +299,7 @@ func NewServiceEngine(s Service) *gin.Engine {
 		}
 		r.Use(NewShedder(s.MaxInflight, reg).Middleware())
 	}
-	r.Use(Auth(s.tokens(), OpenPaths...))
+	r.Use(Auth(s.tokens(), api.OpenPaths...))
 	Health(r, s.Ready)
 	ServeOpenAPI(r)
 	return r
@@ -364,19 +359,6 @@ func OrderParams(c *gin.Context) (code, orderID string, err error) {
 	}
 	return code, orderID, nil
 }
-
-// RequestIDHeader carries one request's id from the proxy to the ledger, so
-// that their log lines can be joined.
-const RequestIDHeader = "X-Request-ID"
-
-// ShedHeader marks a 503 the shedder (MAX_INFLIGHT) gave before any handler
-// ran: the request did nothing. The proxy gives back the Redis uses of an
-// admitted batch the ledger shed, which no row can hold.
-const ShedHeader = "Flashgate-Shed"
-
-// ReplayedHeader marks an answer that replays the first answer to the same
-// orderId (a retry): "true" on the reserve routes' 201s that created nothing.
-const ReplayedHeader = "Idempotent-Replayed"
 
 func validRequestID(id string) bool {
 	if id == "" || len(id) > 64 {

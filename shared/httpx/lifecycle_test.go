@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/flashgate/flashgate/shared/api"
 	"github.com/flashgate/flashgate/shared/devstack"
 	"github.com/flashgate/flashgate/shared/httpx"
 )
@@ -184,7 +185,7 @@ func TestReadyzDeadline(t *testing.T) {
 	require.NoError(t, err)
 	resp.Body.Close()
 	assert.Equal(t, http.StatusServiceUnavailable, resp.StatusCode)
-	assert.Equal(t, httpx.RetryAfter, resp.Header.Get("Retry-After"))
+	assert.Equal(t, api.RetryAfter, resp.Header.Get(api.HeaderRetryAfter))
 	took := time.Since(start)
 	assert.GreaterOrEqual(t, took, httpx.ReadyTimeout-50*time.Millisecond)
 	assert.Less(t, took, httpx.ReadyTimeout+time.Second, "/readyz waited for the hung check")

@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/flashgate/flashgate/shared/api"
 	"github.com/flashgate/flashgate/shared/buildinfo"
 )
 
@@ -170,5 +171,5 @@ func (g *BoundedGauge) Set(v float64, code string, extra ...string) {
 
 // ServeMetrics registers GET /metrics.
 func (m *Metrics) ServeMetrics(r gin.IRoutes) {
-	r.GET("/metrics", m.Handler())
+	r.GET(api.MetricsPath, m.Handler())
 }

@@ -4,6 +4,7 @@ import (
 	_ "embed"
 	"net/http"
 
+	"github.com/flashgate/flashgate/shared/api"
 	"github.com/gin-gonic/gin"
 )
 
@@ -14,9 +15,9 @@ import (
 var openAPI []byte
 
 // ServeOpenAPI registers GET /openapi.yaml, the API description. It is one of
-// the OpenPaths: reading it needs no token.
+// the api.OpenPaths: reading it needs no token.
 func ServeOpenAPI(r gin.IRoutes) {
-	r.GET("/openapi.yaml", func(c *gin.Context) {
+	r.GET(api.OpenAPIPath, func(c *gin.Context) {
 		c.Data(http.StatusOK, "application/yaml", openAPI)
 	})
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/gin-gonic/gin"
 	"go.yaml.in/yaml/v3"
 
+	"github.com/flashgate/flashgate/shared/api"
 	"github.com/flashgate/flashgate/shared/httpx"
 	"github.com/flashgate/flashgate/shared/httpx/httpxtest"
 	"github.com/flashgate/flashgate/shared/voucher"
@@ -159,7 +160,7 @@ var allCodes = []string{
 
 // TestOpenAPIDocument checks openapi.yaml against itself and against the code:
 // version 3.1, resolvable refs, a service and an id on every operation, no
-// token exactly on httpx.OpenPaths, path parameters with the README's
+// token exactly on api.OpenPaths, path parameters with the README's
 // patterns, and every error response's codes mapping to its status.
 func TestOpenAPIDocument(t *testing.T) {
 	_, doc := openAPIDoc(t)
@@ -201,9 +202,9 @@ func TestOpenAPIDocument(t *testing.T) {
 		if !own {
 			security = topSecurity
 		}
-		open := slices.Contains(httpx.OpenPaths, o.path)
+		open := slices.Contains(api.OpenPaths, o.path)
 		if list, _ := security.([]any); open != (len(list) == 0) {
-			t.Errorf("%v: security %v, want none exactly on httpx.OpenPaths %v", o, security, httpx.OpenPaths)
+			t.Errorf("%v: security %v, want none exactly on api.OpenPaths %v", o, security, api.OpenPaths)
 		}
 
 		declared := map[string]bool{}
@@ -244,7 +245,7 @@ func checkResponse(t *testing.T, doc map[string]any, o operation, status string,
 		return
 	}
 	if code == http.StatusServiceUnavailable {
-		if headers, _ := r["headers"].(map[string]any); headers["Retry-After"] == nil {
+		if headers, _ := r["headers"].(map[string]any); headers[api.HeaderRetryAfter] == nil {
 			t.Errorf("%v: 503 without a Retry-After header", o)
 		}
 	}
@@ -299,7 +300,7 @@ func sameSet(a, b []string) bool {
 func TestServeOpenAPI(t *testing.T) {
 	raw, _ := openAPIDoc(t)
 	r := httpx.NewEngine(nil)
-	r.Use(httpx.Auth(map[string]string{httpx.DefaultActor: "secret"}, httpx.OpenPaths...))
+	r.Use(httpx.Auth(map[string]string{httpx.DefaultActor: "secret"}, api.OpenPaths...))
 	httpx.ServeOpenAPI(r)
 	r.GET("/closed", func(c *gin.Context) { c.Status(http.StatusNoContent) })
 
@@ -316,7 +317,7 @@ func TestServeOpenAPI(t *testing.T) {
 	}
 
 	// The same engine refuses a closed route without the token: /openapi.yaml
-	// was open because it is one of OpenPaths, not because auth was off.
+	// was open because it is one of api.OpenPaths, not because auth was off.
 	w = httptest.NewRecorder()
 	r.ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/closed", nil))
 	if w.Code != http.StatusUnauthorized {

@@ -7,15 +7,16 @@ import (
 	"sync"
 	"time"
 
+	"github.com/flashgate/flashgate/shared/api"
 	"github.com/gin-gonic/gin"
 )
 
 const requestIDKey = "flashgate.requestID"
 
-// requestIDField is RequestIDHeader as net/http keys it: read and written
+// requestIDField is api.HeaderRequestID as net/http keys it: read and written
 // under this spelling, the header map is used without canonicalizing (and
 // allocating) on every request.
-var requestIDField = http.CanonicalHeaderKey(RequestIDHeader)
+var requestIDField = http.CanonicalHeaderKey(api.HeaderRequestID)
 
 // RequestID takes the caller's X-Request-ID (when it is short and printable) or
 // makes one, echoes it in the response, and keeps it on the context.

@@ -9,6 +9,7 @@ import (
 	"github.com/gin-gonic/gin"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/flashgate/flashgate/shared/api"
 	"github.com/flashgate/flashgate/shared/voucher"
 )
 
@@ -53,7 +54,7 @@ func (st *Storm) Add(now time.Time) (n uint64, log bool) {
 }
 
 // neverShed are the routes a full service still answers.
-var neverShed = map[string]bool{"/healthz": true, "/readyz": true, "/metrics": true}
+var neverShed = map[string]bool{api.HealthzPath: true, api.ReadyzPath: true, api.MetricsPath: true}
 
 // NewShedder returns a Shedder letting max requests in at once; it counts
 // the requests it sheds in flashgate_http_shed_total on reg (nil: nowhere).
@@ -91,9 +92,9 @@ func (s *Shedder) InFlight() int { return len(s.slots) }
 // reject answers a shed request, logged as a Storm.
 func (s *Shedder) reject(c *gin.Context) {
 	s.shed.Add(1)
-	c.Header("Retry-After", RetryAfter)
-	c.Header(ShedHeader, "1")
-	c.AbortWithStatusJSON(http.StatusServiceUnavailable, ErrorBody{
+	c.Header(api.HeaderRetryAfter, api.RetryAfter)
+	c.Header(api.HeaderShed, "1")
+	c.AbortWithStatusJSON(http.StatusServiceUnavailable, api.ErrorBody{
 		Error: voucher.CodeUnavailable, Message: "the service is at its limit of requests in flight; retry shortly",
 	})
 	n, log := s.storm.Add(s.now())

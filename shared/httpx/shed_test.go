@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/flashgate/flashgate/shared/api"
 	"github.com/gin-gonic/gin"
 	"github.com/stretchr/testify/require"
 )
@@ -59,7 +60,7 @@ func TestShedderBoundsInFlight(t *testing.T) {
 			}
 			resp.Body.Close()
 			statuses <- resp.StatusCode
-			retryAfter <- resp.Header.Get("Retry-After")
+			retryAfter <- resp.Header.Get(api.HeaderRetryAfter)
 		}()
 	}
 	wg.Wait()
@@ -74,7 +75,7 @@ func TestShedderBoundsInFlight(t *testing.T) {
 	}
 	require.Equal(t, extra, shed, "requests over MAX_INFLIGHT answered 503")
 	for ra := range retryAfter {
-		require.Equal(t, RetryAfter, ra)
+		require.Equal(t, api.RetryAfter, ra)
 	}
 	t.Logf("%d requests shed in %v", extra, elapsed)
 

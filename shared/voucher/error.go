@@ -106,3 +106,16 @@ var (
 	ErrVoucherExists       = &Error{Code: CodeVoucherExists, Message: "a voucher with this code already exists"}
 	ErrUnavailable         = &Error{Code: CodeUnavailable, Message: "temporarily unavailable, retry with the same orderId"}
 )
+
+// IsFault reports whether err is a fault (answered 503, to be retried with the
+// same orderId) rather than a refusal a client acts on: an error without an
+// *Error in its chain (a timeout, a broken connection), or one whose code is
+// UNAVAILABLE (a fault wrapped the documented way, with %w on ErrUnavailable).
+// nil is neither.
+func IsFault(err error) bool {
+	if err == nil {
+		return false
+	}
+	code := ErrorCode(err)
+	return code == "" || code == CodeUnavailable
+}

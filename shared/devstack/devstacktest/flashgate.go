@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strconv"
 
+	"github.com/flashgate/flashgate/shared/api"
 	"github.com/flashgate/flashgate/shared/devstack"
 )
 
@@ -72,7 +73,7 @@ func startOnFreePort(name, binary, addrVar string, env []string, log io.Writer) 
 	}
 	addr := "127.0.0.1:" + strconv.Itoa(port)
 	env = append(env, addrVar+"="+addr, "SHUTDOWN_DELAY=0s") // no load balancer to wait for
-	svc, err := devstack.StartService(name, binary, env, "http://"+addr+"/healthz", log)
+	svc, err := devstack.StartService(name, binary, env, "http://"+addr+api.HealthzPath, log)
 	if err != nil {
 		return nil, "", fmt.Errorf("start %s: %w", name, err)
 	}

@@ -20,6 +20,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/flashgate/flashgate/shared/api"
 	"github.com/flashgate/flashgate/shared/httpx"
 )
 
@@ -84,10 +85,10 @@ func SendHostile(tb testing.TB, base, token string, c HostileCase) HostileReply 
 	}
 	switch c.Auth {
 	case "":
-		req.Header.Set("Authorization", "Bearer "+token)
+		req.Header.Set(api.HeaderAuthorization, "Bearer "+token)
 	case "-":
 	default:
-		req.Header.Set("Authorization", c.Auth)
+		req.Header.Set(api.HeaderAuthorization, c.Auth)
 	}
 	for k, v := range c.Headers {
 		req.Header[k] = append(req.Header[k], v)
@@ -128,10 +129,10 @@ func CheckHostileReply(tb testing.TB, c HostileCase, r HostileReply) {
 	if c.Status != 0 && r.Status != c.Status {
 		tb.Errorf("%s %.80s = %d %.200s, want %d", c.Method, c.Path, r.Status, r.Raw, c.Status)
 	}
-	if id := r.Header.Get(httpx.RequestIDHeader); len(id) > 64 {
+	if id := r.Header.Get(api.HeaderRequestID); len(id) > 64 {
 		tb.Errorf("%s %.80s echoed a request id of %d bytes", c.Method, c.Path, len(id))
 	}
-	if r.Header.Get("Retry-After") != "" {
+	if r.Header.Get(api.HeaderRetryAfter) != "" {
 		tb.Errorf("%s %.80s = %d with Retry-After, want a final answer", c.Method, c.Path, r.Status)
 	}
 	if c.NetHTTP {

@@ -6,7 +6,7 @@ import (
 	"net/http"
 	"strings"
 
-	"github.com/flashgate/flashgate/shared/httpx"
+	"github.com/flashgate/flashgate/shared/api"
 	"github.com/flashgate/flashgate/shared/voucher"
 )
 
@@ -160,7 +160,7 @@ func PublicHostileCases(code, flash, order, fresh string) []HostileCase {
 		{Name: "header of 20 KiB", Method: http.MethodPost, Path: reserve, Body: []byte("[]"),
 			Headers: map[string]string{"X-Padding": strings.Repeat("a", 20<<10)}, Status: 400, Code: invalid},
 		{Name: "request id of 10 KiB", Method: http.MethodPost, Path: reserve, Body: []byte("[]"),
-			Headers: map[string]string{httpx.RequestIDHeader: strings.Repeat("r", 10<<10)}, Status: 400, Code: invalid},
+			Headers: map[string]string{api.HeaderRequestID: strings.Repeat("r", 10<<10)}, Status: 400, Code: invalid},
 		{Name: "headers over 32 KiB", Method: http.MethodPost, Path: reserve, Body: valid(56),
 			Headers: map[string]string{"X-Padding": strings.Repeat("a", 40<<10)}, Status: 431, NetHTTP: true},
 		{Name: "NUL in a header value", Raw: "GET " + get + " HTTP/1.1\r\nHost: x\r\n{AUTH}\r\nX-A: a\x00b\r\n\r\n", Status: 400, NetHTTP: true},

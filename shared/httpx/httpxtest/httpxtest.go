@@ -18,6 +18,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/flashgate/flashgate/shared/api"
 )
 
 // Reply is a decoded response.
@@ -60,7 +62,7 @@ func Call(tb testing.TB, client *http.Client, method, url, token string, body an
 		req.Header.Set("Content-Type", "application/json")
 	}
 	if token != "" {
-		req.Header.Set("Authorization", "Bearer "+token)
+		req.Header.Set(api.HeaderAuthorization, "Bearer "+token)
 	}
 	resp, err := client.Do(req)
 	if err != nil {

@@ -7,7 +7,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/flashgate/flashgate/shared/httpx"
+	"github.com/flashgate/flashgate/shared/api"
 )
 
 // LogBuffer collects a service's log output for a test: an io.Writer safe for
@@ -52,6 +52,6 @@ type requestIDTransport string
 
 func (id requestIDTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 	r = r.Clone(r.Context())
-	r.Header.Set(httpx.RequestIDHeader, string(id))
+	r.Header.Set(api.HeaderRequestID, string(id))
 	return http.DefaultTransport.RoundTrip(r)
 }

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/flashgate/flashgate/shared/api"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 )
@@ -21,7 +22,7 @@ import (
 func CheckMetricsDocumented(tb testing.TB, h http.Handler, reg *prometheus.Registry, readme, service string) {
 	tb.Helper()
 	rec := httptest.NewRecorder()
-	h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+	h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, api.MetricsPath, nil))
 	require.Equal(tb, http.StatusOK, rec.Code, "GET /metrics without a token: %s", rec.Body)
 	scraped := scrapedMetricTypes(rec.Body.Bytes())
 

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/flashgate/flashgate/shared/api"
 	"github.com/gin-gonic/gin"
 	"go.yaml.in/yaml/v3"
 )
@@ -46,7 +47,7 @@ func registeredRoutes(h *gin.Engine) []string {
 func documentedRoutes(tb testing.TB, h http.Handler, service string) []string {
 	tb.Helper()
 	w := httptest.NewRecorder()
-	h.ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/openapi.yaml", nil))
+	h.ServeHTTP(w, httptest.NewRequest(http.MethodGet, api.OpenAPIPath, nil))
 	if w.Code != http.StatusOK {
 		tb.Fatalf("GET /openapi.yaml = %d %s, want 200", w.Code, w.Body)
 	}

@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/flashgate/flashgate/shared/api"
 )
 
 // ShutdownLoad drives a service through its graceful stop under load, as a
@@ -99,7 +101,7 @@ func (o ShutdownLoad) Run(tb testing.TB) ShutdownResult {
 	}()
 	// The signal may take a moment to arrive: poll.
 	for {
-		ready := send(&http.Client{Timeout: 5 * time.Second}, http.MethodGet, o.URL+"/readyz", nil)
+		ready := send(&http.Client{Timeout: 5 * time.Second}, http.MethodGet, o.URL+api.ReadyzPath, nil)
 		res.ReadyStatus, res.ReadyAfter = ready.Status, ready.End.Sub(res.Signalled)
 		if ready.Status == http.StatusServiceUnavailable || res.ReadyAfter > time.Second {
 			break
@@ -112,7 +114,7 @@ func (o ShutdownLoad) Run(tb testing.TB) ShutdownResult {
 	res.HeldAt = time.Now()
 	time.Sleep(time.Until(drainAt.Add(150 * time.Millisecond)))
 	fresh := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
-	res.AfterDelay = send(fresh, http.MethodGet, o.URL+"/healthz", nil).Err
+	res.AfterDelay = send(fresh, http.MethodGet, o.URL+api.HealthzPath, nil).Err
 	time.Sleep(time.Until(drainAt.Add(300 * time.Millisecond)))
 	o.Release()
 	wg.Wait()

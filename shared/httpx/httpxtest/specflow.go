@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/flashgate/flashgate/shared/api"
 	"github.com/flashgate/flashgate/shared/client"
 	"github.com/flashgate/flashgate/shared/voucher"
 )
@@ -53,7 +54,7 @@ func CheckLiveResponses(tb testing.TB, base, token, code string) {
 		_, err = client.New(base, client.WithHTTPClient(h)).Get(ctx, code, claim.OrderID)
 		must(err, voucher.CodeUnauthorized)
 	}
-	for _, path := range []string{"/healthz", "/readyz", "/openapi.yaml"} {
+	for _, path := range []string{api.HealthzPath, api.ReadyzPath, api.OpenAPIPath} {
 		resp, err := h.Get(base + path)
 		if err != nil {
 			tb.Errorf("GET %s: %v", path, err)
