@@ -9,7 +9,7 @@ import (
 // body takes: the reserve tokenizer is compared with it.
 var DecodeGeneric = decodeGeneric
 
-// DecodeClaims is the batch route's tokenizer (claimsjson.go), its claims as
+// DecodeClaims is the batch route's tokenizer (claims.go), its claims as
 // the requests encoding/json would fill.
 func DecodeClaims(body []byte) ([]voucher.ReserveRequest, error) {
 	fields, err := decodeClaims(body, api.MaxBatchClaims)

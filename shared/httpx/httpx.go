@@ -45,22 +45,6 @@ func BindJSONLimit(c *gin.Context, dst any, limit int) error {
 	return DecodeJSON(body.b, dst)
 }
 
-// BindClaim reads and validates the body of a reserve request: what
-// BindJSON into a voucher.ReserveRequest and its Validate do, in one pass over
-// the body and without an allocation but the orderId.
-func BindClaim(c *gin.Context) (voucher.Claim, error) {
-	body, err := readBody(c, MaxBodyBytes)
-	if err != nil {
-		return voucher.Claim{}, err
-	}
-	defer body.release()
-	var f claimFields
-	if err := decodeClaim(body.b, &f); err != nil {
-		return voucher.Claim{}, err
-	}
-	return f.claim()
-}
-
 // pooledBody is a request body read into a buffer that goes back to bodyPool.
 type pooledBody struct {
 	b   []byte
@@ -112,7 +96,7 @@ func readBody(c *gin.Context, limit int) (pooledBody, error) {
 
 // DecodeJSON is the decoding half of BindJSON, separate so that it can be
 // fuzzed. A reserve body (*voucher.ReserveRequest) is read by its own
-// one-pass tokenizer (claimjson.go); any other by decodeGeneric.
+// one-pass tokenizer (claims.go, over jsonscan.go); any other by decodeGeneric.
 func DecodeJSON(body []byte, dst any) error {
 	if req, ok := dst.(*voucher.ReserveRequest); ok {
 		var f claimFields

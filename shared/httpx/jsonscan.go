@@ -7,64 +7,10 @@ import (
 	"github.com/flashgate/flashgate/shared/voucher"
 )
 
-// The reserve body is the one every flash-sale request carries, so it is read
-// by a tokenizer of its own, in one pass over the bytes: the object, its three
-// keys spelled exactly (no case folding, no duplicates, nothing else), each
-// value's type and range, and nothing after the object. It accepts exactly the
-// bodies that encoding/json followed by checkKeys accepts, with the same
-// values (FuzzDecodeReserveRequest compares the two), and allocates only the
-// orderId string.
-
-// The reserve body's keys, as bits of claimFields.seen and .set.
-const (
-	fieldCustomer = 1 << iota
-	fieldOrder
-	fieldAmount
-)
-
-// claimFields is a reserve body as read: seen marks a key that was present
-// (null included), set one that carried a value.
-type claimFields struct {
-	customerID, orderAmount int64
-	orderID                 string
-	seen, set               uint8
-}
-
-// request returns the fields as the ReserveRequest encoding/json would fill.
-func (f *claimFields) request(dst *voucher.ReserveRequest) {
-	*dst = voucher.ReserveRequest{}
-	if f.set&fieldCustomer != 0 {
-		v := f.customerID
-		dst.CustomerID = &v
-	}
-	if f.set&fieldOrder != 0 {
-		v := f.orderID
-		dst.OrderID = &v
-	}
-	if f.set&fieldAmount != 0 {
-		v := f.orderAmount
-		dst.OrderAmount = &v
-	}
-}
-
-// claim validates the fields as ReserveRequest.Validate does, without the
-// pointers (which would cost an allocation each).
-func (f *claimFields) claim() (voucher.Claim, error) {
-	var req voucher.ReserveRequest
-	if f.set&fieldCustomer != 0 {
-		req.CustomerID = &f.customerID
-	}
-	if f.set&fieldOrder != 0 {
-		req.OrderID = &f.orderID
-	}
-	if f.set&fieldAmount != 0 {
-		req.OrderAmount = &f.orderAmount
-	}
-	return req.Validate()
-}
-
-// claimScanner walks one body.
-type claimScanner struct {
+// jsonScanner is the one-pass JSON tokenizer the claim bodies are read with
+// (claims.go): objects, strings, integers and literals, with the refusals
+// encoding/json would give.
+type jsonScanner struct {
 	b []byte
 	i int
 }
@@ -73,15 +19,9 @@ func invalidJSON(format string, args ...any) error {
 	return voucher.Errorf(voucher.CodeInvalidRequest, format, args...)
 }
 
-// decodeClaim reads body (untrimmed) into f.
-func decodeClaim(body []byte, f *claimFields) error {
-	s := claimScanner{b: body}
-	return s.body(func() error { return s.members(f) })
-}
-
 // body reads the whole body as one JSON object, whose members (if any) members
 // reads, and nothing after it but white space.
-func (s *claimScanner) body(members func() error) error {
+func (s *jsonScanner) body(members func() error) error {
 	s.space()
 	if s.peek() != '{' {
 		return invalidJSON("request body must be a JSON object")
@@ -98,7 +38,7 @@ func (s *claimScanner) body(members func() error) error {
 
 // objectAt reads the object whose '{' s is at: members reads its members up to
 // and including the closing brace, unless it is {}.
-func (s *claimScanner) objectAt(members func() error) error {
+func (s *jsonScanner) objectAt(members func() error) error {
 	s.i++
 	s.space()
 	if s.peek() == '}' {
@@ -108,33 +48,10 @@ func (s *claimScanner) objectAt(members func() error) error {
 	return members()
 }
 
-// members reads a reserve body's `"key": value` pairs up to and including the
-// closing brace.
-func (s *claimScanner) members(f *claimFields) error {
-	var bit uint8
-	return s.object(func(key []byte) error {
-		switch string(key) {
-		case "customerId":
-			bit = fieldCustomer
-		case "orderId":
-			bit = fieldOrder
-		case "orderAmount":
-			bit = fieldAmount
-		default:
-			return invalidJSON("unknown field %q", printable(key))
-		}
-		if f.seen&bit != 0 {
-			return invalidJSON("duplicate field %q", key)
-		}
-		f.seen |= bit
-		return nil
-	}, func() error { return s.value(f, bit) })
-}
-
 // object reads `"key": value` pairs up to and including the closing brace:
 // key refuses a key (unknown, twice) before its value is looked at, value
 // reads the value.
-func (s *claimScanner) object(key func([]byte) error, value func() error) error {
+func (s *jsonScanner) object(key func([]byte) error, value func() error) error {
 	for {
 		s.space()
 		if s.peek() != '"' {
@@ -169,51 +86,7 @@ func (s *claimScanner) object(key func([]byte) error, value func() error) error 
 	}
 }
 
-// value reads the value of the field bit into f.
-func (s *claimScanner) value(f *claimFields, bit uint8) error {
-	c := s.peek()
-	if c == 'n' {
-		return s.literal("null")
-	}
-	if bit == fieldOrder {
-		if c != '"' {
-			return s.wrongType("orderId")
-		}
-		v, err := s.str()
-		if err != nil {
-			return err
-		}
-		f.orderID = string(v)
-		f.set |= bit
-		return nil
-	}
-	if c != '-' && (c < '0' || c > '9') {
-		return s.wrongType(fieldName(bit))
-	}
-	n, err := s.integer(fieldName(bit))
-	if err != nil {
-		return err
-	}
-	if bit == fieldCustomer {
-		f.customerID = n
-	} else {
-		f.orderAmount = n
-	}
-	f.set |= bit
-	return nil
-}
-
-func fieldName(bit uint8) string {
-	switch bit {
-	case fieldCustomer:
-		return "customerId"
-	case fieldOrder:
-		return "orderId"
-	}
-	return "orderAmount"
-}
-
-func (s *claimScanner) peek() byte {
+func (s *jsonScanner) peek() byte {
 	if s.i < len(s.b) {
 		return s.b[s.i]
 	}
@@ -221,7 +94,7 @@ func (s *claimScanner) peek() byte {
 }
 
 // space skips JSON's own whitespace (RFC 8259), nothing else.
-func (s *claimScanner) space() {
+func (s *jsonScanner) space() {
 	for s.i < len(s.b) {
 		switch s.b[s.i] {
 		case ' ', '\t', '\r', '\n':
@@ -232,7 +105,7 @@ func (s *claimScanner) space() {
 	}
 }
 
-func (s *claimScanner) malformed() error {
+func (s *jsonScanner) malformed() error {
 	if s.i >= len(s.b) {
 		return invalidJSON("malformed JSON: unexpected end")
 	}
@@ -240,7 +113,7 @@ func (s *claimScanner) malformed() error {
 }
 
 // literal reads word (null, or what a wrong-typed value starts with).
-func (s *claimScanner) literal(word string) error {
+func (s *jsonScanner) literal(word string) error {
 	if len(s.b)-s.i < len(word) || string(s.b[s.i:s.i+len(word)]) != word {
 		for j := 0; j < len(word) && s.i < len(s.b) && s.b[s.i] == word[j]; j++ {
 			s.i++
@@ -252,7 +125,7 @@ func (s *claimScanner) literal(word string) error {
 }
 
 // wrongType refuses a value of another JSON type than the field's.
-func (s *claimScanner) wrongType(field string) error {
+func (s *jsonScanner) wrongType(field string) error {
 	var kind string
 	switch c := s.peek(); {
 	case c == '"':
@@ -274,7 +147,7 @@ func (s *claimScanner) wrongType(field string) error {
 // integer reads a JSON number that must be an int64: another valid number
 // (a fraction, an exponent, out of range) is the wrong type, anything else
 // is malformed.
-func (s *claimScanner) integer(field string) (int64, error) {
+func (s *jsonScanner) integer(field string) (int64, error) {
 	start := s.i
 	neg := s.peek() == '-'
 	if neg {
@@ -330,7 +203,7 @@ func (s *claimScanner) integer(field string) (int64, error) {
 }
 
 // digits reads one or more decimal digits.
-func (s *claimScanner) digits() bool {
+func (s *jsonScanner) digits() bool {
 	start := s.i
 	for s.i < len(s.b) && s.b[s.i] >= '0' && s.b[s.i] <= '9' {
 		s.i++
@@ -342,7 +215,7 @@ func (s *claimScanner) digits() bool {
 // or a new buffer when it has escapes (rare: no client needs them for these
 // fields). Invalid UTF-8 and lone surrogates become U+FFFD, as encoding/json
 // does.
-func (s *claimScanner) str() ([]byte, error) {
+func (s *jsonScanner) str() ([]byte, error) {
 	s.i++ // the opening quote
 	start := s.i
 	for s.i < len(s.b) {
@@ -365,7 +238,7 @@ func (s *claimScanner) str() ([]byte, error) {
 }
 
 // escaped reads the rest of a string that has escapes, from the first one.
-func (s *claimScanner) escaped(out []byte) ([]byte, error) {
+func (s *jsonScanner) escaped(out []byte) ([]byte, error) {
 	for s.i < len(s.b) {
 		c := s.b[s.i]
 		switch {
@@ -421,7 +294,7 @@ func (s *claimScanner) escaped(out []byte) ([]byte, error) {
 }
 
 // pair reads the \uXXXX low surrogate that follows a high one at s.i, if any.
-func (s *claimScanner) pair() (rune, bool) {
+func (s *jsonScanner) pair() (rune, bool) {
 	if s.i+6 >= len(s.b) || s.b[s.i+1] != '\\' || s.b[s.i+2] != 'u' {
 		return 0, false
 	}
@@ -433,7 +306,7 @@ func (s *claimScanner) pair() (rune, bool) {
 	return r2, true
 }
 
-func (s *claimScanner) hex4(at int) (rune, bool) {
+func (s *jsonScanner) hex4(at int) (rune, bool) {
 	if at+4 > len(s.b) {
 		return 0, false
 	}
