@@ -3,6 +3,7 @@ package main
 import (
 	"log/slog"
 	"net/http"
+	"strconv"
 	"time"
 
 	"github.com/gin-gonic/gin"
@@ -24,10 +25,7 @@ type admin struct {
 
 // adminRoutes registers the admin routes on r.
 func (s *Server) adminRoutes(r gin.IRoutes) {
-	a := &admin{jobs: s.jobs}
-	if l := s.ledger; l != nil { // nil only where a test lists the routes
-		a.op, a.store, a.log = NewOperator(l.store, l.gate, l.pub, l.Warmup, l.log), l.store, l.log
-	}
+	a := &admin{op: s.operator, store: s.store, jobs: s.jobs, log: s.log}
 	r.POST(api.RouteVouchers, a.create)
 	r.GET(api.RouteVouchers, a.list)
 	r.GET(api.RouteVoucher, a.get)
@@ -75,6 +73,12 @@ func (a *admin) get(c *gin.Context) {
 	c.JSON(http.StatusOK, v)
 }
 
+// RecordPage is one page of a voucher's reservations in creation order.
+type RecordPage struct {
+	Reservations []voucher.Record `json:"reservations"`
+	NextCursor   *string          `json:"nextCursor"` // null on the last page
+}
+
 // VoucherPage is one page of GET /admin/vouchers.
 type VoucherPage struct {
 	Vouchers   []voucher.Voucher `json:"vouchers"`
@@ -94,8 +98,7 @@ func (a *admin) list(c *gin.Context) {
 	}
 	page := VoucherPage{Vouchers: vs}
 	if more {
-		next := encodeCursor(vs[len(vs)-1].Code)
-		page.NextCursor = &next
+		page.NextCursor = nextCursor(vs[len(vs)-1].Code)
 	}
 	c.JSON(http.StatusOK, page)
 }
@@ -182,10 +185,14 @@ func (a *admin) reservations(c *gin.Context) {
 		httpx.WriteError(c, err)
 		return
 	}
-	page, err := a.store.Records(c, code, f)
+	rs, last, more, err := a.store.Records(c, code, f)
 	if err != nil {
 		httpx.WriteError(c, err)
 		return
+	}
+	page := RecordPage{Reservations: rs}
+	if more {
+		page.NextCursor = nextCursor(strconv.FormatInt(last, 10))
 	}
 	c.JSON(http.StatusOK, page)
 }

@@ -7,7 +7,6 @@ import (
 	"net/http/httptest"
 	"testing"
 
-	"github.com/gin-gonic/gin"
 	"github.com/stretchr/testify/require"
 
 	"github.com/flashgate/flashgate/shared/voucher"
@@ -21,9 +20,7 @@ var adminTokens = map[string]string{"alice": "alice-token", "bob": "bob-token"}
 func newAdminLedger(tb testing.TB) *testLedger {
 	tb.Helper()
 	l := newTestLedger(tb, ledgerOptions{token: "default-token"})
-	srv := &Server{ledger: l.led, jobs: l.jobs, token: l.Token, tokens: adminTokens,
-		ready: func(c *gin.Context) error { return l.store.Ping(c) }}
-	hs := httptest.NewServer(srv.Handler())
+	hs := httptest.NewServer(l.handler(func(s *Server) { s.tokens = adminTokens }))
 	tb.Cleanup(hs.Close)
 	l.URL = hs.URL
 	return l

@@ -99,3 +99,35 @@ func (t statementDeadline) TraceAcquireStart(ctx context.Context, _ *pgxpool.Poo
 func (t statementDeadline) TraceAcquireEnd(ctx context.Context, _ *pgxpool.Pool, _ pgxpool.TraceAcquireEndData) {
 	t.end(ctx)
 }
+
+// poolConfig is how the store connects to Postgres.
+type poolConfig struct {
+	URL      string        // DATABASE_URL
+	MaxConns int           // DB_MAX_CONNS
+	MinConns int           // DB_MIN_CONNS: kept open
+	Timeout  time.Duration // DB_TIMEOUT: the deadline of each statement, on both sides; 0: none
+}
+
+// openStore returns the store over a pool of c: DB_MAX_CONNS, DB_MIN_CONNS
+// kept open, and DB_TIMEOUT on every statement, on both sides of the
+// connection. It connects on demand (Warm opens the first connections).
+func openStore(ctx context.Context, c poolConfig, ttl time.Duration) (*Store, error) {
+	cfg, err := pgxpool.ParseConfig(c.URL)
+	if err != nil {
+		return nil, fmt.Errorf("DATABASE_URL: %w", err)
+	}
+	cfg.MaxConns = int32(c.MaxConns)
+	cfg.MinConns = int32(c.MinConns)
+	if c.Timeout > 0 {
+		withStatementDeadlines(cfg, c.Timeout)
+		withServerDeadlines(cfg, c.Timeout)
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("connect to postgres: %w", err)
+	}
+	return NewStore(pool, ttl), nil
+}
+
+// Close closes the store's connections.
+func (s *Store) Close() { s.pool.Close() }

@@ -10,8 +10,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/flashgate/flashgate/shared/events"
 )
 
@@ -22,15 +20,16 @@ type Sink interface {
 	// Deliver sends evs (in id order) and returns those it gave up on (a
 	// webhook parks an event after its attempts). An error means it did not
 	// finish: the batch is sent again. Work in flight runs under ctx; a wait
-	// between attempts ends early at stop (the batch is then not finished).
-	Deliver(ctx, stop context.Context, evs []events.Event) ([]Parked, error)
+	// between attempts ends early when stop closes (the batch is then not
+	// finished).
+	Deliver(ctx context.Context, stop <-chan struct{}, evs []events.Event) ([]Parked, error)
 }
 
 // DispatcherConfig is the dispatcher's part of the ledger's settings.
 type DispatcherConfig struct {
 	DatabaseURL string        // the lock's own connection
 	Retention   time.Duration // EVENT_RETENTION: delivered events older than this are pruned
-	Metrics     *ledgerMetrics
+	Metrics     *outboxMetrics
 }
 
 // The dispatcher's pace. A ledger that is not delivering tries the lock every
@@ -45,9 +44,6 @@ const (
 	sinkRetryPause = time.Second // after a batch that did not finish
 	heldLogEvery   = 30 * time.Second
 )
-
-// dispatcherLock is the advisory lock the delivering ledger holds.
-const dispatcherLock = `hashtextextended('flashgate:event-dispatcher', 0)`
 
 // Dispatcher delivers the outbox to its sinks from exactly one ledger at a
 // time: the one holding a Postgres advisory lock on a connection of its own.
@@ -69,7 +65,7 @@ type Dispatcher struct {
 // only moves the watermark, for GET /admin/events, and prunes).
 func NewDispatcher(store *Store, sinks []Sink, log *slog.Logger, cfg DispatcherConfig) *Dispatcher {
 	if cfg.Metrics == nil {
-		cfg.Metrics = newLedgerMetrics(nil)
+		cfg.Metrics = newOutboxMetrics(nil)
 	}
 	for _, sk := range sinks { // every sink's series, at 0 until something happens
 		m := cfg.Metrics
@@ -81,60 +77,44 @@ func NewDispatcher(store *Store, sinks []Sink, log *slog.Logger, cfg DispatcherC
 	return &Dispatcher{store: store, sinks: sinks, cfg: cfg, log: log, positions: make([]atomic.Int64, len(sinks))}
 }
 
-// Run tries the lock until stop ends and delivers while it holds it. At stop
-// it finishes no new batch, and closes the lock's connection, which frees the
-// lock for another ledger at once.
-func (d *Dispatcher) Run(stop, ctx context.Context) {
-	var conn *pgx.Conn // kept between tries: a ledger that waits does not reconnect each time
-	defer func() {
-		if conn != nil {
-			conn.Close(context.WithoutCancel(ctx))
-		}
-	}()
-	for stop.Err() == nil {
-		locked, err := d.tryLock(ctx, &conn)
+// Run tries the lock until stop closes and delivers while it holds it. At
+// stop it finishes no new batch, and closes the lock's connection, which
+// frees the lock for another ledger at once. Work runs under ctx.
+func (d *Dispatcher) Run(ctx context.Context, stop <-chan struct{}) {
+	lock := newDispatchLock(d.cfg.DatabaseURL) // kept between tries: a ledger that waits does not reconnect each time
+	defer lock.Close(context.WithoutCancel(ctx))
+	for !stopped(stop) {
+		locked, err := lock.Try(ctx)
 		if err != nil {
 			d.log.Warn("event dispatcher: lock", "err", err)
 		}
 		if locked {
 			d.log.Info("event dispatcher: delivering from this ledger")
 			d.cfg.Metrics.eventLeader.Set(1)
-			d.lead(stop, ctx, conn)
+			d.lead(ctx, stop, lock)
 			d.cfg.Metrics.eventLeader.Set(0)
-			conn.Close(context.WithoutCancel(ctx)) // frees the lock, also when the session is gone already
-			conn = nil
+			lock.Close(context.WithoutCancel(ctx)) // frees the lock, also when the session is gone already
 			d.log.Info("event dispatcher: stopped delivering")
 		}
 		select {
-		case <-stop.Done():
+		case <-stop:
 		case <-time.After(lockPoll):
 		}
 	}
 }
 
-// tryLock tries the dispatcher's lock on *conn, connecting first when it has
-// no connection (or a broken one).
-func (d *Dispatcher) tryLock(ctx context.Context, conn **pgx.Conn) (bool, error) {
-	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	if *conn == nil || (*conn).IsClosed() {
-		c, err := pgx.Connect(cctx, d.cfg.DatabaseURL)
-		if err != nil {
-			return false, err
-		}
-		*conn = c
+// stopped reports whether stop has closed.
+func stopped(stop <-chan struct{}) bool {
+	select {
+	case <-stop:
+		return true
+	default:
+		return false
 	}
-	var locked bool
-	if err := (*conn).QueryRow(cctx, `SELECT pg_try_advisory_lock(`+dispatcherLock+`)`).Scan(&locked); err != nil {
-		(*conn).Close(context.WithoutCancel(ctx))
-		*conn = nil
-		return false, err
-	}
-	return locked, nil
 }
 
-// lead delivers until stop ends or the lock's session is lost.
-func (d *Dispatcher) lead(stop, ctx context.Context, lock *pgx.Conn) {
+// lead delivers until stop closes or the lock's session is lost.
+func (d *Dispatcher) lead(ctx context.Context, stop <-chan struct{}, lock *dispatchLock) {
 	run, lost := context.WithCancel(ctx)
 	defer lost()
 	var wg sync.WaitGroup
@@ -142,7 +122,7 @@ func (d *Dispatcher) lead(stop, ctx context.Context, lock *pgx.Conn) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			d.runSink(stop, run, i, sk)
+			d.runSink(run, stop, i, sk)
 		}()
 	}
 	defer wg.Wait()
@@ -158,7 +138,7 @@ func (d *Dispatcher) lead(stop, ctx context.Context, lock *pgx.Conn) {
 	}
 	for {
 		select {
-		case <-stop.Done():
+		case <-stop:
 			return
 		case <-run.Done():
 			return
@@ -166,7 +146,7 @@ func (d *Dispatcher) lead(stop, ctx context.Context, lock *pgx.Conn) {
 		}
 		if time.Since(checked) >= lockPoll {
 			checked = time.Now()
-			if err := d.holds(run, lock); err != nil {
+			if err := lock.Holds(run); err != nil {
 				d.log.Error("event dispatcher: lost the lock's connection", "err", err)
 				return
 			}
@@ -181,14 +161,6 @@ func (d *Dispatcher) lead(stop, ctx context.Context, lock *pgx.Conn) {
 			d.prune(run)
 		}
 	}
-}
-
-// holds checks that the lock's session is still there.
-func (d *Dispatcher) holds(ctx context.Context, lock *pgx.Conn) error {
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	_, err := lock.Exec(ctx, `SELECT 1`)
-	return err
 }
 
 // advance moves the watermark and counts the events that passed it.
@@ -211,8 +183,7 @@ func (d *Dispatcher) advance(ctx context.Context) {
 	if wm <= prev {
 		return
 	}
-	var n int64
-	if err := d.store.pool.QueryRow(ctx, `SELECT count(*) FROM voucher_event WHERE id > $1 AND id <= $2`, prev, wm).Scan(&n); err == nil {
+	if n, err := d.store.CountEvents(ctx, prev, wm); err == nil {
 		d.cfg.Metrics.eventsWritten.Add(float64(n))
 	}
 	d.watermark.Store(wm)
@@ -269,29 +240,30 @@ func (d *Dispatcher) prune(ctx context.Context) {
 }
 
 // runSink delivers to sink i from its cursor up to the watermark, batch after
-// batch, and the events an operator asked to retry, until stop or run ends.
-func (d *Dispatcher) runSink(stop, run context.Context, i int, sk Sink) {
+// batch, and the events an operator asked to retry, until stop closes or run
+// ends.
+func (d *Dispatcher) runSink(run context.Context, stop <-chan struct{}, i int, sk Sink) {
 	pos, err := d.store.Cursor(run, sk.Name())
 	for err != nil {
-		if !pause(stop, run, sinkRetryPause) {
+		if !pause(run, stop, sinkRetryPause) {
 			return
 		}
 		pos, err = d.store.Cursor(run, sk.Name())
 	}
 	d.positions[i].Store(pos)
-	for stop.Err() == nil && run.Err() == nil {
-		d.retryParked(stop, run, sk)
+	for !stopped(stop) && run.Err() == nil {
+		d.retryParked(run, stop, sk)
 		wm := d.watermark.Load()
 		if wm <= pos {
-			pause(stop, run, dispatchPoll)
+			pause(run, stop, dispatchPoll)
 			continue
 		}
-		next, err := d.deliverBatch(stop, run, sk, pos, wm)
+		next, err := d.deliverBatch(run, stop, sk, pos, wm)
 		if err != nil {
-			if run.Err() == nil && stop.Err() == nil {
+			if run.Err() == nil && !stopped(stop) {
 				d.log.Warn("event delivery did not finish: sending the batch again", "sink", sk.Name(), "after", pos, "err", err)
 			}
-			pause(stop, run, sinkRetryPause)
+			pause(run, stop, sinkRetryPause)
 			continue
 		}
 		pos = next
@@ -300,7 +272,7 @@ func (d *Dispatcher) runSink(stop, run context.Context, i int, sk Sink) {
 }
 
 // deliverBatch sends the next batch after pos to sk and moves its cursor.
-func (d *Dispatcher) deliverBatch(stop, run context.Context, sk Sink, pos, wm int64) (int64, error) {
+func (d *Dispatcher) deliverBatch(run context.Context, stop <-chan struct{}, sk Sink, pos, wm int64) (int64, error) {
 	evs, err := d.store.Events(run, pos, wm, dispatchBatch)
 	if err != nil || len(evs) == 0 {
 		return wm, err // none left up to the watermark: pruned, or rolled back
@@ -323,7 +295,7 @@ func (d *Dispatcher) deliverBatch(stop, run context.Context, sk Sink, pos, wm in
 }
 
 // retryParked sends again the events of sk an operator asked to retry.
-func (d *Dispatcher) retryParked(stop, run context.Context, sk Sink) {
+func (d *Dispatcher) retryParked(run context.Context, stop <-chan struct{}, sk Sink) {
 	retry, err := d.store.ParkedEvents(run, sk.Name(), "RETRY", 0, 100)
 	if err != nil {
 		return
@@ -347,10 +319,11 @@ func (d *Dispatcher) retryParked(stop, run context.Context, sk Sink) {
 	}
 }
 
-// pause waits d unless stop or run ends first; it reports whether to go on.
-func pause(stop, run context.Context, d time.Duration) bool {
+// pause waits d unless stop closes or run ends first; it reports whether to
+// go on.
+func pause(run context.Context, stop <-chan struct{}, d time.Duration) bool {
 	select {
-	case <-stop.Done():
+	case <-stop:
 		return false
 	case <-run.Done():
 		return false

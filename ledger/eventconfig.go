@@ -96,7 +96,7 @@ func splitList(s string) []string {
 }
 
 // sinks builds the configured sinks; closeAll disconnects them.
-func (c EventsConfig) sinks(m *ledgerMetrics) (sinks []Sink, closeAll func(), err error) {
+func (c EventsConfig) sinks(m *outboxMetrics) (sinks []Sink, closeAll func(), err error) {
 	wc := c.Webhook
 	wc.Metrics = m
 	for _, u := range c.WebhookURLs {

@@ -209,7 +209,7 @@ func runDispatcher(tb testing.TB, l *testLedger, dbURL string, sinks ...Sink) *D
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		d.Run(stop, context.Background())
+		d.Run(context.Background(), stop.Done())
 	}()
 	tb.Cleanup(func() { cancel(); <-done })
 	return d

@@ -1,16 +1,13 @@
 package main
 
 import (
-	"context"
 	"encoding/csv"
-	"fmt"
 	"log/slog"
 	"net/http"
 	"strconv"
 	"time"
 
 	"github.com/gin-gonic/gin"
-	"github.com/jackc/pgx/v5"
 
 	"github.com/flashgate/flashgate/shared/httpx"
 	"github.com/flashgate/flashgate/shared/voucher"
@@ -26,50 +23,6 @@ const (
 	exportFlushRows    = 500
 	exportWriteTimeout = 30 * time.Second
 )
-
-// EachRecord calls each for every reservation of a voucher, oldest first, as
-// the rows arrive from Postgres: nothing is collected, so an export of any
-// size holds one row at a time. VOUCHER_NOT_FOUND (before any call) when the
-// voucher does not exist.
-func (s *Store) EachRecord(ctx context.Context, code string, each func(voucher.Record) error) error {
-	if err := voucherExists(ctx, s.pool, code); err != nil {
-		return translate(fmt.Errorf("export %s: %w", code, err))
-	}
-	// Read-only, in a transaction of its own that lifts the sessions'
-	// server-side deadlines (withServerDeadlines): the export reads for as
-	// long as its client does.
-	ctx = withoutStatementDeadline(ctx)
-	var eachErr error
-	err := pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, `SET LOCAL statement_timeout = 0; SET LOCAL idle_in_transaction_session_timeout = 0`); err != nil {
-			return err
-		}
-		rows, err := tx.Query(ctx, `
-			SELECT `+reservationColumns+` -- reservations export
-			FROM voucher_redemption r WHERE r.voucher_code = $1 ORDER BY r.id`, code)
-		if err != nil {
-			return err
-		}
-		defer rows.Close()
-		for rows.Next() {
-			r, err := scanReservation(rows)
-			if err != nil {
-				return err
-			}
-			if eachErr = each(r.Record()); eachErr != nil {
-				return eachErr
-			}
-		}
-		return rows.Err()
-	})
-	if eachErr != nil {
-		return eachErr
-	}
-	if err != nil {
-		return translate(fmt.Errorf("export %s: %w", code, err))
-	}
-	return nil
-}
 
 // csvRow is a reservation as a row of the export: times in RFC 3339 with
 // nanoseconds in UTC (as the JSON answers have them), an empty cell for NULL.

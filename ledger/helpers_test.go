@@ -15,7 +15,6 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
-	"github.com/flashgate/flashgate/migrations"
 	"github.com/flashgate/flashgate/shared/devstack/devstacktest"
 	"github.com/flashgate/flashgate/shared/gate"
 	"github.com/flashgate/flashgate/shared/httpx/httpxtest"
@@ -30,7 +29,8 @@ func TestMain(m *testing.M) {
 type testLedger struct {
 	URL   string
 	Token string
-	pool  *pgxpool.Pool
+	pool  *pgxpool.Pool // the test's own, beside the ledger's
+	svc   *service
 	store *Store
 	gate  *gate.Gate
 	pub   gate.Publisher // the Redis client; nil without Redis
@@ -64,45 +64,52 @@ func newTestLedger(tb testing.TB, o ledgerOptions) *testLedger {
 	if o.db == "" {
 		o.db = devstacktest.PostgresURL(tb)
 	}
-	ctx := context.Background()
-	require.NoError(tb, migrations.MigrateURL(ctx, o.db))
-	cfg, err := pgxpool.ParseConfig(o.db)
+	if !o.noRedis && o.redis == "" {
+		o.redis = devstacktest.RedisURL(tb)
+	}
+	// The ledger as main builds it, but for the settings a test runs with:
+	// jobs that wait to be called, no per-statement deadline, no bound on a
+	// standard voucher's reserves, logs discarded.
+	cfg := Config{DatabaseURL: o.db, Token: o.token, ReservationTTL: o.ttl, HangingGrace: o.grace,
+		ExpiryInterval: time.Hour, ReconcileInterval: time.Hour, MaxConns: 32, WriteBatch: 256, WriteTimeout: 10 * time.Second}
+	cfg.Events.On = true
+	if !o.noRedis {
+		cfg.RedisURL = o.redis
+	}
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	base, cancel := context.WithCancel(context.Background())
+	svc, closeAll, err := build(base, cfg, log, nil)
 	require.NoError(tb, err)
-	cfg.MaxConns = 32
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	tb.Cleanup(closeAll)
+	tb.Cleanup(cancel)
+	if o.hook != nil {
+		svc.rdb.AddHook(o.hook)
+	}
+	pool, err := pgxpool.New(context.Background(), o.db) // the test's own reads and writes
 	require.NoError(tb, err)
 	tb.Cleanup(pool.Close)
 
-	var g *gate.Gate
-	var pub gate.Publisher
-	l := &testLedger{Token: o.token, pool: pool}
-	if !o.noRedis {
-		if o.redis == "" {
-			o.redis = devstacktest.RedisURL(tb)
-		}
-		rdb, err := gate.NewClient(o.redis, gate.ClientOptions{Timeout: time.Second})
-		require.NoError(tb, err)
-		tb.Cleanup(func() { rdb.Close() })
-		if o.hook != nil {
-			rdb.AddHook(o.hook)
-		}
-		g, pub, l.rdb = gate.New(rdb), rdb, rdb
+	l := &testLedger{Token: o.token, pool: pool, svc: svc, store: svc.store, gate: svc.gate, led: svc.ledger,
+		settler: svc.settler, log: log, rdb: svc.rdb, jobs: svc.jobs, checks: &agreementChecks{}}
+	if svc.rdb != nil {
+		l.pub = svc.rdb
 	}
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	store := NewStore(pool, o.ttl)
-	wctx, cancel := context.WithCancel(context.Background())
-	tb.Cleanup(cancel)
-	settler := NewSettler(store, g, time.Now, log)
-	led := NewLedger(store, NewWriter(wctx, store, 256, 10*time.Second), g, pub, settler, log)
-	l.store, l.gate, l.pub, l.led, l.settler, l.log = store, g, pub, led, settler, log
-	l.checks = &agreementChecks{}
-	l.jobs = l.newJobs(JobsConfig{ExpiryInterval: time.Hour, ReconcileInterval: time.Hour, HangingGrace: o.grace})
-	srv := &Server{ledger: led, jobs: l.jobs, token: o.token, ready: func(c *gin.Context) error { return store.Ping(c) }}
-	hs := httptest.NewServer(srv.Handler())
+	l.checks.addJobs(svc.jobs)
+	hs := httptest.NewServer(svc.server.Handler())
 	tb.Cleanup(hs.Close)
 	l.URL = hs.URL
 	tb.Cleanup(func() { l.requireAgreement(tb) }) // before the servers and pools close
 	return l
+}
+
+// handler is l's HTTP handler as build wires it, with change applied to a
+// copy of its Server first (a token, a metrics registry, ...).
+func (l *testLedger) handler(change func(*Server)) http.Handler {
+	srv := *l.svc.server
+	if change != nil {
+		change(&srv)
+	}
+	return srv.Handler()
 }
 
 // newJobs returns jobs wired to l as main wires them to its ledger.

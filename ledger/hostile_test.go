@@ -10,14 +10,12 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/gin-gonic/gin"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/flashgate/flashgate/shared/devstack"
 	"github.com/flashgate/flashgate/shared/devstack/devstacktest"
 	"github.com/flashgate/flashgate/shared/gate"
-	"github.com/flashgate/flashgate/shared/httpx"
 	"github.com/flashgate/flashgate/shared/httpx/httpxtest"
 	"github.com/flashgate/flashgate/shared/voucher"
 )
@@ -44,8 +42,7 @@ func countHostile(tb testing.TB, l *testLedger, prefix string, g *gate.Gate) hos
 func TestLedgerHostileInput(t *testing.T) {
 	const token = "hostile-ledger-token"
 	l := newTestLedger(t, ledgerOptions{token: token})
-	base, _ := httpxtest.Serve(t, (&Server{ledger: l.led, jobs: l.jobs, token: token,
-		ready: func(c *gin.Context) error { return l.store.Ping(c) }}).Handler())
+	base, _ := httpxtest.Serve(t, l.handler(func(s *Server) { s.metrics = nil }))
 
 	prefix := newCode(t)
 	code, flash := prefix+"s", prefix+"f"
@@ -133,7 +130,7 @@ func TestLedgerHostileInput(t *testing.T) {
 func TestLedgerSlowHeadersCutOff(t *testing.T) {
 	t.Parallel()
 	l := newTestLedger(t, ledgerOptions{noRedis: true, token: "slow-token"})
-	h := (&Server{ledger: l.led, token: "slow-token", ready: func(c *gin.Context) error { return l.store.Ping(c) }}).Handler()
+	h := l.handler(nil)
 	httpxtest.CheckSlowHeadersCutOff(t, h)
 }
 
@@ -198,7 +195,7 @@ func TestLedgerTokenNeverLogged(t *testing.T) {
 func TestLedgerMetricsBoundedUnderHostileMethods(t *testing.T) {
 	t.Parallel()
 	l := newTestLedger(t, ledgerOptions{noRedis: true})
-	h := (&Server{ledger: l.led, metrics: httpx.NewMetrics("ledger"), ready: func(c *gin.Context) error { return l.store.Ping(c) }}).Handler()
+	h := l.handler(func(s *Server) { s.token = "" })
 	base, _ := httpxtest.Serve(t, h)
 	httpxtest.CheckMetricsMethodsBounded(t, base, "/vouchers/x/reservations")
 }

@@ -12,9 +12,9 @@ import (
 type JobsConfig struct {
 	ExpiryInterval    time.Duration
 	ReconcileInterval time.Duration
-	HangingGrace      time.Duration  // an admission younger than this may still be on its way to the DB
-	ExpiryBatch       int            // rows per sweep transaction; default 500
-	Metrics           *ledgerMetrics // nil: not exported
+	HangingGrace      time.Duration // an admission younger than this may still be on its way to the DB
+	ExpiryBatch       int           // rows per sweep transaction; default 500
+	Metrics           *jobsMetrics  // nil: not exported
 }
 
 // Jobs are the ledger's background work: the expiry sweeper, the reconciler and
@@ -40,16 +40,16 @@ func NewJobs(store *Store, g *gate.Gate, pub gate.Publisher, settler *Settler,
 		cfg.ExpiryBatch = 500
 	}
 	if cfg.Metrics == nil {
-		cfg.Metrics = newLedgerMetrics(nil)
+		cfg.Metrics = newJobsMetrics(nil)
 	}
 	return &Jobs{store: store, gate: g, pub: pub, settler: settler, warm: warm, cfg: cfg, log: log}
 }
 
 // Run reloads live flash vouchers that Redis lacks, then sweeps and reconciles
-// on their intervals until stop ends. Each run goes under ctx (the service's
-// lifetime): a run in progress when stop ends finishes, so that a shutdown
-// never cuts a sweep or a reconcile between the database and Redis.
-func (j *Jobs) Run(stop, ctx context.Context) {
+// on their intervals until stop closes. Each run goes under ctx (the
+// service's lifetime): a run in progress when stop closes finishes, so that a
+// shutdown never cuts a sweep or a reconcile between the database and Redis.
+func (j *Jobs) Run(ctx context.Context, stop <-chan struct{}) {
 	j.WarmAll(ctx)
 	sweep := time.NewTicker(j.cfg.ExpiryInterval)
 	defer sweep.Stop()
@@ -58,11 +58,13 @@ func (j *Jobs) Run(stop, ctx context.Context) {
 	unsettled := time.NewTicker(time.Second)
 	defer unsettled.Stop()
 	for {
-		if stop.Err() != nil {
+		select {
+		case <-stop: // before a tick that is due as well
 			return
+		default:
 		}
 		select {
-		case <-stop.Done():
+		case <-stop:
 			return
 		case <-sweep.C:
 			if n, err := j.Sweep(ctx); err != nil {

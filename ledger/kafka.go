@@ -27,14 +27,14 @@ type Kafka struct {
 	client *kgo.Client
 	topic  string
 	name   string
-	m      *ledgerMetrics
+	m      *outboxMetrics
 }
 
 // NewKafka returns the sink of topic on the cluster reached through brokers
 // (host:port seeds). It connects on first use.
-func NewKafka(brokers []string, topic string, m *ledgerMetrics) (*Kafka, error) {
+func NewKafka(brokers []string, topic string, m *outboxMetrics) (*Kafka, error) {
 	if m == nil {
-		m = newLedgerMetrics(nil)
+		m = newOutboxMetrics(nil)
 	}
 	cl, err := kgo.NewClient(
 		kgo.SeedBrokers(brokers...),
@@ -56,7 +56,7 @@ func (k *Kafka) Name() string { return k.name }
 func (k *Kafka) Close() { k.client.Close() }
 
 // Deliver implements Sink: the whole batch, acknowledged, or an error.
-func (k *Kafka) Deliver(ctx, _ context.Context, evs []events.Event) ([]Parked, error) {
+func (k *Kafka) Deliver(ctx context.Context, _ <-chan struct{}, evs []events.Event) ([]Parked, error) {
 	recs := make([]*kgo.Record, len(evs))
 	for i, e := range evs {
 		value, err := json.Marshal(e)

@@ -112,10 +112,10 @@ func TestRetryAfterRedisRestartFromStaleSnapshot(t *testing.T) {
 
 	reg := prometheus.NewRegistry()
 	jobs := l.newJobs(JobsConfig{ExpiryInterval: time.Hour, ReconcileInterval: time.Hour,
-		HangingGrace: 30 * time.Second, Metrics: newLedgerMetrics(reg)})
+		HangingGrace: 30 * time.Second, Metrics: newJobsMetrics(reg)})
 	jctx, cancel := context.WithCancel(ctx)
 	t.Cleanup(cancel)
-	go jobs.Run(jctx, jctx)
+	go jobs.Run(jctx, jctx.Done())
 	start := time.Now()
 	for st != http.StatusCreated {
 		require.Less(t, time.Since(start), 10*time.Second, "retry of %s: still %d %s", order, st, errCode)

@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/gin-gonic/gin"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/flashgate/flashgate/migrations"
@@ -152,6 +151,85 @@ func main() {
 	envconf.Main("ledger", doc, configFrom, run)
 }
 
+// service is the ledger wired from its Config: what run serves, and what the
+// tests drive.
+type service struct {
+	cfg      Config
+	log      *slog.Logger
+	store    *Store
+	rdb      redis.UniversalClient // nil without REDIS_URL
+	gate     *gate.Gate            // nil without REDIS_URL
+	settler  *Settler
+	ledger   *Ledger
+	jobs     *Jobs
+	operator *Operator
+	server   *Server
+	metrics  *httpx.Metrics
+	outbox   *outboxMetrics
+}
+
+// build migrates the database and wires the ledger from cfg; it starts
+// nothing. Writes run under base, which must outlive the requests that wait
+// on them; alive, when not nil, is asked by readiness first (nil while the
+// service accepts requests). close frees the connections.
+func build(base context.Context, cfg Config, log *slog.Logger, alive func() error) (svc *service, close func(), err error) {
+	if err := migrations.MigrateURL(base, cfg.DatabaseURL); err != nil {
+		return nil, nil, err
+	}
+	svc = &service{cfg: cfg, log: log, metrics: httpx.NewMetrics("ledger")}
+	if svc.store, err = openStore(base, poolConfig{URL: cfg.DatabaseURL, MaxConns: cfg.MaxConns, MinConns: cfg.MinConns,
+		Timeout: cfg.DBTimeout}, cfg.ReservationTTL); err != nil {
+		return nil, nil, err
+	}
+	close = svc.store.Close
+	var g *gate.Gate
+	if cfg.RedisURL != "" {
+		if svc.rdb, err = gate.NewClient(cfg.RedisURL, gate.ClientOptions{Timeout: time.Second}); err != nil {
+			close()
+			return nil, nil, err
+		}
+		close = func() { svc.rdb.Close(); svc.store.Close() }
+		g = gate.New(svc.rdb)
+	}
+	svc.gate = g
+	var pub gate.Publisher // a nil interface without Redis, not a nil client
+	if svc.rdb != nil {
+		pub = svc.rdb
+	}
+	svc.store.WriteEvents(cfg.Events.On)
+	reg := svc.metrics.Registry
+	writer := NewWriter(base, svc.store, cfg.WriteBatch, cfg.WriteTimeout)
+	writer.Measure(newWriterMetrics(reg))
+	svc.settler = NewSettler(svc.store, g, time.Now, log)
+	svc.settler.WaitAfterFault(2 * cfg.DBTimeout) // the server cancels a statement within DB_TIMEOUT (openStore)
+	svc.ledger = NewLedger(svc.store, writer, g, pub, svc.settler, log)
+	if cfg.MaxPerVoucher > 0 {
+		svc.ledger.LimitStandard(NewLimiter(cfg.MaxPerVoucher, cfg.VoucherWait))
+	}
+	svc.jobs = NewJobs(svc.store, g, pub, svc.settler, svc.ledger.Warmup, log, JobsConfig{
+		ExpiryInterval: cfg.ExpiryInterval, ReconcileInterval: cfg.ReconcileInterval, HangingGrace: cfg.HangingGrace,
+		Metrics: newJobsMetrics(reg),
+	})
+	svc.operator = NewOperator(svc.store, g, pub, svc.ledger.Warmup, log)
+	svc.outbox = newOutboxMetrics(reg)
+	svc.server = &Server{log: log, ledger: svc.ledger, operator: svc.operator, store: svc.store, jobs: svc.jobs,
+		token: cfg.Token, tokens: cfg.Tokens, metrics: svc.metrics, maxInflight: cfg.MaxInflight, hangingGrace: cfg.HangingGrace,
+		ready: func(c *gin.Context) error {
+			// Ready while Postgres answers: without Redis, standard vouchers,
+			// confirm and release still work (flash reserves get a fast 503).
+			if alive != nil {
+				if err := alive(); err != nil {
+					return err
+				}
+			}
+			if err := svc.store.Ping(c); err != nil {
+				return fmt.Errorf("postgres: %w", err)
+			}
+			return nil
+		}}
+	return svc, close, nil
+}
+
 func run(cfg Config, log *slog.Logger) error {
 	stopping, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
@@ -159,88 +237,47 @@ func run(cfg Config, log *slog.Logger) error {
 	defer life.End()
 	ctx := life.Context() // what requests wait on outlives the drain
 
-	if err := migrations.MigrateURL(stopping, cfg.DatabaseURL); err != nil {
-		return err
-	}
-	pool, err := openPool(ctx, cfg)
+	svc, closeAll, err := build(ctx, cfg, log, life.Err)
 	if err != nil {
 		return err
 	}
-	defer pool.Close()
-
-	var rdb redis.UniversalClient
-	var g *gate.Gate
-	if cfg.RedisURL != "" {
-		if rdb, err = gate.NewClient(cfg.RedisURL, gate.ClientOptions{Timeout: time.Second}); err != nil {
-			return err
-		}
-		defer rdb.Close()
-		go warmRedis(stopping, rdb, cfg.RedisWarm, log)
-		g = gate.New(rdb)
+	defer closeAll()
+	// Beside serving: a slow dependency never delays the start.
+	go svc.store.Warm(stopping, cfg.MinConns, log)
+	if svc.rdb != nil {
+		go warmRedis(stopping, svc.rdb, cfg.RedisWarm, log)
+		// Another ledger's admin change reaches this one's terms cache at once.
+		go gate.WatchChanges(ctx, svc.rdb, svc.store.ForgetTerms, log)
 	} else {
 		log.Warn("REDIS_URL is not set: flash-sale vouchers will answer 503")
 	}
 	if cfg.Token == "" && len(cfg.Tokens) == 0 {
 		log.Warn("LEDGER_TOKEN and LEDGER_TOKENS are not set: authentication is off")
 	}
-
-	store := NewStore(pool, cfg.ReservationTTL)
-	go warmPostgres(stopping, pool, cfg.MinConns, store.Prime, log) // beside serving: a slow dependency never delays the start
-	metrics := httpx.NewMetrics("ledger")
-	lm := newLedgerMetrics(metrics.Registry)
-	writer := NewWriter(ctx, store, cfg.WriteBatch, cfg.WriteTimeout)
-	writer.ObserveSizes(func(n int) { lm.writeBatch.Observe(float64(n)) })
-	writer.ObserveCommits(func(d time.Duration) { lm.commitLatency.Observe(d.Seconds()) })
-	settler := NewSettler(store, g, time.Now, log)
-	settler.WaitAfterFault(2 * cfg.DBTimeout) // the server cancels a statement within DB_TIMEOUT (openPool)
-	ledger := NewLedger(store, writer, g, rdb, settler, log)
-	ledger.LimitStandard(NewLimiter(cfg.MaxPerVoucher, cfg.VoucherWait))
-	jobs := NewJobs(store, g, rdb, settler, ledger.Warmup, log, JobsConfig{
-		ExpiryInterval: cfg.ExpiryInterval, ReconcileInterval: cfg.ReconcileInterval, HangingGrace: cfg.HangingGrace,
-		Metrics: lm,
-	})
-	srv := &Server{log: log, ledger: ledger, jobs: jobs, token: cfg.Token, tokens: cfg.Tokens, metrics: metrics, maxInflight: cfg.MaxInflight,
-		hangingGrace: cfg.HangingGrace, ready: func(c *gin.Context) error {
-			// Ready while Postgres answers: without Redis, standard vouchers,
-			// confirm and release still work (flash reserves get a fast 503).
-			if err := life.Err(); err != nil {
-				return err
-			}
-			if err := store.Ping(c); err != nil {
-				return fmt.Errorf("postgres: %w", err)
-			}
-			return nil
-		}}
-
 	httpx.ServeDebug(cfg.DebugAddr, log)
-	jobsDone, err := startBackground(stopping, ctx, cfg, store, jobs, lm, log)
+	jobsDone, err := svc.startBackground(ctx, stopping.Done())
 	if err != nil {
 		return err
 	}
-	if rdb != nil {
-		// Another ledger's admin change reaches this one's terms cache at once.
-		go gate.WatchChanges(ctx, rdb, store.ForgetTerms, log)
-	}
 	log.Info("ledger listening", "addr", cfg.Addr, "reservation_ttl", cfg.ReservationTTL.String())
-	err = life.Serve(httpx.NewServer(cfg.Addr, srv.Handler()), cfg.MaxClientConns)
+	err = life.Serve(httpx.NewServer(cfg.Addr, svc.server.Handler()), cfg.MaxClientConns)
 	stop() // when serving failed, the jobs stop too
 	<-jobsDone
 	// The drained requests may have parked writes that failed on a fault:
 	// settle them now, or their Redis uses would wait for a reconcile.
-	if n := settler.Drain(ctx); n > 0 {
+	if n := svc.settler.Drain(ctx); n > 0 {
 		log.Info("settled writes that failed on a fault before stopping", "orders", n)
 	}
 	log.Info("ledger stopped")
 	return err
 }
 
-// startBackground runs the jobs and the event dispatcher until stopping
-// ends: a job run in progress at the signal finishes; the dispatcher starts no
+// startBackground runs the jobs and the event dispatcher until stop closes:
+// a job run in progress then finishes (under ctx); the dispatcher starts no
 // new batch and frees its lock. The channel closes once both have returned.
-func startBackground(stopping, ctx context.Context, cfg Config, store *Store, jobs *Jobs, lm *ledgerMetrics,
-	log *slog.Logger) (<-chan struct{}, error) {
-	store.WriteEvents(cfg.Events.On)
-	sinks, closeSinks, err := cfg.Events.sinks(lm)
+func (svc *service) startBackground(ctx context.Context, stop <-chan struct{}) (<-chan struct{}, error) {
+	cfg := svc.cfg
+	sinks, closeSinks, err := cfg.Events.sinks(svc.outbox)
 	if err != nil {
 		return nil, err
 	}
@@ -249,38 +286,32 @@ func startBackground(stopping, ctx context.Context, cfg Config, store *Store, jo
 	wg.Add(2)
 	go func() {
 		defer wg.Done()
-		jobs.Run(stopping, ctx)
+		svc.jobs.Run(ctx, stop)
 	}()
 	go func() {
 		defer wg.Done()
 		defer closeSinks()
 		if !cfg.Events.On {
-			log.Warn("EVENTS=off: no events are written or delivered (for measuring their cost only)")
+			svc.log.Warn("EVENTS=off: no events are written or delivered (for measuring their cost only)")
 			return
 		}
-		NewDispatcher(store, sinks, log, DispatcherConfig{
-			DatabaseURL: cfg.DatabaseURL, Retention: cfg.Events.Retention, Metrics: lm,
-		}).Run(stopping, ctx)
+		NewDispatcher(svc.store, sinks, svc.log, DispatcherConfig{
+			DatabaseURL: cfg.DatabaseURL, Retention: cfg.Events.Retention, Metrics: svc.outbox,
+		}).Run(ctx, stop)
 	}()
 	go func() { wg.Wait(); close(done) }()
 	return done, nil
 }
 
-// openPool is the Postgres pool: DB_MAX_CONNS, DB_MIN_CONNS kept open, and
-// DB_TIMEOUT on every statement, on both sides of the connection. It connects on demand (warmPostgres opens
-// the first connections).
-func openPool(ctx context.Context, cfg Config) (*pgxpool.Pool, error) {
-	poolCfg, err := pgxpool.ParseConfig(cfg.DatabaseURL)
-	if err != nil {
-		return nil, fmt.Errorf("DATABASE_URL: %w", err)
+// warmRedis opens n Redis connections and loads the gate's scripts as the
+// ledger starts serving (gate.Warm). A failure is logged, not fatal.
+func warmRedis(ctx context.Context, rdb redis.UniversalClient, n int, log *slog.Logger) {
+	ctx, cancel := context.WithTimeout(ctx, warmTimeout)
+	defer cancel()
+	start := time.Now()
+	if err := gate.Warm(ctx, rdb, n); err != nil {
+		log.Warn("redis warm-up failed: connections open on demand", "conns", n, "err", err)
+		return
 	}
-	poolCfg.MaxConns = int32(cfg.MaxConns)
-	poolCfg.MinConns = int32(cfg.MinConns)
-	withStatementDeadlines(poolCfg, cfg.DBTimeout)
-	withServerDeadlines(poolCfg, cfg.DBTimeout)
-	pool, err := pgxpool.NewWithConfig(ctx, poolCfg)
-	if err != nil {
-		return nil, fmt.Errorf("connect to postgres: %w", err)
-	}
-	return pool, nil
+	log.Info("redis connections warm", "conns", n, "took", time.Since(start).String())
 }

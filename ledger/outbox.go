@@ -326,3 +326,63 @@ func (s *Store) UndeliveredSince(ctx context.Context, pos int64) (time.Time, boo
 	}
 	return at, true, nil
 }
+
+// CountEvents counts the events with ids in (after, upTo].
+func (s *Store) CountEvents(ctx context.Context, after, upTo int64) (int64, error) {
+	var n int64
+	err := s.pool.QueryRow(ctx, `SELECT count(*) FROM voucher_event WHERE id > $1 AND id <= $2`, after, upTo).Scan(&n)
+	return n, err
+}
+
+// dispatcherLock is the advisory lock the delivering ledger holds.
+const dispatcherLock = `hashtextextended('flashgate:event-dispatcher', 0)`
+
+// dispatchLock is the event dispatcher's advisory lock, held on a connection
+// of its own (not the pool's), so that the session that holds it lives as long
+// as the leader: a killed process's ends at once and frees the lock.
+type dispatchLock struct {
+	url  string
+	conn *pgx.Conn
+}
+
+// newDispatchLock returns the lock, taken on a connection to databaseURL.
+func newDispatchLock(databaseURL string) *dispatchLock { return &dispatchLock{url: databaseURL} }
+
+// Try tries the lock, connecting first when it has no connection (or a
+// broken one).
+func (l *dispatchLock) Try(ctx context.Context) (bool, error) {
+	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if l.conn == nil || l.conn.IsClosed() {
+		c, err := pgx.Connect(cctx, l.url)
+		if err != nil {
+			return false, err
+		}
+		l.conn = c
+	}
+	var locked bool
+	if err := l.conn.QueryRow(cctx, `SELECT pg_try_advisory_lock(`+dispatcherLock+`)`).Scan(&locked); err != nil {
+		l.Close(context.WithoutCancel(ctx))
+		return false, err
+	}
+	return locked, nil
+}
+
+// Holds checks that the lock's session is still there.
+func (l *dispatchLock) Holds(ctx context.Context) error {
+	if l.conn == nil {
+		return errors.New("the dispatcher's lock is not held")
+	}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	_, err := l.conn.Exec(ctx, `SELECT 1`)
+	return err
+}
+
+// Close ends the lock's session, which frees the lock.
+func (l *dispatchLock) Close(ctx context.Context) {
+	if l.conn != nil {
+		l.conn.Close(ctx)
+		l.conn = nil
+	}
+}

@@ -15,13 +15,15 @@ import (
 // Server is the ledger's HTTP face: admin routes, the public reservation routes
 // the proxy serves too, and the internal route for admitted writes.
 type Server struct {
-	log     *slog.Logger // faults answered 503; nil: not logged
-	ledger  *Ledger
-	jobs    *Jobs // nil in tests that do not run the background jobs
-	ready   func(*gin.Context) error
-	token   string
-	tokens  map[string]string // LEDGER_TOKENS: named tokens beside token (named "default")
-	metrics *httpx.Metrics    // nil: no /metrics
+	log      *slog.Logger // faults answered 503; nil: not logged
+	ledger   *Ledger
+	operator *Operator // the admin routes' changes
+	store    *Store    // the admin routes' reads: listings, export, audit, events
+	jobs     *Jobs     // nil in tests that do not run the background jobs
+	ready    func(*gin.Context) error
+	token    string
+	tokens   map[string]string // LEDGER_TOKENS: named tokens beside token (named "default")
+	metrics  *httpx.Metrics    // nil: no /metrics
 
 	hangingGrace time.Duration // HANGING_GRACE, served on api.SettingsPath
 

@@ -25,7 +25,7 @@ type WebhookConfig struct {
 	Backoff     time.Duration // WEBHOOK_BACKOFF: the wait after the first failure, doubled each time
 	BackoffMax  time.Duration // WEBHOOK_BACKOFF_MAX: the longest wait
 	Parallel    int           // vouchers whose events are sent at once (each voucher's in order)
-	Metrics     *ledgerMetrics
+	Metrics     *outboxMetrics
 }
 
 // Webhook POSTs each event as JSON to one URL, signed. A voucher's events go
@@ -45,7 +45,7 @@ func NewWebhook(target string, cfg WebhookConfig) *Webhook {
 		cfg.Parallel = 16
 	}
 	if cfg.Metrics == nil {
-		cfg.Metrics = newLedgerMetrics(nil)
+		cfg.Metrics = newOutboxMetrics(nil)
 	}
 	return &Webhook{
 		url: target, name: sinkName("webhook", redactURL(target)), cfg: cfg,
@@ -70,7 +70,7 @@ func (w *Webhook) Name() string { return w.name }
 var errStopped = errors.New("stopping between delivery attempts")
 
 // Deliver implements Sink.
-func (w *Webhook) Deliver(ctx, stop context.Context, evs []events.Event) ([]Parked, error) {
+func (w *Webhook) Deliver(ctx context.Context, stop <-chan struct{}, evs []events.Event) ([]Parked, error) {
 	var order []string
 	byVoucher := map[string][]events.Event{}
 	for _, e := range evs {
@@ -113,7 +113,7 @@ func (w *Webhook) Deliver(ctx, stop context.Context, evs []events.Event) ([]Park
 
 // deliverOne sends e until it is accepted or its attempts are spent (it is
 // then returned, parked).
-func (w *Webhook) deliverOne(ctx, stop context.Context, e events.Event) (*Parked, error) {
+func (w *Webhook) deliverOne(ctx context.Context, stop <-chan struct{}, e events.Event) (*Parked, error) {
 	body, err := json.Marshal(e)
 	if err != nil {
 		return nil, fmt.Errorf("event %d: %w", e.ID, err)
@@ -131,7 +131,7 @@ func (w *Webhook) deliverOne(ctx, stop context.Context, e events.Event) (*Parked
 			return &Parked{Event: e, Sink: w.name, Status: "FAILED", Attempts: attempt, LastError: err.Error()}, nil
 		}
 		select {
-		case <-stop.Done():
+		case <-stop:
 			return nil, errStopped
 		case <-ctx.Done():
 			return nil, ctx.Err()
