@@ -7,6 +7,9 @@ import (
 	"net/http/httptest"
 	"testing"
 
+	"github.com/flashgate/flashgate/ledger/internal/store"
+	"github.com/flashgate/flashgate/ledger/internal/web"
+
 	"github.com/stretchr/testify/require"
 
 	"github.com/flashgate/flashgate/shared/voucher"
@@ -20,7 +23,7 @@ var adminTokens = map[string]string{"alice": "alice-token", "bob": "bob-token"}
 func newAdminLedger(tb testing.TB) *testLedger {
 	tb.Helper()
 	l := newTestLedger(tb, ledgerOptions{token: "default-token"})
-	hs := httptest.NewServer(l.handler(func(s *Server) { s.tokens = adminTokens }))
+	hs := httptest.NewServer(l.handler(func(s *web.Server) { s.Tokens = adminTokens }))
 	tb.Cleanup(hs.Close)
 	l.URL = hs.URL
 	return l
@@ -60,12 +63,12 @@ func (l *testLedger) reserve(tb testing.TB, code string, customer int64, order s
 }
 
 // auditEvents reads GET /admin/vouchers/{code}/audit.
-func (l *testLedger) auditEvents(tb testing.TB, code string) []AuditEvent {
+func (l *testLedger) auditEvents(tb testing.TB, code string) []store.AuditEvent {
 	tb.Helper()
 	r := l.call(tb, http.MethodGet, "/admin/vouchers/"+code+"/audit", nil)
 	require.Equal(tb, http.StatusOK, r.Status, r.Raw)
 	var body struct {
-		Events []AuditEvent `json:"events"`
+		Events []store.AuditEvent `json:"events"`
 	}
 	require.NoError(tb, json.Unmarshal([]byte(r.Raw), &body))
 	return body.Events

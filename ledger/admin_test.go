@@ -10,6 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/flashgate/flashgate/ledger/internal/store"
+	"github.com/flashgate/flashgate/ledger/internal/web"
+
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -75,7 +78,7 @@ func (l *testLedger) listVouchers(tb testing.TB, query url.Values) listPage {
 // prefix while the codes keep it, and returns the codes seen.
 func (l *testLedger) listPrefix(tb testing.TB, prefix string, query url.Values) []voucher.Voucher {
 	tb.Helper()
-	query.Set("cursor", encodeCursor(prefix))
+	query.Set("cursor", web.EncodeCursor(prefix))
 	var out []voucher.Voucher
 	for pages := 0; ; pages++ {
 		require.Less(tb, pages, 2_000, "paging does not end")
@@ -132,8 +135,8 @@ func TestListVouchers(t *testing.T) {
 		assert.Equal(t, flash, v.FlashSale, v.Code)
 	}
 	assert.Len(t, l.listPrefix(t, prefix, url.Values{}), 1_003, "default limit")
-	assert.Len(t, l.listVouchers(t, url.Values{"cursor": {encodeCursor(prefix)}}).Vouchers, 100, "default limit 100")
-	assert.Len(t, l.listVouchers(t, url.Values{"cursor": {encodeCursor(prefix)}, "limit": {"500"}}).Vouchers, 500)
+	assert.Len(t, l.listVouchers(t, url.Values{"cursor": {web.EncodeCursor(prefix)}}).Vouchers, 100, "default limit 100")
+	assert.Len(t, l.listVouchers(t, url.Values{"cursor": {web.EncodeCursor(prefix)}, "limit": {"500"}}).Vouchers, 500)
 
 	for _, state := range []string{voucher.StateScheduled, voucher.StateLive, voucher.StatePaused, voucher.StateEnded} {
 		for _, flash := range []string{"", "true", "false"} {
@@ -155,10 +158,10 @@ func TestListVouchers(t *testing.T) {
 		}
 	}
 
-	last := l.listVouchers(t, url.Values{"cursor": {encodeCursor(strings.Repeat("z", 32))}})
+	last := l.listVouchers(t, url.Values{"cursor": {web.EncodeCursor(strings.Repeat("z", 32))}})
 	assert.Empty(t, last.Vouchers)
 	assert.Nil(t, last.NextCursor, "the last page has no nextCursor")
-	r := l.call(t, http.MethodGet, "/admin/vouchers?cursor="+encodeCursor(strings.Repeat("z", 32)), nil)
+	r := l.call(t, http.MethodGet, "/admin/vouchers?cursor="+web.EncodeCursor(strings.Repeat("z", 32)), nil)
 	assert.JSONEq(t, `{"vouchers": [], "nextCursor": null}`, r.Raw)
 }
 
@@ -171,7 +174,7 @@ func TestAdminBadQueries(t *testing.T) {
 	l.createVoucher(t, spec(code, 10, 1, false))
 	for _, q := range []string{
 		"state=bogus", "state=", "state=LIVE", "flashSale=yes", "flashSale=", "limit=0", "limit=501", "limit=abc",
-		"limit=-1", "limit=01", "limit=", "cursor=!!!", "cursor=", "cursor=" + encodeCursor("bad code!"),
+		"limit=-1", "limit=01", "limit=", "cursor=!!!", "cursor=", "cursor=" + web.EncodeCursor("bad code!"),
 		"status=RESERVED", "state=live&state=ended", "other=1", "limit=%zz",
 	} {
 		r := l.call(t, http.MethodGet, "/admin/vouchers?"+q, nil)
@@ -180,7 +183,7 @@ func TestAdminBadQueries(t *testing.T) {
 	}
 	for _, q := range []string{
 		"status=bogus", "status=reserved", "customerId=0", "customerId=-3", "customerId=x", "customerId=01",
-		"limit=0", "limit=501", "cursor=" + encodeCursor("0"), "cursor=" + encodeCursor("x"), "cursor=" + encodeCursor("-1"),
+		"limit=0", "limit=501", "cursor=" + web.EncodeCursor("0"), "cursor=" + web.EncodeCursor("x"), "cursor=" + web.EncodeCursor("-1"),
 		"state=live", "status=RESERVED&status=CONFIRMED",
 	} {
 		r := l.call(t, http.MethodGet, "/admin/vouchers/"+code+"/reservations?"+q, nil)
@@ -200,21 +203,21 @@ func TestTermsCache(t *testing.T) {
 	code := newCode(t)
 	l.createVoucher(t, spec(code, 10, 1, false))
 	clock := time.Now()
-	store := NewStore(l.pool, time.Minute)
-	store.now = func() time.Time { return clock }
+	st := store.New(l.pool, time.Minute)
+	st.Clock = func() time.Time { return clock }
 
-	v, err := store.Terms(ctx, code)
+	v, err := st.Terms(ctx, code)
 	require.NoError(t, err)
 	require.Equal(t, int64(100_000), v.DiscountAmount)
 	l.exec(t, `UPDATE voucher SET discount_amount = 7 WHERE code = $1`, code)
-	v, _ = store.Terms(ctx, code)
+	v, _ = st.Terms(ctx, code)
 	assert.Equal(t, int64(100_000), v.DiscountAmount, "cached within the TTL")
-	clock = clock.Add(termsTTL)
-	v, _ = store.Terms(ctx, code)
+	clock = clock.Add(store.TermsTTL)
+	v, _ = st.Terms(ctx, code)
 	assert.Equal(t, int64(7), v.DiscountAmount, "read again after the TTL")
 
 	l.exec(t, `UPDATE voucher SET discount_amount = 8 WHERE code = $1`, code)
-	store.ForgetTerms(code)
-	v, _ = store.Terms(ctx, code)
+	st.ForgetTerms(code)
+	v, _ = st.Terms(ctx, code)
 	assert.Equal(t, int64(8), v.DiscountAmount, "read again after ForgetTerms")
 }

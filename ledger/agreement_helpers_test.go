@@ -4,6 +4,8 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/flashgate/flashgate/ledger/internal/jobs"
+
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/flashgate/flashgate/shared/agreement/agreementtest"
@@ -18,7 +20,7 @@ import (
 type agreementChecks struct {
 	mu       sync.Mutex
 	flash    []string
-	jobs     []*Jobs
+	jobs     []*jobs.Jobs
 	repairOK string // why repairs are expected; empty: a repair fails the test
 }
 
@@ -33,7 +35,7 @@ func (c *agreementChecks) addFlash(code string) {
 	c.flash = append(c.flash, code)
 }
 
-func (c *agreementChecks) addJobs(j *Jobs) {
+func (c *agreementChecks) addJobs(j *jobs.Jobs) {
 	if c == nil {
 		return
 	}
@@ -59,7 +61,7 @@ func (l *testLedger) requireAgreement(tb testing.TB) {
 	tb.Helper()
 	c := l.checks
 	c.mu.Lock()
-	codes, jobs, repairOK := append([]string(nil), c.flash...), append([]*Jobs(nil), c.jobs...), c.repairOK
+	codes, js, repairOK := append([]string(nil), c.flash...), append([]*jobs.Jobs(nil), c.jobs...), c.repairOK
 	c.mu.Unlock()
 	if l.rdb == nil || len(codes) == 0 {
 		return
@@ -68,9 +70,9 @@ func (l *testLedger) requireAgreement(tb testing.TB) {
 	if repairOK != "" {
 		return
 	}
-	for _, j := range jobs {
+	for _, j := range js {
 		for _, kind := range []string{"released", "restored", "reloaded"} {
-			if n := testutil.ToFloat64(j.cfg.Metrics.reconcileFixes.WithLabelValues(kind)); n != 0 {
+			if n := testutil.ToFloat64(j.Config.Metrics.ReconcileFixes.WithLabelValues(kind)); n != 0 {
 				tb.Errorf("the reconciler %s %v (flashgate_reconcile_fixes_total): Redis had drifted from the database", kind, n)
 			}
 		}

@@ -10,6 +10,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/flashgate/flashgate/ledger/internal/outbox"
+	"github.com/flashgate/flashgate/ledger/internal/store"
+	"github.com/flashgate/flashgate/ledger/internal/web"
+
 	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/assert"
@@ -89,11 +93,11 @@ func TestWebhookParkedAndRetried(t *testing.T) {
 }
 
 // parked lists GET /admin/events?status=... .
-func (l *testLedger) parked(tb testing.TB, status string) []Parked {
+func (l *testLedger) parked(tb testing.TB, status string) []store.Parked {
 	tb.Helper()
 	r := l.call(tb, http.MethodGet, "/admin/events?status="+status, nil)
 	require.Equal(tb, http.StatusOK, r.Status, r.Raw)
-	var page ParkedPage
+	var page web.ParkedPage
 	require.NoError(tb, json.Unmarshal([]byte(r.Raw), &page))
 	return page.Events
 }
@@ -154,22 +158,22 @@ func TestDispatcherStopFreesLock(t *testing.T) {
 	t.Parallel()
 	db := newEventsDB(t)
 	l := newTestLedger(t, ledgerOptions{db: db, noRedis: true})
-	m1, m2 := newOutboxMetrics(nil), newOutboxMetrics(nil)
-	first := NewDispatcher(l.store, nil, l.log, DispatcherConfig{DatabaseURL: db, Retention: time.Hour, Metrics: m1})
+	m1, m2 := outbox.NewMetrics(nil), outbox.NewMetrics(nil)
+	first := outbox.NewDispatcher(l.store, nil, l.log, outbox.DispatcherConfig{DatabaseURL: db, Retention: time.Hour, Metrics: m1})
 	stop, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); first.Run(context.Background(), stop.Done()) }()
-	waitFor(t, 5*time.Second, "the first leads", func() bool { return testutil.ToFloat64(m1.eventLeader) == 1 })
-	second := NewDispatcher(l.store, nil, l.log, DispatcherConfig{DatabaseURL: db, Retention: time.Hour, Metrics: m2})
+	waitFor(t, 5*time.Second, "the first leads", func() bool { return testutil.ToFloat64(m1.EventLeader) == 1 })
+	second := outbox.NewDispatcher(l.store, nil, l.log, outbox.DispatcherConfig{DatabaseURL: db, Retention: time.Hour, Metrics: m2})
 	stop2, cancel2 := context.WithCancel(context.Background())
 	done2 := make(chan struct{})
 	go func() { defer close(done2); second.Run(context.Background(), stop2.Done()) }()
 	t.Cleanup(func() { cancel2(); <-done2 })
 	time.Sleep(1500 * time.Millisecond)
-	assert.Zero(t, testutil.ToFloat64(m2.eventLeader), "the second leads beside the first")
+	assert.Zero(t, testutil.ToFloat64(m2.EventLeader), "the second leads beside the first")
 	cancel()
 	<-done
-	waitFor(t, 5*time.Second, "the second takes over", func() bool { return testutil.ToFloat64(m2.eventLeader) == 1 })
+	waitFor(t, 5*time.Second, "the second takes over", func() bool { return testutil.ToFloat64(m2.EventLeader) == 1 })
 }
 
 // TestEventSettingsRefused: settings that break a promise are refused at
@@ -190,15 +194,15 @@ func TestEventSettingsRefused(t *testing.T) {
 		{map[string]string{"EVENTS": "maybe"}, "EVENTS"},
 	}
 	for _, c := range cases {
-		_, err := readEvents(envconf.NewFrom(c.env))
+		_, err := outbox.ReadConfig(envconf.NewFrom(c.env))
 		if assert.Error(t, err, "%v", c.env) {
 			assert.Contains(t, err.Error(), c.want, "%v", c.env)
 		}
 	}
-	got, err := readEvents(envconf.NewFrom(map[string]string{}))
+	got, err := outbox.ReadConfig(envconf.NewFrom(map[string]string{}))
 	require.NoError(t, err)
-	assert.Equal(t, EventsConfig{On: true, Topic: "flashgate.events", Retention: 168 * time.Hour,
-		Webhook: WebhookConfig{MaxAttempts: 10, Timeout: 5 * time.Second, Backoff: time.Second, BackoffMax: time.Minute}}, got)
+	assert.Equal(t, outbox.Config{On: true, Topic: "flashgate.events", Retention: 168 * time.Hour,
+		Webhook: outbox.WebhookConfig{MaxAttempts: 10, Timeout: 5 * time.Second, Backoff: time.Second, BackoffMax: time.Minute}}, got)
 }
 
 // TestPruneKeepsUndeliveredAndParked: pruning deletes only events every sink
@@ -216,11 +220,11 @@ func TestPruneKeepsUndeliveredAndParked(t *testing.T) {
 	require.Len(t, evs, 6)
 	ctx := context.Background()
 	l.exec(t, `UPDATE voucher_event SET occurred_at = now() - interval '2 hours' WHERE id <= $1`, evs[4].ID)
-	require.NoError(t, l.store.Park(ctx, "webhook:x", evs[3].ID, []Parked{{Event: evs[1], Attempts: 3, LastError: "500"}}))
-	d := NewDispatcher(l.store, []Sink{fastWebhook("http://x", 1)}, l.log, DispatcherConfig{DatabaseURL: db, Retention: time.Hour})
-	d.watermark.Store(evs[5].ID)
-	d.positions[0].Store(evs[3].ID)
-	d.prune(ctx)
+	require.NoError(t, l.store.Park(ctx, "webhook:x", evs[3].ID, []store.Parked{{Event: evs[1], Attempts: 3, LastError: "500"}}))
+	d := outbox.NewDispatcher(l.store, []outbox.Sink{fastWebhook("http://x", 1)}, l.log, outbox.DispatcherConfig{DatabaseURL: db, Retention: time.Hour})
+	d.Watermark.Store(evs[5].ID)
+	d.Positions[0].Store(evs[3].ID)
+	d.Prune(ctx)
 	var left []int64
 	for _, e := range dbEvents(t, db) {
 		left = append(left, e.ID)
@@ -254,7 +258,7 @@ func TestWatermarkWaitsForOpenTransactions(t *testing.T) {
 	require.NoError(t, err)
 	id := insert(open)
 	got, err := l.store.AdvanceWatermark(ctx, wm, 300*time.Millisecond)
-	require.ErrorIs(t, err, errWatermarkHeld)
+	require.ErrorIs(t, err, store.ErrWatermarkHeld)
 	assert.Less(t, got, id, "watermark passed event %d of an open transaction", id)
 	evs, err := l.store.Events(ctx, 0, got, 10)
 	require.NoError(t, err)

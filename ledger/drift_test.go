@@ -12,6 +12,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/flashgate/flashgate/ledger/internal/sale"
+	"github.com/flashgate/flashgate/ledger/internal/store"
+
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -294,7 +297,7 @@ func TestGroupCommitObeysPatchAfterItsSnapshot(t *testing.T) {
 	_, err = tx.Exec(ctx, `INSERT INTO voucher_redemption (voucher_code, customer_id, order_id, status, expires_at, discount_amount)
 		VALUES ($1, 1, $2, 'RESERVED', now() + interval '1 hour', 0)`, other, first)
 	require.NoError(t, err)
-	out := make(chan []written, 1)
+	out := make(chan []store.Written, 1)
 	go func() {
 		out <- l.led.WriteAdmittedMany(ctx, code, []voucher.Claim{
 			{CustomerID: 1, OrderID: first, OrderAmount: 5_000}, {CustomerID: 1, OrderID: second, OrderAmount: 5_000}})
@@ -310,7 +313,7 @@ func TestGroupCommitObeysPatchAfterItsSnapshot(t *testing.T) {
 
 	res := <-out
 	for i, w := range res {
-		assert.Equal(t, voucher.CodeAlreadyUsed, voucher.ErrorCode(w.err), "claim %d: %v", i, w.err)
+		assert.Equal(t, voucher.CodeAlreadyUsed, voucher.ErrorCode(w.Err), "claim %d: %v", i, w.Err)
 	}
 	var used, limit int
 	require.NoError(t, l.pool.QueryRow(ctx, `SELECT used_count, per_user_limit FROM voucher_customer_usage
@@ -373,7 +376,7 @@ func TestWarmupCatchesUpWithCommitsDuringTheLoad(t *testing.T) {
 	go func() { warmed <- l.led.Warmup(ctx, code) }()
 	<-pause.reached // the snapshot is read; the load waits
 	out := l.led.WriteAdmittedMany(ctx, code, []voucher.Claim{cl})
-	require.NoError(t, out[0].err)
+	require.NoError(t, out[0].Err)
 	patched := make(chan reply, 1)
 	go func() { patched <- l.patch(t, code, map[string]any{"totalLimit": 8}) }()
 	time.Sleep(300 * time.Millisecond) // the PATCH commits; its Redis step waits for the voucher's lock
@@ -415,14 +418,14 @@ func TestOverlappingBatchesInOppositeOrder(t *testing.T) {
 		reversed := slices.Clone(claims)
 		slices.Reverse(reversed)
 		var wg sync.WaitGroup
-		var outA, outB []written
+		var outA, outB []store.Written
 		wg.Add(2)
 		go func() { defer wg.Done(); outA = a.led.WriteAdmittedMany(ctx, code, claims) }()
 		go func() { defer wg.Done(); outB = b.led.WriteAdmittedMany(ctx, code, reversed) }()
 		wg.Wait()
 		for i := range claims {
-			assert.NoError(t, outA[i].err, "round %d, ledger a, %s", r, claims[i].OrderID)
-			assert.NoError(t, outB[i].err, "round %d, ledger b, %s", r, reversed[i].OrderID)
+			assert.NoError(t, outA[i].Err, "round %d, ledger a, %s", r, claims[i].OrderID)
+			assert.NoError(t, outB[i].Err, "round %d, ledger b, %s", r, reversed[i].OrderID)
 		}
 	}
 	checkRedisMatches(t, a.gate, a.checkBooks(t, code), code)
@@ -443,7 +446,7 @@ func TestDrainSettlesParkedOrders(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, []gate.Result{gate.Reserved}, rs)
 
-	s := NewSettler(l.store, l.gate, time.Now, l.log)
+	s := sale.NewSettler(l.store, l.gate, time.Now, l.log)
 	s.WaitAfterFault(50 * time.Millisecond)
 	s.ParkFor(code, []string{code + "-written", code + "-lost"}, time.Hour)
 	assert.Equal(t, 2, s.Drain(ctx))
@@ -468,6 +471,6 @@ func TestRestockedAfterTheCallerLeft(t *testing.T) {
 	l.store.ForgetTerms(code) // the terms must be read again
 	left, cancel := context.WithCancel(ctx)
 	cancel()
-	require.NoError(t, l.led.restocked(left, code, order))
+	require.NoError(t, l.led.Restocked(left, code, order))
 	checkRedisMatches(t, l.gate, l.checkBooks(t, code), code)
 }

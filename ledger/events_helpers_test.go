@@ -15,6 +15,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/flashgate/flashgate/ledger/internal/outbox"
+	"github.com/flashgate/flashgate/ledger/internal/store"
+	"github.com/flashgate/flashgate/ledger/internal/web"
+
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -112,7 +116,7 @@ func dbEvents(tb testing.TB, dbURL string) []events.Event {
 	defer conn.Close(ctx)
 	rows, err := conn.Query(ctx, `SELECT id, type, occurred_at, voucher_code, data FROM voucher_event ORDER BY id`)
 	require.NoError(tb, err)
-	evs, err := pgx.CollectRows(rows, scanEvent)
+	evs, err := pgx.CollectRows(rows, store.ScanEvent)
 	require.NoError(tb, err)
 	return evs
 }
@@ -201,10 +205,10 @@ func logOutbox(tb testing.TB, dbURL string) {
 }
 
 // runDispatcher runs a dispatcher of l's store over sinks until the test ends.
-func runDispatcher(tb testing.TB, l *testLedger, dbURL string, sinks ...Sink) *Dispatcher {
+func runDispatcher(tb testing.TB, l *testLedger, dbURL string, sinks ...outbox.Sink) *outbox.Dispatcher {
 	tb.Helper()
 	log := slog.New(slog.NewTextHandler(tbWriter{tb}, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	d := NewDispatcher(l.store, sinks, log, DispatcherConfig{DatabaseURL: dbURL, Retention: time.Hour})
+	d := outbox.NewDispatcher(l.store, sinks, log, outbox.DispatcherConfig{DatabaseURL: dbURL, Retention: time.Hour})
 	stop, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
@@ -225,8 +229,8 @@ func (w tbWriter) Write(p []byte) (int, error) {
 }
 
 // fastWebhook is a webhook sink with the tests' short waits.
-func fastWebhook(url string, attempts int) *Webhook {
-	return NewWebhook(url, WebhookConfig{
+func fastWebhook(url string, attempts int) *outbox.Webhook {
+	return outbox.NewWebhook(url, outbox.WebhookConfig{
 		Secret: testSecret, MaxAttempts: attempts, Timeout: 5 * time.Second,
 		Backoff: 20 * time.Millisecond, BackoffMax: 200 * time.Millisecond,
 	})
@@ -240,7 +244,7 @@ func (l *testLedger) feed(tb testing.TB, limit int) []events.Event {
 	for {
 		r := l.call(tb, http.MethodGet, fmt.Sprintf("/admin/events?after=%d&limit=%d", after, limit), nil)
 		require.Equal(tb, http.StatusOK, r.Status, r.Raw)
-		var page EventPage
+		var page web.EventPage
 		require.NoError(tb, json.Unmarshal([]byte(r.Raw), &page))
 		if len(page.Events) == 0 {
 			return all

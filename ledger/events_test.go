@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/flashgate/flashgate/ledger/internal/outbox"
+
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -35,7 +37,7 @@ func TestEventsSale(t *testing.T) {
 	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(3, topic))
 	require.NoError(t, err)
 	t.Cleanup(cluster.Close)
-	k, err := NewKafka(cluster.ListenAddrs(), topic, nil)
+	k, err := outbox.NewKafka(cluster.ListenAddrs(), topic, nil)
 	require.NoError(t, err)
 	t.Cleanup(k.Close)
 	runDispatcher(t, l, db, fastWebhook(rc.URL, 10), k)

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/flashgate/flashgate/ledger/internal/web"
+
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -111,7 +113,7 @@ func TestExportCSV(t *testing.T) {
 	rd.ReuseRecord = true
 	header, err := rd.Read()
 	require.NoError(t, err)
-	assert.Equal(t, csvHeader, header)
+	assert.Equal(t, web.CSVHeader, header)
 	assert.Equal(t, "order_id,customer_id,status,order_amount,discount_amount,created_at,expires_at,confirmed_at,released_at,release_reason",
 		joinHeader(header))
 
@@ -217,7 +219,7 @@ func TestExportEmptyAndUnknown(t *testing.T) {
 	l.createVoucher(t, spec(code, 10, 1, false))
 	r := l.call(t, http.MethodGet, "/admin/vouchers/"+code+"/reservations.csv", nil)
 	assert.Equal(t, http.StatusOK, r.Status)
-	assert.Equal(t, joinHeader(csvHeader)+"\n", r.Raw)
+	assert.Equal(t, joinHeader(web.CSVHeader)+"\n", r.Raw)
 	r = l.call(t, http.MethodGet, "/admin/vouchers/"+code+"x/reservations.csv", nil)
 	assert.Equal(t, http.StatusNotFound, r.Status, r.Raw)
 	assert.Equal(t, "VOUCHER_NOT_FOUND", r.Code())

@@ -10,6 +10,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/flashgate/flashgate/ledger/internal/jobs"
+	"github.com/flashgate/flashgate/ledger/internal/sale"
+	"github.com/flashgate/flashgate/ledger/internal/store"
+	"github.com/flashgate/flashgate/ledger/internal/web"
+
 	"github.com/gin-gonic/gin"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
@@ -31,13 +36,13 @@ type testLedger struct {
 	Token string
 	pool  *pgxpool.Pool // the test's own, beside the ledger's
 	svc   *service
-	store *Store
+	store *store.Store
 	gate  *gate.Gate
 	pub   gate.Publisher // the Redis client; nil without Redis
-	jobs  *Jobs
-	led   *Ledger
+	jobs  *jobs.Jobs
+	led   *sale.Ledger
 	// settler and log are led's, for jobs built beside l.jobs.
-	settler *Settler
+	settler *sale.Settler
 	log     *slog.Logger
 	rdb     redis.UniversalClient // nil without Redis
 	checks  *agreementChecks
@@ -104,7 +109,7 @@ func newTestLedger(tb testing.TB, o ledgerOptions) *testLedger {
 
 // handler is l's HTTP handler as build wires it, with change applied to a
 // copy of its Server first (a token, a metrics registry, ...).
-func (l *testLedger) handler(change func(*Server)) http.Handler {
+func (l *testLedger) handler(change func(*web.Server)) http.Handler {
 	srv := *l.svc.server
 	if change != nil {
 		change(&srv)
@@ -113,8 +118,8 @@ func (l *testLedger) handler(change func(*Server)) http.Handler {
 }
 
 // newJobs returns jobs wired to l as main wires them to its ledger.
-func (l *testLedger) newJobs(cfg JobsConfig) *Jobs {
-	j := NewJobs(l.store, l.gate, l.pub, l.settler, l.led.Warmup, l.log, cfg)
+func (l *testLedger) newJobs(cfg jobs.Config) *jobs.Jobs {
+	j := jobs.New(l.store, l.gate, l.pub, l.settler, l.led.Warmup, l.log, cfg)
 	l.checks.addJobs(j)
 	return j
 }

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/flashgate/flashgate/ledger/internal/web"
+
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -42,7 +44,7 @@ func countHostile(tb testing.TB, l *testLedger, prefix string, g *gate.Gate) hos
 func TestLedgerHostileInput(t *testing.T) {
 	const token = "hostile-ledger-token"
 	l := newTestLedger(t, ledgerOptions{token: token})
-	base, _ := httpxtest.Serve(t, l.handler(func(s *Server) { s.metrics = nil }))
+	base, _ := httpxtest.Serve(t, l.handler(func(s *web.Server) { s.Metrics = nil }))
 
 	prefix := newCode(t)
 	code, flash := prefix+"s", prefix+"f"
@@ -195,7 +197,7 @@ func TestLedgerTokenNeverLogged(t *testing.T) {
 func TestLedgerMetricsBoundedUnderHostileMethods(t *testing.T) {
 	t.Parallel()
 	l := newTestLedger(t, ledgerOptions{noRedis: true})
-	h := l.handler(func(s *Server) { s.token = "" })
+	h := l.handler(func(s *web.Server) { s.Token = "" })
 	base, _ := httpxtest.Serve(t, h)
 	httpxtest.CheckMetricsMethodsBounded(t, base, "/vouchers/x/reservations")
 }

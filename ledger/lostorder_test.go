@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/flashgate/flashgate/ledger/internal/jobs"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -111,11 +113,11 @@ func TestRetryAfterRedisRestartFromStaleSnapshot(t *testing.T) {
 	require.Equal(t, "OUT_OF_STOCK", errCode, "the database refuses the use the stale snapshot counted as free")
 
 	reg := prometheus.NewRegistry()
-	jobs := l.newJobs(JobsConfig{ExpiryInterval: time.Hour, ReconcileInterval: time.Hour,
-		HangingGrace: 30 * time.Second, Metrics: newJobsMetrics(reg)})
+	js := l.newJobs(jobs.Config{ExpiryInterval: time.Hour, ReconcileInterval: time.Hour,
+		HangingGrace: 30 * time.Second, Metrics: jobs.NewMetrics(reg)})
 	jctx, cancel := context.WithCancel(ctx)
 	t.Cleanup(cancel)
-	go jobs.Run(jctx, jctx.Done())
+	go js.Run(jctx, jctx.Done())
 	start := time.Now()
 	for st != http.StatusCreated {
 		require.Less(t, time.Since(start), 10*time.Second, "retry of %s: still %d %s", order, st, errCode)

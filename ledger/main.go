@@ -13,6 +13,12 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/flashgate/flashgate/ledger/internal/jobs"
+	"github.com/flashgate/flashgate/ledger/internal/outbox"
+	"github.com/flashgate/flashgate/ledger/internal/sale"
+	"github.com/flashgate/flashgate/ledger/internal/store"
+	"github.com/flashgate/flashgate/ledger/internal/web"
+
 	"github.com/gin-gonic/gin"
 	"github.com/redis/go-redis/v9"
 
@@ -42,7 +48,7 @@ type Config struct {
 	DBTimeout         time.Duration     // DB_TIMEOUT: deadline of each statement and connection wait
 	WriteTimeout      time.Duration     // WRITE_TIMEOUT, capped by writeTimeoutFor
 	httpx.Serving                       // MAX_CONNS, MAX_INFLIGHT, DEBUG_ADDR, SHUTDOWN_DELAY, SHUTDOWN_TIMEOUT
-	Events            EventsConfig      // EVENTS, WEBHOOK_*, KAFKA_*, EVENT_RETENTION
+	Events            outbox.Config     // EVENTS, WEBHOOK_*, KAFKA_*, EVENT_RETENTION
 }
 
 // writeMargin is what writeTimeoutFor keeps between the longest time a write
@@ -106,7 +112,7 @@ func configFrom(e *envconf.Reader) (Config, error) {
 		return c, err
 	}
 	var err error
-	if c.Events, err = readEvents(e); err != nil {
+	if c.Events, err = outbox.ReadConfig(e); err != nil {
 		return c, err
 	}
 	if c.DatabaseURL == "" {
@@ -115,10 +121,10 @@ func configFrom(e *envconf.Reader) (Config, error) {
 	if c.MinConns > c.MaxConns {
 		return c, fmt.Errorf("DB_MIN_CONNS (%d) must be at most DB_MAX_CONNS (%d)", c.MinConns, c.MaxConns)
 	}
-	if err := checkVoucherWait(c.VoucherWait); err != nil {
+	if err := sale.CheckVoucherWait(c.VoucherWait); err != nil {
 		return c, err
 	}
-	if err := checkDBTimeout(c.DBTimeout); err != nil {
+	if err := store.CheckDBTimeout(c.DBTimeout); err != nil {
 		return c, err
 	}
 	if c.HangingGrace <= c.DBTimeout+2*writeMargin {
@@ -156,16 +162,16 @@ func main() {
 type service struct {
 	cfg      Config
 	log      *slog.Logger
-	store    *Store
+	store    *store.Store
 	rdb      redis.UniversalClient // nil without REDIS_URL
 	gate     *gate.Gate            // nil without REDIS_URL
-	settler  *Settler
-	ledger   *Ledger
-	jobs     *Jobs
-	operator *Operator
-	server   *Server
+	settler  *sale.Settler
+	ledger   *sale.Ledger
+	jobs     *jobs.Jobs
+	operator *sale.Operator
+	server   *web.Server
 	metrics  *httpx.Metrics
-	outbox   *outboxMetrics
+	outbox   *outbox.Metrics
 }
 
 // build migrates the database and wires the ledger from cfg; it starts
@@ -177,7 +183,7 @@ func build(base context.Context, cfg Config, log *slog.Logger, alive func() erro
 		return nil, nil, err
 	}
 	svc = &service{cfg: cfg, log: log, metrics: httpx.NewMetrics("ledger")}
-	if svc.store, err = openStore(base, poolConfig{URL: cfg.DatabaseURL, MaxConns: cfg.MaxConns, MinConns: cfg.MinConns,
+	if svc.store, err = store.Open(base, store.PoolConfig{URL: cfg.DatabaseURL, MaxConns: cfg.MaxConns, MinConns: cfg.MinConns,
 		Timeout: cfg.DBTimeout}, cfg.ReservationTTL); err != nil {
 		return nil, nil, err
 	}
@@ -198,23 +204,23 @@ func build(base context.Context, cfg Config, log *slog.Logger, alive func() erro
 	}
 	svc.store.WriteEvents(cfg.Events.On)
 	reg := svc.metrics.Registry
-	writer := NewWriter(base, svc.store, cfg.WriteBatch, cfg.WriteTimeout)
-	writer.Measure(newWriterMetrics(reg))
-	svc.settler = NewSettler(svc.store, g, time.Now, log)
-	svc.settler.WaitAfterFault(2 * cfg.DBTimeout) // the server cancels a statement within DB_TIMEOUT (openStore)
-	svc.ledger = NewLedger(svc.store, writer, g, pub, svc.settler, log)
+	writer := sale.NewWriter(base, svc.store, cfg.WriteBatch, cfg.WriteTimeout)
+	writer.Measure(sale.NewMetrics(reg))
+	svc.settler = sale.NewSettler(svc.store, g, time.Now, log)
+	svc.settler.WaitAfterFault(2 * cfg.DBTimeout) // the server cancels a statement within DB_TIMEOUT (store.Open)
+	svc.ledger = sale.NewLedger(svc.store, writer, g, pub, svc.settler, log)
 	if cfg.MaxPerVoucher > 0 {
-		svc.ledger.LimitStandard(NewLimiter(cfg.MaxPerVoucher, cfg.VoucherWait))
+		svc.ledger.LimitStandard(sale.NewLimiter(cfg.MaxPerVoucher, cfg.VoucherWait))
 	}
-	svc.jobs = NewJobs(svc.store, g, pub, svc.settler, svc.ledger.Warmup, log, JobsConfig{
+	svc.jobs = jobs.New(svc.store, g, pub, svc.settler, svc.ledger.Warmup, log, jobs.Config{
 		ExpiryInterval: cfg.ExpiryInterval, ReconcileInterval: cfg.ReconcileInterval, HangingGrace: cfg.HangingGrace,
-		Metrics: newJobsMetrics(reg),
+		Metrics: jobs.NewMetrics(reg),
 	})
-	svc.operator = NewOperator(svc.store, g, pub, svc.ledger.Warmup, log)
-	svc.outbox = newOutboxMetrics(reg)
-	svc.server = &Server{log: log, ledger: svc.ledger, operator: svc.operator, store: svc.store, jobs: svc.jobs,
-		token: cfg.Token, tokens: cfg.Tokens, metrics: svc.metrics, maxInflight: cfg.MaxInflight, hangingGrace: cfg.HangingGrace,
-		ready: func(c *gin.Context) error {
+	svc.operator = sale.NewOperator(svc.store, g, pub, svc.ledger.Warmup, log)
+	svc.outbox = outbox.NewMetrics(reg)
+	svc.server = &web.Server{Log: log, Ledger: svc.ledger, Operator: svc.operator, Store: svc.store, Jobs: svc.jobs,
+		Token: cfg.Token, Tokens: cfg.Tokens, Metrics: svc.metrics, MaxInflight: cfg.MaxInflight, HangingGrace: cfg.HangingGrace,
+		Ready: func(c *gin.Context) error {
 			// Ready while Postgres answers: without Redis, standard vouchers,
 			// confirm and release still work (flash reserves get a fast 503).
 			if alive != nil {
@@ -277,7 +283,7 @@ func run(cfg Config, log *slog.Logger) error {
 // new batch and frees its lock. The channel closes once both have returned.
 func (svc *service) startBackground(ctx context.Context, stop <-chan struct{}) (<-chan struct{}, error) {
 	cfg := svc.cfg
-	sinks, closeSinks, err := cfg.Events.sinks(svc.outbox)
+	sinks, closeSinks, err := cfg.Events.Sinks(svc.outbox)
 	if err != nil {
 		return nil, err
 	}
@@ -295,7 +301,7 @@ func (svc *service) startBackground(ctx context.Context, stop <-chan struct{}) (
 			svc.log.Warn("EVENTS=off: no events are written or delivered (for measuring their cost only)")
 			return
 		}
-		NewDispatcher(svc.store, sinks, svc.log, DispatcherConfig{
+		outbox.NewDispatcher(svc.store, sinks, svc.log, outbox.DispatcherConfig{
 			DatabaseURL: cfg.DatabaseURL, Retention: cfg.Events.Retention, Metrics: svc.outbox,
 		}).Run(ctx, stop)
 	}()
@@ -306,7 +312,7 @@ func (svc *service) startBackground(ctx context.Context, stop <-chan struct{}) (
 // warmRedis opens n Redis connections and loads the gate's scripts as the
 // ledger starts serving (gate.Warm). A failure is logged, not fatal.
 func warmRedis(ctx context.Context, rdb redis.UniversalClient, n int, log *slog.Logger) {
-	ctx, cancel := context.WithTimeout(ctx, warmTimeout)
+	ctx, cancel := context.WithTimeout(ctx, store.WarmTimeout)
 	defer cancel()
 	start := time.Now()
 	if err := gate.Warm(ctx, rdb, n); err != nil {

@@ -9,6 +9,9 @@ import (
 	"net/http/httptest"
 	"testing"
 
+	"github.com/flashgate/flashgate/ledger/internal/outbox"
+	"github.com/flashgate/flashgate/ledger/internal/web"
+
 	"github.com/stretchr/testify/require"
 
 	"github.com/flashgate/flashgate/shared/httpx/httpxtest"
@@ -24,7 +27,7 @@ func TestMetricsDocumented(t *testing.T) {
 
 	// The ledger as main builds it: one registry for every package's metrics.
 	svc := tl.svc
-	h := tl.handler(func(s *Server) { s.maxInflight = 256 })
+	h := tl.handler(func(s *web.Server) { s.MaxInflight = 256 })
 	ctx := context.Background()
 	do := func(method, path string, body any) *httptest.ResponseRecorder {
 		t.Helper()
@@ -52,8 +55,8 @@ func TestMetricsDocumented(t *testing.T) {
 	_, err := svc.jobs.Sweep(ctx)
 	require.NoError(t, err)
 	// The event dispatcher as main builds it, with one webhook: its per-sink series.
-	NewDispatcher(tl.store, []Sink{NewWebhook("http://127.0.0.1:1/hook", WebhookConfig{Metrics: svc.outbox})}, svc.log,
-		DispatcherConfig{Metrics: svc.outbox})
+	outbox.NewDispatcher(tl.store, []outbox.Sink{outbox.NewWebhook("http://127.0.0.1:1/hook", outbox.WebhookConfig{Metrics: svc.outbox})}, svc.log,
+		outbox.DispatcherConfig{Metrics: svc.outbox})
 
 	httpxtest.CheckMetricsDocumented(t, h, svc.metrics.Registry, "../README.md", "ledger")
 }

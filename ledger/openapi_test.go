@@ -3,6 +3,8 @@ package main
 import (
 	"testing"
 
+	"github.com/flashgate/flashgate/ledger/internal/web"
+
 	"github.com/gin-gonic/gin"
 
 	"github.com/flashgate/flashgate/shared/httpx"
@@ -14,7 +16,7 @@ import (
 // operation the document says the ledger serves is registered. Handler does not
 // touch the Server's dependencies while registering, so none are needed.
 func TestOpenAPIRoutes(t *testing.T) {
-	srv := &Server{metrics: httpx.NewMetrics("ledger"), ready: func(*gin.Context) error { return nil }}
+	srv := &web.Server{Metrics: httpx.NewMetrics("ledger"), Ready: func(*gin.Context) error { return nil }}
 	httpxtest.CheckOpenAPIRoutes(t, srv.Handler(), "ledger")
 }
 

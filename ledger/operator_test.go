@@ -9,6 +9,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/flashgate/flashgate/ledger/internal/jobs"
+	"github.com/flashgate/flashgate/ledger/internal/sale"
+	"github.com/flashgate/flashgate/ledger/internal/store"
+
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -148,7 +152,7 @@ func TestPatchWindowAndPause(t *testing.T) {
 		for _, e := range l.auditEvents(t, code) {
 			actions = append(actions, e.Action)
 		}
-		assert.Equal(t, []string{ActionCreate, ActionPause, ActionResume}, actions, "flash=%v: audit only on change", flash)
+		assert.Equal(t, []string{store.ActionCreate, store.ActionPause, store.ActionResume}, actions, "flash=%v: audit only on change", flash)
 
 		end := time.Now().Add(-time.Second).UTC()
 		v = view(t, l.patch(t, code, map[string]any{"endsAt": end, "startsAt": end.Add(-time.Hour)}), http.StatusOK)
@@ -236,12 +240,12 @@ func TestAuditActors(t *testing.T) {
 		}
 	}
 	assert.Equal(t, []who{
-		{"alice", ActionCreate}, {"bob", ActionUpdate}, {"alice", ActionPause}, {"default", ActionResume},
-		{"bob", ActionWarmup}, {"alice", ActionReconcile}, {ReconcilerActor, ActionReconcile},
+		{"alice", store.ActionCreate}, {"bob", store.ActionUpdate}, {"alice", store.ActionPause}, {"default", store.ActionResume},
+		{"bob", store.ActionWarmup}, {"alice", store.ActionReconcile}, {store.ReconcilerActor, store.ActionReconcile},
 	}, got)
 	require.Len(t, events, 7)
 	assert.JSONEq(t, `null`, string(events[0].Before))
-	var before, after auditTerms
+	var before, after store.AuditTerms
 	require.NoError(t, json.Unmarshal(events[1].Before, &before))
 	require.NoError(t, json.Unmarshal(events[1].After, &after))
 	assert.Equal(t, 10, before.TotalLimit)
@@ -249,11 +253,11 @@ func TestAuditActors(t *testing.T) {
 	assert.True(t, after.FlashSale)
 	require.NoError(t, json.Unmarshal(events[2].After, &after))
 	assert.True(t, after.Paused)
-	var warm [2]gateState
+	var warm [2]sale.GateState
 	require.NoError(t, json.Unmarshal(events[4].Before, &warm[0]))
 	require.NoError(t, json.Unmarshal(events[4].After, &warm[1]))
-	assert.Equal(t, [2]gateState{{Loaded: false}, {Loaded: true, Remaining: 20}}, warm)
-	var rep Report
+	assert.Equal(t, [2]sale.GateState{{Loaded: false}, {Loaded: true, Remaining: 20}}, warm)
+	var rep jobs.Report
 	require.NoError(t, json.Unmarshal(events[5].After, &rep))
 	assert.True(t, rep.Reloaded)
 }
@@ -266,9 +270,9 @@ func TestChangeReachesOtherLedgers(t *testing.T) {
 	l := newTestLedger(t, ledgerOptions{})
 	code := newCode(t)
 	l.createVoucher(t, spec(code, 10, 1, false))
-	other := NewStore(l.pool, time.Minute)
+	other := store.New(l.pool, time.Minute)
 	frozen := time.Now()
-	other.now = func() time.Time { return frozen } // only ForgetTerms can refresh it
+	other.Clock = func() time.Time { return frozen } // only ForgetTerms can refresh it
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	sub, ok := l.pub.(gate.Subscriber)

@@ -11,6 +11,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/flashgate/flashgate/ledger/internal/jobs"
+	"github.com/flashgate/flashgate/ledger/internal/store"
+
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
@@ -21,10 +24,10 @@ import (
 )
 
 // repairCounts reads flashgate_reconcile_repairs_total by kind.
-func repairCounts(j *Jobs) map[string]float64 {
+func repairCounts(j *jobs.Jobs) map[string]float64 {
 	out := map[string]float64{}
-	for _, kind := range repairKindNames {
-		out[kind] = testutil.ToFloat64(j.cfg.Metrics.reconcileRepairs.WithLabelValues(kind))
+	for _, kind := range jobs.RepairKindNames {
+		out[kind] = testutil.ToFloat64(j.Config.Metrics.ReconcileRepairs.WithLabelValues(kind))
 	}
 	return out
 }
@@ -34,10 +37,10 @@ func (l *testLedger) reconcileAudits(t *testing.T, code string) [][]string {
 	t.Helper()
 	var out [][]string
 	for _, e := range l.auditEvents(t, code) {
-		if e.Action != ActionReconcile {
+		if e.Action != store.ActionReconcile {
 			continue
 		}
-		var after reconcileAudit
+		var after jobs.ReconcileAudit
 		require.NoError(t, json.Unmarshal(e.After, &after))
 		out = append(out, after.Repairs)
 	}
@@ -72,17 +75,17 @@ func TestReconcileRepairsCountedAndAudited(t *testing.T) {
 		{"nothing to repair", func(*testing.T) {}, nil},
 		{"the counter alone", func(t *testing.T) {
 			require.NoError(t, rdb.Set(ctx, keys[0], total+5, redis.KeepTTL).Err())
-		}, []string{repairRemaining}},
+		}, []string{jobs.RepairRemaining}},
 		{"the terms alone", func(t *testing.T) {
 			require.NoError(t, rdb.HSet(ctx, keys[3], "perUserLimit", 5).Err())
-		}, []string{repairTerms}},
+		}, []string{jobs.RepairTerms}},
 		{"an order lost with its use, a hanging admission taken with one", func(t *testing.T) {
 			lost := code + "-a-c1-o0"
 			require.EqualValues(t, 1, rdb.HDel(ctx, keys[2], lost).Val())
 			require.EqualValues(t, 1, rdb.HDel(ctx, keys[1], "1").Val())
 			require.NoError(t, rdb.HSet(ctx, keys[2], code+"-ghost", "7:"+old).Err())
 			require.NoError(t, rdb.HIncrBy(ctx, keys[1], "7", 1).Err())
-		}, []string{repairRestored, repairReleased}},
+		}, []string{jobs.RepairRestored, jobs.RepairReleased}},
 		{"nothing again", func(*testing.T) {}, nil},
 	}
 	for i, s := range steps {
@@ -97,7 +100,7 @@ func TestReconcileRepairsCountedAndAudited(t *testing.T) {
 				require.Equal(t, http.StatusOK, r.Status, r.Raw)
 			}
 			after := repairCounts(l.jobs)
-			for _, kind := range repairKindNames {
+			for _, kind := range jobs.RepairKindNames {
 				want := before[kind]
 				for _, k := range s.want {
 					if k == kind {
@@ -192,10 +195,10 @@ func TestReconcileStepsWhileReserving(t *testing.T) {
 	t.Logf("%d reserved during the reconciles, %d in all", during, reserved.Load())
 	assert.Positive(t, during, "no reservation ran during the reconciles")
 	after := repairCounts(l.jobs)
-	assert.Equal(t, before[repairRestored]+1, after[repairRestored])
-	assert.Equal(t, before[repairReleased]+1, after[repairReleased])
-	assert.Equal(t, before[repairRemaining], after[repairRemaining], "the counter agreed with the orders Redis held")
-	assert.Equal(t, before[repairTerms], after[repairTerms])
+	assert.Equal(t, before[jobs.RepairRestored]+1, after[jobs.RepairRestored])
+	assert.Equal(t, before[jobs.RepairReleased]+1, after[jobs.RepairReleased])
+	assert.Equal(t, before[jobs.RepairRemaining], after[jobs.RepairRemaining], "the counter agreed with the orders Redis held")
+	assert.Equal(t, before[jobs.RepairTerms], after[jobs.RepairTerms])
 	b := l.checkBooks(t, code)
 	assert.Equal(t, held+int(reserved.Load()), b.Used)
 	checkRedisMatches(t, l.gate, b, code)

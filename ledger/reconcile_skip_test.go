@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/flashgate/flashgate/ledger/internal/jobs"
+
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -33,19 +35,19 @@ func TestReconcileSkipsUnchanged(t *testing.T) {
 	code := newCode(t)
 	l.createVoucher(t, spec(code, 10, 2, true))
 	reserveAll(t, l.URL, code, claims(code, 3, 1, "a"))
-	jobs := l.newJobs(JobsConfig{ExpiryInterval: time.Hour, ReconcileInterval: time.Hour, HangingGrace: grace})
+	js := l.newJobs(jobs.Config{ExpiryInterval: time.Hour, ReconcileInterval: time.Hour, HangingGrace: grace})
 	runs := 0
-	run := func() (Report, bool) {
+	run := func() (jobs.Report, bool) {
 		t.Helper()
 		runs++
-		for _, rep := range jobs.ReconcileAll(ctx) {
+		for _, rep := range js.ReconcileAll(ctx) {
 			if rep.Code == code {
 				return rep, true
 			}
 		}
-		return Report{}, false
+		return jobs.Report{}, false
 	}
-	reconciled := func(msg string) Report {
+	reconciled := func(msg string) jobs.Report {
 		t.Helper()
 		rep, ok := run()
 		require.True(t, ok, "run %d: %s: not reconciled", runs, msg)
@@ -86,7 +88,7 @@ func TestReconcileSkipsUnchanged(t *testing.T) {
 	require.EqualValues(t, 1, rdb.HDel(ctx, keys[2], lost).Val())
 	old := strconv.FormatInt(time.Now().Add(-time.Hour).UnixMilli(), 10)
 	require.EqualValues(t, 1, rdb.HSet(ctx, keys[2], code+"-ghost", "1:"+old).Val())
-	for runs%reconcileFullEvery != 0 {
+	for runs%jobs.ReconcileFullEvery != 0 {
 		skipped("a change the fingerprint cannot see waits for the full run")
 	}
 	rep := reconciled("the full run")

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/flashgate/flashgate/ledger/internal/jobs"
+
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -215,7 +217,7 @@ func TestConcurrentReconcileOneLedger(t *testing.T) {
 				t.Errorf("Reconcile(%s) = %v", code, err)
 				return
 			}
-			assert.Equal(t, Report{Code: code, DBRemaining: 15, RedisRemaining: 15, RedisRemainingAfter: 15}, rep)
+			assert.Equal(t, jobs.Report{Code: code, DBRemaining: 15, RedisRemaining: 15, RedisRemainingAfter: 15}, rep)
 		})
 	}
 	wg.Wait()
@@ -241,7 +243,7 @@ func TestReconcileHangingAndLost(t *testing.T) {
 	l.createVoucher(t, spec(code, total, 1, true))
 	res := "/vouchers/" + code + "/reservations"
 	keys := gate.Keys(code)
-	reconcile := func(t *testing.T) Report {
+	reconcile := func(t *testing.T) jobs.Report {
 		t.Helper()
 		r := l.call(t, http.MethodPost, "/admin/vouchers/"+code+"/reconcile", nil)
 		require.Equal(t, http.StatusOK, r.Status, r.Raw)
@@ -249,7 +251,7 @@ func TestReconcileHangingAndLost(t *testing.T) {
 			assert.Contains(t, r.Body, f, "reconcile reply %s", r.Raw)
 		}
 		num := func(f string) int64 { v, _ := r.Body[f].(float64); return int64(v) }
-		rep := Report{Code: r.Body["code"].(string), DBRemaining: num("dbRemaining"), RedisRemaining: num("redisRemaining"),
+		rep := jobs.Report{Code: r.Body["code"].(string), DBRemaining: num("dbRemaining"), RedisRemaining: num("redisRemaining"),
 			RedisRemainingAfter: num("redisRemainingAfter"), Drift: num("drift"), Released: int(num("released")),
 			Restored: int(num("restored")), Reloaded: r.Body["reloaded"] == true}
 		assert.LessOrEqual(t, rep.RedisRemainingAfter, rep.DBRemaining, "reconcile left redis above the database: %s", r.Raw)
@@ -267,14 +269,14 @@ func TestReconcileHangingAndLost(t *testing.T) {
 	t.Run("kept within the grace", func(t *testing.T) {
 		rep := reconcile(t)
 		require.Less(t, time.Since(before), grace, "the machine was too slow to reconcile within the grace")
-		assert.Equal(t, Report{Code: code, DBRemaining: total - 1, RedisRemaining: total - 2,
+		assert.Equal(t, jobs.Report{Code: code, DBRemaining: total - 1, RedisRemaining: total - 2,
 			RedisRemainingAfter: total - 2, Drift: -1}, rep)
 		assert.Len(t, redisState(t, l.gate, code).Orders, 2)
 	})
 	t.Run("freed after the grace", func(t *testing.T) {
 		time.Sleep(time.Until(admitted.Add(grace + 100*time.Millisecond)))
 		rep := reconcile(t)
-		assert.Equal(t, Report{Code: code, DBRemaining: total - 1, RedisRemaining: total - 2,
+		assert.Equal(t, jobs.Report{Code: code, DBRemaining: total - 1, RedisRemaining: total - 2,
 			RedisRemainingAfter: total - 1, Drift: -1, Released: 1}, rep)
 		checkRedisMatches(t, l.gate, l.checkBooks(t, code), code)
 		// The customer of the freed admission may reserve again.
@@ -287,7 +289,7 @@ func TestReconcileHangingAndLost(t *testing.T) {
 		require.EqualValues(t, 1, rdb.HDel(ctx, keys[1], "2").Val())
 		require.EqualValues(t, total-1, rdb.Incr(ctx, keys[0]).Val())
 		rep := reconcile(t)
-		assert.Equal(t, Report{Code: code, DBRemaining: total - 2, RedisRemaining: total - 1,
+		assert.Equal(t, jobs.Report{Code: code, DBRemaining: total - 2, RedisRemaining: total - 1,
 			RedisRemainingAfter: total - 2, Drift: 1, Restored: 1}, rep)
 		checkRedisMatches(t, l.gate, l.checkBooks(t, code), code)
 		// The restored order counts toward its customer's limit again.
@@ -298,14 +300,14 @@ func TestReconcileHangingAndLost(t *testing.T) {
 	t.Run("remaining set too high by hand", func(t *testing.T) {
 		require.NoError(t, rdb.Set(ctx, keys[0], total+5, redis.KeepTTL).Err())
 		rep := reconcile(t)
-		assert.Equal(t, Report{Code: code, DBRemaining: total - 2, RedisRemaining: total + 5,
+		assert.Equal(t, jobs.Report{Code: code, DBRemaining: total - 2, RedisRemaining: total + 5,
 			RedisRemainingAfter: total - 2, Drift: 7}, rep)
 		checkRedisMatches(t, l.gate, l.checkBooks(t, code), code)
 	})
 	t.Run("reloaded when redis lost the voucher", func(t *testing.T) {
 		require.NoError(t, l.gate.Unload(ctx, code))
 		rep := reconcile(t)
-		assert.Equal(t, Report{Code: code, DBRemaining: total - 2, RedisRemainingAfter: total - 2, Reloaded: true}, rep)
+		assert.Equal(t, jobs.Report{Code: code, DBRemaining: total - 2, RedisRemainingAfter: total - 2, Reloaded: true}, rep)
 		checkRedisMatches(t, l.gate, l.checkBooks(t, code), code)
 	})
 }

@@ -8,6 +8,8 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/flashgate/flashgate/ledger/internal/web"
+
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -115,7 +117,7 @@ func TestDotOnlyOrderIDs(t *testing.T) {
 	assert.Equal(t, 201, l.call(t, "POST", res, claimBody(1, "a.b", 5_000)).Status, "dots inside an id are fine")
 
 	// Sent as is, without a client's path normalisation.
-	h := l.handler(func(s *Server) { s.token = "" })
+	h := l.handler(func(s *web.Server) { s.Token = "" })
 	for _, p := range []struct{ method, path string }{
 		{"POST", res + "/../confirm"}, {"POST", res + "/./confirm"}, {"POST", res + "/../refund"},
 		{"DELETE", res + "/.."}, {"GET", res + "/.."}, {"DELETE", res + "/."},

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/flashgate/flashgate/ledger/internal/sale"
+
 	"github.com/stretchr/testify/assert"
 )
 
@@ -15,7 +17,7 @@ import (
 func TestSettlerForgetsParkedOrdersAfterGiveUp(t *testing.T) {
 	t.Parallel()
 	now := time.Date(2024, 1, 1, 12, 0, 0, 0, time.UTC)
-	s := NewSettler(nil, nil, func() time.Time { return now }, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	s := sale.NewSettler(nil, nil, func() time.Time { return now }, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	s.Park("A", []string{"a1", "a2"})
 	now = now.Add(time.Minute)
 	s.Park("A", []string{"a1"}) // parked again: keeps its first failure
@@ -26,18 +28,18 @@ func TestSettlerForgetsParkedOrdersAfterGiveUp(t *testing.T) {
 		want  map[string]int
 	}{
 		{0, map[string]int{"A": 2, "B": 1}},
-		{unsettledGiveUp - time.Minute, map[string]int{"A": 2, "B": 1}},
+		{sale.UnsettledGiveUp - time.Minute, map[string]int{"A": 2, "B": 1}},
 		{time.Second, map[string]int{"B": 1}},
 		{time.Minute, map[string]int{}},
 	} {
 		now = now.Add(tc.after)
 		got := map[string]int{}
-		for code, ids := range s.due() {
+		for code, ids := range s.Due() {
 			got[code] = len(ids)
 		}
 		assert.Equal(t, tc.want, got, "due() after %v more", tc.after)
 	}
-	assert.Empty(t, s.unsettled, "codes with no parked order are dropped")
+	assert.Empty(t, s.Unsettled, "codes with no parked order are dropped")
 }
 
 // A parked order is due only once its fence has passed since its last failed
@@ -46,12 +48,12 @@ func TestSettlerForgetsParkedOrdersAfterGiveUp(t *testing.T) {
 func TestSettlerWaitsForFenceAndWrites(t *testing.T) {
 	t.Parallel()
 	now := time.Date(2024, 1, 1, 12, 0, 0, 0, time.UTC)
-	s := NewSettler(nil, nil, func() time.Time { return now }, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	s := sale.NewSettler(nil, nil, func() time.Time { return now }, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	s.WaitAfterFault(time.Second)
 	done := s.Writing("A", []string{"a1"})
 	s.Park("A", []string{"a1", "a2"})
 	due := func() map[string][]string {
-		got := s.due()
+		got := s.Due()
 		for _, ids := range got {
 			sort.Strings(ids)
 		}
@@ -65,5 +67,5 @@ func TestSettlerWaitsForFenceAndWrites(t *testing.T) {
 	assert.Equal(t, map[string][]string{"A": {"a1"}}, due())
 	now = now.Add(time.Second)
 	assert.Equal(t, map[string][]string{"A": {"a1", "a2"}}, due())
-	assert.Empty(t, s.writing, "no write in flight is tracked once done")
+	assert.Empty(t, s.Writes, "no write in flight is tracked once done")
 }

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/flashgate/flashgate/ledger/internal/jobs"
+
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -303,7 +305,7 @@ func TestConcurrentSweepsDoNotDeadlock(t *testing.T) {
 		l.waitExpired(t, code)
 		var wg sync.WaitGroup
 		for range 8 {
-			j := l.newJobs(JobsConfig{ExpiryBatch: 7})
+			j := l.newJobs(jobs.Config{ExpiryBatch: 7})
 			wg.Go(func() {
 				if _, err := j.Sweep(ctx); err != nil {
 					t.Errorf("round %d: Sweep() = %v", round, err)
@@ -322,7 +324,7 @@ func TestConcurrentSweepsDoNotDeadlock(t *testing.T) {
 // sweepOnce runs j.Sweep and reports its error, except a deadlock with a
 // concurrent sweep, which it counts: TestConcurrentSweepsDoNotDeadlock covers
 // that bug, and the aborted sweep wrote nothing (the next one takes its rows).
-func sweepOnce(t *testing.T, j *Jobs, deadlocks *atomic.Int64) {
+func sweepOnce(t *testing.T, j *jobs.Jobs, deadlocks *atomic.Int64) {
 	if _, err := j.Sweep(context.Background()); err != nil {
 		var pe *pgconn.PgError
 		if errors.As(err, &pe) && pe.Code == "40P01" {

@@ -9,6 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/flashgate/flashgate/ledger/internal/sale"
+	"github.com/flashgate/flashgate/ledger/internal/store"
+
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -17,10 +20,10 @@ import (
 )
 
 // newWriter returns a Writer over l's store that records batch sizes.
-func newWriter(tb testing.TB, l *testLedger) (*Writer, *[]int) {
+func newWriter(tb testing.TB, l *testLedger) (*sale.Writer, *[]int) {
 	ctx, cancel := context.WithCancel(context.Background())
 	tb.Cleanup(cancel)
-	w := NewWriter(ctx, l.store, 256, 10*time.Second)
+	w := sale.NewWriter(ctx, l.store, 256, 10*time.Second)
 	var mu sync.Mutex
 	sizes := &[]int{}
 	w.ObserveSizes(func(n int) { mu.Lock(); *sizes = append(*sizes, n); mu.Unlock() })
@@ -28,9 +31,9 @@ func newWriter(tb testing.TB, l *testLedger) (*Writer, *[]int) {
 }
 
 // writeOne writes one admitted claim through w, as WriteAdmitted does.
-func writeOne(w *Writer, code string, cl voucher.Claim) (voucher.Reservation, error) {
+func writeOne(w *sale.Writer, code string, cl voucher.Claim) (voucher.Reservation, error) {
 	out := w.WriteMany(context.Background(), code, []voucher.Claim{cl})
-	return out[0].r, out[0].err
+	return out[0].Reservation, out[0].Err
 }
 
 // Many concurrent admitted writes for one voucher: exact counts, grouped into
@@ -90,11 +93,11 @@ func TestWriterOneBadItemFailsAlone(t *testing.T) {
 		{CustomerID: 1, OrderID: code + "-first", OrderAmount: 5_000}, // a retry
 		{CustomerID: 5, OrderID: code + "-first", OrderAmount: 5_000}, // someone else's order
 	}
-	out, err := w.writeBatch(context.Background(), code, claims)
+	out, err := w.WriteBatch(context.Background(), code, claims)
 	require.NoError(t, err)
 	want := []string{"", voucher.CodeAlreadyUsed, "", voucher.CodeNotEligible, "", voucher.CodeOrderConflict}
 	for i, o := range out {
-		assert.Equal(t, want[i], voucher.ErrorCode(o.err), "writeBatch item %d (%v) = %v", i, claims[i], o.err)
+		assert.Equal(t, want[i], voucher.ErrorCode(o.Err), "writeBatch item %d (%v) = %v", i, claims[i], o.Err)
 	}
 	assert.Equal(t, dbCounts{Used: 3, Rows: 3, Active: 3, MaxPerCustomer: 1}, l.counts(t, code))
 }
@@ -107,11 +110,11 @@ func TestWriterSameOrderTwiceInBatch(t *testing.T) {
 	l.createVoucher(t, spec(code, 10, 1, true))
 	w, _ := newWriter(t, l)
 	cl := voucher.Claim{CustomerID: 1, OrderID: code + "-x", OrderAmount: 5_000}
-	out, err := w.writeBatch(context.Background(), code, []voucher.Claim{cl, cl})
+	out, err := w.WriteBatch(context.Background(), code, []voucher.Claim{cl, cl})
 	require.NoError(t, err)
 	for _, o := range out {
-		require.NoError(t, o.err)
-		assert.Equal(t, cl.OrderID, o.r.OrderID)
+		require.NoError(t, o.Err)
+		assert.Equal(t, cl.OrderID, o.Reservation.OrderID)
 	}
 	assert.Equal(t, dbCounts{Used: 1, Rows: 1, Active: 1, MaxPerCustomer: 1}, l.counts(t, code))
 }
@@ -245,15 +248,15 @@ func TestGroupCommitRefusedWritesNothing(t *testing.T) {
 			out, refused, err := l.store.InsertMany(ctx, v, []voucher.Claim{{CustomerID: 1, OrderID: code + "-first", OrderAmount: 5_000}})
 			require.NoError(t, err)
 			require.False(t, refused)
-			require.NoError(t, out[0].err)
+			require.NoError(t, out[0].Err)
 			if tc.pause {
 				_, err := l.pool.Exec(ctx, `UPDATE voucher SET paused = true WHERE code = $1`, code)
 				require.NoError(t, err)
 			}
 			before := tallyOf(code)
 
-			_, err = l.store.groupCommit(ctx, l.pool, v, tc.claims(code))
-			assert.Equal(t, tc.want, translate(err))
+			_, err = l.store.GroupCommit(ctx, l.pool, v, tc.claims(code))
+			assert.Equal(t, tc.want, store.Translate(err))
 			_, refused, err = l.store.InsertMany(ctx, v, tc.claims(code))
 			require.NoError(t, err)
 			assert.True(t, refused)
@@ -262,7 +265,7 @@ func TestGroupCommitRefusedWritesNothing(t *testing.T) {
 	}
 }
 
-// TestPrimeWritesNothing: priming a connection (warmPostgres, at start)
+// TestPrimeWritesNothing: priming a connection (Store.Warm, at start)
 // prepares the group commit and the terms read on it and writes no row.
 func TestPrimeWritesNothing(t *testing.T) {
 	t.Parallel()
@@ -275,7 +278,7 @@ func TestPrimeWritesNothing(t *testing.T) {
 
 	var prepared int
 	require.NoError(t, c.QueryRow(ctx, `SELECT count(*) FROM pg_prepared_statements WHERE statement IN ($1, $2)`,
-		groupCommitSQL, termsSQL).Scan(&prepared))
+		store.GroupCommitSQL, store.TermsSQL).Scan(&prepared))
 	require.Equal(t, 2, prepared, "both statements are prepared on the connection")
 	var written int
 	require.NoError(t, c.QueryRow(ctx, `

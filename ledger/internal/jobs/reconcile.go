@@ -1,0 +1,275 @@
+package jobs
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/flashgate/flashgate/ledger/internal/sale"
+	"github.com/flashgate/flashgate/ledger/internal/store"
+
+	"github.com/flashgate/flashgate/shared/gate"
+	"github.com/flashgate/flashgate/shared/voucher"
+)
+
+// Report is what one reconciliation of a voucher found and did.
+type Report struct {
+	Code                string `json:"code"`
+	DBRemaining         int64  `json:"dbRemaining"`
+	RedisRemaining      int64  `json:"redisRemaining"`      // before
+	RedisRemainingAfter int64  `json:"redisRemainingAfter"` // after
+	Drift               int64  `json:"drift"`               // redisRemaining - dbRemaining, before; at least restored
+	Released            int    `json:"released"`            // hanging admissions freed in Redis
+	Restored            int    `json:"restored"`            // DB-active orders put back into Redis
+	Reloaded            bool   `json:"reloaded"`            // Redis did not hold the voucher: loaded from the DB
+}
+
+// Reconcile brings one flash voucher's Redis state into agreement with the
+// database, under a per-voucher advisory lock so that one ledger does it at a
+// time, and not while an admin change is being applied to Redis. Redis takes
+// the database's current terms (a change whose gate.Update was lost is applied
+// here). Admissions in Redis with no DB row are freed once older than the
+// grace period (their write can no longer be in flight); DB-active orders
+// Redis lacks are restored; remaining becomes total_limit minus the uses Redis
+// now holds, which never exceeds what the database allows. A reconcile that
+// repaired something (repairKinds) or reloaded the voucher is audited under
+// ReconcilerActor.
+func (j *Jobs) Reconcile(ctx context.Context, code string) (Report, error) {
+	return j.ReconcileBy(ctx, code, store.ReconcilerActor)
+}
+
+// ReconcileBy is Reconcile asked for by actor (the admin route's token name).
+func (j *Jobs) ReconcileBy(ctx context.Context, code, actor string) (Report, error) {
+	if j.gate == nil {
+		return Report{}, sale.ErrNoGate
+	}
+	var rep Report
+	var fix counterFix
+	err := j.store.WithVoucherLock(ctx, code, func(ctx context.Context) (err error) {
+		rep, fix, err = j.reconcileLocked(ctx, code)
+		return err
+	})
+	if err != nil {
+		return Report{}, err
+	}
+	kinds := repairKinds(rep, fix)
+	j.observe(rep, kinds)
+	fixed := len(kinds) > 0 || rep.Reloaded
+	if fixed || rep.Drift != 0 {
+		j.log.Warn("reconcile found drift", "code", code, "db_remaining", rep.DBRemaining,
+			"redis_remaining", rep.RedisRemaining, "redis_remaining_after", rep.RedisRemainingAfter,
+			"drift", rep.Drift, "released", rep.Released, "restored", rep.Restored, "reloaded", rep.Reloaded,
+			"remaining_repaired", fix.remaining, "terms_rewritten", fix.terms, "actor", actor)
+	}
+	if rep.Released > 0 || rep.Restored > 0 || fix.remaining {
+		// Stock came back, or orders did: a proxy's sold-out flag may be stale.
+		sale.PublishChange(context.WithoutCancel(ctx), j.pub, code, j.log)
+	}
+	if fixed {
+		before := sale.GateState{Loaded: !rep.Reloaded, Remaining: rep.RedisRemaining}
+		after := ReconcileAudit{Report: rep, Repairs: kinds}
+		if err := j.store.AddAudit(context.WithoutCancel(ctx), code, actor, store.ActionReconcile, before, after); err != nil {
+			j.log.Error("reconcile not audited", "code", code, "err", err) // Redis was fixed all the same
+		}
+	}
+	return rep, nil
+}
+
+// reconcileAudit is a reconcile's audit row after: its report and the kinds
+// of what it repaired.
+type ReconcileAudit struct {
+	Report
+	Repairs []string `json:"repairs,omitempty"`
+}
+
+// counterFix is what a reconcile repaired in Redis beside its orders, which
+// Report does not carry.
+type counterFix struct {
+	remaining bool // the counter disagreed with the orders Redis held
+	terms     bool // meta's terms differed from the database's
+}
+
+// The kinds of flashgate_reconcile_repairs_total.
+const (
+	RepairRemaining = "remaining"
+	RepairRestored  = "orders_restored"
+	RepairReleased  = "orders_released"
+	RepairTerms     = "terms"
+)
+
+var RepairKindNames = []string{RepairRemaining, RepairRestored, RepairReleased, RepairTerms}
+
+// repairKinds lists what one reconcile repaired, by kind. A reload is not a
+// repair: a voucher is also not loaded before its first sale.
+func repairKinds(rep Report, fix counterFix) []string {
+	var kinds []string
+	for _, k := range []struct {
+		kind string
+		did  bool
+	}{
+		{RepairRemaining, fix.remaining},
+		{RepairRestored, rep.Restored > 0},
+		{RepairReleased, rep.Released > 0},
+		{RepairTerms, fix.terms},
+	} {
+		if k.did {
+			kinds = append(kinds, k.kind)
+		}
+	}
+	return kinds
+}
+
+// reconcileLocked is one reconciliation, under the voucher's lock.
+func (j *Jobs) reconcileLocked(ctx context.Context, code string) (rep Report, fix counterFix, err error) {
+	rep.Code = code
+	v, orders, err := j.store.Snapshot(ctx, code)
+	if err != nil {
+		return Report{}, fix, err
+	}
+	if !v.FlashSale {
+		return Report{}, fix, voucher.Errorf(voucher.CodeInvalidRequest, "voucher %s is not a flash-sale voucher", code)
+	}
+	rep.DBRemaining = int64(v.Remaining)
+	active := make([]gate.Order, len(orders))
+	for i, o := range orders {
+		active[i] = gate.Order{OrderID: o.OrderID, CustomerID: o.CustomerID}
+	}
+	res, err := j.gate.ReconcileDetailed(ctx, code, v, active, j.Config.HangingGrace)
+	if err != nil {
+		return Report{}, fix, fmt.Errorf("reconcile %s in redis: %w", code, err)
+	}
+	if !res.Loaded {
+		if err := j.warm(ctx, code); err != nil {
+			return Report{}, fix, err
+		}
+		rep.Reloaded, rep.RedisRemainingAfter = true, rep.DBRemaining
+		return rep, fix, nil
+	}
+	rep.RedisRemaining, rep.RedisRemainingAfter = res.RemainingBefore, res.RemainingAfter
+	rep.Released, rep.Restored = len(res.Released), res.Restored
+	if res.Restored > 0 {
+		// An order of the snapshot that finished while the steps ran (the
+		// database, then Redis) may have been restored after its release:
+		// settle the snapshot's orders that are no longer active now, rather
+		// than hold their uses until the next pass frees them.
+		if err := j.settleFinished(ctx, code, orders); err != nil {
+			return Report{}, fix, err
+		}
+	}
+	// Each order Redis lost is a use it could hand out again (a retry of the
+	// order refused meanwhile), even when remaining agreed (both at 0).
+	rep.Drift = res.RemainingBefore - rep.DBRemaining
+	if res.Restored > 0 {
+		rep.Drift = max(rep.Drift, int64(res.Restored))
+	}
+	return rep, counterFix{remaining: res.CounterRepaired, terms: res.TermsChanged}, nil
+}
+
+// settleFinished makes Redis agree with the database about those of the
+// snapshot's orders that no longer hold a use (Settler.Agree).
+func (j *Jobs) settleFinished(ctx context.Context, code string, snapshot []store.ActiveOrder) error {
+	ids := make([]string, len(snapshot))
+	for i, o := range snapshot {
+		ids[i] = o.OrderID
+	}
+	now, err := j.store.ActiveOf(ctx, code, ids)
+	if err != nil {
+		return err
+	}
+	still := make(map[string]bool, len(now))
+	for _, o := range now {
+		still[o.OrderID] = true
+	}
+	var gone []string
+	for _, id := range ids {
+		if !still[id] {
+			gone = append(gone, id)
+		}
+	}
+	return j.settler.Agree(ctx, code, gone)
+}
+
+// ReconcileAll reconciles every live flash voucher that has changed since its
+// last clean reconcile by this ledger (see cleanMark), and every tenth run all
+// of them; it returns the reports of those it reconciled.
+func (j *Jobs) ReconcileAll(ctx context.Context) []Report {
+	if j.gate == nil {
+		return nil
+	}
+	live, err := j.store.LiveFlashVersions(ctx)
+	if err != nil {
+		j.log.Error("reconcile: list vouchers", "err", err)
+		return nil
+	}
+	full := j.clean.nextRun()
+	var reps []Report
+	skipped := 0
+	for _, lv := range live {
+		if !full && j.unchanged(ctx, lv) {
+			skipped++
+			continue
+		}
+		rep, err := j.Reconcile(ctx, lv.Code)
+		if err != nil {
+			j.clean.forget(lv.Code)
+			j.log.Error("reconcile failed", "code", lv.Code, "err", err)
+			continue
+		}
+		reps = append(reps, rep)
+		j.markIfClean(ctx, lv, rep)
+	}
+	j.clean.keep(live)
+	j.Config.Metrics.reconcileSkipped.Add(float64(skipped))
+	j.log.Info("reconcile run", "vouchers", len(live), "reconciled", len(reps), "unchanged", skipped, "full", full)
+	return reps
+}
+
+// ReconcileInherited reconciles at once every live flash voucher whose Redis
+// state the serving Redis process did not write from the database
+// (gate.GenInherited): a restart from a snapshot or an append-only file, or a
+// failover, may have lost orders the database committed since, whose retries
+// the gate would refuse until the next ReconcileAll. It runs every second; it
+// stops at the first Redis error (a Redis that is down has nothing to check).
+func (j *Jobs) ReconcileInherited(ctx context.Context) []Report {
+	if j.gate == nil {
+		return nil
+	}
+	codes, err := j.store.LiveFlashVouchers(ctx)
+	if err != nil {
+		return nil // the database does not answer: the periodic reconcile logs that
+	}
+	var reps []Report
+	for _, code := range codes {
+		gen, err := j.gate.Generation(ctx, code)
+		if err != nil {
+			return reps
+		}
+		if gen != gate.GenInherited {
+			continue
+		}
+		rep, err := j.Reconcile(ctx, code)
+		if err != nil {
+			j.log.Error("reconcile inherited redis state", "code", code, "err", err)
+			continue
+		}
+		j.log.Warn("redis state not written by this redis process (restart, failover): reconciled",
+			"code", code, "drift", rep.Drift, "restored", rep.Restored, "released", rep.Released)
+		reps = append(reps, rep)
+	}
+	return reps
+}
+
+// observe exports one reconciliation's report and what it repaired.
+func (j *Jobs) observe(rep Report, kinds []string) {
+	m := j.Config.Metrics
+	for _, kind := range kinds {
+		m.ReconcileRepairs.WithLabelValues(kind).Inc()
+	}
+	m.reconcileDrift.Set(float64(rep.Drift), rep.Code)
+	m.remaining.Set(float64(rep.DBRemaining), rep.Code, "db")
+	m.remaining.Set(float64(rep.RedisRemainingAfter), rep.Code, "redis")
+	m.ReconcileFixes.WithLabelValues("released").Add(float64(rep.Released))
+	m.ReconcileFixes.WithLabelValues("restored").Add(float64(rep.Restored))
+	if rep.Reloaded {
+		m.ReconcileFixes.WithLabelValues("reloaded").Inc()
+	}
+}

@@ -1,0 +1,206 @@
+package sale
+
+import (
+	"context"
+	"time"
+
+	"github.com/flashgate/flashgate/ledger/internal/store"
+
+	"github.com/flashgate/flashgate/shared/batch"
+	"github.com/flashgate/flashgate/shared/voucher"
+)
+
+// Writer group-commits admitted reservations: the writes for one voucher that
+// arrive while its transaction is in flight go together into the next one (one
+// multi-row INSERT, one guarded used_count += n, the customers' counts), with
+// the same no-timer batching as the proxy's coalescer. Every caller is
+// answered only after the transaction holding its write committed. If a batch
+// would break a guard, it falls back to writing item by item, so that one bad
+// item fails alone.
+type Writer struct {
+	store   *store.Store
+	batcher *batch.Batcher[string, voucher.Claim, store.Written]
+	timeout time.Duration
+	commit  func(time.Duration) // observes each group transaction; may be nil
+}
+
+// NewWriter returns a Writer over store. base is the service's lifetime;
+// each transaction gets timeout.
+func NewWriter(base context.Context, st *store.Store, maxBatch int, timeout time.Duration) *Writer {
+	w := &Writer{store: st, timeout: timeout}
+	w.batcher = batch.New(base, maxBatch, w.WriteBatch)
+	return w
+}
+
+// ObserveSizes reports each batch's size to f.
+func (w *Writer) ObserveSizes(f func(int)) { w.batcher.ObserveSizes(f) }
+
+// ObserveCommits reports each group transaction's duration to f.
+func (w *Writer) ObserveCommits(f func(time.Duration)) { w.commit = f }
+
+// WriteMany makes admitted claims of one voucher durable (idempotent by
+// orderId) and returns their answers once committed: a reservation (replayed
+// when an earlier request wrote it) or why not. Claims that arrive together
+// (the proxy forwards its batches whole) join the same transaction.
+func (w *Writer) WriteMany(ctx context.Context, code string, claims []voucher.Claim) []store.Written {
+	outs, errs := w.batcher.DoAll(ctx, code, claims)
+	for i, err := range errs {
+		if err != nil {
+			outs[i] = store.Written{Err: err}
+		}
+	}
+	return outs
+}
+
+// writeBatch answers one batch of claims of voucher code: those below the
+// minimum order amount at once (unless a retry: see small), the rest through
+// writeGroup, a repeated orderId as its first claim.
+func (w *Writer) WriteBatch(ctx context.Context, code string, claims []voucher.Claim) ([]store.Written, error) {
+	ctx, cancel := context.WithTimeout(ctx, w.timeout)
+	defer cancel()
+	out := make([]store.Written, len(claims))
+	v, err := w.store.Terms(ctx, code)
+	if err != nil {
+		return nil, err
+	}
+	if !v.FlashSale {
+		err := voucher.Errorf(voucher.CodeInvalidRequest, "voucher %s is not a flash-sale voucher", code)
+		for i := range out {
+			out[i].Err = err
+		}
+		return out, nil
+	}
+
+	// Orders too small are answered at once; retries of orders that exist are
+	// answered from their rows once the group committed (see InsertMany).
+	small, err := w.small(ctx, v, claims)
+	if err != nil {
+		return nil, err
+	}
+	var fresh []int           // indexes of claims to insert, one per new orderId
+	first := map[string]int{} // orderId -> index of its first claim in this batch
+	var followers []int       // later claims of an orderId already in fresh
+	for i, cl := range claims {
+		if a, ok := small[i]; ok {
+			out[i] = a
+			continue
+		}
+		if _, dup := first[cl.OrderID]; dup {
+			followers = append(followers, i)
+			continue
+		}
+		first[cl.OrderID] = i
+		fresh = append(fresh, i)
+	}
+	if len(fresh) > 0 {
+		group := make([]voucher.Claim, len(fresh))
+		for j, i := range fresh {
+			group[j] = claims[i]
+		}
+		res, err := w.writeGroup(ctx, v, group)
+		if err != nil {
+			return nil, err
+		}
+		for j, i := range fresh {
+			out[i] = res[j]
+		}
+	}
+	// A retry that raced its original into the same batch is answered as the
+	// original was; the same orderId from another customer meets the row the
+	// original wrote (or, if that failed, is tried on its own).
+	for _, i := range followers {
+		lead := out[first[claims[i].OrderID]]
+		switch {
+		case lead.Err == nil:
+			out[i] = store.Written{Reservation: lead.Reservation, Err: store.RetryAnswer(lead.Reservation, code, claims[i]), Replayed: true}
+		case claims[i] == claims[first[claims[i].OrderID]]:
+			out[i] = lead // the same claim twice: the same answer
+		default:
+			out[i] = w.one(ctx, v, claims[i])
+		}
+	}
+	return out, nil
+}
+
+// small answers the claims below the voucher's minimum order amount (by index):
+// a retry of an order that has a row is answered from it, as always (the
+// minimum may have been raised since); a new one is ORDER_TOO_SMALL.
+func (w *Writer) small(ctx context.Context, v voucher.Voucher, claims []voucher.Claim) (map[int]store.Written, error) {
+	var idx []int
+	var tooSmall []voucher.Claim
+	for i, cl := range claims {
+		if cl.OrderAmount < v.MinOrderAmount {
+			idx, tooSmall = append(idx, i), append(tooSmall, cl)
+		}
+	}
+	if len(idx) == 0 {
+		return nil, nil
+	}
+	found, ok, err := w.store.ExistingMany(ctx, v.Code, tooSmall)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[int]store.Written, len(idx))
+	for j, i := range idx {
+		out[i] = found[j]
+		if !ok[j] {
+			out[i] = store.Written{Err: voucher.ErrOrderTooSmall}
+		}
+	}
+	return out, nil
+}
+
+// writeGroup writes claims in one transaction if no guard fires. Otherwise it
+// splits the group in halves (earlier arrivals first) until the items that
+// break a guard are alone and fail alone: a sell-out inside a batch costs a
+// few transactions, not one per item. Once the stock is gone, or the voucher
+// is paused or out of its window, the rest are answered without another try.
+func (w *Writer) writeGroup(ctx context.Context, v voucher.Voucher, claims []voucher.Claim) ([]store.Written, error) {
+	start := time.Now()
+	done, refused, err := w.store.InsertMany(ctx, v, claims)
+	if w.commit != nil {
+		w.commit(time.Since(start))
+	}
+	switch {
+	case err != nil:
+		return nil, err
+	case !refused:
+		return done, nil
+	case len(claims) == 1:
+		return []store.Written{w.one(ctx, v, claims[0])}, nil
+	}
+	shut, err := w.store.Shut(ctx, v.Code)
+	if err != nil {
+		return nil, err
+	}
+	if shut != nil {
+		// No new order can be written; a retry of one already written is
+		// answered with its row, as always.
+		out, found, err := w.store.ExistingMany(ctx, v.Code, claims)
+		if err != nil {
+			return nil, err
+		}
+		for i := range out {
+			if !found[i] {
+				out[i].Err = shut
+			}
+		}
+		return out, nil
+	}
+	mid := len(claims) / 2
+	first, err := w.writeGroup(ctx, v, claims[:mid])
+	if err != nil {
+		return nil, err
+	}
+	second, err := w.writeGroup(ctx, v, claims[mid:])
+	if err != nil {
+		return nil, err
+	}
+	return append(first, second...), nil
+}
+
+// one writes a single claim on its own.
+func (w *Writer) one(ctx context.Context, v voucher.Voucher, cl voucher.Claim) store.Written {
+	r, replayed, err := w.store.InsertAdmitted(ctx, v, cl)
+	return store.Written{Reservation: r, Err: err, Replayed: replayed}
+}

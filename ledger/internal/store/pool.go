@@ -1,0 +1,133 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// statementDeadline gives every statement the ledger sends to Postgres, and
+// every wait for a pooled connection, its own deadline (DB_TIMEOUT), however
+// it was called: a request, a group commit, a background job. A stopped or
+// hung Postgres (SIGSTOP, a stalled disk, a lost network) keeps TCP
+// connections open and never answers; without a deadline each request would
+// wait for as long as it lasts. pgx uses the context these hooks return for
+// the statement (a query's until its rows are closed) and for the acquire.
+// On the deadline pgx closes the connection at once (its default context
+// handler), so the caller gets its fault and the pool a fresh connection.
+type statementDeadline struct{ timeout time.Duration }
+
+// maxDBTimeout bounds DB_TIMEOUT: a request that waits 2 s for one statement
+// has already broken the promise that a hung Postgres costs less than that.
+const maxDBTimeout = 2 * time.Second
+
+// checkDBTimeout refuses a DB_TIMEOUT that breaks that promise.
+func CheckDBTimeout(d time.Duration) error {
+	if d <= 0 || d >= maxDBTimeout {
+		return fmt.Errorf("DB_TIMEOUT must be above 0 and below %v (got %v)", maxDBTimeout, d)
+	}
+	return nil
+}
+
+// withStatementDeadlines makes cfg's pool give each statement and acquire
+// timeout.
+func withStatementDeadlines(cfg *pgxpool.Config, timeout time.Duration) {
+	cfg.ConnConfig.Tracer = statementDeadline{timeout: timeout}
+}
+
+// withServerDeadlines makes Postgres itself end what a session of cfg's pool
+// runs past timeout: statement_timeout cancels a statement (a lock wait
+// included), idle_in_transaction_session_timeout ends a transaction left open.
+// The client's deadline alone is not enough: when it fires, pgx closes the
+// connection, but the server notices a closed socket only when it next talks
+// to it, so a group commit waiting on the voucher's row lock would still
+// commit once the lock came free, after its caller was told it failed and
+// its use had been given back in Redis. With these, a write whose caller's
+// deadline passed can still commit only within about timeout of its start
+// (Settler.WaitAfterFault). A statement that must run longer (the streaming
+// export) lifts them for its own transaction.
+func withServerDeadlines(cfg *pgxpool.Config, timeout time.Duration) {
+	ms := strconv.FormatInt(max(timeout.Milliseconds(), 1), 10)
+	cfg.ConnConfig.RuntimeParams["statement_timeout"] = ms
+	cfg.ConnConfig.RuntimeParams["idle_in_transaction_session_timeout"] = ms
+}
+
+type deadlineCancelKey struct{}
+type noDeadlineKey struct{}
+
+// withoutStatementDeadline marks ctx's statements as exempt: a streaming
+// export reads for as long as its client does.
+func withoutStatementDeadline(ctx context.Context) context.Context {
+	return context.WithValue(ctx, noDeadlineKey{}, true)
+}
+
+func (t statementDeadline) start(ctx context.Context) context.Context {
+	if ctx.Value(noDeadlineKey{}) != nil {
+		return ctx
+	}
+	ctx, cancel := context.WithTimeout(ctx, t.timeout)
+	return context.WithValue(ctx, deadlineCancelKey{}, cancel)
+}
+
+func (statementDeadline) end(ctx context.Context) {
+	if cancel, ok := ctx.Value(deadlineCancelKey{}).(context.CancelFunc); ok {
+		cancel()
+	}
+}
+
+// TraceQueryStart gives the statement its deadline (pgx.QueryTracer).
+func (t statementDeadline) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
+	return t.start(ctx)
+}
+
+// TraceQueryEnd releases the statement's deadline.
+func (t statementDeadline) TraceQueryEnd(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryEndData) {
+	t.end(ctx)
+}
+
+// TraceAcquireStart gives the wait for a connection its deadline
+// (pgxpool.AcquireTracer).
+func (t statementDeadline) TraceAcquireStart(ctx context.Context, _ *pgxpool.Pool, _ pgxpool.TraceAcquireStartData) context.Context {
+	return t.start(ctx)
+}
+
+// TraceAcquireEnd releases the acquire's deadline.
+func (t statementDeadline) TraceAcquireEnd(ctx context.Context, _ *pgxpool.Pool, _ pgxpool.TraceAcquireEndData) {
+	t.end(ctx)
+}
+
+// poolConfig is how the store connects to Postgres.
+type PoolConfig struct {
+	URL      string        // DATABASE_URL
+	MaxConns int           // DB_MAX_CONNS
+	MinConns int           // DB_MIN_CONNS: kept open
+	Timeout  time.Duration // DB_TIMEOUT: the deadline of each statement, on both sides; 0: none
+}
+
+// openStore returns the store over a pool of c: DB_MAX_CONNS, DB_MIN_CONNS
+// kept open, and DB_TIMEOUT on every statement, on both sides of the
+// connection. It connects on demand (Warm opens the first connections).
+func Open(ctx context.Context, c PoolConfig, ttl time.Duration) (*Store, error) {
+	cfg, err := pgxpool.ParseConfig(c.URL)
+	if err != nil {
+		return nil, fmt.Errorf("DATABASE_URL: %w", err)
+	}
+	cfg.MaxConns = int32(c.MaxConns)
+	cfg.MinConns = int32(c.MinConns)
+	if c.Timeout > 0 {
+		withStatementDeadlines(cfg, c.Timeout)
+		withServerDeadlines(cfg, c.Timeout)
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("connect to postgres: %w", err)
+	}
+	return New(pool, ttl), nil
+}
+
+// Close closes the store's connections.
+func (s *Store) Close() { s.pool.Close() }

@@ -1,0 +1,127 @@
+package web
+
+import (
+	"net/http"
+	"strconv"
+
+	"github.com/flashgate/flashgate/ledger/internal/store"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/flashgate/flashgate/shared/api"
+	"github.com/flashgate/flashgate/shared/events"
+	"github.com/flashgate/flashgate/shared/httpx"
+	"github.com/flashgate/flashgate/shared/voucher"
+)
+
+// EventPage is one page of GET /admin/events: events in id order, and the
+// after to ask for the next page with (the last id here, or the after asked
+// when the page is empty: poll again later).
+type EventPage struct {
+	Events    []events.Event `json:"events"`
+	NextAfter int64          `json:"nextAfter"`
+}
+
+// ParkedPage is one page of GET /admin/events?status=failed.
+type ParkedPage struct {
+	Events    []store.Parked `json:"events"`
+	NextAfter int64          `json:"nextAfter"`
+}
+
+// eventRoutes registers the outbox's admin routes.
+func (a *admin) eventRoutes(r gin.IRoutes) {
+	r.GET(api.RouteEvents, a.events)
+	r.POST(api.RouteEventRetry, a.retryEvent)
+}
+
+// events answers the pull feed (events up to the watermark: final, so a
+// consumer polling with after never misses one) or, with status, the parked ones.
+func (a *admin) events(c *gin.Context) {
+	q, err := queryParams(c, "after", "limit", "status")
+	if err != nil {
+		httpx.WriteError(c, err)
+		return
+	}
+	limit, err := pageLimit(q)
+	if err != nil {
+		httpx.WriteError(c, err)
+		return
+	}
+	after, err := eventID(q["after"], true)
+	if err != nil {
+		httpx.WriteError(c, err)
+		return
+	}
+	if s, ok := q["status"]; ok {
+		a.parked(c, s, after, limit)
+		return
+	}
+	wm, err := a.store.Watermark(c)
+	if err != nil {
+		httpx.WriteError(c, err)
+		return
+	}
+	evs, err := a.store.Events(c, after, wm, limit)
+	if err != nil {
+		httpx.WriteError(c, err)
+		return
+	}
+	page := EventPage{Events: evs, NextAfter: after}
+	if len(evs) > 0 {
+		page.NextAfter = evs[len(evs)-1].ID
+	}
+	c.JSON(http.StatusOK, page)
+}
+
+// parked answers GET /admin/events?status=failed (or retry).
+func (a *admin) parked(c *gin.Context, status string, after int64, limit int) {
+	var want string
+	switch status {
+	case "failed":
+		want = "FAILED"
+	case "retry":
+		want = "RETRY"
+	default:
+		httpx.WriteError(c, voucher.Errorf(voucher.CodeInvalidRequest, "status must be failed or retry"))
+		return
+	}
+	ps, err := a.store.ParkedEvents(c, "", want, after, limit)
+	if err != nil {
+		httpx.WriteError(c, err)
+		return
+	}
+	page := ParkedPage{Events: ps, NextAfter: after}
+	if len(ps) > 0 {
+		page.NextAfter = ps[len(ps)-1].ID
+	}
+	c.JSON(http.StatusOK, page)
+}
+
+// retryEvent asks every sink that parked the event to send it again: the
+// delivering ledger does within a moment, after which the failure is gone or,
+// failing again, parked anew.
+func (a *admin) retryEvent(c *gin.Context) {
+	id, err := eventID(c.Param("id"), false)
+	if err != nil {
+		httpx.WriteError(c, err)
+		return
+	}
+	ps, err := a.store.RetryEvent(c, id)
+	if err != nil {
+		httpx.WriteError(c, err)
+		return
+	}
+	c.JSON(http.StatusAccepted, gin.H{"retrying": ps})
+}
+
+// eventID reads an event id: a positive integer (0 too for after, or absent).
+func eventID(s string, after bool) (int64, error) {
+	if s == "" && after {
+		return 0, nil
+	}
+	id, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || id < 0 || (id == 0 && !after) || strconv.FormatInt(id, 10) != s {
+		return 0, voucher.Errorf(voucher.CodeInvalidRequest, "an event id must be a positive integer (after may be 0)")
+	}
+	return id, nil
+}

@@ -1,0 +1,107 @@
+package web
+
+import (
+	"encoding/csv"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/flashgate/flashgate/ledger/internal/store"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/flashgate/flashgate/shared/httpx"
+	"github.com/flashgate/flashgate/shared/voucher"
+)
+
+// csvHeader is the first row of GET /admin/vouchers/{code}/reservations.csv.
+var CSVHeader = []string{"order_id", "customer_id", "status", "order_amount", "discount_amount",
+	"created_at", "expires_at", "confirmed_at", "released_at", "release_reason"}
+
+// Export tuning: rows between flushes, and how long one flush may wait for a
+// slow reader (the server's WriteTimeout would end a long export).
+const (
+	exportFlushRows    = 500
+	exportWriteTimeout = 30 * time.Second
+)
+
+// csvRow is a reservation as a row of the export: times in RFC 3339 with
+// nanoseconds in UTC (as the JSON answers have them), an empty cell for NULL.
+func csvRow(r voucher.Record) []string {
+	opt := func(t *time.Time) string {
+		if t == nil {
+			return ""
+		}
+		return csvTime(*t)
+	}
+	amount, reason := "", ""
+	if r.OrderAmount != nil {
+		amount = strconv.FormatInt(*r.OrderAmount, 10)
+	}
+	if r.ReleaseReason != nil {
+		reason = *r.ReleaseReason
+	}
+	return []string{r.OrderID, strconv.FormatInt(r.CustomerID, 10), string(r.Status), amount,
+		strconv.FormatInt(r.DiscountAmount, 10), csvTime(r.CreatedAt), csvTime(r.ExpiresAt),
+		opt(r.ConfirmedAt), opt(r.ReleasedAt), reason}
+}
+
+func csvTime(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }
+
+// writeExport streams a voucher's reservations as CSV. Errors before the first
+// byte are answered as usual (404, 503); a failure after it cannot change the
+// status any more, so the connection is closed mid-body: the client sees a
+// broken transfer, never a short file that looks whole.
+func writeExport(c *gin.Context, st *store.Store, code string, log *slog.Logger) {
+	rc := http.NewResponseController(c.Writer)
+	w := csv.NewWriter(c.Writer)
+	started, n := false, 0
+	start := func() error {
+		started = true
+		c.Header("Content-Type", "text/csv; charset=utf-8")
+		c.Header("Content-Disposition", `attachment; filename="`+code+`-reservations.csv"`)
+		c.Status(http.StatusOK)
+		return w.Write(CSVHeader)
+	}
+	flush := func() error {
+		_ = rc.SetWriteDeadline(time.Now().Add(exportWriteTimeout))
+		w.Flush()
+		if err := w.Error(); err != nil {
+			return err
+		}
+		return rc.Flush()
+	}
+	err := st.EachRecord(c, code, func(r voucher.Record) error {
+		if !started {
+			if err := start(); err != nil {
+				return err
+			}
+		}
+		if err := w.Write(csvRow(r)); err != nil {
+			return err
+		}
+		if n++; n%exportFlushRows == 0 {
+			return flush()
+		}
+		return nil
+	})
+	if err == nil && !started {
+		err = start()
+	}
+	if err == nil {
+		err = flush()
+	}
+	switch {
+	case err == nil:
+	case !started:
+		httpx.WriteError(c, err)
+	default:
+		if log != nil {
+			log.Error("export broken off", "code", code, "rows", n, "request_id", httpx.RequestIDFrom(c), "err", err)
+		}
+		if conn, _, herr := rc.Hijack(); herr == nil {
+			conn.Close()
+		}
+	}
+}
