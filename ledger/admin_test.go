@@ -10,12 +10,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/flashgate/flashgate/ledger/internal/store"
-	"github.com/flashgate/flashgate/ledger/internal/web"
-
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/flashgate/flashgate/ledger/internal/store"
+	"github.com/flashgate/flashgate/ledger/internal/web"
 	"github.com/flashgate/flashgate/shared/voucher"
 )
 

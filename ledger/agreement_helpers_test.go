@@ -4,10 +4,9 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/flashgate/flashgate/ledger/internal/jobs"
-
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/flashgate/flashgate/ledger/internal/jobs"
 	"github.com/flashgate/flashgate/shared/agreement/agreementtest"
 )
 

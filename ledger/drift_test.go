@@ -12,13 +12,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/flashgate/flashgate/ledger/internal/sale"
-	"github.com/flashgate/flashgate/ledger/internal/store"
-
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/flashgate/flashgate/ledger/internal/sale"
+	"github.com/flashgate/flashgate/ledger/internal/store"
 	"github.com/flashgate/flashgate/shared/devstack/devstacktest"
 	"github.com/flashgate/flashgate/shared/envconf"
 	"github.com/flashgate/flashgate/shared/gate"

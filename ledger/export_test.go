@@ -11,10 +11,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/flashgate/flashgate/ledger/internal/web"
-
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/flashgate/flashgate/ledger/internal/web"
 )
 
 // exportRow is one reservation as the export's parsed cells and as the table

@@ -10,16 +10,15 @@ import (
 	"testing"
 	"time"
 
-	"github.com/flashgate/flashgate/ledger/internal/jobs"
-	"github.com/flashgate/flashgate/ledger/internal/sale"
-	"github.com/flashgate/flashgate/ledger/internal/store"
-	"github.com/flashgate/flashgate/ledger/internal/web"
-
 	"github.com/gin-gonic/gin"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
+	"github.com/flashgate/flashgate/ledger/internal/jobs"
+	"github.com/flashgate/flashgate/ledger/internal/sale"
+	"github.com/flashgate/flashgate/ledger/internal/store"
+	"github.com/flashgate/flashgate/ledger/internal/web"
 	"github.com/flashgate/flashgate/shared/devstack/devstacktest"
 	"github.com/flashgate/flashgate/shared/gate"
 	"github.com/flashgate/flashgate/shared/httpx/httpxtest"

@@ -13,15 +13,14 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/gin-gonic/gin"
+	"github.com/redis/go-redis/v9"
+
 	"github.com/flashgate/flashgate/ledger/internal/jobs"
 	"github.com/flashgate/flashgate/ledger/internal/outbox"
 	"github.com/flashgate/flashgate/ledger/internal/sale"
 	"github.com/flashgate/flashgate/ledger/internal/store"
 	"github.com/flashgate/flashgate/ledger/internal/web"
-
-	"github.com/gin-gonic/gin"
-	"github.com/redis/go-redis/v9"
-
 	"github.com/flashgate/flashgate/migrations"
 	"github.com/flashgate/flashgate/shared/envconf"
 	"github.com/flashgate/flashgate/shared/gate"

@@ -9,11 +9,10 @@ import (
 	"net/http/httptest"
 	"testing"
 
-	"github.com/flashgate/flashgate/ledger/internal/outbox"
-	"github.com/flashgate/flashgate/ledger/internal/web"
-
 	"github.com/stretchr/testify/require"
 
+	"github.com/flashgate/flashgate/ledger/internal/outbox"
+	"github.com/flashgate/flashgate/ledger/internal/web"
 	"github.com/flashgate/flashgate/shared/httpx/httpxtest"
 )
 

@@ -3,10 +3,9 @@ package main
 import (
 	"testing"
 
-	"github.com/flashgate/flashgate/ledger/internal/web"
-
 	"github.com/gin-gonic/gin"
 
+	"github.com/flashgate/flashgate/ledger/internal/web"
 	"github.com/flashgate/flashgate/shared/httpx"
 	"github.com/flashgate/flashgate/shared/httpx/httpxtest"
 )

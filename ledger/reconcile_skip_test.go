@@ -8,12 +8,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/flashgate/flashgate/ledger/internal/jobs"
-
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/flashgate/flashgate/ledger/internal/jobs"
 	"github.com/flashgate/flashgate/shared/devstack/devstacktest"
 	"github.com/flashgate/flashgate/shared/gate"
 )

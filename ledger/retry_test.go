@@ -8,11 +8,10 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/flashgate/flashgate/ledger/internal/web"
-
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/flashgate/flashgate/ledger/internal/web"
 	"github.com/flashgate/flashgate/shared/api"
 	"github.com/flashgate/flashgate/shared/voucher"
 )

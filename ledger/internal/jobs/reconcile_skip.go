@@ -5,7 +5,6 @@ import (
 	"sync"
 
 	"github.com/flashgate/flashgate/ledger/internal/store"
-
 	"github.com/flashgate/flashgate/shared/gate"
 )
 

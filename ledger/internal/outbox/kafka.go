@@ -7,10 +7,9 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/flashgate/flashgate/ledger/internal/store"
-
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/flashgate/flashgate/ledger/internal/store"
 	"github.com/flashgate/flashgate/shared/events"
 )
 

@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"github.com/flashgate/flashgate/ledger/internal/store"
-
 	"github.com/flashgate/flashgate/shared/events"
 )
 

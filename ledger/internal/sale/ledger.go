@@ -11,10 +11,9 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/flashgate/flashgate/ledger/internal/store"
-
 	"golang.org/x/sync/singleflight"
 
+	"github.com/flashgate/flashgate/ledger/internal/store"
 	"github.com/flashgate/flashgate/shared/gate"
 	"github.com/flashgate/flashgate/shared/voucher"
 )

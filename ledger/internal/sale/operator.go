@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/flashgate/flashgate/ledger/internal/store"
-
 	"github.com/flashgate/flashgate/shared/gate"
 	"github.com/flashgate/flashgate/shared/voucher"
 )

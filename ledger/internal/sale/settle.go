@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/flashgate/flashgate/ledger/internal/store"
-
 	"github.com/flashgate/flashgate/shared/gate"
 )
 

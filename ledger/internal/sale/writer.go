@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"github.com/flashgate/flashgate/ledger/internal/store"
-
 	"github.com/flashgate/flashgate/shared/batch"
 	"github.com/flashgate/flashgate/shared/voucher"
 )

@@ -4,10 +4,9 @@ import (
 	"net/url"
 	"strconv"
 
-	"github.com/flashgate/flashgate/ledger/internal/store"
-
 	"github.com/gin-gonic/gin"
 
+	"github.com/flashgate/flashgate/ledger/internal/store"
 	"github.com/flashgate/flashgate/shared/voucher"
 )
 

@@ -7,10 +7,9 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/flashgate/flashgate/ledger/internal/store"
-
 	"github.com/gin-gonic/gin"
 
+	"github.com/flashgate/flashgate/ledger/internal/store"
 	"github.com/flashgate/flashgate/shared/httpx"
 	"github.com/flashgate/flashgate/shared/voucher"
 )

@@ -1,4 +1,4 @@
-package main
+package sale
 
 import (
 	"io"
@@ -6,8 +6,6 @@ import (
 	"sort"
 	"testing"
 	"time"
-
-	"github.com/flashgate/flashgate/ledger/internal/sale"
 
 	"github.com/stretchr/testify/assert"
 )
@@ -17,7 +15,7 @@ import (
 func TestSettlerForgetsParkedOrdersAfterGiveUp(t *testing.T) {
 	t.Parallel()
 	now := time.Date(2024, 1, 1, 12, 0, 0, 0, time.UTC)
-	s := sale.NewSettler(nil, nil, func() time.Time { return now }, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	s := NewSettler(nil, nil, func() time.Time { return now }, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	s.Park("A", []string{"a1", "a2"})
 	now = now.Add(time.Minute)
 	s.Park("A", []string{"a1"}) // parked again: keeps its first failure
@@ -28,7 +26,7 @@ func TestSettlerForgetsParkedOrdersAfterGiveUp(t *testing.T) {
 		want  map[string]int
 	}{
 		{0, map[string]int{"A": 2, "B": 1}},
-		{sale.UnsettledGiveUp - time.Minute, map[string]int{"A": 2, "B": 1}},
+		{UnsettledGiveUp - time.Minute, map[string]int{"A": 2, "B": 1}},
 		{time.Second, map[string]int{"B": 1}},
 		{time.Minute, map[string]int{}},
 	} {
@@ -48,7 +46,7 @@ func TestSettlerForgetsParkedOrdersAfterGiveUp(t *testing.T) {
 func TestSettlerWaitsForFenceAndWrites(t *testing.T) {
 	t.Parallel()
 	now := time.Date(2024, 1, 1, 12, 0, 0, 0, time.UTC)
-	s := sale.NewSettler(nil, nil, func() time.Time { return now }, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	s := NewSettler(nil, nil, func() time.Time { return now }, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	s.WaitAfterFault(time.Second)
 	done := s.Writing("A", []string{"a1"})
 	s.Park("A", []string{"a1", "a2"})
