@@ -175,20 +175,6 @@ func newNetTransport(o AttackOptions) *http.Transport {
 	}
 }
 
-// countedPacer paces like ConstantPacer and stops after n hits, so a burst
-// sends exactly its plan.
-type countedPacer struct {
-	vegeta.ConstantPacer
-	n uint64
-}
-
-func (p countedPacer) Pace(elapsed time.Duration, hits uint64) (time.Duration, bool) {
-	if hits >= p.n {
-		return 0, true
-	}
-	return p.ConstantPacer.Pace(elapsed, hits)
-}
-
 // reserveURL is where a reserve of voucher code is POSTed on base, the URL of
 // a proxy (or of the ceiling server).
 func reserveURL(base, code string) string {
@@ -282,3 +268,14 @@ func postReserve(ctx context.Context, client *http.Client, url string, o Order) 
 }
 
 // retryingClients are customers who do what the API asks of them: each
+
+// statusKey names an answer for counting: "201", "409 OUT_OF_STOCK", "transport error".
+func statusKey(s Shot) string {
+	switch {
+	case s.Status == 0:
+		return "transport error"
+	case s.Code != "":
+		return strconv.Itoa(int(s.Status)) + " " + s.Code
+	}
+	return strconv.Itoa(int(s.Status))
+}

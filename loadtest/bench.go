@@ -12,25 +12,11 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/flashgate/flashgate/shared/agreement"
 	"github.com/flashgate/flashgate/shared/client"
 	"github.com/flashgate/flashgate/shared/gate"
 	"github.com/flashgate/flashgate/shared/voucher"
 )
-
-// The money terms of every voucher the harness creates; orders are above the
-// minimum so that every request is eligible.
-const (
-	discountAmount = 100_000
-	minOrderAmount = 500_000
-	orderAmount    = 750_000
-)
-
-// Endpoints locate a running flashgate.
-type Endpoints struct {
-	ProxyURL, LedgerURL string
-	DBURL, RedisURL     string
-	Token               string // the ledger's admin token
-}
 
 // Bench is what bursts run against: URL takes the reserves; the ledger creates
 // vouchers; the database and Redis are read directly to check the outcome. A
@@ -96,10 +82,14 @@ func (b *Bench) checked() bool { return b.db != nil }
 
 var codeSeq atomic.Int64
 
+// nextSeq is the next number of the sequence that makes codes (and the chaos
+// scenarios' database names) unique in this process.
+func nextSeq() int64 { return codeSeq.Add(1) }
+
 // newCode returns a voucher code no earlier run used: prefix, the time in base
 // 36 and a sequence number (at most 32 characters for a short prefix).
 func newCode(prefix string) string {
-	return fmt.Sprintf("%s-%s-%d", prefix, strconv.FormatInt(time.Now().UnixNano(), 36), codeSeq.Add(1))
+	return fmt.Sprintf("%s-%s-%d", prefix, strconv.FormatInt(time.Now().UnixNano(), 36), nextSeq())
 }
 
 // VoucherSpec is the voucher a burst sells.
@@ -221,4 +211,84 @@ func (d DBState) summary() *DBSummary {
 // RedisState reads code's counter and admitted orders from the gate.
 func (b *Bench) RedisState(ctx context.Context, code string) (gate.State, bool, error) {
 	return b.gate.State(ctx, code)
+}
+
+// commitsSince waits for the backends to publish their counters and returns
+// the commits since before, per admitted order.
+func (b *Bench) commitsSince(ctx context.Context, before int64, wait time.Duration, admitted int) (*Commits, error) {
+	select {
+	case <-time.After(wait):
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	after, err := b.Commits(ctx)
+	if err != nil {
+		return nil, err
+	}
+	// The delta holds the harness's own read-only transactions too: the
+	// first xact_commit read and the two reads of DBState.
+	const harnessReads = 3
+	c := &Commits{Delta: max(after-before-harnessReads, 0), WaitedSeconds: wait.Seconds()}
+	if admitted > 0 {
+		c.PerAdmitted = float64(c.Delta) / float64(admitted)
+	}
+	return c, nil
+}
+
+// UsageMismatches counts the customers of a voucher whose use count differs
+// from their RESERVED and CONFIRMED rows: a retry that took a second use
+// would show here.
+func (b *Bench) UsageMismatches(ctx context.Context, code string) (int, error) {
+	var n int
+	err := b.db.QueryRow(ctx, `
+		SELECT count(*) FROM (
+			SELECT customer_id, used_count FROM voucher_customer_usage
+			WHERE voucher_code = $1 AND used_count > 0
+		) u FULL JOIN (
+			SELECT customer_id, count(*)::int AS n FROM voucher_redemption
+			WHERE voucher_code = $1 AND status IN ('RESERVED', 'CONFIRMED') GROUP BY customer_id
+		) r USING (customer_id)
+		WHERE coalesce(u.used_count, 0) <> coalesce(r.n, 0)`, code).Scan(&n)
+	if err != nil {
+		return 0, fmt.Errorf("compare customer counts of %s: %w", code, err)
+	}
+	return n, nil
+}
+
+// RedemptionStatuses reads the status of each of code's redemption rows, by
+// orderId.
+func (b *Bench) RedemptionStatuses(ctx context.Context, code string) (map[string]string, error) {
+	rows, err := b.db.Query(ctx, `SELECT order_id, status FROM voucher_redemption WHERE voucher_code = $1`, code)
+	if err != nil {
+		return nil, fmt.Errorf("read redemptions of %s: %w", code, err)
+	}
+	statuses := map[string]string{}
+	for rows.Next() {
+		var id, st string
+		if err := rows.Scan(&id, &st); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		statuses[id] = st
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return statuses, nil
+}
+
+// Agreement compares what Redis and the database hold for code.
+func (b *Bench) Agreement(ctx context.Context, code string) (agreement.Diff, error) {
+	return agreement.Compare(ctx, b.rdb, b.db, code)
+}
+
+// Repairs reads the database's reconcile audit of codes.
+func (b *Bench) Repairs(ctx context.Context, codes ...string) ([]string, error) {
+	return agreement.Repairs(ctx, b.db, codes...)
+}
+
+// Warmup asks the ledger to load code's flash voucher into Redis.
+func (b *Bench) Warmup(ctx context.Context, code string) error {
+	return b.ledger.Warmup(ctx, code)
 }

@@ -5,13 +5,11 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"math"
 	"net/http"
 	"os"
 	"path/filepath"
 	"runtime"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 )
@@ -40,11 +38,6 @@ type BurstConfig struct {
 
 // Requests is how many requests the burst sends.
 func (c BurstConfig) Requests() int { return requestCount(c.Rate, c.Duration) }
-
-// requestCount is how many requests a burst at rate for d sends: at least one.
-func requestCount(rate float64, d time.Duration) int {
-	return max(int(math.Round(rate*d.Seconds())), 1)
-}
 
 // RunBurst creates a fresh voucher, fires the burst at b.URL and, when b has a
 // database, checks the invariants against the database and Redis.
@@ -122,28 +115,6 @@ func RunBurst(ctx context.Context, b *Bench, cfg BurstConfig) (*Summary, error) 
 		}
 	}
 	return s, nil
-}
-
-// commitsSince waits for the backends to publish their counters and returns
-// the commits since before, per admitted order.
-func (b *Bench) commitsSince(ctx context.Context, before int64, wait time.Duration, admitted int) (*Commits, error) {
-	select {
-	case <-time.After(wait):
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	}
-	after, err := b.Commits(ctx)
-	if err != nil {
-		return nil, err
-	}
-	// The delta holds the harness's own read-only transactions too: the
-	// first xact_commit read and the two reads of DBState.
-	const harnessReads = 3
-	c := &Commits{Delta: max(after-before-harnessReads, 0), WaitedSeconds: wait.Seconds()}
-	if admitted > 0 {
-		c.PerAdmitted = float64(c.Delta) / float64(admitted)
-	}
-	return c, nil
 }
 
 // codePrefix makes a label fit a voucher code: letters, digits and '-', short.
@@ -224,36 +195,6 @@ func summarize(cfg BurstConfig, spec VoucherSpec, plan Plan, v Volley) *Summary 
 	s.Histogram = Histogram(all, ok)
 	s.All, s.Admitted = LatencyOf(all), LatencyOf(ok)
 	return s
-}
-
-// statusKey names an answer for counting: "201", "409 OUT_OF_STOCK", "transport error".
-func statusKey(s Shot) string {
-	switch {
-	case s.Status == 0:
-		return "transport error"
-	case s.Code != "":
-		return strconv.Itoa(int(s.Status)) + " " + s.Code
-	}
-	return strconv.Itoa(int(s.Status))
-}
-
-// multiFlag is a repeatable string flag.
-type multiFlag []string
-
-func (m *multiFlag) String() string     { return strings.Join(*m, ",") }
-func (m *multiFlag) Set(v string) error { *m = append(*m, v); return nil }
-
-// attackFlags registers the load generator's flags.
-func attackFlags(fs *flag.FlagSet, o *AttackOptions) {
-	fs.IntVar(&o.Workers, "workers", DefaultAttack.Workers, "load generator workers started up front")
-	fs.IntVar(&o.MaxWorkers, "max-workers", DefaultAttack.MaxWorkers, "most requests in flight")
-	fs.IntVar(&o.Connections, "connections", DefaultAttack.Connections, "idle keep-alive connections kept")
-	fs.DurationVar(&o.Timeout, "timeout", DefaultAttack.Timeout, "per-request timeout")
-}
-
-// defaultOut is loadtest/reports/<name>-<timestamp> under the working directory.
-func defaultOut(name string) string {
-	return filepath.Join("loadtest", "reports", name+"-"+time.Now().Format("20060102-150405"))
 }
 
 // burstCmd is `loadtest burst` (or `loadtest demo`) as its flags ask for it.

@@ -114,18 +114,6 @@ func RunScenario(ctx context.Context, pg *devstack.Postgres, sc Scenario, cfg Ch
 	return res, nil
 }
 
-func sleepCtx(ctx context.Context, d time.Duration) {
-	if d <= 0 {
-		return
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-	case <-t.C:
-	}
-}
-
 // chaosCmd is `loadtest chaos` as its flags ask for it.
 type chaosCmd struct {
 	Config    ChaosConfig

@@ -68,7 +68,7 @@ func agreementCheck(ctx context.Context, b *Bench, deadline time.Time, reconcile
 func compareOne(ctx context.Context, b *Bench, code string) string {
 	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	d, err := agreement.Compare(cctx, b.rdb, b.db, code)
+	d, err := b.Agreement(cctx, code)
 	switch {
 	case err != nil:
 		return code + ": " + err.Error()
@@ -98,7 +98,7 @@ func (r *rig) repairCheck(ctx context.Context, codes ...string) Check {
 		found = append(found, lines...)
 	}
 	actx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	audited, err := agreement.Repairs(actx, r.bench.db, codes...)
+	audited, err := r.bench.Repairs(actx, codes...)
 	cancel()
 	if err != nil {
 		unread = append(unread, err.Error())

@@ -97,7 +97,7 @@ func chaosChecks(ctx context.Context, b *Bench, spec VoucherSpec, plan Plan, sho
 		j.checks = append(j.checks, c)
 	}
 	j.checks = append(j.checks, refusalsHoldNothing(o))
-	bad, err := usageMismatches(ctx, b, spec.Code)
+	bad, err := b.UsageMismatches(ctx, spec.Code)
 	if err != nil {
 		return judged{}, err
 	}
@@ -230,26 +230,6 @@ func histories(o Outcome, ids []string) string {
 		parts = append(parts, id+": "+strings.Join(h, ", "))
 	}
 	return "; e.g. " + strings.Join(parts, "; ")
-}
-
-// usageMismatches counts the customers of a voucher whose use count differs
-// from their RESERVED and CONFIRMED rows: a retry that took a second use
-// would show here.
-func usageMismatches(ctx context.Context, b *Bench, code string) (int, error) {
-	var n int
-	err := b.db.QueryRow(ctx, `
-		SELECT count(*) FROM (
-			SELECT customer_id, used_count FROM voucher_customer_usage
-			WHERE voucher_code = $1 AND used_count > 0
-		) u FULL JOIN (
-			SELECT customer_id, count(*)::int AS n FROM voucher_redemption
-			WHERE voucher_code = $1 AND status IN ('RESERVED', 'CONFIRMED') GROUP BY customer_id
-		) r USING (customer_id)
-		WHERE coalesce(u.used_count, 0) <> coalesce(r.n, 0)`, code).Scan(&n)
-	if err != nil {
-		return 0, fmt.Errorf("compare customer counts of %s: %w", code, err)
-	}
-	return n, nil
 }
 
 // waitSettled polls until Redis agrees exactly with the database on every

@@ -92,3 +92,11 @@ func (p Plan) DistinctCustomers() int {
 	}
 	return len(seen)
 }
+
+// The money terms of every voucher the harness creates; orders are above the
+// minimum so that every request is eligible.
+const (
+	discountAmount = 100_000
+	minOrderAmount = 500_000
+	orderAmount    = 750_000
+)

@@ -52,11 +52,3 @@ func runDemo(ctx context.Context, args []string) error {
 	}
 	return reportBurst(s, c.Out)
 }
-
-// durability says how the dev stack's Postgres keeps a commit.
-func durability(durable bool) string {
-	if durable {
-		return "durable (fsync and full_page_writes on: every 201 is on disk)"
-	}
-	return "fsync off (a commit survives a process crash, not a machine crash)"
-}

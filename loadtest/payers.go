@@ -156,21 +156,8 @@ func (p *payers) call(ctx context.Context, step payStep, o *payOrder) bool {
 // answers allow, no answer was one no status allows, used_count equals the
 // active rows and every customer's count its active rows.
 func (p *payers) checks(ctx context.Context, b *Bench) ([]Check, error) {
-	rows, err := b.db.Query(ctx, `SELECT order_id, status FROM voucher_redemption WHERE voucher_code = $1`, p.code)
+	statuses, err := b.RedemptionStatuses(ctx, p.code)
 	if err != nil {
-		return nil, fmt.Errorf("read redemptions of %s: %w", p.code, err)
-	}
-	statuses := map[string]string{}
-	for rows.Next() {
-		var id, st string
-		if err := rows.Scan(&id, &st); err != nil {
-			rows.Close()
-			return nil, err
-		}
-		statuses[id] = st
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
 		return nil, err
 	}
 	p.mu.Lock()
@@ -189,7 +176,7 @@ func (p *payers) checks(ctx context.Context, b *Bench) ([]Check, error) {
 	if err != nil {
 		return nil, err
 	}
-	bad, err := usageMismatches(ctx, b, p.code)
+	bad, err := b.UsageMismatches(ctx, p.code)
 	if err != nil {
 		return nil, err
 	}

@@ -149,25 +149,6 @@ func cmpFloat(a, b float64) int {
 	return 0
 }
 
-// schedulePacer sends hit i at at[i] from the start, and stops after the last.
-type schedulePacer struct{ at []time.Duration }
-
-func (p schedulePacer) Pace(elapsed time.Duration, hits uint64) (time.Duration, bool) {
-	if hits >= uint64(len(p.at)) {
-		return 0, true
-	}
-	return max(p.at[hits]-elapsed, 0), false
-}
-
-// Rate is the schedule's mean rate over the second before elapsed.
-func (p schedulePacer) Rate(elapsed time.Duration) float64 {
-	lo, _ := slices.BinarySearch(p.at, elapsed-time.Second)
-	hi, _ := slices.BinarySearch(p.at, elapsed)
-	return float64(hi - lo)
-}
-
-var _ vegeta.Pacer = schedulePacer{}
-
 // resultsFile opens path for vegeta's results (gob, as `vegeta attack` writes
 // them), or returns nil, nil when path is empty.
 func resultsFile(path string) (*os.File, vegeta.Encoder, error) {

@@ -13,6 +13,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
 	vegeta "github.com/tsenart/vegeta/v12/lib"
 	"github.com/tsenart/vegeta/v12/lib/plot"
@@ -298,3 +299,8 @@ iframe{width:100%;height:520px;border:1px solid #ccc}
 <pre>{{.JSON}}</pre>
 </body></html>
 `))
+
+// defaultOut is loadtest/reports/<name>-<timestamp> under the working directory.
+func defaultOut(name string) string {
+	return filepath.Join("loadtest", "reports", name+"-"+time.Now().Format("20060102-150405"))
+}

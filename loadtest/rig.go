@@ -67,7 +67,7 @@ func startRig(ctx context.Context, pg *devstack.Postgres, sc Scenario, cfg Chaos
 			r.Close(ctx)
 		}
 	}()
-	r.dbName = fmt.Sprintf("chaos_%s_%d", strings.ReplaceAll(sc.Name, "-", "_"), codeSeq.Add(1))
+	r.dbName = fmt.Sprintf("chaos_%s_%d", strings.ReplaceAll(sc.Name, "-", "_"), nextSeq())
 	dbURL, err := createDatabase(ctx, pg.URL(), r.dbName)
 	if err != nil {
 		return r, err

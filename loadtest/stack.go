@@ -217,3 +217,18 @@ func isFile(p string) bool {
 	st, err := os.Stat(p)
 	return err == nil && !st.IsDir()
 }
+
+// Endpoints locate a running flashgate.
+type Endpoints struct {
+	ProxyURL, LedgerURL string
+	DBURL, RedisURL     string
+	Token               string // the ledger's admin token
+}
+
+// durability says how the dev stack's Postgres keeps a commit.
+func durability(durable bool) string {
+	if durable {
+		return "durable (fsync and full_page_writes on: every 201 is on disk)"
+	}
+	return "fsync off (a commit survives a process crash, not a machine crash)"
+}

@@ -96,7 +96,7 @@ func createVoucherRetrying(ctx context.Context, b *Bench, v VoucherSpec) error {
 			if !v.Flash { // the attempt that timed out created it
 				return nil
 			}
-			return b.ledger.Warmup(ctx, v.Code)
+			return b.Warmup(ctx, v.Code)
 		case voucher.ErrorCode(err) != voucher.CodeUnavailable:
 			return err
 		}
