@@ -7,11 +7,13 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
+
+	"github.com/flashgate/flashgate/loadtest/internal/stack"
 )
 
 // agreementClients opens clients of st's Redis and database for the agreement
 // check (agreementtest.RequireAgreement) at the end of a burst.
-func agreementClients(tb testing.TB, st *Stack) (redis.UniversalClient, *pgxpool.Pool) {
+func agreementClients(tb testing.TB, st *stack.Stack) (redis.UniversalClient, *pgxpool.Pool) {
 	tb.Helper()
 	opts, err := redis.ParseURL(st.RedisURL)
 	require.NoError(tb, err)

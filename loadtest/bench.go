@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/flashgate/flashgate/loadtest/internal/stack"
 	"github.com/flashgate/flashgate/shared/agreement"
 	"github.com/flashgate/flashgate/shared/client"
 	"github.com/flashgate/flashgate/shared/gate"
@@ -33,7 +34,7 @@ type Bench struct {
 }
 
 // OpenBench connects to e's database and Redis.
-func OpenBench(ctx context.Context, e Endpoints) (*Bench, error) {
+func OpenBench(ctx context.Context, e stack.Endpoints) (*Bench, error) {
 	if e.ProxyURL == "" || e.LedgerURL == "" || e.DBURL == "" || e.RedisURL == "" {
 		return nil, errors.New("the proxy, ledger, database and Redis URLs are all needed to check a burst")
 	}

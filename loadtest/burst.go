@@ -12,6 +12,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/flashgate/flashgate/loadtest/internal/stack"
 )
 
 // BurstConfig is one burst: its traffic and the voucher it goes after.
@@ -200,8 +202,8 @@ func summarize(cfg BurstConfig, spec VoucherSpec, plan Plan, v Volley) *Summary 
 // burstCmd is `loadtest burst` (or `loadtest demo`) as its flags ask for it.
 type burstCmd struct {
 	Config BurstConfig
-	Target Endpoints    // a running stack; no ProxyURL: start Stack
-	Stack  StackOptions // the local stack
+	Target stack.Endpoints // a running stack; no ProxyURL: start Stack
+	Stack  stack.Options   // the local stack
 	Warmup time.Duration
 	Out    string // the report directory
 }
@@ -273,7 +275,7 @@ func (c burstCmd) run(ctx context.Context) error {
 	e := c.Target
 	if e.ProxyURL == "" {
 		fmt.Println("starting a local stack...")
-		st, err := StartStack(c.Stack)
+		st, err := stack.Start(c.Stack)
 		if err != nil {
 			return err
 		}
@@ -293,7 +295,7 @@ func (c burstCmd) run(ctx context.Context) error {
 
 // burstOn runs one checked burst against e. A warm-up > 0 first runs an
 // unmeasured burst that admits every order on another voucher.
-func burstOn(ctx context.Context, e Endpoints, cfg BurstConfig, warmup time.Duration) (*Summary, error) {
+func burstOn(ctx context.Context, e stack.Endpoints, cfg BurstConfig, warmup time.Duration) (*Summary, error) {
 	b, err := OpenBench(ctx, e)
 	if err != nil {
 		return nil, err

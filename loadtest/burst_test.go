@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/flashgate/flashgate/loadtest/internal/stack"
 	"github.com/flashgate/flashgate/shared/agreement/agreementtest"
 	"github.com/flashgate/flashgate/shared/devstack/devstacktest"
 )
@@ -29,7 +30,7 @@ func TestBurstInvariants(t *testing.T) {
 	}
 	// The reconciler off (issue 22): each flash burst ends with agreement and
 	// no repair by the ledger.
-	st, err := StartStack(StackOptions{BinDir: buildServices(t), Token: "test-token",
+	st, err := stack.Start(stack.Options{BinDir: buildServices(t), Token: "test-token",
 		ExternalDB: devstacktest.PostgresURL(t), ExternalRDB: devstacktest.RedisURL(t),
 		LedgerEnv: []string{"RECONCILE_INTERVAL=1h"}})
 	require.NoError(t, err)

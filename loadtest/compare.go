@@ -12,6 +12,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/flashgate/flashgate/loadtest/internal/stack"
 )
 
 // The paths compare measures, in the order it measures them.
@@ -343,7 +345,7 @@ func runCompare(ctx context.Context, args []string) error {
 	}
 	started := time.Now()
 	fmt.Println("starting a local stack...")
-	st, err := StartStack(StackOptions{BinDir: cmd.BinDir, Token: cmd.Token, DurablePG: cmd.Config.Durable})
+	st, err := stack.Start(stack.Options{BinDir: cmd.BinDir, Token: cmd.Token, DurablePG: cmd.Config.Durable})
 	if err != nil {
 		return err
 	}
@@ -370,7 +372,7 @@ func runCompare(ctx context.Context, args []string) error {
 // needs beyond the stack: a proxy without coalescing, the ceiling server,
 // the solution1 server.
 // stop stops what it started.
-func (c *comparer) openPaths(st *Stack, b *Bench) (stop func(), err error) {
+func (c *comparer) openPaths(st *stack.Stack, b *Bench) (stop func(), err error) {
 	c.benches = map[string]*Bench{pathStandard: b, pathFlash: b, pathSoldOut: b, pathGate: b}
 	var stops []func()
 	stop = func() {
@@ -481,7 +483,7 @@ func (c *comparer) sale(ctx context.Context, b *Bench, dir string) (*Summary, er
 // startNoEvents starts a ledger with EVENTS=off (its writes leave the outbox
 // empty) and a proxy that writes through it, and returns the proxy's URL: the
 // flash path's cost without the events, on the same database and Redis.
-func startNoEvents(st *Stack) (string, error) {
+func startNoEvents(st *stack.Stack) (string, error) {
 	_, ledgerURL, err := st.StartLedger("ledger-noevents", "", "EVENTS=off")
 	if err != nil {
 		return "", err

@@ -5,12 +5,14 @@ import (
 	"flag"
 	"fmt"
 	"time"
+
+	"github.com/flashgate/flashgate/loadtest/internal/stack"
 )
 
 // parseDemoFlags reads `loadtest demo`'s flags.
 func parseDemoFlags(args []string) burstCmd {
 	fs := flag.NewFlagSet("demo", flag.ExitOnError)
-	c := burstCmd{Config: BurstConfig{Label: "demo", Flash: true, PerUser: 1, Seed: 1}, Stack: StackOptions{Token: "dev-token"}}
+	c := burstCmd{Config: BurstConfig{Label: "demo", Flash: true, PerUser: 1, Seed: 1}, Stack: stack.Options{Token: "dev-token"}}
 	cfg := &c.Config
 	fs.Float64Var(&cfg.Rate, "rate", 5000, "requests per second")
 	fs.DurationVar(&cfg.Duration, "duration", 4*time.Second, "how long to send")
@@ -35,14 +37,14 @@ func parseDemoFlags(args []string) burstCmd {
 func runDemo(ctx context.Context, args []string) error {
 	c := parseDemoFlags(args)
 	fmt.Println("starting Redis, Postgres, the ledger and the proxy on throwaway servers...")
-	st, err := StartStack(c.Stack)
+	st, err := stack.Start(c.Stack)
 	if err != nil {
 		return err
 	}
 	defer st.Stop()
 	cfg := c.Config
 	fmt.Printf("a flash sale: %d uses, %d customers, %.0f%% retries, %d requests at %.0f/s; Postgres %s\n",
-		cfg.Stock, cfg.Customers, 100*cfg.Retry, cfg.Requests(), cfg.Rate, durability(c.Stack.DurablePG))
+		cfg.Stock, cfg.Customers, 100*cfg.Retry, cfg.Requests(), cfg.Rate, stack.Durability(c.Stack.DurablePG))
 	if cfg.StatsWait > 0 {
 		fmt.Printf("(after the burst the demo waits %s for Postgres to publish its commit counters)\n", cfg.StatsWait)
 	}

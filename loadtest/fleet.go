@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/flashgate/flashgate/loadtest/internal/stack"
 	"github.com/flashgate/flashgate/shared/devstack"
 )
 
@@ -40,12 +41,12 @@ type member struct {
 // planFleet picks the four instances' addresses, starts both balancers and
 // points o at them; startFleet starts the second ledger and proxy once o's
 // stack is up.
-func (r *rig) planFleet(o *StackOptions) error {
+func (r *rig) planFleet(o *stack.Options) error {
 	f := &fleet{}
 	r.fleet = f
 	for _, a := range []*string{&f.ledgerAddrs[0], &f.ledgerAddrs[1], &f.proxyAddrs[0], &f.proxyAddrs[1]} {
 		var err error
-		if *a, err = addrOr(""); err != nil {
+		if *a, err = stack.AddrOr(""); err != nil {
 			return err
 		}
 	}
@@ -90,7 +91,7 @@ func (r *rig) startFleet(ctx context.Context) error {
 }
 
 // endpoints is where the harness sends: the balancers.
-func (f *fleet) endpoints(e Endpoints) Endpoints {
+func (f *fleet) endpoints(e stack.Endpoints) stack.Endpoints {
 	e.ProxyURL, e.LedgerURL = "http://"+f.proxyLB.Addr(), "http://"+f.ledgerLB.Addr()
 	return e
 }

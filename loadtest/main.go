@@ -14,6 +14,8 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+
+	"github.com/flashgate/flashgate/loadtest/internal/stack"
 )
 
 func usage() {
@@ -76,10 +78,10 @@ func runStack(ctx context.Context, args []string) error {
 	redisURL := fs.String("redis-url", "", "use this Redis instead of a throwaway one")
 	_ = fs.Parse(args)
 
-	// StartStack fails, with the service's log, when a service exits during
+	// stack.Start fails, with the service's log, when a service exits during
 	// its start (its port taken, say): its health check counts only an answer
 	// from the child itself (/healthz names its pid).
-	st, err := StartStack(StackOptions{BinDir: *binDir, Token: *token, LedgerAddr: *ledgerAddr, ProxyAddr: *proxyAddr,
+	st, err := stack.Start(stack.Options{BinDir: *binDir, Token: *token, LedgerAddr: *ledgerAddr, ProxyAddr: *proxyAddr,
 		ExternalDB: *dbURL, ExternalRDB: *redisURL, DurablePG: *durable})
 	if err != nil {
 		return err
@@ -90,7 +92,7 @@ func runStack(ctx context.Context, args []string) error {
   ledger:   %s   (LEDGER_TOKEN=%s)
   redis:    %s
   postgres: %s (%s)
-`, st.ProxyURL, st.LedgerURL, st.Token, st.RedisURL, st.DBURL, durability(*durable))
+`, st.ProxyURL, st.LedgerURL, st.Token, st.RedisURL, st.DBURL, stack.Durability(*durable))
 	<-ctx.Done()
 	fmt.Println("stopping...")
 	return nil

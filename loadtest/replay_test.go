@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 	vegeta "github.com/tsenart/vegeta/v12/lib"
 
+	"github.com/flashgate/flashgate/loadtest/internal/stack"
 	"github.com/flashgate/flashgate/shared/devstack"
 	"github.com/flashgate/flashgate/shared/devstack/devstacktest"
 )
@@ -61,7 +62,7 @@ func TestRecordAndReplay(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts the whole stack")
 	}
-	st, err := StartStack(StackOptions{BinDir: buildServices(t), Token: "test-token",
+	st, err := stack.Start(stack.Options{BinDir: buildServices(t), Token: "test-token",
 		ExternalDB: devstacktest.PostgresURL(t), ExternalRDB: devstacktest.RedisURL(t), ServiceLog: io.Discard})
 	require.NoError(t, err)
 	t.Cleanup(st.Stop)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/flashgate/flashgate/loadtest/internal/stack"
 	"github.com/flashgate/flashgate/shared/devstack"
 )
 
@@ -49,7 +50,7 @@ type rig struct {
 	redis   *devstack.Redis
 	net     *faultNet
 	lb      *balancer
-	st      *Stack
+	st      *stack.Stack
 	ledgerB *devstack.Service // the second ledger of a two-ledger scenario or a fleet
 	fleet   *fleet            // two proxies and two ledgers behind balancers (Scenario.Fleet)
 	entry   string            // where clients send: the proxy, or the fleet's balancer
@@ -87,7 +88,7 @@ func startRig(ctx context.Context, pg *devstack.Postgres, sc Scenario, cfg Chaos
 			return r, err
 		}
 	}
-	o := StackOptions{
+	o := stack.Options{
 		BinDir: cfg.BinDir, Token: chaosToken, ExternalDB: dbURL, ExternalRDB: r.redis.URL(),
 		LedgerDBURL:    withHost(dbURL, addrs[linkLedgerPG]),
 		LedgerRedisURL: "redis://" + addrs[linkLedgerRedis] + "/0",
@@ -101,10 +102,10 @@ func startRig(ctx context.Context, pg *devstack.Postgres, sc Scenario, cfg Chaos
 			return r, err
 		}
 	} else if sc.TwoLedgers {
-		if o.LedgerAddr, err = addrOr(""); err != nil {
+		if o.LedgerAddr, err = stack.AddrOr(""); err != nil {
 			return r, err
 		}
-		if addrB, err = addrOr(""); err != nil {
+		if addrB, err = stack.AddrOr(""); err != nil {
 			return r, err
 		}
 		if r.lb, err = startBalancer(o.LedgerAddr, addrB); err != nil {
@@ -112,7 +113,7 @@ func startRig(ctx context.Context, pg *devstack.Postgres, sc Scenario, cfg Chaos
 		}
 		o.ProxyLedgerURL = "http://" + r.lb.Addr()
 	}
-	if r.st, err = StartStack(o); err != nil {
+	if r.st, err = stack.Start(o); err != nil {
 		return r, err
 	}
 	r.ledgerURLs = []string{r.st.LedgerURL}

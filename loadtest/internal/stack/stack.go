@@ -1,4 +1,6 @@
-package main
+// Package stack starts flashgate on throwaway servers: Redis, Postgres, a
+// ledger and a proxy, and says where they answer (Endpoints).
+package stack
 
 import (
 	"cmp"
@@ -13,8 +15,8 @@ import (
 	"github.com/flashgate/flashgate/shared/devstack"
 )
 
-// StackOptions configures a local flashgate stack.
-type StackOptions struct {
+// Options configures a local flashgate stack.
+type Options struct {
 	BinDir      string    // where bin/ledger and bin/proxy are
 	Token       string    // LEDGER_TOKEN shared by ledger and proxy
 	DurablePG   bool      // fsync on, as in production
@@ -54,8 +56,8 @@ type Stack struct {
 	extra               []*devstack.Service // services started by StartProxy and StartLedger
 }
 
-// StartStack starts everything and waits until both services answer.
-func StartStack(o StackOptions) (s *Stack, err error) {
+// Start starts everything and waits until both services answer.
+func Start(o Options) (s *Stack, err error) {
 	s = &Stack{Token: o.Token, serviceLog: o.ServiceLog}
 	if s.serviceLog == nil {
 		s.serviceLog = os.Stderr
@@ -77,10 +79,10 @@ func StartStack(o StackOptions) (s *Stack, err error) {
 		}
 		s.DBURL = s.Postgres.URL()
 	}
-	if s.LedgerAddr, err = addrOr(o.LedgerAddr); err != nil {
+	if s.LedgerAddr, err = AddrOr(o.LedgerAddr); err != nil {
 		return s, err
 	}
-	if s.ProxyAddr, err = addrOr(o.ProxyAddr); err != nil {
+	if s.ProxyAddr, err = AddrOr(o.ProxyAddr); err != nil {
 		return s, err
 	}
 	s.LedgerURL, s.ProxyURL = "http://"+s.LedgerAddr, "http://"+s.ProxyAddr
@@ -108,7 +110,7 @@ func StartStack(o StackOptions) (s *Stack, err error) {
 // and Redis, with env added to the usual environment (e.g. PROXY_COALESCE=off).
 // It returns the proxy's URL; Stop stops it with the rest.
 func (s *Stack) StartProxy(name string, env ...string) (string, error) {
-	addr, err := addrOr("")
+	addr, err := AddrOr("")
 	if err != nil {
 		return "", err
 	}
@@ -127,7 +129,7 @@ func (s *Stack) StartProxy(name string, env ...string) (string, error) {
 // sees them. It returns the service, to stop and restart, and its URL; Stop
 // stops it with the rest.
 func (s *Stack) StartProxyLike(name, addr string, env ...string) (*devstack.Service, string, error) {
-	addr, err := addrOr(addr)
+	addr, err := AddrOr(addr)
 	if err != nil {
 		return nil, "", err
 	}
@@ -145,7 +147,7 @@ func (s *Stack) StartProxyLike(name, addr string, env ...string) (*devstack.Serv
 // returns the service, to kill and restart, and its URL; Stop stops it with
 // the rest.
 func (s *Stack) StartLedger(name, addr string, env ...string) (*devstack.Service, string, error) {
-	addr, err := addrOr(addr)
+	addr, err := AddrOr(addr)
 	if err != nil {
 		return nil, "", err
 	}
@@ -182,7 +184,7 @@ func (s *Stack) Stop() {
 	}
 }
 
-func addrOr(addr string) (string, error) {
+func AddrOr(addr string) (string, error) {
 	if addr != "" {
 		return addr, nil
 	}
@@ -225,8 +227,8 @@ type Endpoints struct {
 	Token               string // the ledger's admin token
 }
 
-// durability says how the dev stack's Postgres keeps a commit.
-func durability(durable bool) string {
+// Durability says how the dev stack's Postgres keeps a commit.
+func Durability(durable bool) string {
 	if durable {
 		return "durable (fsync and full_page_writes on: every 201 is on disk)"
 	}
