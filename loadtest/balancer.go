@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/flashgate/flashgate/loadtest/internal/load"
 	"github.com/flashgate/flashgate/shared/api"
 )
 
@@ -94,7 +95,7 @@ func (b *balancer) waitReady(ctx context.Context, addr string, bound time.Durati
 		if time.Now().After(end) || ctx.Err() != nil {
 			return fmt.Errorf("balancer: %s not ready within %s", addr, bound)
 		}
-		sleepCtx(ctx, readyEvery)
+		load.Sleep(ctx, readyEvery)
 	}
 }
 

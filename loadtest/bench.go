@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/flashgate/flashgate/loadtest/internal/load"
 	"github.com/flashgate/flashgate/loadtest/internal/stack"
 	"github.com/flashgate/flashgate/shared/agreement"
 	"github.com/flashgate/flashgate/shared/client"
@@ -105,7 +106,7 @@ type VoucherSpec struct {
 func (b *Bench) CreateVoucher(ctx context.Context, v VoucherSpec) error {
 	now := time.Now().UTC().Truncate(time.Second)
 	start, end := now.Add(-time.Hour), now.Add(24*time.Hour)
-	discount, minOrder := int64(discountAmount), int64(minOrderAmount)
+	discount, minOrder := int64(load.DiscountAmount), int64(load.MinOrderAmount)
 	if _, err := b.ledger.CreateVoucher(ctx, voucher.NewVoucher{Code: &v.Code, DiscountAmount: &discount, MinOrderAmount: &minOrder,
 		TotalLimit: &v.Stock, PerUserLimit: &v.PerUser, FlashSale: &v.Flash, StartsAt: &start, EndsAt: &end}); err != nil {
 		return fmt.Errorf("create voucher %s: %w", v.Code, err)
@@ -179,7 +180,7 @@ func (b *Bench) DBState(ctx context.Context, code string) (DBState, error) {
 
 // outcome reads spec's voucher back after a burst, from the database and, for
 // a flash voucher, from Redis, beside what the clients were told.
-func (b *Bench) outcome(ctx context.Context, spec VoucherSpec, plan Plan, shots []Shot) (Outcome, error) {
+func (b *Bench) outcome(ctx context.Context, spec VoucherSpec, plan load.Plan, shots []load.Shot) (Outcome, error) {
 	o := Outcome{Spec: spec, Plan: plan, Shots: shots}
 	for _, s := range shots {
 		if s.Failed() {

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/flashgate/flashgate/loadtest/internal/load"
 	"github.com/flashgate/flashgate/loadtest/internal/stack"
 )
 
@@ -31,7 +32,7 @@ type BurstConfig struct {
 	// this long after the burst for backends to publish their counters (Postgres
 	// 15+ flushes an idle backend's statistics up to 10 s late).
 	StatsWait time.Duration
-	Attack    AttackOptions
+	Attack    load.AttackOptions
 
 	Replay  *Replay // recorded traffic to send instead of a generated crowd (Rate, Duration: its own)
 	Record  string  // when set, the requests sent are written there as a traffic file (TrafficLine)
@@ -39,7 +40,7 @@ type BurstConfig struct {
 }
 
 // Requests is how many requests the burst sends.
-func (c BurstConfig) Requests() int { return requestCount(c.Rate, c.Duration) }
+func (c BurstConfig) Requests() int { return load.RequestCount(c.Rate, c.Duration) }
 
 // RunBurst creates a fresh voucher, fires the burst at b.URL and, when b has a
 // database, checks the invariants against the database and Redis.
@@ -51,7 +52,7 @@ func RunBurst(ctx context.Context, b *Bench, cfg BurstConfig) (*Summary, error) 
 		cfg.Label = "burst"
 	}
 	spec := VoucherSpec{Code: newCode(codePrefix(cfg.Label)), Stock: cfg.Stock, PerUser: max(cfg.PerUser, 1), Flash: cfg.Flash}
-	plan := NewPlan(spec.Code, Crowd{Requests: cfg.Requests(), Customers: cfg.Customers, Retry: cfg.Retry, Seed: cfg.Seed})
+	plan := load.NewPlan(spec.Code, load.Crowd{Requests: cfg.Requests(), Customers: cfg.Customers, Retry: cfg.Retry, Seed: cfg.Seed})
 	if cfg.Replay != nil {
 		plan, cfg.Attack.Schedule = cfg.Replay.planFor(spec.Code), cfg.Replay.At
 		cfg.Customers, cfg.Retry = plan.DistinctCustomers(), float64(plan.Retries)/float64(max(len(plan.Requests), 1))
@@ -77,10 +78,10 @@ func RunBurst(ctx context.Context, b *Bench, cfg BurstConfig) (*Summary, error) 
 		}
 	}
 
-	url := reserveURL(b.URL, spec.Code)
-	load, cpu0 := loadAvg(), readCPU()
-	v := Fire(ctx, url, plan, orderAmount, cfg.Rate, cfg.Attack)
-	cpu1 := readCPU()
+	url := load.ReserveURL(b.URL, spec.Code)
+	loadAvg, cpu0 := load.LoadAvg(), load.ReadCPU()
+	v := load.Fire(ctx, url, plan, load.OrderAmount, cfg.Rate, cfg.Attack)
+	cpu1 := load.ReadCPU()
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -99,7 +100,7 @@ func RunBurst(ctx context.Context, b *Bench, cfg BurstConfig) (*Summary, error) 
 	}
 	s := summarize(cfg, spec, plan, v)
 	s.URL = url
-	s.CPU = cpuBetween(cpu0, cpu1, runtime.NumCPU(), load)
+	s.CPU = load.CPUBetween(cpu0, cpu1, runtime.NumCPU(), loadAvg)
 	if !b.checked() {
 		return s, nil
 	}
@@ -140,7 +141,7 @@ func codePrefix(label string) string {
 }
 
 // summarize turns the raw answers into the figures a report shows.
-func summarize(cfg BurstConfig, spec VoucherSpec, plan Plan, v Volley) *Summary {
+func summarize(cfg BurstConfig, spec VoucherSpec, plan load.Plan, v load.Volley) *Summary {
 	s := &Summary{
 		Label: cfg.Label, Code: spec.Code, Flash: spec.Flash, Stock: spec.Stock, PerUser: spec.PerUser,
 		Customers: cfg.Customers, DistinctCustomers: plan.DistinctCustomers(), Retry: cfg.Retry,
@@ -165,12 +166,12 @@ func summarize(cfg BurstConfig, spec VoucherSpec, plan Plan, v Volley) *Summary 
 		if end := sh.At.Add(sh.Latency); end.After(lastDone) {
 			lastDone = end
 		}
-		s.Statuses[statusKey(sh)]++
+		s.Statuses[load.StatusKey(sh)]++
 		if sh.Failed() {
 			s.Errors++
 			msg := sh.Err
 			if msg == "" {
-				msg = statusKey(sh)
+				msg = load.StatusKey(sh)
 			}
 			if !errSeen[msg] && len(s.ErrorSamples) < 5 {
 				errSeen[msg] = true
@@ -194,8 +195,8 @@ func summarize(cfg BurstConfig, spec VoucherSpec, plan Plan, v Volley) *Summary 
 			s.AchievedRate = float64(n-1) / s.SendSeconds
 		}
 	}
-	s.Histogram = Histogram(all, ok)
-	s.All, s.Admitted = LatencyOf(all), LatencyOf(ok)
+	s.Histogram = load.Histogram(all, ok)
+	s.All, s.Admitted = load.LatencyOf(all), load.LatencyOf(ok)
 	return s
 }
 
@@ -223,7 +224,7 @@ func parseBurstFlags(args []string) (burstCmd, error) {
 	fs.Uint64Var(&cfg.Seed, "seed", 1, "seed of the request plan")
 	fs.DurationVar(&cfg.StatsWait, "stats-wait", 11*time.Second,
 		"wait this long after the burst before reading Postgres commits (0: do not measure commits)")
-	attackFlags(fs, &cfg.Attack)
+	load.AttackFlags(fs, &cfg.Attack)
 	fs.StringVar(&cfg.Record, "record", "", "write the requests sent to this traffic file (JSON lines), for `loadtest replay`")
 	check := commonBurstFlags(fs, &c, "burst")
 	_ = fs.Parse(args)
@@ -243,7 +244,7 @@ func commonBurstFlags(fs *flag.FlagSet, c *burstCmd, name string) (check func() 
 	fs.StringVar(&c.Out, "out", "", "report directory (default loadtest/reports/"+name+"-<timestamp>)")
 	fs.StringVar(&c.Config.Results, "vegeta", "", "also write every answer to this file in vegeta's result format (for `vegeta report`, `vegeta plot`); default <out>/results.bin")
 	fs.StringVar(&c.Stack.BinDir, "bin", "", "directory holding ledger and proxy, for the local stack")
-	var env multiFlag
+	var env load.MultiFlag
 	fs.Var(&env, "env", "extra proxy environment for the local stack, e.g. PROXY_COALESCE=off (repeatable)")
 	return func() error {
 		if c.Out == "" {

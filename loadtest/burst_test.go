@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/flashgate/flashgate/loadtest/internal/load"
 	"github.com/flashgate/flashgate/loadtest/internal/stack"
 	"github.com/flashgate/flashgate/shared/agreement/agreementtest"
 	"github.com/flashgate/flashgate/shared/devstack/devstacktest"
@@ -53,7 +54,7 @@ func TestBurstInvariants(t *testing.T) {
 	}
 	for _, cfg := range tests {
 		t.Run(cfg.Label, func(t *testing.T) {
-			cfg.Attack = DefaultAttack
+			cfg.Attack = load.DefaultAttack
 			s, err := RunBurst(t.Context(), b, cfg)
 			require.NoError(t, err)
 			require.Equal(t, cfg.Requests(), s.Answered, "answers")

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/flashgate/flashgate/loadtest/internal/load"
 	"github.com/flashgate/flashgate/shared/devstack"
 )
 
@@ -48,7 +49,7 @@ type ChaosConfig struct {
 	Short         bool    // the test's plan: scenarios with their own (Tune, Run) take their short one
 	FlashMax      float64 // the flash path's maximum sustainable rate: soak sends 1/2, overload 3x when not MeasureMax
 	MeasureMax    bool    // overload and the full soak measure the maximum on their own rig first (no --flash-max given)
-	Attack        AttackOptions
+	Attack        load.AttackOptions
 	ServiceLog    io.Writer // where the services write their output; nil: stderr
 	Progress      io.Writer // a line per finished soak round; nil: none
 }
@@ -60,7 +61,7 @@ var DefaultChaos = ChaosConfig{
 	Rate: 1500, Duration: 6 * time.Second, FaultAt: 1500 * time.Millisecond, FaultFor: 2 * time.Second,
 	RecoveryBound: 10 * time.Second, SettleBound: 10 * time.Second, Fast503: 1500 * time.Millisecond, Seed: 1,
 	FlashMax: flashMax, MeasureMax: true,
-	Attack: AttackOptions{Workers: 64, MaxWorkers: 4096, Connections: 4096, Timeout: 5 * time.Second},
+	Attack: load.AttackOptions{Workers: 64, MaxWorkers: 4096, Connections: 4096, Timeout: 5 * time.Second},
 }
 
 // ShortChaos is the test's version (`--short`): every scenario in a few seconds.
@@ -72,7 +73,7 @@ var ShortChaos = func() ChaosConfig {
 }()
 
 // requests is how many requests each scenario's burst sends.
-func (c ChaosConfig) requests() int { return requestCount(c.Rate, c.Duration) }
+func (c ChaosConfig) requests() int { return load.RequestCount(c.Rate, c.Duration) }
 
 // RunScenario runs sc under a burst on a system of its own and judges it:
 // invariants against the database and Redis, and recovery within the bounds.
@@ -129,7 +130,7 @@ func parseChaosFlags(args []string) (chaosCmd, error) {
 	fs := flag.NewFlagSet("chaos", flag.ExitOnError)
 	c := chaosCmd{Config: DefaultChaos, Command: "loadtest chaos " + strings.Join(args, " ")}
 	cfg := &c.Config
-	var picked multiFlag
+	var picked load.MultiFlag
 	fs.Var(&picked, "scenario", "run this scenario (repeatable; default all): "+strings.Join(ScenarioNames(), ", "))
 	short := fs.Bool("short", false, fmt.Sprintf("the test's durations (%.0f req/s for %s, fault at %s for %s) unless given",
 		ShortChaos.Rate, ShortChaos.Duration, ShortChaos.FaultAt, ShortChaos.FaultFor))

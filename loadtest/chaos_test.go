@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/flashgate/flashgate/loadtest/internal/load"
 	"github.com/flashgate/flashgate/shared/devstack"
 	"github.com/flashgate/flashgate/shared/devstack/devstacktest"
 	"github.com/flashgate/flashgate/shared/gate"
@@ -119,22 +120,22 @@ func notableLines(t *testing.T, path string, n int) string {
 func TestRecoveredAt(t *testing.T) {
 	t0 := time.Unix(1000, 0)
 	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
-	ok := func(ms int) Shot { return Shot{Status: 201, At: at(ms), Latency: 10 * time.Millisecond} }
-	no := func(ms int) Shot { return Shot{Status: 503, At: at(ms), Latency: time.Millisecond} }
-	lost := func(ms int) Shot { return Shot{At: at(ms), Err: "connection refused"} }
+	ok := func(ms int) load.Shot { return load.Shot{Status: 201, At: at(ms), Latency: 10 * time.Millisecond} }
+	no := func(ms int) load.Shot { return load.Shot{Status: 503, At: at(ms), Latency: time.Millisecond} }
+	lost := func(ms int) load.Shot { return load.Shot{At: at(ms), Err: "connection refused"} }
 	end := at(100)
 	tests := []struct {
 		name  string
-		shots []Shot
+		shots []load.Shot
 		want  time.Time
 		found bool
 	}{
-		{"answered at once", []Shot{ok(100), ok(150), ok(200)}, at(110), true},
-		{"answers before the end do not count", []Shot{ok(0), ok(50), ok(150), ok(200)}, time.Time{}, false},
-		{"a 503 restarts the count", []Shot{ok(100), no(150), ok(200), ok(250), ok(300)}, at(210), true},
-		{"no answer restarts the count", []Shot{lost(100), ok(150), lost(200), ok(250), ok(300), ok(350)}, at(260), true},
-		{"a refusal is an answer", []Shot{{Status: 409, At: at(100)}, ok(150), ok(200)}, at(100), true},
-		{"never", []Shot{no(100), no(150), no(200)}, time.Time{}, false},
+		{"answered at once", []load.Shot{ok(100), ok(150), ok(200)}, at(110), true},
+		{"answers before the end do not count", []load.Shot{ok(0), ok(50), ok(150), ok(200)}, time.Time{}, false},
+		{"a 503 restarts the count", []load.Shot{ok(100), no(150), ok(200), ok(250), ok(300)}, at(210), true},
+		{"no answer restarts the count", []load.Shot{lost(100), ok(150), lost(200), ok(250), ok(300), ok(350)}, at(260), true},
+		{"a refusal is an answer", []load.Shot{{Status: 409, At: at(100)}, ok(150), ok(200)}, at(100), true},
+		{"never", []load.Shot{no(100), no(150), no(200)}, time.Time{}, false},
 	}
 	for _, tt := range tests {
 		got, found := recoveredAt(tt.shots, end, 3)
@@ -145,10 +146,10 @@ func TestRecoveredAt(t *testing.T) {
 }
 
 // A sale of 3 orders: S-0 admitted at 10 ms (answer back at 20 ms), retried.
-func chaosFixture(shots ...Shot) Outcome {
+func chaosFixture(shots ...load.Shot) Outcome {
 	return Outcome{
 		Spec: VoucherSpec{Code: "S", Stock: 1, PerUser: 1, Flash: true},
-		Plan: Plan{Orders: []Order{{"S-0", 1, 0}, {"S-1", 2, 0}, {"S-2", 3, 0}},
+		Plan: load.Plan{Orders: []load.Order{{ID: "S-0", Customer: 1, Amount: 0}, {ID: "S-1", Customer: 2, Amount: 0}, {ID: "S-2", Customer: 3, Amount: 0}},
 			Requests: []int32{0, 1, 2, 0, 1, 0}, Retries: 3},
 		Shots: shots,
 		DB:    DBState{TotalLimit: 1, Used: 1, Active: map[string]int64{"S-0": 1}, ByStatus: map[string]int{"RESERVED": 1}},
@@ -159,27 +160,27 @@ func chaosFixture(shots ...Shot) Outcome {
 func TestRetriesAnsweredAlikeUnderFaults(t *testing.T) {
 	t0 := time.Unix(1000, 0)
 	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
-	admitted := Shot{Req: 0, Status: 201, OrderID: "S-0", At: at(10), Latency: 10 * time.Millisecond}
+	admitted := load.Shot{Req: 0, Status: 201, OrderID: "S-0", At: at(10), Latency: 10 * time.Millisecond}
 	tests := []struct {
 		name     string
-		shots    []Shot
+		shots    []load.Shot
 		passAns  bool // retries answered alike
 		passHeld bool // refused orders hold no use
 	}{
-		{"retry admitted alike", []Shot{admitted, {Req: 3, Status: 201, OrderID: "S-0", At: at(30)}}, true, true},
-		{"refused after its 201 came back", []Shot{admitted, {Req: 3, Status: 409, Code: "OUT_OF_STOCK", At: at(30)}}, false, false},
+		{"retry admitted alike", []load.Shot{admitted, {Req: 3, Status: 201, OrderID: "S-0", At: at(30)}}, true, true},
+		{"refused after its 201 came back", []load.Shot{admitted, {Req: 3, Status: 409, Code: "OUT_OF_STOCK", At: at(30)}}, false, false},
 		// Sent before the 201 came back (both in flight), then admitted: the
 		// last answer is the 201.
-		{"refused while in flight, then admitted", []Shot{{Req: 3, Status: 409, Code: "OUT_OF_STOCK", At: at(15)}, admitted,
+		{"refused while in flight, then admitted", []load.Shot{{Req: 3, Status: 409, Code: "OUT_OF_STOCK", At: at(15)}, admitted,
 			{Req: 5, Status: 201, OrderID: "S-0", At: at(40)}}, true, true},
 		// S-1 refused while S-0's use was held for an unanswered request, then
 		// admitted by a retry: one use, sold late. (The DB fixture holds S-0
 		// only; the check reads the shots.)
-		{"refused, then admitted once a use came back", []Shot{{Req: 1, Status: 409, Code: "OUT_OF_STOCK", At: at(5)},
+		{"refused, then admitted once a use came back", []load.Shot{{Req: 1, Status: 409, Code: "OUT_OF_STOCK", At: at(5)},
 			{Req: 4, Status: 201, OrderID: "S-1", At: at(50)}}, true, true},
-		{"503 then a refusal for an order the database holds", []Shot{{Req: 0, Status: 503, Code: "UNAVAILABLE", At: at(10)},
+		{"503 then a refusal for an order the database holds", []load.Shot{{Req: 0, Status: 503, Code: "UNAVAILABLE", At: at(10)},
 			{Req: 3, Status: 409, Code: "OUT_OF_STOCK", At: at(30)}}, true, false},
-		{"refused orders the database does not hold", []Shot{admitted, {Req: 2, Status: 409, Code: "OUT_OF_STOCK", At: at(30)}}, true, true},
+		{"refused orders the database does not hold", []load.Shot{admitted, {Req: 2, Status: 409, Code: "OUT_OF_STOCK", At: at(30)}}, true, true},
 	}
 	for _, tt := range tests {
 		o := chaosFixture(tt.shots...)

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/flashgate/flashgate/loadtest/internal/load"
 	"github.com/flashgate/flashgate/shared/agreement"
 	"github.com/flashgate/flashgate/shared/api"
 )
@@ -51,7 +52,7 @@ func agreementCheck(ctx context.Context, b *Bench, deadline time.Time, reconcile
 		if len(open) == 0 || time.Now().After(deadline) || ctx.Err() != nil {
 			break
 		}
-		sleepCtx(ctx, settlePolling)
+		load.Sleep(ctx, settlePolling)
 	}
 	if len(open) == 0 {
 		return Check{Name: name, Pass: true, Detail: fmt.Sprintf(
@@ -151,7 +152,7 @@ func unreadable(errs []string) string {
 // row (or the reverse) and what their clients were told, so that a failed
 // agreement check names the path that left the two apart: "" when none.
 func (t *traffic) driftDetail(ctx context.Context, b *Bench) string {
-	plan, shots := t.rc.merge(t.plan, t.volley.Shots)
+	plan, shots := t.rc.Merge(t.plan, t.volley.Shots)
 	st, loaded, err := b.RedisState(ctx, t.spec.Code)
 	if err != nil || !loaded {
 		return ""
@@ -180,7 +181,7 @@ func (t *traffic) driftDetail(ctx context.Context, b *Bench) string {
 	for i, o := range plan.Orders {
 		index[o.ID] = int32(i)
 	}
-	sent := map[int32][]Shot{}
+	sent := map[int32][]load.Shot{}
 	for _, s := range shots {
 		if s.Req >= 0 && int(s.Req) < len(plan.Requests) {
 			sent[plan.Requests[s.Req]] = append(sent[plan.Requests[s.Req]], s)
@@ -198,7 +199,7 @@ func (t *traffic) driftDetail(ctx context.Context, b *Bench) string {
 		}
 		var last []string
 		for _, s := range ss {
-			last = append(last, statusKey(s))
+			last = append(last, load.StatusKey(s))
 		}
 		if len(last) == 0 {
 			// A transport error carries no order (Shot.Req < 0): cut or never answered.

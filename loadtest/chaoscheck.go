@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/flashgate/flashgate/loadtest/internal/load"
 )
 
 // The checks on how the system behaved through the fault, beside the
@@ -84,7 +86,7 @@ type judged struct {
 // chaosChecks judges one voucher after a scenario: the burst's checks (see
 // Checks), with "retries answered alike" made aware of time, plus an exact
 // per-customer count. name prefixes every check's name.
-func chaosChecks(ctx context.Context, b *Bench, spec VoucherSpec, plan Plan, shots []Shot, name string) (judged, error) {
+func chaosChecks(ctx context.Context, b *Bench, spec VoucherSpec, plan load.Plan, shots []load.Shot, name string) (judged, error) {
 	o, err := b.outcome(ctx, spec, plan, shots)
 	if err != nil {
 		return judged{}, err
@@ -143,7 +145,7 @@ func retriesAnsweredAlike(o Outcome) Check {
 // holds a use in the database: the client was told "no", so it will not pay,
 // and its use would be held until the reservation expires.
 func refusalsHoldNothing(o Outcome) Check {
-	last := map[int32]Shot{} // order -> its last answered request, by send time
+	last := map[int32]load.Shot{} // order -> its last answered request, by send time
 	for _, s := range o.Shots {
 		if s.Failed() || s.Req < 0 || int(s.Req) >= len(o.Plan.Requests) {
 			continue
@@ -185,7 +187,7 @@ func firstAdmitted(o Outcome) map[int32]time.Time {
 }
 
 // refusedOrder returns the order of a shot answered 409 or 422.
-func refusedOrder(p Plan, s Shot) (int32, bool) {
+func refusedOrder(p load.Plan, s load.Shot) (int32, bool) {
 	if (s.Status != http.StatusConflict && s.Status != http.StatusUnprocessableEntity) ||
 		s.Req < 0 || int(s.Req) >= len(p.Requests) {
 		return 0, false
@@ -215,16 +217,16 @@ func histories(o Outcome, ids []string) string {
 	}
 	var parts []string
 	for _, id := range ids[:min(3, len(ids))] {
-		var shots []Shot
+		var shots []load.Shot
 		for _, s := range o.Shots {
 			if s.Req >= 0 && int(s.Req) < len(o.Plan.Requests) && o.Plan.Requests[s.Req] == index[id] {
 				shots = append(shots, s)
 			}
 		}
-		slices.SortFunc(shots, func(a, b Shot) int { return a.At.Compare(b.At) })
+		slices.SortFunc(shots, func(a, b load.Shot) int { return a.At.Compare(b.At) })
 		var h []string
 		for _, s := range shots {
-			h = append(h, fmt.Sprintf("%s sent at %.3f s, back at %.3f s", statusKey(s),
+			h = append(h, fmt.Sprintf("%s sent at %.3f s, back at %.3f s", load.StatusKey(s),
 				s.At.Sub(t0).Seconds(), s.At.Add(s.Latency).Sub(t0).Seconds()))
 		}
 		parts = append(parts, id+": "+strings.Join(h, ", "))
@@ -252,7 +254,7 @@ func waitSettled(ctx context.Context, b *Bench, bound time.Duration, codes ...st
 		if time.Since(start) > bound || ctx.Err() != nil {
 			return -1, last
 		}
-		sleepCtx(ctx, settlePolling)
+		load.Sleep(ctx, settlePolling)
 	}
 }
 

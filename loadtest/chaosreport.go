@@ -7,6 +7,8 @@ import (
 	"runtime"
 	"strings"
 	"time"
+
+	"github.com/flashgate/flashgate/loadtest/internal/load"
 )
 
 // ChaosReport is chaos.json.
@@ -24,7 +26,7 @@ type ChaosReport struct {
 
 func newChaosReport(cfg ChaosConfig, command string) *ChaosReport {
 	return &ChaosReport{
-		Started: time.Now(), Command: command, CPUs: runtime.NumCPU(), LoadAvg: loadAvg(),
+		Started: time.Now(), Command: command, CPUs: runtime.NumCPU(), LoadAvg: load.LoadAvg(),
 		Config: map[string]any{
 			"rate": cfg.Rate, "durationSeconds": cfg.Duration.Seconds(), "requestsPerScenario": cfg.requests(),
 			"faultAtSeconds": cfg.FaultAt.Seconds(), "faultForSeconds": cfg.FaultFor.Seconds(),
@@ -125,7 +127,7 @@ func chaosMarkdown(rep *ChaosReport) string {
 		"answer is a 503 or nothing, up to %d times; the fault %vs into the burst for %vs; and a probe sending one new "+
 		"reserve every %s to a voucher of its own from the fault on. Ledger: %s (the periodic reconciler off; a scenario "+
 		"that loses Redis' data on purpose adds %s and says why). Proxy: %s. Client timeout %vs.\n\n",
-		rep.Command, rep.Verdicts, rep.Seconds, c["requestsPerScenario"], c["rate"], 100*retryingShare, retryAttempts,
+		rep.Command, rep.Verdicts, rep.Seconds, c["requestsPerScenario"], c["rate"], 100*retryingShare, load.RetryAttempts,
 		c["faultAtSeconds"], c["faultForSeconds"], probeEvery, strings.Join(chaosLedgerEnv, ", "), strings.Join(reconcilerEnv, ", "),
 		strings.Join(chaosProxyEnv, ", "), c["clientTimeoutSeconds"])
 	fmt.Fprintf(&b, "The machine has %d CPUs and is shared (1-minute load average %.1f at the start): the load "+

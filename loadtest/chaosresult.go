@@ -5,6 +5,8 @@ import (
 	"net/http"
 	"slices"
 	"time"
+
+	"github.com/flashgate/flashgate/loadtest/internal/load"
 )
 
 // ChaosResult is one scenario's figures and verdicts.
@@ -52,7 +54,7 @@ type ChaosResult struct {
 	SettleDetail  string  `json:"settleDetail,omitempty"`
 
 	// Latency of every answer (overload); Rounds and Samples: the soak's.
-	Latency *Latency       `json:"latency,omitempty"`
+	Latency *load.Latency  `json:"latency,omitempty"`
 	Rounds  []*ChaosResult `json:"rounds,omitempty"`
 	Samples []ProcSample   `json:"samples,omitempty"`
 
@@ -64,12 +66,12 @@ type ChaosResult struct {
 }
 
 // tally counts the answers of the burst and the probes.
-func (res *ChaosResult) tally(burst, probes []Shot, faultStart, faultEnd time.Time) {
+func (res *ChaosResult) tally(burst, probes []load.Shot, faultStart, faultEnd time.Time) {
 	seen := map[string]bool{}
 	var slow []time.Duration
 	for _, s := range slices.Concat(burst, probes) {
 		res.Requests++
-		res.Statuses[statusKey(s)]++
+		res.Statuses[load.StatusKey(s)]++
 		switch {
 		case s.Status == http.StatusCreated:
 			res.Created++
@@ -79,7 +81,7 @@ func (res *ChaosResult) tally(burst, probes []Shot, faultStart, faultEnd time.Ti
 			res.Unavailable++
 		case s.Failed():
 			res.Errors++
-			msg := cmp.Or(s.Err, statusKey(s))
+			msg := cmp.Or(s.Err, load.StatusKey(s))
 			if !seen[msg] && len(res.ErrorSamples) < 5 {
 				seen[msg] = true
 				res.ErrorSamples = append(res.ErrorSamples, msg)
@@ -97,11 +99,11 @@ func (res *ChaosResult) tally(burst, probes []Shot, faultStart, faultEnd time.Ti
 			slow = append(slow, s.Latency)
 		}
 	}
-	l := LatencyOf(slow)
+	l := load.LatencyOf(slow)
 	res.DuringFault503P99, res.DuringFault503Max = l.P99, l.Max
 }
 
-func countSent(shots []Shot, from, to time.Time) int {
+func countSent(shots []load.Shot, from, to time.Time) int {
 	n := 0
 	for _, s := range shots {
 		if !s.At.Before(from) && !s.At.After(to) {

@@ -6,6 +6,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/flashgate/flashgate/loadtest/internal/load"
 	"github.com/flashgate/flashgate/shared/gate"
 )
 
@@ -20,8 +21,8 @@ type Check struct {
 // clients were told.
 type Outcome struct {
 	Spec   VoucherSpec
-	Plan   Plan
-	Shots  []Shot
+	Plan   load.Plan
+	Shots  []load.Shot
 	DB     DBState
 	Redis  *gate.State // nil for a standard voucher
 	Errors int         // shots that failed (no answer, or not 2xx/409/422)
@@ -35,7 +36,7 @@ type clientView struct {
 	wrongBody []string       // 201 bodies naming another order than the one sent
 }
 
-func viewOf(p Plan, shots []Shot) clientView {
+func viewOf(p load.Plan, shots []load.Shot) clientView {
 	v := clientView{admitted: map[int32]bool{}, refused: map[int32]bool{}}
 	for _, s := range shots {
 		if s.Req < 0 || int(s.Req) >= len(p.Requests) {

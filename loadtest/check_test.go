@@ -3,19 +3,20 @@ package main
 import (
 	"testing"
 
+	"github.com/flashgate/flashgate/loadtest/internal/load"
 	"github.com/flashgate/flashgate/shared/gate"
 )
 
 // A small sale: 4 orders from 3 customers (customer 1 twice), one retry of
 // order 0, 2 uses. Orders 0 and 1 are admitted.
 func checkFixture() Outcome {
-	p := Plan{
-		Orders: []Order{{"S-0", 1, 0}, {"S-1", 2, 0}, {"S-2", 3, 0}, {"S-3", 1, 0}},
+	p := load.Plan{
+		Orders: []load.Order{{ID: "S-0", Customer: 1, Amount: 0}, {ID: "S-1", Customer: 2, Amount: 0}, {ID: "S-2", Customer: 3, Amount: 0}, {ID: "S-3", Customer: 1, Amount: 0}},
 		// request: 0 1 2 3 4 (4 retries order 0)
 		Requests: []int32{0, 1, 2, 3, 0},
 		Retries:  1,
 	}
-	shots := []Shot{
+	shots := []load.Shot{
 		{Req: 0, Status: 201, OrderID: "S-0"},
 		{Req: 1, Status: 201, OrderID: "S-1"},
 		{Req: 2, Status: 409, Code: "OUT_OF_STOCK"},
@@ -48,10 +49,10 @@ func TestChecks(t *testing.T) {
 			o.DB.Used = 1
 		}, []string{"DB active rows = admitted", "every 201 has its DB row", "Redis remaining = DB remaining"}},
 		{"row of another customer", func(o *Outcome) { o.DB.Active["S-1"] = 9 }, []string{"every 201 has its DB row"}},
-		{"a retry refused", func(o *Outcome) { o.Shots[4] = Shot{Req: 4, Status: 409, Code: "OUT_OF_STOCK"} },
+		{"a retry refused", func(o *Outcome) { o.Shots[4] = load.Shot{Req: 4, Status: 409, Code: "OUT_OF_STOCK"} },
 			[]string{"retries answered alike"}},
 		{"customer above the limit", func(o *Outcome) {
-			o.Shots[3] = Shot{Req: 3, Status: 201, OrderID: "S-3"}
+			o.Shots[3] = load.Shot{Req: 3, Status: 201, OrderID: "S-3"}
 			o.Spec.Stock, o.DB.TotalLimit, o.DB.Used = 3, 3, 3
 			o.DB.Active["S-3"] = 1
 			o.DB.MaxUsage = 2
@@ -60,7 +61,7 @@ func TestChecks(t *testing.T) {
 		{"Redis apart from the DB", func(o *Outcome) { o.Redis.Remaining = 1 }, []string{"Redis remaining = DB remaining"}},
 		{"not loaded in Redis", func(o *Outcome) { o.Redis = nil }, []string{"Redis remaining = DB remaining"}},
 		{"undersold", func(o *Outcome) {
-			o.Shots[1] = Shot{Req: 1, Status: 409, Code: "OUT_OF_STOCK"}
+			o.Shots[1] = load.Shot{Req: 1, Status: 409, Code: "OUT_OF_STOCK"}
 			delete(o.DB.Active, "S-1")
 			o.DB.Used = 1
 			o.Redis.Remaining = 1
@@ -70,7 +71,7 @@ func TestChecks(t *testing.T) {
 			[]string{"used_count = active rows"}},
 		{"an admission hidden by a failed request", func(o *Outcome) {
 			// Order 1's answer was lost: a bound, not a failure.
-			o.Shots[1] = Shot{Req: -1, Status: 0, Err: "timeout"}
+			o.Shots[1] = load.Shot{Req: -1, Status: 0, Err: "timeout"}
 			o.Errors = 1
 		}, nil},
 		{"standard voucher: no Redis check", func(o *Outcome) { o.Spec.Flash, o.Redis = false, nil }, nil},

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/flashgate/flashgate/loadtest/internal/load"
 	"github.com/flashgate/flashgate/loadtest/internal/stack"
 )
 
@@ -59,7 +60,7 @@ type CompareConfig struct {
 	Recheck      int           // reruns of a step that was not sustained before the ladder stops
 	Paths        []string
 	Sustain      Sustain
-	Attack       AttackOptions
+	Attack       load.AttackOptions
 	Sale         BurstConfig // the 1,000-use burst that measures commits per admitted
 	Durable      bool        // Postgres with fsync and full_page_writes on
 	Wrk          WrkConfig
@@ -76,19 +77,19 @@ type WrkConfig struct {
 
 // StepResult is one burst of a compare run, in short.
 type StepResult struct {
-	Rate       float64  `json:"rate"`
-	Achieved   float64  `json:"achievedRate"`
-	P50Ms      float64  `json:"p50Ms"`
-	P99Ms      float64  `json:"p99Ms"`
-	P999Ms     float64  `json:"p999Ms"`
-	ErrorRate  float64  `json:"errorRate"`
-	Admitted   int      `json:"admittedOrders"`
-	Sustained  bool     `json:"sustained"`
-	Why        string   `json:"why,omitempty"` // why it was not sustained
-	Invariants string   `json:"invariants"`    // PASS, FAIL or n/a
-	Failed     []string `json:"failedInvariants,omitempty"`
-	Code       string   `json:"code,omitempty"`
-	CPU        *CPUUse  `json:"cpu,omitempty"`
+	Rate       float64      `json:"rate"`
+	Achieved   float64      `json:"achievedRate"`
+	P50Ms      float64      `json:"p50Ms"`
+	P99Ms      float64      `json:"p99Ms"`
+	P999Ms     float64      `json:"p999Ms"`
+	ErrorRate  float64      `json:"errorRate"`
+	Admitted   int          `json:"admittedOrders"`
+	Sustained  bool         `json:"sustained"`
+	Why        string       `json:"why,omitempty"` // why it was not sustained
+	Invariants string       `json:"invariants"`    // PASS, FAIL or n/a
+	Failed     []string     `json:"failedInvariants,omitempty"`
+	Code       string       `json:"code,omitempty"`
+	CPU        *load.CPUUse `json:"cpu,omitempty"`
 }
 
 // PathResult is everything measured on one path.
@@ -296,7 +297,7 @@ func parseCompareFlags(args []string) (compareCmd, error) {
 	fs.IntVar(&cfg.Sale.Stock, "sale-stock", 1000, "uses of the 1,000-use burst's voucher")
 	fs.IntVar(&cfg.Sale.Customers, "sale-customers", 15000, "customers of the 1,000-use burst")
 	fs.DurationVar(&cfg.Sale.StatsWait, "stats-wait", 11*time.Second, "wait before reading Postgres commits after the 1,000-use burst")
-	attackFlags(fs, &cfg.Attack)
+	load.AttackFlags(fs, &cfg.Attack)
 	fs.BoolVar(&cfg.Durable, "durable", false, "Postgres with fsync and full_page_writes on (every 201 durable)")
 	fs.StringVar(&cfg.Wrk.Generator, "generator", "auto", "wrk (light, closed model: the table), vegeta (open-model ladders) or auto: wrk when installed")
 	fs.IntVar(&cfg.Wrk.Conns, "wrk-conns", 64, "connections of wrk's flat-out runs")
@@ -418,7 +419,7 @@ func (c *comparer) openPaths(st *stack.Stack, b *Bench) (stop func(), err error)
 // sale's own report goes into out/sale.
 func (c *comparer) run(ctx context.Context, b *Bench, started time.Time, out string) (*CompareReport, error) {
 	cfg := c.cfg
-	rep := &CompareReport{Started: started, CPUs: runtime.NumCPU(), LoadAvg: loadAvg(), StepDuration: cfg.StepDuration.Seconds(),
+	rep := &CompareReport{Started: started, CPUs: runtime.NumCPU(), LoadAvg: load.LoadAvg(), StepDuration: cfg.StepDuration.Seconds(),
 		FixedRate: cfg.FixedRate, Sustain: fmt.Sprintf("errors <= %.2g%%, p99 <= %s, achieved >= %.0f%% of requested, invariants pass",
 			100*cfg.Sustain.MaxErrorRate, cfg.Sustain.MaxP99, 100*cfg.Sustain.MinAchieved)}
 	var paths []string // in the order of allPaths

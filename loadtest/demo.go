@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/flashgate/flashgate/loadtest/internal/load"
 	"github.com/flashgate/flashgate/loadtest/internal/stack"
 )
 
@@ -20,7 +21,7 @@ func parseDemoFlags(args []string) burstCmd {
 	fs.IntVar(&cfg.Customers, "customers", 15000, "distinct customers")
 	fs.Float64Var(&cfg.Retry, "retry", 0.10, "share of requests that resend an earlier orderId")
 	fs.DurationVar(&cfg.StatsWait, "stats-wait", 11*time.Second, "wait before reading Postgres commits (0: skip)")
-	attackFlags(fs, &cfg.Attack)
+	load.AttackFlags(fs, &cfg.Attack)
 	fs.DurationVar(&c.Warmup, "warmup", 0, "first an unmeasured burst of this long on another voucher (the stack is fresh: cold start included by default)")
 	fs.StringVar(&c.Out, "out", "", "report directory (default loadtest/reports/demo-<timestamp>)")
 	fs.StringVar(&c.Stack.BinDir, "bin", "", "directory holding ledger and proxy")

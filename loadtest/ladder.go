@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"math"
 	"time"
+
+	"github.com/flashgate/flashgate/loadtest/internal/load"
 )
 
 // Ladder searches for the highest sustainable rate: from Start it goes up by
@@ -91,7 +93,7 @@ func (c Sustain) Judge(s *Summary) (bool, string) {
 	switch {
 	case s.ErrorRate > c.MaxErrorRate:
 		return false, fmt.Sprintf("errors %.2f%% > %.2g%%", 100*s.ErrorRate, 100*c.MaxErrorRate)
-	case s.All.P99 > ms(c.MaxP99):
+	case s.All.P99 > load.Millis(c.MaxP99):
 		return false, fmt.Sprintf("p99 %.1fms > %s", s.All.P99, c.MaxP99)
 	case s.AchievedRate < c.MinAchieved*s.RequestedRate:
 		return false, fmt.Sprintf("achieved %.0f/s < %.0f%% of %.0f/s", s.AchievedRate, 100*c.MinAchieved, s.RequestedRate)

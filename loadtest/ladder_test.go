@@ -5,6 +5,8 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/flashgate/flashgate/loadtest/internal/load"
 )
 
 func TestLadderClimb(t *testing.T) {
@@ -50,7 +52,7 @@ func TestLadderClimbError(t *testing.T) {
 }
 
 func TestSustainJudge(t *testing.T) {
-	ok := Summary{RequestedRate: 1000, AchievedRate: 990, All: Latency{P99: 20}, Pass: true, Checks: []Check{{Pass: true}}}
+	ok := Summary{RequestedRate: 1000, AchievedRate: 990, All: load.Latency{P99: 20}, Pass: true, Checks: []Check{{Pass: true}}}
 	tests := []struct {
 		name   string
 		change func(*Summary)

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/flashgate/flashgate/loadtest/internal/load"
 	"github.com/flashgate/flashgate/shared/devstack"
 )
 
@@ -57,15 +58,15 @@ func measureFlashMax(ctx context.Context, r *rig, cfg ChaosConfig) (float64, []s
 	ladder, step := maxLadder(cfg.Short)
 	var steps []string
 	best, err := ladder.Climb(func(rate float64) (bool, error) {
-		n := requestCount(rate, step)
+		n := load.RequestCount(rate, step)
 		spec := VoucherSpec{Code: newCode("overload-max"), Stock: n, PerUser: 1, Flash: true}
 		if err := r.bench.CreateVoucher(ctx, spec); err != nil {
 			return false, err
 		}
-		plan := NewPlan(spec.Code, Crowd{Requests: n, Customers: n, Seed: cfg.Seed})
+		plan := load.NewPlan(spec.Code, load.Crowd{Requests: n, Customers: n, Seed: cfg.Seed})
 		o := cfg.Attack
 		o.Lean = true
-		v := Fire(ctx, reserveURL(r.entry, spec.Code), plan, orderAmount, rate, o)
+		v := load.Fire(ctx, load.ReserveURL(r.entry, spec.Code), plan, load.OrderAmount, rate, o)
 		if err := ctx.Err(); err != nil {
 			return false, err
 		}
@@ -73,7 +74,7 @@ func measureFlashMax(ctx context.Context, r *rig, cfg ChaosConfig) (float64, []s
 		ok, why := DefaultSustain.Judge(sum)
 		steps = append(steps, fmt.Sprintf("%.0f/s: %s (achieved %.0f/s, p99 %.1f ms, errors %.2f%%)%s",
 			rate, verdict(ok), sum.AchievedRate, sum.All.P99, 100*sum.ErrorRate, suffix(why)))
-		sleepCtx(ctx, 500*time.Millisecond) // let the writes of the step drain
+		load.Sleep(ctx, 500*time.Millisecond) // let the writes of the step drain
 		return ok, nil
 	})
 	switch {
@@ -132,18 +133,18 @@ func overloadBurst(ctx context.Context, r *rig, sc Scenario, cfg ChaosConfig) (*
 	if err := r.bench.CreateVoucher(ctx, spec); err != nil {
 		return nil, fmt.Errorf("%s: %w", sc.Name, err)
 	}
-	plan := NewPlan(spec.Code, Crowd{Requests: n, Customers: max(n*7/10, 1), Retry: 0.10, Seed: cfg.Seed})
-	before, err := readServerHistogram(ctx, r.entry)
+	plan := load.NewPlan(spec.Code, load.Crowd{Requests: n, Customers: max(n*7/10, 1), Retry: 0.10, Seed: cfg.Seed})
+	before, err := load.ReadServerHistogram(ctx, r.entry)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", sc.Name, err)
 	}
 	start := time.Now()
-	v := Fire(ctx, reserveURL(r.entry, spec.Code), plan, orderAmount, cfg.Rate, cfg.Attack)
+	v := load.Fire(ctx, load.ReserveURL(r.entry, spec.Code), plan, load.OrderAmount, cfg.Rate, cfg.Attack)
 	end := time.Now()
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	after, err := readServerHistogram(ctx, r.entry)
+	after, err := load.ReadServerHistogram(ctx, r.entry)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", sc.Name, err)
 	}
@@ -167,7 +168,7 @@ func overloadBurst(ctx context.Context, r *rig, sc Scenario, cfg ChaosConfig) (*
 	}
 	res.DB, res.RedisRemaining = j.db, j.redisRemaining
 	res.Checks = append(j.checks, res.overloadChecks(overloadP99)...)
-	res.Checks = append(res.Checks, res.settledCheck(cfg.SettleBound, 0), serverP99Check(after.since(before)))
+	res.Checks = append(res.Checks, res.settledCheck(cfg.SettleBound, 0), serverP99Check(after.Since(before)))
 	res.Checks = append(res.Checks, r.agreementChecks(ctx, end.Add(cfg.SettleBound), spec.Code)...)
 	res.Pass = Passed(res.Checks)
 	return res, nil
@@ -177,11 +178,11 @@ func overloadBurst(ctx context.Context, r *rig, sc Scenario, cfg ChaosConfig) (*
 // histogram): the time requests spent in the server, apart from the time they
 // waited in the load generator and the kernel on a machine they share. It is
 // a figure, not a verdict.
-func serverP99Check(h serverHistogram) Check {
-	p99, n := h.quantile(0.99)
-	p50, _ := h.quantile(0.50)
-	p90, _ := h.quantile(0.90)
-	p95, _ := h.quantile(0.95)
+func serverP99Check(h load.ServerHistogram) Check {
+	p99, n := h.Quantile(0.99)
+	p50, _ := h.Quantile(0.50)
+	p90, _ := h.Quantile(0.90)
+	p95, _ := h.Quantile(0.95)
 	return Check{Name: "p99 inside the proxy (reported)", Pass: true,
 		Detail: fmt.Sprintf("%d reserves in the proxy's flashgate_http_request_duration_seconds: p50 within %s, p90 within %s, p95 within %s, p99 within %s (bucket bounds)",
 			n, bucketSeconds(p50), bucketSeconds(p90), bucketSeconds(p95), bucketSeconds(p99))}

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/flashgate/flashgate/loadtest/internal/load"
 	"github.com/flashgate/flashgate/shared/client"
 	"github.com/flashgate/flashgate/shared/httpx"
 	"github.com/flashgate/flashgate/shared/voucher"
@@ -50,7 +51,7 @@ type payStep struct {
 
 var (
 	stepReserve = payStep{"reserve", "RESERVED", func(ctx context.Context, c *client.Client, code string, o *payOrder) error {
-		_, err := c.Reserve(ctx, code, voucher.Claim{CustomerID: o.customer, OrderID: o.id, OrderAmount: orderAmount})
+		_, err := c.Reserve(ctx, code, voucher.Claim{CustomerID: o.customer, OrderID: o.id, OrderAmount: load.OrderAmount})
 		return err
 	}}
 	stepConfirm = payStep{"confirm", "CONFIRMED", func(ctx context.Context, c *client.Client, code string, o *payOrder) error {
@@ -70,7 +71,7 @@ var (
 
 // payRetryWindow bounds one call's retries (the client retries a 503 after its
 // Retry-After, and no answer after a moment, with the same orderId).
-const payRetryWindow = retryAttempts * retryClientWait
+const payRetryWindow = load.RetryAttempts * load.RetryClientWait
 
 func newPayers(base, code string, firstCustomer int64) *payers {
 	p := &payers{base: base, code: code, firstCustomer: firstCustomer, calls: map[string]int{},

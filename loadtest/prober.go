@@ -6,6 +6,8 @@ import (
 	"net/http"
 	"sync/atomic"
 	"time"
+
+	"github.com/flashgate/flashgate/loadtest/internal/load"
 )
 
 // the fault until it sees the system answer probesInARow in a row after the
@@ -19,20 +21,20 @@ type prober struct {
 	end       atomic.Int64 // when the fault ended (UnixNano); 0 while it lasts
 	done      chan struct{}
 
-	plan  Plan   // owned by run until done
-	shots []Shot // in send order
+	plan  load.Plan   // owned by run until done
+	shots []load.Shot // in send order
 }
 
 func newProber(proxyURL, code string, bound time.Duration) *prober {
-	p := &prober{url: reserveURL(proxyURL, code), code: code, bound: bound, done: make(chan struct{})}
-	p.client = &http.Client{Timeout: probeTimeout, Transport: tagTransport{&http.Transport{}, &p.replays}}
+	p := &prober{url: load.ReserveURL(proxyURL, code), code: code, bound: bound, done: make(chan struct{})}
+	p.client = &http.Client{Timeout: probeTimeout, Transport: load.TagTransport{Base: &http.Transport{}, Replays: &p.replays}}
 	return p
 }
 
 func (p *prober) faultEnded(t time.Time) { p.end.Store(t.UnixNano()) }
 
 // wait returns the probes once run has finished.
-func (p *prober) wait() []Shot {
+func (p *prober) wait() []load.Shot {
 	<-p.done
 	return p.shots
 }
@@ -58,10 +60,10 @@ func (p *prober) run(ctx context.Context) {
 }
 
 func (p *prober) shoot(ctx context.Context, i int) {
-	o := Order{ID: fmt.Sprintf("%s-p%d", p.code, i), Customer: int64(i + 1)}
+	o := load.Order{ID: fmt.Sprintf("%s-p%d", p.code, i), Customer: int64(i + 1)}
 	p.plan.Orders = append(p.plan.Orders, o)
 	p.plan.Requests = append(p.plan.Requests, int32(i))
-	s, _ := postReserve(ctx, p.client, p.url, o)
+	s, _ := load.PostReserve(ctx, p.client, p.url, o)
 	s.Seq, s.Req = uint64(i), int32(i)
 	p.shots = append(p.shots, s)
 }
@@ -69,7 +71,7 @@ func (p *prober) shoot(ctx context.Context, i int) {
 // recoveredAt returns when the first of k answered probes in a row, all sent
 // at or after end, came back. An answer is anything but "no answer" and 5xx
 // (see Shot.Failed): a refusal is an answer, which the invariants judge.
-func recoveredAt(shots []Shot, end time.Time, k int) (time.Time, bool) {
+func recoveredAt(shots []load.Shot, end time.Time, k int) (time.Time, bool) {
 	run := 0
 	var first time.Time
 	for _, s := range shots {

@@ -16,6 +16,8 @@ import (
 	"time"
 
 	vegeta "github.com/tsenart/vegeta/v12/lib"
+
+	"github.com/flashgate/flashgate/loadtest/internal/load"
 )
 
 // TrafficLine is one request of a recorded traffic file (JSON lines): when it
@@ -32,13 +34,13 @@ type TrafficLine struct {
 // (orders in their first-sent order, requests in send order, retries where an
 // orderId came again) and when each request leaves.
 type Replay struct {
-	Plan Plan
+	Plan load.Plan
 	At   []time.Duration
 }
 
 // writeTraffic records a burst's requests on voucher code to path: request i
 // at the time its answer says it left, or at i/rate when it got none.
-func writeTraffic(path, code string, plan Plan, shots []Shot, rate float64) error {
+func writeTraffic(path, code string, plan load.Plan, shots []load.Shot, rate float64) error {
 	sent := make([]time.Time, len(plan.Requests))
 	var first time.Time
 	for _, s := range shots {
@@ -61,7 +63,7 @@ func writeTraffic(path, code string, plan Plan, shots []Shot, rate float64) erro
 			t = sent[i].Sub(first).Seconds()
 		}
 		o := plan.Orders[idx]
-		line := TrafficLine{T: t, Code: code, CustomerID: o.Customer, OrderID: o.ID, OrderAmount: cmp.Or(o.Amount, orderAmount)}
+		line := TrafficLine{T: t, Code: code, CustomerID: o.Customer, OrderID: o.ID, OrderAmount: cmp.Or(o.Amount, load.OrderAmount)}
 		if err := enc.Encode(line); err != nil {
 			f.Close()
 			return fmt.Errorf("record traffic: %w", err)
@@ -118,7 +120,7 @@ func readTraffic(r io.Reader, speed float64) (Replay, error) {
 		if !seen {
 			i = int32(len(rp.Plan.Orders))
 			index[l.OrderID] = i
-			rp.Plan.Orders = append(rp.Plan.Orders, Order{Customer: l.CustomerID, Amount: l.OrderAmount})
+			rp.Plan.Orders = append(rp.Plan.Orders, load.Order{Customer: l.CustomerID, Amount: l.OrderAmount})
 		} else {
 			rp.Plan.Retries++
 		}
@@ -131,8 +133,8 @@ func readTraffic(r io.Reader, speed float64) (Replay, error) {
 // planFor is the replay's plan with its orders named after voucher code as a
 // burst's are (code-<base 36>): order_id is unique over all vouchers, so a
 // file replays again and again on fresh vouchers.
-func (rp Replay) planFor(code string) Plan {
-	p := Plan{Orders: slices.Clone(rp.Plan.Orders), Requests: rp.Plan.Requests, Retries: rp.Plan.Retries}
+func (rp Replay) planFor(code string) load.Plan {
+	p := load.Plan{Orders: slices.Clone(rp.Plan.Orders), Requests: rp.Plan.Requests, Retries: rp.Plan.Retries}
 	for i := range p.Orders {
 		p.Orders[i].ID = code + "-" + strconv.FormatInt(int64(i), 36)
 	}
@@ -179,7 +181,7 @@ func runReplayCmd(ctx context.Context, args []string) error {
 	fs.IntVar(&cfg.PerUser, "per-user", 1, "uses per customer (perUserLimit)")
 	fs.BoolVar(&cfg.Flash, "flash", true, "flash voucher (Redis gate); false: standard voucher")
 	fs.DurationVar(&cfg.StatsWait, "stats-wait", 0, "measure Postgres commits per admitted order after this wait (0: do not)")
-	attackFlags(fs, &cfg.Attack)
+	load.AttackFlags(fs, &cfg.Attack)
 	check := commonBurstFlags(fs, &c, "replay")
 	_ = fs.Parse(args)
 	if fs.NArg() != 1 {

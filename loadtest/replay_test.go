@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 	vegeta "github.com/tsenart/vegeta/v12/lib"
 
+	"github.com/flashgate/flashgate/loadtest/internal/load"
 	"github.com/flashgate/flashgate/loadtest/internal/stack"
 	"github.com/flashgate/flashgate/shared/devstack"
 	"github.com/flashgate/flashgate/shared/devstack/devstacktest"
@@ -26,9 +27,9 @@ import (
 // the same customers, amounts and retries (an orderId sent twice is one
 // order), in the order sent, at half the recorded times.
 func TestTrafficFile(t *testing.T) {
-	plan := Plan{Orders: []Order{{"C-0", 1, 0}, {"C-1", 2, 900}, {"C-2", 1, 0}}, Requests: []int32{0, 1, 0, 2}, Retries: 1}
+	plan := load.Plan{Orders: []load.Order{{ID: "C-0", Customer: 1, Amount: 0}, {ID: "C-1", Customer: 2, Amount: 900}, {ID: "C-2", Customer: 1, Amount: 0}}, Requests: []int32{0, 1, 0, 2}, Retries: 1}
 	t0 := time.Now()
-	shots := []Shot{{Req: 0, At: t0}, {Req: 1, At: t0.Add(100 * time.Millisecond)}, {Req: 2, At: t0.Add(300 * time.Millisecond)}, {Req: -1}}
+	shots := []load.Shot{{Req: 0, At: t0}, {Req: 1, At: t0.Add(100 * time.Millisecond)}, {Req: 2, At: t0.Add(300 * time.Millisecond)}, {Req: -1}}
 	path := filepath.Join(t.TempDir(), "traffic.jsonl")
 	require.NoError(t, writeTraffic(path, "C", plan, shots, 10))
 	raw, err := os.ReadFile(path)
@@ -38,7 +39,7 @@ func TestTrafficFile(t *testing.T) {
 	rp, err := readTraffic(bytes.NewReader(raw), 2)
 	require.NoError(t, err)
 	got := rp.planFor("R")
-	assert.Equal(t, Plan{Orders: []Order{{"R-0", 1, 750000}, {"R-1", 2, 900}, {"R-2", 1, 750000}}, Requests: []int32{0, 1, 0, 2}, Retries: 1}, got)
+	assert.Equal(t, load.Plan{Orders: []load.Order{{ID: "R-0", Customer: 1, Amount: 750000}, {ID: "R-1", Customer: 2, Amount: 900}, {ID: "R-2", Customer: 1, Amount: 750000}}, Requests: []int32{0, 1, 0, 2}, Retries: 1}, got)
 	// The fourth request got no answer: it is recorded at 3/rate = 0.3 s.
 	assert.Equal(t, []time.Duration{0, 50 * time.Millisecond, 150 * time.Millisecond, 150 * time.Millisecond}, rp.At)
 
@@ -72,7 +73,7 @@ func TestRecordAndReplay(t *testing.T) {
 	dir := t.TempDir()
 
 	cfg := BurstConfig{Label: "rec", Rate: 400, Duration: time.Second, Stock: 100, PerUser: 1, Customers: 300,
-		Retry: 0.2, Flash: true, Seed: 7, Attack: DefaultAttack,
+		Retry: 0.2, Flash: true, Seed: 7, Attack: load.DefaultAttack,
 		Record: filepath.Join(dir, "traffic.jsonl"), Results: filepath.Join(dir, "burst.bin")}
 	s, err := RunBurst(t.Context(), b, cfg)
 	require.NoError(t, err)
@@ -87,7 +88,7 @@ func TestRecordAndReplay(t *testing.T) {
 	require.Len(t, rp.At, cfg.Requests())
 	assert.InDelta(t, 0.5, rp.At[len(rp.At)-1].Seconds(), 0.25, "1 s of traffic at 2x")
 
-	rcfg := BurstConfig{Label: "replay", Stock: 100, PerUser: 1, Flash: true, Attack: DefaultAttack, Replay: &rp,
+	rcfg := BurstConfig{Label: "replay", Stock: 100, PerUser: 1, Flash: true, Attack: load.DefaultAttack, Replay: &rp,
 		Duration: rp.At[len(rp.At)-1], Rate: float64(len(rp.At)) / rp.At[len(rp.At)-1].Seconds(),
 		Results: filepath.Join(dir, "replay.bin")}
 	r, err := RunBurst(t.Context(), b, rcfg)

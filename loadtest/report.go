@@ -17,6 +17,8 @@ import (
 
 	vegeta "github.com/tsenart/vegeta/v12/lib"
 	"github.com/tsenart/vegeta/v12/lib/plot"
+
+	"github.com/flashgate/flashgate/loadtest/internal/load"
 )
 
 // Summary is one burst's figures and verdicts, as printed and as summary.json.
@@ -41,14 +43,14 @@ type Summary struct {
 	SendSeconds     float64 `json:"sendSeconds"`  // first to last request sent
 	DrainSeconds    float64 `json:"drainSeconds"` // last request sent to last answer read
 
-	CPU          *CPUUse        `json:"cpu,omitempty"`
+	CPU          *load.CPUUse   `json:"cpu,omitempty"`
 	Statuses     map[string]int `json:"statuses"` // "201", "409 OUT_OF_STOCK", "transport error"
 	Errors       int            `json:"errors"`   // no answer, or not 2xx/409/422
 	ErrorRate    float64        `json:"errorRate"`
 	ErrorSamples []string       `json:"errorSamples,omitempty"`
-	All          Latency        `json:"latencyAll"`
-	Admitted     Latency        `json:"latencyAdmitted"` // answers 201
-	Histogram    []Bucket       `json:"histogram"`
+	All          load.Latency   `json:"latencyAll"`
+	Admitted     load.Latency   `json:"latencyAdmitted"` // answers 201
+	Histogram    []load.Bucket  `json:"histogram"`
 
 	AdmittedOrders int        `json:"admittedOrders"` // distinct orderIds answered 201
 	Demand         int        `json:"demand"`         // uses the orders could take given the per-user limit
@@ -59,7 +61,7 @@ type Summary struct {
 	Checks         []Check    `json:"checks,omitempty"`
 	Pass           bool       `json:"pass"`
 
-	shots []Shot // for the plot
+	shots []load.Shot // for the plot
 }
 
 // DBSummary is the voucher in the database after the burst.
@@ -105,7 +107,7 @@ func PrintSummary(w io.Writer, s *Summary) {
 	fmt.Fprintf(w, "latency   %-9s %8s %8s %8s %8s %8s  (ms)\n", "", "p50", "p90", "p99", "p99.9", "max")
 	for _, l := range []struct {
 		name string
-		l    Latency
+		l    load.Latency
 	}{{"all", s.All}, {"201", s.Admitted}} {
 		fmt.Fprintf(w, "          %-9s %8.2f %8.2f %8.2f %8.2f %8.2f  n=%d\n", l.name, l.l.P50, l.l.P90, l.l.P99, l.l.P999, l.l.Max, l.l.Count)
 	}
@@ -203,7 +205,7 @@ func latencyPlot(s *Summary) (string, error) {
 		}))
 	// The plot wants every result, in sequence order.
 	shots := slices.Clone(s.shots)
-	slices.SortFunc(shots, func(a, b Shot) int { return cmp.Compare(a.Seq, b.Seq) })
+	slices.SortFunc(shots, func(a, b load.Shot) int { return cmp.Compare(a.Seq, b.Seq) })
 	for i := range shots {
 		sh := &shots[i]
 		if err := p.Add(&vegeta.Result{Attack: s.Label, Seq: sh.Seq, Code: sh.Status, Timestamp: sh.At, Latency: sh.Latency}); err != nil {

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/flashgate/flashgate/loadtest/internal/load"
 	"github.com/flashgate/flashgate/shared/devstack"
 )
 
@@ -124,7 +125,7 @@ func runSoak(ctx context.Context, pg *devstack.Postgres, sc Scenario, cfg ChaosC
 	close(prevFault)
 	n := int(plan.Total / plan.Round)
 	for i, name := range soakOrder(n, cfg.Seed) {
-		sleepCtx(ctx, time.Until(start.Add(time.Duration(i)*plan.Round)))
+		load.Sleep(ctx, time.Until(start.Add(time.Duration(i)*plan.Round)))
 		select { // one fault at a time: a rolling restart may outlast its round
 		case <-prevFault:
 		case <-ctx.Done():
@@ -172,7 +173,7 @@ func startRound(ctx context.Context, r *rig, i int, fault Scenario, plan soakPla
 		if rd.t, err = newTraffic(ctx, r.bench, fmt.Sprintf("soak%d", i), c); err == nil || time.Now().After(end) || ctx.Err() != nil {
 			break
 		}
-		sleepCtx(ctx, time.Second)
+		load.Sleep(ctx, time.Second)
 	}
 	if err != nil {
 		return rd, fmt.Errorf("soak round %d: %w", i+1, err)
@@ -183,7 +184,7 @@ func startRound(ctx context.Context, r *rig, i int, fault Scenario, plan soakPla
 		if err == nil || time.Now().After(end) || ctx.Err() != nil {
 			break
 		}
-		sleepCtx(ctx, time.Second)
+		load.Sleep(ctx, time.Second)
 	}
 	if err != nil {
 		return rd, fmt.Errorf("soak round %d: %w", i+1, err)
@@ -217,7 +218,7 @@ func (rd *soakRound) run(ctx context.Context, r *rig) {
 			res.Checks = append(res.Checks, pay...)
 			break
 		}
-		sleepCtx(ctx, time.Second)
+		load.Sleep(ctx, time.Second)
 	}
 	if err != nil {
 		res.Error = err.Error()
@@ -265,7 +266,7 @@ func soakResult(ctx context.Context, r *rig, sc Scenario, cfg ChaosConfig, plan 
 		"%d rounds, one fault each (%s); %d failed%s", len(rounds), faultList(rounds), len(failed), sample(failed)))
 	// Wait for a reconcile (soakReconcile), then Redis must hold exactly what
 	// the database holds, voucher by voucher.
-	sleepCtx(ctx, soakReconcile+time.Second)
+	load.Sleep(ctx, soakReconcile+time.Second)
 	settled, detail := waitSettled(ctx, r.bench, cfg.SettleBound, codes...)
 	res.SettleSeconds, res.SettleDetail = -1, detail
 	if settled >= 0 {

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"slices"
 	"time"
+
+	"github.com/flashgate/flashgate/loadtest/internal/load"
 )
 
 // traffic is what a scenario sends: a burst on its voucher, beside it the
@@ -14,11 +16,11 @@ import (
 type traffic struct {
 	spec, probeSpec VoucherSpec
 	customers       int
-	plan            Plan // the burst's
-	volley          Volley
-	rc              *retryingClients
+	plan            load.Plan // the burst's
+	volley          load.Volley
+	rc              *load.RetryingClients
 	pr              *prober
-	probes          []Shot
+	probes          []load.Shot
 	start           time.Time // of the burst
 	faultStart      time.Time
 	faultEnd        time.Time
@@ -44,7 +46,7 @@ func newTraffic(ctx context.Context, b *Bench, name string, cfg ChaosConfig) (*t
 			return nil, err
 		}
 	}
-	t.plan = NewPlan(t.spec.Code, Crowd{Requests: n, Customers: t.customers, Retry: 0.10, Seed: cfg.Seed})
+	t.plan = load.NewPlan(t.spec.Code, load.Crowd{Requests: n, Customers: t.customers, Retry: 0.10, Seed: cfg.Seed})
 	return t, nil
 }
 
@@ -52,25 +54,25 @@ func newTraffic(ctx context.Context, b *Bench, name string, cfg ChaosConfig) (*t
 // cfg.FaultAt into the burst and ends it cfg.FaultFor later, probes from the
 // fault on, and returns once all three are done.
 func (t *traffic) drive(ctx context.Context, r *rig, sc Scenario, cfg ChaosConfig) error {
-	volley := make(chan Volley, 1)
-	t.rc = newRetryingClients(r.entry, t.spec.Code, int64(t.customers)+1, cfg.Attack.Timeout)
+	volley := make(chan load.Volley, 1)
+	t.rc = load.NewRetryingClients(r.entry, t.spec.Code, int64(t.customers)+1, cfg.Attack.Timeout)
 	retried := make(chan struct{})
 	t.start = time.Now()
 	go func() {
-		volley <- Fire(ctx, reserveURL(r.entry, t.spec.Code), t.plan, orderAmount, cfg.Rate, cfg.Attack)
+		volley <- load.Fire(ctx, load.ReserveURL(r.entry, t.spec.Code), t.plan, load.OrderAmount, cfg.Rate, cfg.Attack)
 	}()
 	go func() {
 		defer close(retried)
-		t.rc.run(ctx, cfg.Rate*retryingShare, cfg.Duration)
+		t.rc.Run(ctx, cfg.Rate*retryingShare, cfg.Duration)
 	}()
-	sleepCtx(ctx, time.Until(t.start.Add(cfg.FaultAt)))
+	load.Sleep(ctx, time.Until(t.start.Add(cfg.FaultAt)))
 
 	t.pr = newProber(r.entry, t.probeSpec.Code, cfg.RecoveryBound)
 	go t.pr.run(ctx)
 	t.faultStart = time.Now()
 	end, faultErr := sc.Inject(ctx, r, cfg.FaultFor)
 	if faultErr == nil && end != nil {
-		sleepCtx(ctx, time.Until(t.faultStart.Add(cfg.FaultFor)))
+		load.Sleep(ctx, time.Until(t.faultStart.Add(cfg.FaultFor)))
 		faultErr = end()
 	}
 	t.faultEnd = time.Now()
@@ -95,12 +97,12 @@ func (t *traffic) result(sc Scenario, cfg ChaosConfig, settled time.Duration, se
 		RecoveryBound: cfg.RecoveryBound.Seconds(), SettleBound: cfg.SettleBound.Seconds(),
 		RecoverySeconds: -1, SettleSeconds: -1, SettleDetail: settleDetail,
 	}
-	_, rcShots := t.rc.merge(Plan{}, nil)
+	_, rcShots := t.rc.Merge(load.Plan{}, nil)
 	res.tally(slices.Concat(t.volley.Shots, rcShots), t.probes, t.faultStart, t.faultEnd)
 	l := answeredLatency(t.volley.Shots, rcShots, t.probes)
 	res.Latency = &l
-	res.RetryingOrders, res.RetryingSends = len(t.rc.plan.Orders), len(rcShots)
-	res.Replays = t.volley.Replays + t.rc.replays.Load() + t.pr.replays.Load()
+	res.RetryingOrders, res.RetryingSends = len(t.rc.Plan.Orders), len(rcShots)
+	res.Replays = t.volley.Replays + t.rc.Replays.Load() + t.pr.replays.Load()
 	res.Achieved = summarize(BurstConfig{Label: sc.Name, Rate: cfg.Rate, Duration: cfg.Duration}, t.spec, t.plan, t.volley).AchievedRate
 	if at, ok := recoveredAt(t.probes, t.faultEnd, probesInARow); ok {
 		res.RecoverySeconds = at.Sub(t.faultEnd).Seconds()
@@ -112,7 +114,7 @@ func (t *traffic) result(sc Scenario, cfg ChaosConfig, settled time.Duration, se
 }
 
 // answeredLatency is the latency of every request that got an answer.
-func answeredLatency(shots ...[]Shot) Latency {
+func answeredLatency(shots ...[]load.Shot) load.Latency {
 	var ds []time.Duration
 	for _, ss := range shots {
 		for _, s := range ss {
@@ -121,14 +123,14 @@ func answeredLatency(shots ...[]Shot) Latency {
 			}
 		}
 	}
-	return LatencyOf(ds)
+	return load.LatencyOf(ds)
 }
 
 // judge checks the invariants on both vouchers and how the system behaved
 // through the fault into res; quiet is how long after the fault's end the
 // last request was answered.
 func (t *traffic) judge(ctx context.Context, b *Bench, res *ChaosResult, cfg ChaosConfig, quiet time.Duration) error {
-	all, shots := t.rc.merge(t.plan, t.volley.Shots)
+	all, shots := t.rc.Merge(t.plan, t.volley.Shots)
 	burst, err := chaosChecks(ctx, b, t.spec, all, shots, "")
 	if err != nil {
 		return err

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/flashgate/flashgate/loadtest/internal/load"
 	"github.com/flashgate/flashgate/shared/api"
 	"github.com/flashgate/flashgate/shared/voucher"
 )
@@ -35,7 +36,7 @@ var wrkPaths = map[string]wrkPath{
 }
 
 func wrkBody(customer int64, order string) string {
-	return fmt.Sprintf(`{"customerId":%d,"orderId":%q,"orderAmount":%d}`, customer, order, orderAmount)
+	return fmt.Sprintf(`{"customerId":%d,"orderId":%q,"orderAmount":%d}`, customer, order, load.OrderAmount)
 }
 
 // wrkSoldOut: a flash voucher whose one use is taken; the next refusal set
@@ -78,7 +79,7 @@ func wrkFresh(flash bool) wrkPath {
 		if err := createVoucherRetrying(ctx, b, VoucherSpec{Code: code, Stock: 50_000_000, PerUser: 1, Flash: flash}); err != nil {
 			return "", err
 		}
-		return freshOrders(api.ReservationsPath(code), code+"-", 0, orderAmount), nil
+		return freshOrders(api.ReservationsPath(code), code+"-", 0, load.OrderAmount), nil
 	}
 }
 
@@ -313,7 +314,7 @@ func (c *comparer) wrkSale(ctx context.Context, b *Bench, rate float64) (*WrkSal
 	// An answer takes about 10 ms while the uses sell (each is written), so
 	// that many connections keep rate requests a second coming.
 	conns, delay := atRate(rate, 10)
-	script := freshOrders(api.ReservationsPath(code), code+"-", 0, orderAmount).withDelay(delay)
+	script := freshOrders(api.ReservationsPath(code), code+"-", 0, load.OrderAmount).withDelay(delay)
 	r, err := runWrk(ctx, b.URL, script, conns, time.Second)
 	if err != nil {
 		return nil, fmt.Errorf("sale: %w", err)

@@ -1,4 +1,8 @@
-package main
+// Package load makes a burst's traffic and measures it: the crowd and its
+// plan of orders, the attack that fires the plan at a constant or recorded
+// pace, the lean transport, the clients that retry as the API asks, the
+// answers' latency, the server's own histogram and the machine's CPU.
+package load
 
 import (
 	"bytes"
@@ -70,7 +74,7 @@ type Volley struct {
 	ResultsErr error // the first failure to write AttackOptions.Results
 }
 
-// reqHeader carries the plan index of a request; tagTransport copies it onto the
+// reqHeader carries the plan index of a request; TagTransport copies it onto the
 // response so that each result can be tied to its order.
 const reqHeader = "X-Loadtest-Req"
 
@@ -80,21 +84,21 @@ const reqHeader = "X-Loadtest-Req"
 // reading it, the race every HTTP/1.1 client has with a server that stops.
 const idempotencyKey = "Idempotency-Key"
 
-// tagTransport echoes reqHeader from each request onto its response (vegeta's
+// TagTransport echoes reqHeader from each request onto its response (vegeta's
 // results carry response headers but nothing of the request) and counts the
 // requests its base transport sent more than once.
-type tagTransport struct {
-	base    http.RoundTripper
-	replays *atomic.Int64
+type TagTransport struct {
+	Base    http.RoundTripper
+	Replays *atomic.Int64
 }
 
-func (t tagTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+func (t TagTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	var conns int
 	req = req.WithContext(httptrace.WithClientTrace(req.Context(),
 		&httptrace.ClientTrace{GotConn: func(httptrace.GotConnInfo) { conns++ }}))
-	resp, err := t.base.RoundTrip(req)
+	resp, err := t.Base.RoundTrip(req)
 	if conns > 1 {
-		t.replays.Add(1)
+		t.Replays.Add(1)
 	}
 	if err == nil && req.Header.Get(reqHeader) != "" {
 		resp.Header.Set(reqHeader, req.Header.Get(reqHeader))
@@ -103,8 +107,8 @@ func (t tagTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 }
 
 // CloseIdleConnections closes the base transport's idle connections.
-func (t tagTransport) CloseIdleConnections() {
-	if c, ok := t.base.(interface{ CloseIdleConnections() }); ok {
+func (t TagTransport) CloseIdleConnections() {
+	if c, ok := t.Base.(interface{ CloseIdleConnections() }); ok {
 		c.CloseIdleConnections()
 	}
 }
@@ -142,7 +146,7 @@ func Fire(ctx context.Context, url string, plan Plan, orderAmount int64, rate fl
 	}
 	defer base.(interface{ CloseIdleConnections() }).CloseIdleConnections()
 	atk := vegeta.NewAttacker(
-		vegeta.Client(&http.Client{Transport: tagTransport{base, &replays}, Timeout: o.Timeout}),
+		vegeta.Client(&http.Client{Transport: TagTransport{base, &replays}, Timeout: o.Timeout}),
 		vegeta.Workers(uint64(max(o.Workers, 1))),
 		vegeta.MaxWorkers(uint64(max(o.MaxWorkers, 1))),
 		vegeta.MaxBody(4<<10),
@@ -175,9 +179,9 @@ func newNetTransport(o AttackOptions) *http.Transport {
 	}
 }
 
-// reserveURL is where a reserve of voucher code is POSTed on base, the URL of
+// ReserveURL is where a reserve of voucher code is POSTed on base, the URL of
 // a proxy (or of the ceiling server).
-func reserveURL(base, code string) string {
+func ReserveURL(base, code string) string {
 	return base + api.ReservationsPath(code)
 }
 
@@ -231,11 +235,11 @@ func jsonString(body []byte, key string) string {
 	return s
 }
 
-// postReserve sends one reserve for o and returns its answer, with the
+// PostReserve sends one reserve for o and returns its answer, with the
 // Retry-After of a 503 (0 when none).
-func postReserve(ctx context.Context, client *http.Client, url string, o Order) (Shot, time.Duration) {
+func PostReserve(ctx context.Context, client *http.Client, url string, o Order) (Shot, time.Duration) {
 	s := Shot{Req: -1, At: time.Now()}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(reserveBody(o, orderAmount)))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(reserveBody(o, OrderAmount)))
 	if err != nil {
 		s.Err = err.Error()
 		return s, 0
@@ -267,10 +271,8 @@ func postReserve(ctx context.Context, client *http.Client, url string, o Order) 
 	return s, wait
 }
 
-// retryingClients are customers who do what the API asks of them: each
-
-// statusKey names an answer for counting: "201", "409 OUT_OF_STOCK", "transport error".
-func statusKey(s Shot) string {
+// StatusKey names an answer for counting: "201", "409 OUT_OF_STOCK", "transport error".
+func StatusKey(s Shot) string {
 	switch {
 	case s.Status == 0:
 		return "transport error"

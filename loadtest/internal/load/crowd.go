@@ -1,4 +1,4 @@
-package main
+package load
 
 import (
 	"math"
@@ -19,7 +19,7 @@ type Crowd struct {
 type Order struct {
 	ID       string
 	Customer int64
-	Amount   int64 // its orderAmount; 0: the harness's orderAmount
+	Amount   int64 // its order amount; 0: the harness's OrderAmount
 }
 
 // Plan is a burst laid out in send order: Requests[i] is the index in Orders of
@@ -96,7 +96,7 @@ func (p Plan) DistinctCustomers() int {
 // The money terms of every voucher the harness creates; orders are above the
 // minimum so that every request is eligible.
 const (
-	discountAmount = 100_000
-	minOrderAmount = 500_000
-	orderAmount    = 750_000
+	DiscountAmount = 100_000
+	MinOrderAmount = 500_000
+	OrderAmount    = 750_000
 )

@@ -1,4 +1,4 @@
-package main
+package load
 
 import (
 	"context"
@@ -42,8 +42,8 @@ func (p countedPacer) Pace(elapsed time.Duration, hits uint64) (time.Duration, b
 	return p.ConstantPacer.Pace(elapsed, hits)
 }
 
-// sleepCtx waits d or until ctx is done, whichever comes first.
-func sleepCtx(ctx context.Context, d time.Duration) {
+// Sleep waits d or until ctx is done, whichever comes first.
+func Sleep(ctx context.Context, d time.Duration) {
 	if d <= 0 {
 		return
 	}
@@ -55,7 +55,7 @@ func sleepCtx(ctx context.Context, d time.Duration) {
 	}
 }
 
-// requestCount is how many requests a burst at rate for d sends: at least one.
-func requestCount(rate float64, d time.Duration) int {
+// RequestCount is how many requests a burst at rate for d sends: at least one.
+func RequestCount(rate float64, d time.Duration) int {
 	return max(int(math.Round(rate*d.Seconds())), 1)
 }

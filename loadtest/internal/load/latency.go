@@ -1,4 +1,4 @@
-package main
+package load
 
 import (
 	"math"
@@ -29,12 +29,12 @@ func LatencyOf(ds []time.Duration) Latency {
 	}
 	return Latency{
 		Count: len(ds),
-		Mean:  ms(sum / time.Duration(len(ds))),
-		P50:   ms(Percentile(ds, 50)),
-		P90:   ms(Percentile(ds, 90)),
-		P99:   ms(Percentile(ds, 99)),
-		P999:  ms(Percentile(ds, 99.9)),
-		Max:   ms(ds[len(ds)-1]),
+		Mean:  Millis(sum / time.Duration(len(ds))),
+		P50:   Millis(Percentile(ds, 50)),
+		P90:   Millis(Percentile(ds, 90)),
+		P99:   Millis(Percentile(ds, 99)),
+		P999:  Millis(Percentile(ds, 99.9)),
+		Max:   Millis(ds[len(ds)-1]),
 	}
 }
 
@@ -51,7 +51,7 @@ func Percentile(sorted []time.Duration, p float64) time.Duration {
 	return sorted[min(max(rank, 1), len(sorted))-1]
 }
 
-func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+func Millis(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
 // bucketBounds are the upper bounds of the latency histogram, roughly 1-2-5 per
 // decade; the last bucket is open.
@@ -75,10 +75,10 @@ func Histogram(all, admitted []time.Duration) []Bucket {
 	bs := make([]Bucket, len(bucketBounds)+1)
 	for i := range bs {
 		if i > 0 {
-			bs[i].FromMs = ms(bucketBounds[i-1])
+			bs[i].FromMs = Millis(bucketBounds[i-1])
 		}
 		if i < len(bucketBounds) {
-			bs[i].ToMs = ms(bucketBounds[i])
+			bs[i].ToMs = Millis(bucketBounds[i])
 		}
 	}
 	index := func(d time.Duration) int {

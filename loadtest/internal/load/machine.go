@@ -1,4 +1,4 @@
-package main
+package load
 
 import (
 	"os"
@@ -21,7 +21,7 @@ type cpuReading struct {
 // clockTick is USER_HZ, the unit of /proc times: 100 on every Linux that matters.
 const clockTick = 10 * time.Millisecond
 
-func readCPU() cpuReading {
+func ReadCPU() cpuReading {
 	r := cpuReading{at: time.Now(), children: descendantTicks(os.Getpid())}
 	var ru syscall.Rusage
 	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) == nil {
@@ -110,7 +110,7 @@ type CPUUse struct {
 	LoadAvg        float64 `json:"loadAvg1"`       // 1-minute load average at the start
 }
 
-func cpuBetween(a, b cpuReading, cpus int, load float64) *CPUUse {
+func CPUBetween(a, b cpuReading, cpus int, load float64) *CPUUse {
 	u := &CPUUse{CPUs: cpus, LoadAvg: load}
 	wall := b.at.Sub(a.at)
 	if wall <= 0 {
@@ -127,8 +127,8 @@ func cpuBetween(a, b cpuReading, cpus int, load float64) *CPUUse {
 	return u
 }
 
-// loadAvg returns the 1-minute load average, or 0.
-func loadAvg() float64 {
+// LoadAvg returns the 1-minute load average, or 0.
+func LoadAvg() float64 {
 	b, err := os.ReadFile("/proc/loadavg")
 	if err != nil {
 		return 0

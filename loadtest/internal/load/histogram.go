@@ -1,4 +1,4 @@
-package main
+package load
 
 import (
 	"bufio"
@@ -13,16 +13,16 @@ import (
 	"github.com/flashgate/flashgate/shared/api"
 )
 
-// serverHistogram is the proxy's own view of the reserves' latency: the
+// ServerHistogram is the proxy's own view of the reserves' latency: the
 // cumulative buckets of flashgate_http_request_duration_seconds for
 // POST /vouchers/:code/reservations, every status together. Subtracting two
 // readings gives a run's: what the server spent, without the time a request
 // waited in the load generator or the kernel on a machine they share.
-type serverHistogram map[float64]float64 // upper bound (s) -> cumulative count
+type ServerHistogram map[float64]float64 // upper bound (s) -> cumulative count
 
 var reserveRoute = `route="` + api.RouteReservations + `"`
 
-func readServerHistogram(ctx context.Context, url string) (serverHistogram, error) {
+func ReadServerHistogram(ctx context.Context, url string) (ServerHistogram, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url+api.MetricsPath, nil)
 	if err != nil {
 		return nil, err
@@ -32,7 +32,7 @@ func readServerHistogram(ctx context.Context, url string) (serverHistogram, erro
 		return nil, fmt.Errorf("read %s/metrics: %w", url, err)
 	}
 	defer resp.Body.Close()
-	h := serverHistogram{}
+	h := ServerHistogram{}
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	for sc.Scan() {
@@ -56,18 +56,18 @@ func readServerHistogram(ctx context.Context, url string) (serverHistogram, erro
 	return h, sc.Err()
 }
 
-// since is h minus an earlier reading.
-func (h serverHistogram) since(before serverHistogram) serverHistogram {
-	d := serverHistogram{}
+// Since is h minus an earlier reading.
+func (h ServerHistogram) Since(before ServerHistogram) ServerHistogram {
+	d := ServerHistogram{}
 	for b, v := range h {
 		d[b] = v - before[b]
 	}
 	return d
 }
 
-// quantile returns the upper bound of the bucket holding the q-th quantile
+// Quantile returns the upper bound of the bucket holding the q-th quantile
 // (0 < q <= 1) and the count; +Inf when it lies past the last finite bound.
-func (h serverHistogram) quantile(q float64) (float64, int) {
+func (h ServerHistogram) Quantile(q float64) (float64, int) {
 	bounds := make([]float64, 0, len(h))
 	for b := range h {
 		bounds = append(bounds, b)

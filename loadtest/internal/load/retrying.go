@@ -1,4 +1,4 @@
-package main
+package load
 
 import (
 	"cmp"
@@ -12,38 +12,39 @@ import (
 	"time"
 )
 
+// RetryingClients are customers who do what the API asks of them: each
 // sends one new order and, while the answer is a 503 or no answer at all,
 // sends the same order again after the Retry-After the proxy asked for (a
-// second when there was no answer), up to retryAttempts times. They run beside
+// second when there was no answer), up to RetryAttempts times. They run beside
 // the burst on its voucher, each order from a customer of its own (the
 // burst's customers would mostly meet their limit in Redis at once), so that
 // their retries meet the fault and the sell-out.
-type retryingClients struct {
+type RetryingClients struct {
 	url           string
 	code          string
 	firstCustomer int64
 	client        *http.Client
-	replays       atomic.Int64
+	Replays       atomic.Int64
 
 	mu    sync.Mutex
-	plan  Plan
+	Plan  Plan
 	shots []Shot
 }
 
 const (
-	retryAttempts   = 5
-	retryClientWait = time.Second // after no answer at all
+	RetryAttempts   = 5
+	RetryClientWait = time.Second // after no answer at all
 )
 
-func newRetryingClients(proxyURL, code string, firstCustomer int64, timeout time.Duration) *retryingClients {
-	rc := &retryingClients{url: reserveURL(proxyURL, code), code: code, firstCustomer: firstCustomer}
-	rc.client = &http.Client{Timeout: timeout, Transport: tagTransport{&http.Transport{MaxIdleConnsPerHost: 256}, &rc.replays}}
+func NewRetryingClients(proxyURL, code string, firstCustomer int64, timeout time.Duration) *RetryingClients {
+	rc := &RetryingClients{url: ReserveURL(proxyURL, code), code: code, firstCustomer: firstCustomer}
+	rc.client = &http.Client{Timeout: timeout, Transport: TagTransport{&http.Transport{MaxIdleConnsPerHost: 256}, &rc.Replays}}
 	return rc
 }
 
-// run starts a new order every 1/rate for d and returns when every order has
+// Run starts a new order every 1/rate for d and returns when every order has
 // its answer or has used its attempts.
-func (rc *retryingClients) run(ctx context.Context, rate float64, d time.Duration) {
+func (rc *RetryingClients) Run(ctx context.Context, rate float64, d time.Duration) {
 	defer rc.client.CloseIdleConnections()
 	var wg sync.WaitGroup
 	tick := time.NewTicker(time.Duration(float64(time.Second) / max(rate, 1)))
@@ -52,8 +53,8 @@ func (rc *retryingClients) run(ctx context.Context, rate float64, d time.Duratio
 		// "." never appears in the burst's orderIds (code-<base 36>).
 		o := Order{ID: fmt.Sprintf("%s.r%s", rc.code, strconv.FormatInt(int64(k), 36)), Customer: rc.firstCustomer + int64(k)}
 		rc.mu.Lock()
-		rc.plan.Orders = append(rc.plan.Orders, o)
-		idx := int32(len(rc.plan.Orders) - 1)
+		rc.Plan.Orders = append(rc.Plan.Orders, o)
+		idx := int32(len(rc.Plan.Orders) - 1)
 		rc.mu.Unlock()
 		wg.Add(1)
 		go func() {
@@ -68,32 +69,32 @@ func (rc *retryingClients) run(ctx context.Context, rate float64, d time.Duratio
 	wg.Wait()
 }
 
-func (rc *retryingClients) order(ctx context.Context, idx int32, o Order) {
-	for attempt := 0; attempt < retryAttempts && ctx.Err() == nil; attempt++ {
-		s, wait := postReserve(ctx, rc.client, rc.url, o)
+func (rc *RetryingClients) order(ctx context.Context, idx int32, o Order) {
+	for attempt := 0; attempt < RetryAttempts && ctx.Err() == nil; attempt++ {
+		s, wait := PostReserve(ctx, rc.client, rc.url, o)
 		rc.mu.Lock()
-		rc.plan.Requests = append(rc.plan.Requests, idx)
-		s.Req = int32(len(rc.plan.Requests) - 1)
+		rc.Plan.Requests = append(rc.Plan.Requests, idx)
+		s.Req = int32(len(rc.Plan.Requests) - 1)
 		if attempt > 0 {
-			rc.plan.Retries++
+			rc.Plan.Retries++
 		}
 		rc.shots = append(rc.shots, s)
 		rc.mu.Unlock()
 		if !s.Failed() {
 			return
 		}
-		sleepCtx(ctx, cmp.Or(wait, retryClientWait))
+		Sleep(ctx, cmp.Or(wait, RetryClientWait))
 	}
 }
 
-// merge appends the clients' orders, requests and answers to a burst's.
-func (rc *retryingClients) merge(p Plan, shots []Shot) (Plan, []Shot) {
+// Merge appends the clients' orders, requests and answers to a burst's.
+func (rc *RetryingClients) Merge(p Plan, shots []Shot) (Plan, []Shot) {
 	rc.mu.Lock()
 	defer rc.mu.Unlock()
 	orders, requests := int32(len(p.Orders)), int32(len(p.Requests))
-	out := Plan{Orders: slices.Concat(p.Orders, rc.plan.Orders), Retries: p.Retries + rc.plan.Retries,
+	out := Plan{Orders: slices.Concat(p.Orders, rc.Plan.Orders), Retries: p.Retries + rc.Plan.Retries,
 		Requests: slices.Clone(p.Requests)}
-	for _, o := range rc.plan.Requests {
+	for _, o := range rc.Plan.Requests {
 		out.Requests = append(out.Requests, o+orders)
 	}
 	all := slices.Clone(shots)
