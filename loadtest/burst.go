@@ -15,6 +15,7 @@ import (
 
 	"github.com/flashgate/flashgate/loadtest/internal/load"
 	"github.com/flashgate/flashgate/loadtest/internal/stack"
+	"github.com/flashgate/flashgate/loadtest/internal/verify"
 )
 
 // BurstConfig is one burst: its traffic and the voucher it goes after.
@@ -44,14 +45,14 @@ func (c BurstConfig) Requests() int { return load.RequestCount(c.Rate, c.Duratio
 
 // RunBurst creates a fresh voucher, fires the burst at b.URL and, when b has a
 // database, checks the invariants against the database and Redis.
-func RunBurst(ctx context.Context, b *Bench, cfg BurstConfig) (*Summary, error) {
+func RunBurst(ctx context.Context, b *verify.Bench, cfg BurstConfig) (*verify.Summary, error) {
 	if cfg.Rate <= 0 || cfg.Duration <= 0 {
 		return nil, errors.New("rate and duration must be positive")
 	}
 	if cfg.Label == "" {
 		cfg.Label = "burst"
 	}
-	spec := VoucherSpec{Code: newCode(codePrefix(cfg.Label)), Stock: cfg.Stock, PerUser: max(cfg.PerUser, 1), Flash: cfg.Flash}
+	spec := verify.VoucherSpec{Code: verify.NewCode(codePrefix(cfg.Label)), Stock: cfg.Stock, PerUser: max(cfg.PerUser, 1), Flash: cfg.Flash}
 	plan := load.NewPlan(spec.Code, load.Crowd{Requests: cfg.Requests(), Customers: cfg.Customers, Retry: cfg.Retry, Seed: cfg.Seed})
 	if cfg.Replay != nil {
 		plan, cfg.Attack.Schedule = cfg.Replay.planFor(spec.Code), cfg.Replay.At
@@ -66,7 +67,7 @@ func RunBurst(ctx context.Context, b *Bench, cfg BurstConfig) (*Summary, error) 
 		cfg.Attack.Results = enc
 	}
 	var before int64
-	if b.checked() {
+	if b.Checked() {
 		if err := b.CreateVoucher(ctx, spec); err != nil {
 			return nil, err
 		}
@@ -101,19 +102,19 @@ func RunBurst(ctx context.Context, b *Bench, cfg BurstConfig) (*Summary, error) 
 	s := summarize(cfg, spec, plan, v)
 	s.URL = url
 	s.CPU = load.CPUBetween(cpu0, cpu1, runtime.NumCPU(), loadAvg)
-	if !b.checked() {
+	if !b.Checked() {
 		return s, nil
 	}
 
-	o, err := b.outcome(ctx, spec, plan, v.Shots)
+	o, err := b.Outcome(ctx, spec, plan, v.Shots)
 	if err != nil {
 		return nil, err
 	}
-	s.DB, s.RedisRemaining = o.DB.summary(), o.redisRemaining()
-	s.Checks = Checks(o)
-	s.Pass = Passed(s.Checks)
+	s.DB, s.RedisRemaining = o.DB.Summary(), o.RedisRemaining()
+	s.Checks = verify.Checks(o)
+	s.Pass = verify.Passed(s.Checks)
 	if cfg.StatsWait > 0 {
-		if s.Commits, err = b.commitsSince(ctx, before, cfg.StatsWait, s.AdmittedOrders); err != nil {
+		if s.Commits, err = b.CommitsSince(ctx, before, cfg.StatsWait, s.AdmittedOrders); err != nil {
 			return nil, err
 		}
 	}
@@ -141,13 +142,13 @@ func codePrefix(label string) string {
 }
 
 // summarize turns the raw answers into the figures a report shows.
-func summarize(cfg BurstConfig, spec VoucherSpec, plan load.Plan, v load.Volley) *Summary {
-	s := &Summary{
+func summarize(cfg BurstConfig, spec verify.VoucherSpec, plan load.Plan, v load.Volley) *verify.Summary {
+	s := &verify.Summary{
 		Label: cfg.Label, Code: spec.Code, Flash: spec.Flash, Stock: spec.Stock, PerUser: spec.PerUser,
 		Customers: cfg.Customers, DistinctCustomers: plan.DistinctCustomers(), Retry: cfg.Retry,
 		Requests: len(plan.Requests), Orders: len(plan.Orders), Retries: plan.Retries,
 		Demand: plan.Demand(spec.PerUser), RequestedRate: v.Rate, DurationSeconds: cfg.Duration.Seconds(),
-		Statuses: map[string]int{}, shots: v.Shots,
+		Statuses: map[string]int{}, Shots: v.Shots,
 	}
 	s.Expected = min(spec.Stock, s.Demand)
 	all := make([]time.Duration, 0, len(v.Shots))
@@ -248,7 +249,7 @@ func commonBurstFlags(fs *flag.FlagSet, c *burstCmd, name string) (check func() 
 	fs.Var(&env, "env", "extra proxy environment for the local stack, e.g. PROXY_COALESCE=off (repeatable)")
 	return func() error {
 		if c.Out == "" {
-			c.Out = defaultOut(name)
+			c.Out = verify.DefaultOut(name)
 		}
 		if c.Config.Results == "" {
 			c.Config.Results = filepath.Join(c.Out, "results.bin")
@@ -296,8 +297,8 @@ func (c burstCmd) run(ctx context.Context) error {
 
 // burstOn runs one checked burst against e. A warm-up > 0 first runs an
 // unmeasured burst that admits every order on another voucher.
-func burstOn(ctx context.Context, e stack.Endpoints, cfg BurstConfig, warmup time.Duration) (*Summary, error) {
-	b, err := OpenBench(ctx, e)
+func burstOn(ctx context.Context, e stack.Endpoints, cfg BurstConfig, warmup time.Duration) (*verify.Summary, error) {
+	b, err := verify.OpenBench(ctx, e)
 	if err != nil {
 		return nil, err
 	}
@@ -313,12 +314,12 @@ func burstOn(ctx context.Context, e stack.Endpoints, cfg BurstConfig, warmup tim
 
 // reportBurst writes the burst's report into dir and prints it. It fails
 // when an invariant did.
-func reportBurst(s *Summary, dir string) error {
-	html, js, err := WriteReport(dir, s)
+func reportBurst(s *verify.Summary, dir string) error {
+	html, js, err := verify.WriteReport(dir, s)
 	if err != nil {
 		return err
 	}
-	PrintSummary(os.Stdout, s)
+	verify.PrintSummary(os.Stdout, s)
 	fmt.Printf("report:  %s\nsummary: %s\n", html, js)
 	if !s.Pass {
 		return fmt.Errorf("%d invariant(s) failed", failed(s.Checks))
@@ -332,7 +333,7 @@ func reportBurst(s *Summary, dir string) error {
 // for d, every one admitted, on a voucher of its own. When commits are measured
 // it then waits cfg.StatsWait, so that its commits are published before the
 // measured burst reads the counter.
-func warmUp(ctx context.Context, b *Bench, cfg BurstConfig, d time.Duration) error {
+func warmUp(ctx context.Context, b *verify.Bench, cfg BurstConfig, d time.Duration) error {
 	w := BurstConfig{Label: "warm-up", Rate: min(cfg.Rate, 1000), Duration: d, PerUser: 1,
 		Flash: cfg.Flash, Seed: cfg.Seed + 1, Attack: cfg.Attack}
 	w.Stock, w.Customers = w.Requests(), w.Requests()
@@ -341,7 +342,7 @@ func warmUp(ctx context.Context, b *Bench, cfg BurstConfig, d time.Duration) err
 		return fmt.Errorf("warm-up: %w", err)
 	}
 	fmt.Printf("warm-up: %d requests at %.0f/s on voucher %s (not measured): %s; p99 %.1f ms; invariants %s\n",
-		s.Requests, w.Rate, s.Code, statusLine(s.Statuses), s.All.P99, verdict(s.Pass))
+		s.Requests, w.Rate, s.Code, verify.StatusLine(s.Statuses), s.All.P99, verify.Verdict(s.Pass))
 	if !s.Pass {
 		return fmt.Errorf("warm-up: %d invariant(s) failed", failed(s.Checks))
 	}
@@ -355,6 +356,6 @@ func warmUp(ctx context.Context, b *Bench, cfg BurstConfig, d time.Duration) err
 	return nil
 }
 
-func failed(cs []Check) int {
-	return len(slices.DeleteFunc(slices.Clone(cs), func(c Check) bool { return c.Pass }))
+func failed(cs []verify.Check) int {
+	return len(slices.DeleteFunc(slices.Clone(cs), func(c verify.Check) bool { return c.Pass }))
 }

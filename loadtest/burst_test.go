@@ -10,6 +10,7 @@ import (
 
 	"github.com/flashgate/flashgate/loadtest/internal/load"
 	"github.com/flashgate/flashgate/loadtest/internal/stack"
+	"github.com/flashgate/flashgate/loadtest/internal/verify"
 	"github.com/flashgate/flashgate/shared/agreement/agreementtest"
 	"github.com/flashgate/flashgate/shared/devstack/devstacktest"
 )
@@ -37,7 +38,7 @@ func TestBurstInvariants(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(st.Stop)
 	rdb, db := agreementClients(t, st)
-	b, err := OpenBench(t.Context(), st.Endpoints())
+	b, err := verify.OpenBench(t.Context(), st.Endpoints())
 	require.NoError(t, err)
 	t.Cleanup(b.Close)
 
@@ -75,7 +76,7 @@ func TestBurstInvariants(t *testing.T) {
 				cfg.Label, s.Requests, s.RequestedRate, s.AchievedRate, s.Statuses, s.All.P99, s.AdmittedOrders)
 
 			// The report writes and names its files.
-			html, js, err := WriteReport(t.TempDir(), s)
+			html, js, err := verify.WriteReport(t.TempDir(), s)
 			require.NoError(t, err)
 			assert.FileExists(t, html)
 			assert.FileExists(t, js)

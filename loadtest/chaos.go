@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/flashgate/flashgate/loadtest/internal/load"
+	"github.com/flashgate/flashgate/loadtest/internal/verify"
 	"github.com/flashgate/flashgate/shared/devstack"
 )
 
@@ -111,7 +112,7 @@ func RunScenario(ctx context.Context, pg *devstack.Postgres, sc Scenario, cfg Ch
 		agree[0].Detail += t.driftDetail(ctx, r.bench)
 	}
 	res.Checks = append(res.Checks, agree...)
-	res.Pass = Passed(res.Checks)
+	res.Pass = verify.Passed(res.Checks)
 	return res, nil
 }
 
@@ -169,7 +170,7 @@ func parseChaosFlags(args []string) (chaosCmd, error) {
 		return c, err
 	}
 	if c.Out == "" {
-		c.Out = defaultOut("chaos")
+		c.Out = verify.DefaultOut("chaos")
 	}
 	return c, nil
 }
@@ -237,7 +238,7 @@ func (c chaosCmd) run(ctx context.Context) (*ChaosReport, error) {
 				RecoverySeconds: -1, SettleSeconds: -1, Statuses: map[string]int{}}
 		}
 		rep.Results = append(rep.Results, res)
-		fmt.Printf("%s (recovered %s, Redis = DB %s)\n", verdict(res.Pass), seconds(res.RecoverySeconds), seconds(res.SettleSeconds))
+		fmt.Printf("%s (recovered %s, Redis = DB %s)\n", verify.Verdict(res.Pass), seconds(res.RecoverySeconds), seconds(res.SettleSeconds))
 		for _, ch := range res.Checks {
 			if !ch.Pass {
 				fmt.Printf("    FAIL %s: %s\n", ch.Name, ch.Detail)

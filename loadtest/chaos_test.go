@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/flashgate/flashgate/loadtest/internal/load"
+	"github.com/flashgate/flashgate/loadtest/internal/verify"
 	"github.com/flashgate/flashgate/shared/devstack"
 	"github.com/flashgate/flashgate/shared/devstack/devstacktest"
 	"github.com/flashgate/flashgate/shared/gate"
@@ -60,7 +61,7 @@ func TestChaosSoak(t *testing.T) {
 	for _, rr := range res.Rounds {
 		t.Logf("round %s: %d requests: 201 %d, 409 %d, 503 %d, errors %d; recovered %s, Redis = DB %s: %s",
 			rr.Scenario, rr.Requests, rr.Created, rr.Refused, rr.Unavailable, rr.Errors,
-			seconds(rr.RecoverySeconds), seconds(rr.SettleSeconds), verdict(rr.Pass))
+			seconds(rr.RecoverySeconds), seconds(rr.SettleSeconds), verify.Verdict(rr.Pass))
 	}
 	var table strings.Builder
 	writeSampleTable(&table, res.Samples)
@@ -80,7 +81,7 @@ func runChaosTest(t *testing.T, pg *devstack.Postgres, sc Scenario, cfg ChaosCon
 	require.NotEmpty(t, res.Checks)
 	for _, c := range res.Checks {
 		if c.Name == checkAllP99 || (sc.Name == "overload" && c.Name == checkFast503) {
-			t.Logf("reported, not asserted: %s (%s): %s", c.Name, verdict(c.Pass), c.Detail)
+			t.Logf("reported, not asserted: %s (%s): %s", c.Name, verify.Verdict(c.Pass), c.Detail)
 			continue
 		}
 		assert.True(t, c.Pass, "%s: %s", c.Name, c.Detail)
@@ -146,13 +147,13 @@ func TestRecoveredAt(t *testing.T) {
 }
 
 // A sale of 3 orders: S-0 admitted at 10 ms (answer back at 20 ms), retried.
-func chaosFixture(shots ...load.Shot) Outcome {
-	return Outcome{
-		Spec: VoucherSpec{Code: "S", Stock: 1, PerUser: 1, Flash: true},
+func chaosFixture(shots ...load.Shot) verify.Outcome {
+	return verify.Outcome{
+		Spec: verify.VoucherSpec{Code: "S", Stock: 1, PerUser: 1, Flash: true},
 		Plan: load.Plan{Orders: []load.Order{{ID: "S-0", Customer: 1, Amount: 0}, {ID: "S-1", Customer: 2, Amount: 0}, {ID: "S-2", Customer: 3, Amount: 0}},
 			Requests: []int32{0, 1, 2, 0, 1, 0}, Retries: 3},
 		Shots: shots,
-		DB:    DBState{TotalLimit: 1, Used: 1, Active: map[string]int64{"S-0": 1}, ByStatus: map[string]int{"RESERVED": 1}},
+		DB:    verify.DBState{TotalLimit: 1, Used: 1, Active: map[string]int64{"S-0": 1}, ByStatus: map[string]int{"RESERVED": 1}},
 		Redis: &gate.State{Remaining: 0, Orders: []gate.Order{{OrderID: "S-0", CustomerID: 1}}},
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/flashgate/flashgate/loadtest/internal/load"
+	"github.com/flashgate/flashgate/loadtest/internal/verify"
 	"github.com/flashgate/flashgate/shared/agreement"
 	"github.com/flashgate/flashgate/shared/api"
 )
@@ -29,13 +30,13 @@ const agreementShown = 8
 // (agreement.Compare, polled until they all agree or deadline has passed),
 // then the reconcile repairs: in a scenario without the reconciler any repair
 // fails it, in one with it they are reported.
-func (r *rig) agreementChecks(ctx context.Context, deadline time.Time, codes ...string) []Check {
-	return []Check{agreementCheck(ctx, r.bench, deadline, r.reconciler, codes...), r.repairCheck(ctx, codes...)}
+func (r *rig) agreementChecks(ctx context.Context, deadline time.Time, codes ...string) []verify.Check {
+	return []verify.Check{agreementCheck(ctx, r.bench, deadline, r.reconciler, codes...), r.repairCheck(ctx, codes...)}
 }
 
 // agreementCheck polls agreement.Compare on codes until every one agrees or
 // deadline has passed (at least once), and reports the Diffs still open.
-func agreementCheck(ctx context.Context, b *Bench, deadline time.Time, reconciler string, codes ...string) Check {
+func agreementCheck(ctx context.Context, b *verify.Bench, deadline time.Time, reconciler string, codes ...string) verify.Check {
 	name, how := checkAgreement, "the ledger's periodic reconciler off (RECONCILE_INTERVAL=1h)"
 	if reconciler != "" {
 		name, how = checkAgreementReconciled, "the reconciler on: "+reconciler
@@ -55,18 +56,18 @@ func agreementCheck(ctx context.Context, b *Bench, deadline time.Time, reconcile
 		load.Sleep(ctx, settlePolling)
 	}
 	if len(open) == 0 {
-		return Check{Name: name, Pass: true, Detail: fmt.Sprintf(
+		return verify.Check{Name: name, Pass: true, Detail: fmt.Sprintf(
 			"%d flash vouchers: remaining, orders, per-customer counts and terms in Redis exactly what the database's rows imply (agreement.Compare), %.2f s after the checks began; %s",
 			len(codes), time.Since(start).Seconds(), how)}
 	}
-	return Check{Name: name, Pass: false, Detail: fmt.Sprintf(
+	return verify.Check{Name: name, Pass: false, Detail: fmt.Sprintf(
 		"%d of %d flash vouchers still disagree %.2f s after the checks began (DESIGN.md principle 5; %s): %s",
 		len(open), len(codes), time.Since(start).Seconds(), how, strings.Join(open, "; "))}
 }
 
 // compareOne is "" when Redis and the database agree on code, or the Diff
 // (its first agreementShown problems) or the error that reading them gave.
-func compareOne(ctx context.Context, b *Bench, code string) string {
+func compareOne(ctx context.Context, b *verify.Bench, code string) string {
 	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	d, err := b.Agreement(cctx, code)
@@ -89,7 +90,7 @@ func compareOne(ctx context.Context, b *Bench, code string) string {
 // only) and the database's reconcile audit of codes (which every repair of one
 // of them writes, whichever ledger made it). Without the reconciler any repair
 // fails the scenario; with it they are reported.
-func (r *rig) repairCheck(ctx context.Context, codes ...string) Check {
+func (r *rig) repairCheck(ctx context.Context, codes ...string) verify.Check {
 	var found, unread []string
 	for _, u := range r.ledgerURLs {
 		lines, err := readRepairMetrics(ctx, u)
@@ -111,9 +112,9 @@ func (r *rig) repairCheck(ctx context.Context, codes ...string) Check {
 		len(r.ledgerURLs), strings.Join(agreement.RepairMetrics, ", "), len(codes), len(found)-len(audited), len(audited),
 		listed(found), unreadable(unread))
 	if r.reconciler != "" {
-		return Check{Name: checkRepairsReported, Pass: true, Detail: detail + "; allowed: " + r.reconciler}
+		return verify.Check{Name: checkRepairsReported, Pass: true, Detail: detail + "; allowed: " + r.reconciler}
 	}
-	return Check{Name: checkNoRepair, Pass: len(found) == 0 && len(unread) == 0,
+	return verify.Check{Name: checkNoRepair, Pass: len(found) == 0 && len(unread) == 0,
 		Detail: detail + "; the reconciler is off, and a repair means Redis drifted from the database (DESIGN.md principle 5)"}
 }
 
@@ -151,7 +152,7 @@ func unreadable(errs []string) string {
 // driftDetail says which of the burst's orders Redis holds without an active
 // row (or the reverse) and what their clients were told, so that a failed
 // agreement check names the path that left the two apart: "" when none.
-func (t *traffic) driftDetail(ctx context.Context, b *Bench) string {
+func (t *traffic) driftDetail(ctx context.Context, b *verify.Bench) string {
 	plan, shots := t.rc.Merge(t.plan, t.volley.Shots)
 	st, loaded, err := b.RedisState(ctx, t.spec.Code)
 	if err != nil || !loaded {
@@ -207,7 +208,7 @@ func (t *traffic) driftDetail(ctx context.Context, b *Bench) string {
 		}
 		answers[strings.Join(last, " then ")]++
 	}
-	o := Outcome{Plan: plan, Shots: shots}
+	o := verify.Outcome{Plan: plan, Shots: shots}
 	return fmt.Sprintf(". Burst voucher (the fault from %.2f s to %.2f s): %d orders held in Redis with no active row (%d of the retrying clients', %d sent more than once; answered: %s)%s; %d active rows Redis does not hold%s",
-		t.faultStart.Sub(t.start).Seconds(), t.faultEnd.Sub(t.start).Seconds(), len(held), retrying, resent, statusList(answers), histories(o, held), len(rowOnly), histories(o, rowOnly))
+		t.faultStart.Sub(t.start).Seconds(), t.faultEnd.Sub(t.start).Seconds(), len(held), retrying, resent, verify.StatusList(answers), histories(o, held), len(rowOnly), histories(o, rowOnly))
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/flashgate/flashgate/loadtest/internal/load"
+	"github.com/flashgate/flashgate/loadtest/internal/verify"
 )
 
 // The checks on how the system behaved through the fault, beside the
@@ -22,8 +23,8 @@ const (
 
 // fast503Check: while the fault lasted, the system said "unavailable" fast
 // instead of holding the clients.
-func (res *ChaosResult) fast503Check(bound time.Duration) Check {
-	return Check{Name: checkFast503,
+func (res *ChaosResult) fast503Check(bound time.Duration) verify.Check {
+	return verify.Check{Name: checkFast503,
 		Pass: res.DuringFault503 == 0 || res.DuringFault503P99 <= float64(bound.Milliseconds()),
 		Detail: fmt.Sprintf("%d answers 503 to requests sent while the fault lasted: p99 %.0f ms, max %.0f ms (bound: p99 within %s); %d requests sent meanwhile answered 201",
 			res.DuringFault503, res.DuringFault503P99, res.DuringFault503Max, bound, res.DuringFault201)}
@@ -31,8 +32,8 @@ func (res *ChaosResult) fast503Check(bound time.Duration) Check {
 
 // answeredCheck: every request got its real answer; no 503 and no connection
 // error (a deploy must not show).
-func (res *ChaosResult) answeredCheck() Check {
-	return Check{Name: checkAnswered, Pass: res.Unavailable == 0 && res.Errors == 0,
+func (res *ChaosResult) answeredCheck() verify.Check {
+	return verify.Check{Name: checkAnswered, Pass: res.Unavailable == 0 && res.Errors == 0,
 		Detail: fmt.Sprintf("%d answers 503 and %d without an answer or with another status, of %d requests%s; %d requests resent by the clients' transport after a server closed an idle keep-alive connection under them (Idempotency-Key)",
 			res.Unavailable, res.Errors, res.Requests, samples(res.ErrorSamples), res.Replays)}
 }
@@ -46,12 +47,12 @@ func samples(s []string) string {
 
 // recoveredCheck: reserves were answered again within bound of the fault's
 // end; duringFault is how many probes were sent while it lasted.
-func (res *ChaosResult) recoveredCheck(bound time.Duration, duringFault int) Check {
+func (res *ChaosResult) recoveredCheck(bound time.Duration, duringFault int) verify.Check {
 	rec := fmt.Sprintf("never (probed for %s after the fault)", bound)
 	if res.RecoverySeconds >= 0 {
 		rec = fmt.Sprintf("%.2f s", res.RecoverySeconds)
 	}
-	return Check{Name: checkRecovered, Pass: res.RecoverySeconds >= 0 && res.RecoverySeconds <= res.RecoveryBound,
+	return verify.Check{Name: checkRecovered, Pass: res.RecoverySeconds >= 0 && res.RecoverySeconds <= res.RecoveryBound,
 		Detail: fmt.Sprintf("%d probes in a row answered %s after the fault ended (bound %s); %d probes, %d of them while the fault lasted",
 			probesInARow, rec, bound, res.Probes, duringFault)}
 }
@@ -59,12 +60,12 @@ func (res *ChaosResult) recoveredCheck(bound time.Duration, duringFault int) Che
 // settledCheck: Redis came to agree with the database on its own, within
 // bound of the last request; quiet is the last request's time after the
 // fault's end.
-func (res *ChaosResult) settledCheck(bound, quiet time.Duration) Check {
+func (res *ChaosResult) settledCheck(bound, quiet time.Duration) verify.Check {
 	set := fmt.Sprintf("never within %s", bound)
 	if res.SettleSeconds >= 0 {
 		set = fmt.Sprintf("%.2f s", res.SettleSeconds)
 	}
-	return Check{Name: checkSettled, Pass: res.SettleSeconds >= 0,
+	return verify.Check{Name: checkSettled, Pass: res.SettleSeconds >= 0,
 		Detail: fmt.Sprintf("remaining and held orders equal on both vouchers %s after the last request (%.2f s after the fault ended; bound %s)%s",
 			set, quiet.Seconds()+max(res.SettleSeconds, 0), bound, suffix(res.SettleDetail))}
 }
@@ -78,21 +79,21 @@ func suffix(s string) string {
 
 // judged is one voucher's checks and final state.
 type judged struct {
-	checks         []Check
-	db             *DBSummary
+	checks         []verify.Check
+	db             *verify.DBSummary
 	redisRemaining *int64
 }
 
 // chaosChecks judges one voucher after a scenario: the burst's checks (see
 // Checks), with "retries answered alike" made aware of time, plus an exact
 // per-customer count. name prefixes every check's name.
-func chaosChecks(ctx context.Context, b *Bench, spec VoucherSpec, plan load.Plan, shots []load.Shot, name string) (judged, error) {
-	o, err := b.outcome(ctx, spec, plan, shots)
+func chaosChecks(ctx context.Context, b *verify.Bench, spec verify.VoucherSpec, plan load.Plan, shots []load.Shot, name string) (judged, error) {
+	o, err := b.Outcome(ctx, spec, plan, shots)
 	if err != nil {
 		return judged{}, err
 	}
-	j := judged{db: o.DB.summary(), redisRemaining: o.redisRemaining()}
-	for _, c := range Checks(o) {
+	j := judged{db: o.DB.Summary(), redisRemaining: o.RedisRemaining()}
+	for _, c := range verify.Checks(o) {
 		if c.Name == "retries answered alike" {
 			c = retriesAnsweredAlike(o)
 		}
@@ -103,7 +104,7 @@ func chaosChecks(ctx context.Context, b *Bench, spec VoucherSpec, plan load.Plan
 	if err != nil {
 		return judged{}, err
 	}
-	j.checks = append(j.checks, Check{Name: "retries consumed nothing", Pass: bad == 0 && o.DB.Used == len(o.DB.Active),
+	j.checks = append(j.checks, verify.Check{Name: "retries consumed nothing", Pass: bad == 0 && o.DB.Used == len(o.DB.Active),
 		Detail: fmt.Sprintf("%d customers whose voucher_customer_usage count differs from their RESERVED/CONFIRMED rows; used_count %d, active rows %d (order_id is UNIQUE)",
 			bad, o.DB.Used, len(o.DB.Active))})
 	for i := range j.checks {
@@ -118,7 +119,7 @@ func chaosChecks(ctx context.Context, b *Bench, spec VoucherSpec, plan load.Plan
 // admitted by a later retry: that is one use, sold late, and is counted, not
 // failed. What must never happen is a refusal for a request sent after a 201
 // for the same order came back: the order holds its use.
-func retriesAnsweredAlike(o Outcome) Check {
+func retriesAnsweredAlike(o verify.Outcome) verify.Check {
 	ok := firstAdmitted(o)
 	var after []string
 	late := map[int32]bool{}
@@ -136,7 +137,7 @@ func retriesAnsweredAlike(o Outcome) Check {
 			late[ord] = true
 		}
 	}
-	return Check{Name: "retries answered alike", Pass: len(after) == 0,
+	return verify.Check{Name: "retries answered alike", Pass: len(after) == 0,
 		Detail: fmt.Sprintf("%d retries; %d refusals sent after the order's 201 came back%s; %d orders refused earlier and admitted by a later retry once a held use came back",
 			o.Plan.Retries, len(after), histories(o, after), len(late))}
 }
@@ -144,7 +145,7 @@ func retriesAnsweredAlike(o Outcome) Check {
 // refusalsHoldNothing checks that no order whose last answer was a refusal
 // holds a use in the database: the client was told "no", so it will not pay,
 // and its use would be held until the reservation expires.
-func refusalsHoldNothing(o Outcome) Check {
+func refusalsHoldNothing(o verify.Outcome) verify.Check {
 	last := map[int32]load.Shot{} // order -> its last answered request, by send time
 	for _, s := range o.Shots {
 		if s.Failed() || s.Req < 0 || int(s.Req) >= len(o.Plan.Requests) {
@@ -166,13 +167,13 @@ func refusalsHoldNothing(o Outcome) Check {
 			bad = append(bad, o.Plan.Orders[ord].ID)
 		}
 	}
-	return Check{Name: "refused orders hold no use", Pass: len(bad) == 0,
+	return verify.Check{Name: "refused orders hold no use", Pass: len(bad) == 0,
 		Detail: fmt.Sprintf("%d orders whose last answer was a refusal; %d of them RESERVED/CONFIRMED in the database%s",
 			refused, len(bad), histories(o, bad))}
 }
 
 // firstAdmitted maps each order answered 201 to when its first 201 came back.
-func firstAdmitted(o Outcome) map[int32]time.Time {
+func firstAdmitted(o verify.Outcome) map[int32]time.Time {
 	ok := map[int32]time.Time{}
 	for _, s := range o.Shots {
 		if s.Status != http.StatusCreated || s.Req < 0 || int(s.Req) >= len(o.Plan.Requests) {
@@ -199,7 +200,7 @@ func refusedOrder(p load.Plan, s load.Shot) (int32, bool) {
 // order, with times from the first request of the burst: "X: 503 at 0.61 s,
 // 201 at 0.80 s (back at 0.85 s), 409 OUT_OF_STOCK at 1.20 s". Transport
 // errors carry no order and are not shown.
-func histories(o Outcome, ids []string) string {
+func histories(o verify.Outcome, ids []string) string {
 	if len(ids) == 0 {
 		return ""
 	}
@@ -237,7 +238,7 @@ func histories(o Outcome, ids []string) string {
 // waitSettled polls until Redis agrees exactly with the database on every
 // code (remaining, and the orders holding uses) and returns how long that
 // took, or -1 and what it saw last when bound passed first.
-func waitSettled(ctx context.Context, b *Bench, bound time.Duration, codes ...string) (time.Duration, string) {
+func waitSettled(ctx context.Context, b *verify.Bench, bound time.Duration, codes ...string) (time.Duration, string) {
 	start := time.Now()
 	var last string
 	for {
@@ -260,7 +261,7 @@ func waitSettled(ctx context.Context, b *Bench, bound time.Duration, codes ...st
 
 // settledDiff says how Redis differs from the database for code, or "" when
 // it does not.
-func settledDiff(ctx context.Context, b *Bench, code string) string {
+func settledDiff(ctx context.Context, b *verify.Bench, code string) string {
 	d, err := b.DBState(ctx, code)
 	if err != nil {
 		return err.Error()

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/flashgate/flashgate/loadtest/internal/load"
+	"github.com/flashgate/flashgate/loadtest/internal/verify"
 )
 
 // ChaosReport is chaos.json.
@@ -57,7 +58,7 @@ func PrintChaosTable(w io.Writer, results []*ChaosResult) {
 	for _, r := range results {
 		fmt.Fprintf(w, "%-17s %5.1fs %8d %6d %6d %6d %6d %8s %-10s %9s %8s %s\n",
 			r.Scenario, r.FaultSeconds, r.Requests, r.Created, r.Refused, r.Unavailable, r.Errors,
-			p99Of503(r), invariantsVerdict(r), seconds(r.RecoverySeconds), seconds(r.SettleSeconds), verdict(r.Pass))
+			p99Of503(r), invariantsVerdict(r), seconds(r.RecoverySeconds), seconds(r.SettleSeconds), verify.Verdict(r.Pass))
 	}
 }
 
@@ -103,7 +104,7 @@ func p99Of503(r *ChaosResult) string {
 func reportChaos(rep *ChaosReport, dir string) error {
 	fmt.Println()
 	PrintChaosTable(os.Stdout, rep.Results)
-	md, js, err := writeReportFiles(dir, "chaos.md", []byte(chaosMarkdown(rep)), "chaos.json", rep)
+	md, js, err := verify.WriteReportFiles(dir, "chaos.md", []byte(chaosMarkdown(rep)), "chaos.json", rep)
 	if err != nil {
 		return err
 	}
@@ -138,7 +139,7 @@ func chaosMarkdown(rep *ChaosReport) string {
 	for _, r := range rep.Results {
 		fmt.Fprintf(&b, "| %s | %.1f s | %d | %d | %d | %d | %d | %s | %s | %s | %s | %s |\n",
 			r.Scenario, r.FaultSeconds, r.Requests, r.Created, r.Refused, r.Unavailable, r.Errors,
-			p99Of503(r), invariantsVerdict(r), seconds(r.RecoverySeconds), seconds(r.SettleSeconds), verdict(r.Pass))
+			p99Of503(r), invariantsVerdict(r), seconds(r.RecoverySeconds), seconds(r.SettleSeconds), verify.Verdict(r.Pass))
 	}
 	fmt.Fprintf(&b, "\nBounds: reserves answered again within %s of the fault's end; Redis = DB within %s of the last request; "+
 		"p99 of the 503s sent during the fault within %s.\n", secondsOf(c["recoveryBoundSeconds"]), secondsOf(c["settleBoundSeconds"]), secondsOf(c["fast503Seconds"]))
@@ -150,7 +151,7 @@ func chaosMarkdown(rep *ChaosReport) string {
 		"flashgate_reconcile_fixes_total above 0 and no reconcile audited for the scenario's vouchers. " +
 		"*errors*: no answer (transport error, timeout) or a status other than 2xx/409/422/503.\n")
 	for _, r := range rep.Results {
-		fmt.Fprintf(&b, "\n## %s: %s\n\n", r.Scenario, verdict(r.Pass))
+		fmt.Fprintf(&b, "\n## %s: %s\n\n", r.Scenario, verify.Verdict(r.Pass))
 		fmt.Fprintf(&b, "%s. The fault started %.2f s into the burst and lasted %.2f s.\n\n", r.Fault, r.FaultAt, r.FaultSeconds)
 		if r.Error != "" {
 			fmt.Fprintf(&b, "The harness could not run it: %s\n", r.Error)
@@ -161,7 +162,7 @@ func chaosMarkdown(rep *ChaosReport) string {
 			"Answers: %s. While the fault lasted: %d requests, %d answered 201, %d answered 503 (p99 %.0f ms, max %.0f ms). "+
 			"Resent by the clients' transport on a new connection (Idempotency-Key): %d.\n\n",
 			r.Code, r.Stock, r.ProbeCode, r.Rate, r.Achieved, r.RetryingOrders, r.RetryingSends, r.Probes,
-			statusLine(r.Statuses), r.DuringFault, r.DuringFault201, r.DuringFault503, r.DuringFault503P99, r.DuringFault503Max, r.Replays)
+			verify.StatusLine(r.Statuses), r.DuringFault, r.DuringFault201, r.DuringFault503, r.DuringFault503P99, r.DuringFault503Max, r.Replays)
 		if r.Latency != nil {
 			fmt.Fprintf(&b, "Latency of every answer: p50 %.1f ms, p99 %.1f ms, max %.0f ms.\n\n", r.Latency.P50, r.Latency.P99, r.Latency.Max)
 		}
@@ -169,7 +170,7 @@ func chaosMarkdown(rep *ChaosReport) string {
 			fmt.Fprintf(&b, "Errors seen: %s.\n\n", strings.Join(r.ErrorSamples, "; "))
 		}
 		for _, c := range r.Checks {
-			fmt.Fprintf(&b, "- %s %s: %s\n", verdict(c.Pass), c.Name, c.Detail)
+			fmt.Fprintf(&b, "- %s %s: %s\n", verify.Verdict(c.Pass), c.Name, c.Detail)
 		}
 		if len(r.Rounds) > 0 {
 			b.WriteString(soakMarkdown(r))

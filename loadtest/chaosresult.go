@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/flashgate/flashgate/loadtest/internal/load"
+	"github.com/flashgate/flashgate/loadtest/internal/verify"
 )
 
 // ChaosResult is one scenario's figures and verdicts.
@@ -58,11 +59,11 @@ type ChaosResult struct {
 	Rounds  []*ChaosResult `json:"rounds,omitempty"`
 	Samples []ProcSample   `json:"samples,omitempty"`
 
-	DB             *DBSummary `json:"db,omitempty"`
-	RedisRemaining *int64     `json:"redisRemaining,omitempty"`
-	Checks         []Check    `json:"checks"`
-	Pass           bool       `json:"pass"`
-	Error          string     `json:"error,omitempty"` // the harness could not run the scenario
+	DB             *verify.DBSummary `json:"db,omitempty"`
+	RedisRemaining *int64            `json:"redisRemaining,omitempty"`
+	Checks         []verify.Check    `json:"checks"`
+	Pass           bool              `json:"pass"`
+	Error          string            `json:"error,omitempty"` // the harness could not run the scenario
 }
 
 // tally counts the answers of the burst and the probes.

@@ -15,6 +15,7 @@ import (
 
 	"github.com/flashgate/flashgate/loadtest/internal/load"
 	"github.com/flashgate/flashgate/loadtest/internal/stack"
+	"github.com/flashgate/flashgate/loadtest/internal/verify"
 )
 
 // The paths compare measures, in the order it measures them.
@@ -51,7 +52,7 @@ var pathNotes = map[string]string{
 
 // CompareConfig is one compare run.
 type CompareConfig struct {
-	Ladder       Ladder
+	Ladder       verify.Ladder
 	StepDuration time.Duration
 	FixedRate    float64
 	Retry        float64
@@ -59,7 +60,7 @@ type CompareConfig struct {
 	Warmup       time.Duration // an unmeasured burst at the start rate before each path's ladder
 	Recheck      int           // reruns of a step that was not sustained before the ladder stops
 	Paths        []string
-	Sustain      Sustain
+	Sustain      verify.Sustain
 	Attack       load.AttackOptions
 	Sale         BurstConfig // the 1,000-use burst that measures commits per admitted
 	Durable      bool        // Postgres with fsync and full_page_writes on
@@ -104,12 +105,12 @@ type PathResult struct {
 	Ratio   float64      `json:"ratioToCeiling,omitempty"`
 }
 
-func stepOf(s *Summary, sus Sustain) StepResult {
+func stepOf(s *verify.Summary, sus verify.Sustain) StepResult {
 	r := StepResult{Rate: s.RequestedRate, Achieved: s.AchievedRate, P50Ms: s.All.P50, P99Ms: s.All.P99,
 		P999Ms: s.All.P999, ErrorRate: s.ErrorRate, Admitted: s.AdmittedOrders, Invariants: "n/a", Code: s.Code, CPU: s.CPU}
 	r.Sustained, r.Why = sus.Judge(s)
 	if len(s.Checks) > 0 {
-		r.Invariants = verdict(s.Pass)
+		r.Invariants = verify.Verdict(s.Pass)
 		for _, c := range s.Checks {
 			if !c.Pass {
 				r.Failed = append(r.Failed, c.Name+": "+c.Detail)
@@ -122,7 +123,7 @@ func stepOf(s *Summary, sus Sustain) StepResult {
 // comparer runs the bursts of one compare.
 type comparer struct {
 	cfg     CompareConfig
-	benches map[string]*Bench
+	benches map[string]*verify.Bench
 	log     io.Writer
 	failed  []string // invariant failures, "path at rate: name"
 }
@@ -147,7 +148,7 @@ func (c *comparer) shape(path string, rate float64, d time.Duration) BurstConfig
 }
 
 // burst runs one burst on path and records invariant failures.
-func (c *comparer) burst(ctx context.Context, path string, cfg BurstConfig) (*Summary, StepResult, error) {
+func (c *comparer) burst(ctx context.Context, path string, cfg BurstConfig) (*verify.Summary, StepResult, error) {
 	s, err := RunBurst(ctx, c.benches[path], cfg)
 	if err != nil {
 		return nil, StepResult{}, fmt.Errorf("%s at %.0f/s: %w", path, cfg.Rate, err)
@@ -204,7 +205,7 @@ func (c *comparer) step(ctx context.Context, pr *PathResult, rate float64) (bool
 // ratios between paths.
 func (c *comparer) measureAll(ctx context.Context, paths []string) ([]*PathResult, error) {
 	var prs []*PathResult
-	climbs := map[string]*Climb{}
+	climbs := map[string]*verify.Climb{}
 	for _, p := range paths {
 		pr := &PathResult{Name: p, Note: pathNotes[p]}
 		prs = append(prs, pr)
@@ -275,7 +276,7 @@ type compareCmd struct {
 // parseCompareFlags reads `loadtest compare`'s flags.
 func parseCompareFlags(args []string) (compareCmd, error) {
 	fs := flag.NewFlagSet("compare", flag.ExitOnError)
-	c := compareCmd{Config: CompareConfig{Sustain: DefaultSustain}}
+	c := compareCmd{Config: CompareConfig{Sustain: verify.DefaultSustain}}
 	cfg := &c.Config
 	fs.Float64Var(&cfg.Ladder.Start, "start-rate", 1000, "first rate of each path's ladder, req/s")
 	fs.Float64Var(&cfg.Ladder.Factor, "factor", 1.5, "rate multiplier per ladder step")
@@ -288,9 +289,9 @@ func parseCompareFlags(args []string) (compareCmd, error) {
 	fs.DurationVar(&cfg.Warmup, "warmup", time.Second, "unmeasured burst at the start rate before each path (0: none)")
 	fs.IntVar(&cfg.Recheck, "recheck", 1, "reruns of a step that was not sustained before a ladder stops")
 	pathList := fs.String("paths", strings.Join(allPaths, ","), "paths to measure, comma separated: "+strings.Join(allPaths, ","))
-	fs.Float64Var(&cfg.Sustain.MaxErrorRate, "max-errors", DefaultSustain.MaxErrorRate, "most failed requests of a sustained step (share)")
-	fs.DurationVar(&cfg.Sustain.MaxP99, "max-p99", DefaultSustain.MaxP99, "highest p99 of a sustained step")
-	fs.Float64Var(&cfg.Sustain.MinAchieved, "min-achieved", DefaultSustain.MinAchieved, "lowest achieved/requested rate of a sustained step")
+	fs.Float64Var(&cfg.Sustain.MaxErrorRate, "max-errors", verify.DefaultSustain.MaxErrorRate, "most failed requests of a sustained step (share)")
+	fs.DurationVar(&cfg.Sustain.MaxP99, "max-p99", verify.DefaultSustain.MaxP99, "highest p99 of a sustained step")
+	fs.Float64Var(&cfg.Sustain.MinAchieved, "min-achieved", verify.DefaultSustain.MinAchieved, "lowest achieved/requested rate of a sustained step")
 	cfg.Sale = BurstConfig{Label: "sale", PerUser: 1, Flash: true, Seed: 1}
 	fs.Float64Var(&cfg.Sale.Rate, "sale-rate", 5000, "rate of the 1,000-use burst (0: skip it)")
 	fs.DurationVar(&cfg.Sale.Duration, "sale-duration", 4*time.Second, "duration of the 1,000-use burst")
@@ -330,7 +331,7 @@ func parseCompareFlags(args []string) (compareCmd, error) {
 		return c, fmt.Errorf("--generator %q: want wrk, vegeta or auto", cfg.Wrk.Generator)
 	}
 	if c.Out == "" {
-		c.Out = defaultOut("compare")
+		c.Out = verify.DefaultOut("compare")
 	}
 	if cfg.Ladder.Factor <= 1 || cfg.Ladder.Start <= 0 || cfg.StepDuration <= 0 {
 		return c, errors.New("--start-rate and --step-duration must be positive and --factor above 1")
@@ -351,7 +352,7 @@ func runCompare(ctx context.Context, args []string) error {
 		return err
 	}
 	defer st.Stop()
-	b, err := OpenBench(ctx, st.Endpoints())
+	b, err := verify.OpenBench(ctx, st.Endpoints())
 	if err != nil {
 		return err
 	}
@@ -373,8 +374,8 @@ func runCompare(ctx context.Context, args []string) error {
 // needs beyond the stack: a proxy without coalescing, the ceiling server,
 // the solution1 server.
 // stop stops what it started.
-func (c *comparer) openPaths(st *stack.Stack, b *Bench) (stop func(), err error) {
-	c.benches = map[string]*Bench{pathStandard: b, pathFlash: b, pathSoldOut: b, pathGate: b}
+func (c *comparer) openPaths(st *stack.Stack, b *verify.Bench) (stop func(), err error) {
+	c.benches = map[string]*verify.Bench{pathStandard: b, pathFlash: b, pathSoldOut: b, pathGate: b}
 	var stops []func()
 	stop = func() {
 		for _, s := range stops {
@@ -402,7 +403,7 @@ func (c *comparer) openPaths(st *stack.Stack, b *Bench) (stop func(), err error)
 			return stop, err
 		}
 		stops = append(stops, ceil.Stop)
-		c.benches[pathCeiling] = BareBench(ceil.URL)
+		c.benches[pathCeiling] = verify.BareBench(ceil.URL)
 	}
 	if slices.Contains(c.cfg.Paths, pathSolution1) {
 		sol, err := startChild("solution1", "--db", st.DBURL)
@@ -417,7 +418,7 @@ func (c *comparer) openPaths(st *stack.Stack, b *Bench) (stop func(), err error)
 
 // run measures every path, flash at 80% of its maximum and the sale; the
 // sale's own report goes into out/sale.
-func (c *comparer) run(ctx context.Context, b *Bench, started time.Time, out string) (*CompareReport, error) {
+func (c *comparer) run(ctx context.Context, b *verify.Bench, started time.Time, out string) (*CompareReport, error) {
 	cfg := c.cfg
 	rep := &CompareReport{Started: started, CPUs: runtime.NumCPU(), LoadAvg: load.LoadAvg(), StepDuration: cfg.StepDuration.Seconds(),
 		FixedRate: cfg.FixedRate, Sustain: fmt.Sprintf("errors <= %.2g%%, p99 <= %s, achieved >= %.0f%% of requested, invariants pass",
@@ -459,7 +460,7 @@ func (c *comparer) run(ctx context.Context, b *Bench, started time.Time, out str
 
 // sale runs the 1,000-use burst that measures commits per admitted order and
 // writes its report into dir.
-func (c *comparer) sale(ctx context.Context, b *Bench, dir string) (*Summary, error) {
+func (c *comparer) sale(ctx context.Context, b *verify.Bench, dir string) (*verify.Summary, error) {
 	sale := c.cfg.Sale
 	fmt.Fprintf(c.log, "the %d-use sale: %d requests at %.0f/s, %d customers, %.0f%% retries (then %s for Postgres statistics)\n",
 		sale.Stock, sale.Requests(), sale.Rate, sale.Customers, 100*sale.Retry, sale.StatsWait)
@@ -467,8 +468,8 @@ func (c *comparer) sale(ctx context.Context, b *Bench, dir string) (*Summary, er
 	if err != nil {
 		return nil, fmt.Errorf("sale: %w", err)
 	}
-	PrintSummary(c.log, s)
-	html, _, err := WriteReport(dir, s)
+	verify.PrintSummary(c.log, s)
+	html, _, err := verify.WriteReport(dir, s)
 	if err != nil {
 		return nil, err
 	}

@@ -1,6 +1,10 @@
 package main
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/flashgate/flashgate/loadtest/internal/verify"
+)
 
 func TestStoppedBy(t *testing.T) {
 	tests := []struct {
@@ -35,8 +39,8 @@ func TestSaleCommitsTargetAtItsRate(t *testing.T) {
 		rate  float64
 		judge bool
 	}{{5_000, false}, {commitsTargetRate, true}} {
-		r := &CompareReport{Sale: &Summary{Stock: 1000, RequestedRate: tt.rate, AdmittedOrders: 1000,
-			Commits: &Commits{Delta: 80, PerAdmitted: 0.08}}}
+		r := &CompareReport{Sale: &verify.Summary{Stock: 1000, RequestedRate: tt.rate, AdmittedOrders: 1000,
+			Commits: &verify.Commits{Delta: 80, PerAdmitted: 0.08}}}
 		r.finish(CompareConfig{})
 		judged := 0
 		for _, tg := range r.Targets {

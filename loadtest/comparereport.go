@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/flashgate/flashgate/loadtest/internal/verify"
 )
 
 // Target is one of the goals the design states, against what was measured.
@@ -17,21 +19,21 @@ type Target struct {
 
 // CompareReport is compare.json.
 type CompareReport struct {
-	Started      time.Time     `json:"started"`
-	Seconds      float64       `json:"seconds"`
-	CPUs         int           `json:"cpus"`
-	LoadAvg      float64       `json:"loadAvg1AtStart"`
-	StepDuration float64       `json:"stepDurationSeconds"`
-	FixedRate    float64       `json:"fixedRate"`
-	Sustain      string        `json:"sustainedMeans"`
-	Paths        []*PathResult `json:"paths"`
-	Flash80      *StepResult   `json:"flashAt80PercentOfMax,omitempty"`
-	Sale         *Summary      `json:"sale,omitempty"`
-	Generator    string        `json:"generator"` // wrk: the table is Wrk's; vegeta: Paths'
-	Durable      bool          `json:"durable"`
-	Wrk          *WrkReport    `json:"wrk,omitempty"`
-	Targets      []Target      `json:"targets"`
-	Invariants   bool          `json:"allInvariantsPassed"`
+	Started      time.Time       `json:"started"`
+	Seconds      float64         `json:"seconds"`
+	CPUs         int             `json:"cpus"`
+	LoadAvg      float64         `json:"loadAvg1AtStart"`
+	StepDuration float64         `json:"stepDurationSeconds"`
+	FixedRate    float64         `json:"fixedRate"`
+	Sustain      string          `json:"sustainedMeans"`
+	Paths        []*PathResult   `json:"paths"`
+	Flash80      *StepResult     `json:"flashAt80PercentOfMax,omitempty"`
+	Sale         *verify.Summary `json:"sale,omitempty"`
+	Generator    string          `json:"generator"` // wrk: the table is Wrk's; vegeta: Paths'
+	Durable      bool            `json:"durable"`
+	Wrk          *WrkReport      `json:"wrk,omitempty"`
+	Targets      []Target        `json:"targets"`
+	Invariants   bool            `json:"allInvariantsPassed"`
 }
 
 // reportCompare prints the markdown and writes compare.md and compare.json
@@ -40,7 +42,7 @@ func reportCompare(rep *CompareReport, failed []string, dir string) error {
 	var md strings.Builder
 	rep.Markdown(&md, failed)
 	fmt.Print("\n" + md.String())
-	mdPath, jsPath, err := writeReportFiles(dir, "compare.md", []byte(md.String()), "compare.json", rep)
+	mdPath, jsPath, err := verify.WriteReportFiles(dir, "compare.md", []byte(md.String()), "compare.json", rep)
 	if err != nil {
 		return err
 	}
@@ -169,7 +171,7 @@ func (r *CompareReport) targetsAndSale(w io.Writer) {
 	}
 	if s := r.Sale; s != nil {
 		fmt.Fprintf(w, "\nThe %d-use sale: %d requests at %.0f/s (achieved %.0f/s), %d admitted, p99 %.1f ms (201s: p99 %.1f ms), errors %d, invariants %s",
-			s.Stock, s.Requests, s.RequestedRate, s.AchievedRate, s.AdmittedOrders, s.All.P99, s.Admitted.P99, s.Errors, verdict(s.Pass))
+			s.Stock, s.Requests, s.RequestedRate, s.AchievedRate, s.AdmittedOrders, s.All.P99, s.Admitted.P99, s.Errors, verify.Verdict(s.Pass))
 		if c := s.Commits; c != nil {
 			fmt.Fprintf(w, ", %d Postgres commits = %.3f per admitted", c.Delta, c.PerAdmitted)
 		}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/flashgate/flashgate/loadtest/internal/load"
 	"github.com/flashgate/flashgate/loadtest/internal/stack"
+	"github.com/flashgate/flashgate/loadtest/internal/verify"
 )
 
 // parseDemoFlags reads `loadtest demo`'s flags.
@@ -28,7 +29,7 @@ func parseDemoFlags(args []string) burstCmd {
 	fs.BoolVar(&c.Stack.DurablePG, "durable", false, "Postgres with fsync and full_page_writes on: every 201 is on disk (make demo sets it)")
 	_ = fs.Parse(args)
 	if c.Out == "" {
-		c.Out = defaultOut("demo")
+		c.Out = verify.DefaultOut("demo")
 	}
 	return c
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/flashgate/flashgate/loadtest/internal/load"
+	"github.com/flashgate/flashgate/loadtest/internal/verify"
 	"github.com/flashgate/flashgate/shared/devstack"
 )
 
@@ -44,11 +45,11 @@ func overloadPlan(c ChaosConfig, base float64) ChaosConfig {
 // compare's ladder does: each step a fresh flash voucher with a use for every
 // request, sustained when the errors (503s included), p99 and achieved rate
 // meet DefaultSustain.
-func maxLadder(short bool) (Ladder, time.Duration) {
+func maxLadder(short bool) (verify.Ladder, time.Duration) {
 	if short {
-		return Ladder{Start: 1000, Factor: 1.5, Floor: 250, MaxSteps: 4}, time.Second
+		return verify.Ladder{Start: 1000, Factor: 1.5, Floor: 250, MaxSteps: 4}, time.Second
 	}
-	return Ladder{Start: 1500, Factor: 1.25, Floor: 250, MaxSteps: 9}, 3 * time.Second
+	return verify.Ladder{Start: 1500, Factor: 1.25, Floor: 250, MaxSteps: 9}, 3 * time.Second
 }
 
 // measureFlashMax runs maxLadder against r and returns the highest rate
@@ -59,7 +60,7 @@ func measureFlashMax(ctx context.Context, r *rig, cfg ChaosConfig) (float64, []s
 	var steps []string
 	best, err := ladder.Climb(func(rate float64) (bool, error) {
 		n := load.RequestCount(rate, step)
-		spec := VoucherSpec{Code: newCode("overload-max"), Stock: n, PerUser: 1, Flash: true}
+		spec := verify.VoucherSpec{Code: verify.NewCode("overload-max"), Stock: n, PerUser: 1, Flash: true}
 		if err := r.bench.CreateVoucher(ctx, spec); err != nil {
 			return false, err
 		}
@@ -71,9 +72,9 @@ func measureFlashMax(ctx context.Context, r *rig, cfg ChaosConfig) (float64, []s
 			return false, err
 		}
 		sum := summarize(BurstConfig{Label: "max", Rate: rate, Duration: step}, spec, plan, v)
-		ok, why := DefaultSustain.Judge(sum)
+		ok, why := verify.DefaultSustain.Judge(sum)
 		steps = append(steps, fmt.Sprintf("%.0f/s: %s (achieved %.0f/s, p99 %.1f ms, errors %.2f%%)%s",
-			rate, verdict(ok), sum.AchievedRate, sum.All.P99, 100*sum.ErrorRate, suffix(why)))
+			rate, verify.Verdict(ok), sum.AchievedRate, sum.All.P99, 100*sum.ErrorRate, suffix(why)))
 		load.Sleep(ctx, 500*time.Millisecond) // let the writes of the step drain
 		return ok, nil
 	})
@@ -120,7 +121,7 @@ func runOverload(ctx context.Context, pg *devstack.Postgres, sc Scenario, cfg Ch
 	if err != nil {
 		return nil, err
 	}
-	res.Checks = append([]Check{{Name: checkMeasured, Pass: true,
+	res.Checks = append([]verify.Check{{Name: checkMeasured, Pass: true,
 		Detail: fmt.Sprintf("%.0f/s, so %.0f/s for %s; %s. Steps: %s", base, cfg.Rate, cfg.Duration, split, strings.Join(steps, "; "))}},
 		res.Checks...)
 	return res, nil
@@ -129,7 +130,7 @@ func runOverload(ctx context.Context, pg *devstack.Postgres, sc Scenario, cfg Ch
 // overloadBurst is the overload itself, on r, and its checks.
 func overloadBurst(ctx context.Context, r *rig, sc Scenario, cfg ChaosConfig) (*ChaosResult, error) {
 	n := cfg.requests()
-	spec := VoucherSpec{Code: newCode("overload"), Stock: n, PerUser: 1, Flash: true}
+	spec := verify.VoucherSpec{Code: verify.NewCode("overload"), Stock: n, PerUser: 1, Flash: true}
 	if err := r.bench.CreateVoucher(ctx, spec); err != nil {
 		return nil, fmt.Errorf("%s: %w", sc.Name, err)
 	}
@@ -170,7 +171,7 @@ func overloadBurst(ctx context.Context, r *rig, sc Scenario, cfg ChaosConfig) (*
 	res.Checks = append(j.checks, res.overloadChecks(overloadP99)...)
 	res.Checks = append(res.Checks, res.settledCheck(cfg.SettleBound, 0), serverP99Check(after.Since(before)))
 	res.Checks = append(res.Checks, r.agreementChecks(ctx, end.Add(cfg.SettleBound), spec.Code)...)
-	res.Pass = Passed(res.Checks)
+	res.Pass = verify.Passed(res.Checks)
 	return res, nil
 }
 
@@ -178,12 +179,12 @@ func overloadBurst(ctx context.Context, r *rig, sc Scenario, cfg ChaosConfig) (*
 // histogram): the time requests spent in the server, apart from the time they
 // waited in the load generator and the kernel on a machine they share. It is
 // a figure, not a verdict.
-func serverP99Check(h load.ServerHistogram) Check {
+func serverP99Check(h load.ServerHistogram) verify.Check {
 	p99, n := h.Quantile(0.99)
 	p50, _ := h.Quantile(0.50)
 	p90, _ := h.Quantile(0.90)
 	p95, _ := h.Quantile(0.95)
-	return Check{Name: "p99 inside the proxy (reported)", Pass: true,
+	return verify.Check{Name: "p99 inside the proxy (reported)", Pass: true,
 		Detail: fmt.Sprintf("%d reserves in the proxy's flashgate_http_request_duration_seconds: p50 within %s, p90 within %s, p95 within %s, p99 within %s (bucket bounds)",
 			n, bucketSeconds(p50), bucketSeconds(p90), bucketSeconds(p95), bucketSeconds(p99))}
 }
@@ -197,9 +198,9 @@ func bucketSeconds(s float64) string {
 
 // overloadChecks: p99 of every answer and of the 503s within bound, and every
 // request answered (no timeout, no connection error, no other status).
-func (res *ChaosResult) overloadChecks(bound time.Duration) []Check {
+func (res *ChaosResult) overloadChecks(bound time.Duration) []verify.Check {
 	b := float64(bound.Milliseconds())
-	return []Check{
+	return []verify.Check{
 		{Name: checkAllP99, Pass: res.Latency.P99 <= b,
 			Detail: fmt.Sprintf("%d answers at %.0f/s requested, %.0f/s achieved: p50 %.1f ms, p99 %.1f ms, max %.0f ms (bound: p99 within %s)",
 				res.Latency.Count, res.Rate, res.Achieved, res.Latency.P50, res.Latency.P99, res.Latency.Max, bound)},

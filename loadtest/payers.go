@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/flashgate/flashgate/loadtest/internal/load"
+	"github.com/flashgate/flashgate/loadtest/internal/verify"
 	"github.com/flashgate/flashgate/shared/client"
 	"github.com/flashgate/flashgate/shared/httpx"
 	"github.com/flashgate/flashgate/shared/voucher"
@@ -156,7 +157,7 @@ func (p *payers) call(ctx context.Context, step payStep, o *payOrder) bool {
 // checks judges the payers' voucher: every order's row has a status its
 // answers allow, no answer was one no status allows, used_count equals the
 // active rows and every customer's count its active rows.
-func (p *payers) checks(ctx context.Context, b *Bench) ([]Check, error) {
+func (p *payers) checks(ctx context.Context, b *verify.Bench) ([]verify.Check, error) {
 	statuses, err := b.RedemptionStatuses(ctx, p.code)
 	if err != nil {
 		return nil, err
@@ -181,11 +182,11 @@ func (p *payers) checks(ctx context.Context, b *Bench) ([]Check, error) {
 	if err != nil {
 		return nil, err
 	}
-	return []Check{
-		check("payers: every row as its answers say", len(wrong) == 0 && len(odd) == 0,
+	return []verify.Check{
+		verify.NewCheck("payers: every row as its answers say", len(wrong) == 0 && len(odd) == 0,
 			"%d orders reserved, then confirmed, refunded, released or left (calls: %s); rows by status: %s; %d rows in a status no answer allows%s; %d answers no status allows%s",
-			len(p.orders), statusList(p.calls), statusList(d.ByStatus), len(wrong), sample(wrong), len(odd), sample(odd)),
-		check("payers: uses counted once", d.Used == len(d.Active) && bad == 0,
+			len(p.orders), verify.StatusList(p.calls), verify.StatusList(d.ByStatus), len(wrong), verify.Sample(wrong), len(odd), verify.Sample(odd)),
+		verify.NewCheck("payers: uses counted once", d.Used == len(d.Active) && bad == 0,
 			"used_count %d, RESERVED/CONFIRMED rows %d; %d customers whose voucher_customer_usage count differs from their active rows",
 			d.Used, len(d.Active), bad),
 	}, nil

@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/flashgate/flashgate/loadtest/internal/verify"
 	"github.com/flashgate/flashgate/shared/api"
 )
 
@@ -116,8 +117,8 @@ func readProc(ctx context.Context, client *http.Client, url string) (ProcSample,
 // summed over its instances, between the window after warm-up and the last
 // one: the floor (least) of each window, since faults raise the counts for a
 // moment and a leak raises the floor. Growth above maxGrowth fails.
-func flatChecks(samples []ProcSample, warm, last [2]float64, maxGrowth float64) []Check {
-	var cs []Check
+func flatChecks(samples []ProcSample, warm, last [2]float64, maxGrowth float64) []verify.Check {
+	var cs []verify.Check
 	for _, k := range [][2]string{{"proxy", "proxies'"}, {"ledger", "ledgers'"}} {
 		kind, kinds := k[0], k[1]
 		sums := sumByTime(samples, kind)
@@ -127,7 +128,7 @@ func flatChecks(samples []ProcSample, warm, last [2]float64, maxGrowth float64) 
 			if a > 0 {
 				growth = b/a - 1
 			}
-			cs = append(cs, Check{Name: fmt.Sprintf("%s %s %s", checkFlat, kinds, what), Pass: a > 0 && b > 0 && growth <= maxGrowth,
+			cs = append(cs, verify.Check{Name: fmt.Sprintf("%s %s %s", checkFlat, kinds, what), Pass: a > 0 && b > 0 && growth <= maxGrowth,
 				Detail: fmt.Sprintf("least %s of both %ss together: %.0f in %.0f-%.0f s, %.0f in %.0f-%.0f s: %+.1f%% (bound +%.0f%%); %d restarts of a %s in the run",
 					what, kind, a, warm[0], warm[1], b, last[0], last[1], 100*growth, 100*maxGrowth, restarts(samples, kind), kind)})
 		}

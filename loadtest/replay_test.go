@@ -19,6 +19,7 @@ import (
 
 	"github.com/flashgate/flashgate/loadtest/internal/load"
 	"github.com/flashgate/flashgate/loadtest/internal/stack"
+	"github.com/flashgate/flashgate/loadtest/internal/verify"
 	"github.com/flashgate/flashgate/shared/devstack"
 	"github.com/flashgate/flashgate/shared/devstack/devstacktest"
 )
@@ -67,7 +68,7 @@ func TestRecordAndReplay(t *testing.T) {
 		ExternalDB: devstacktest.PostgresURL(t), ExternalRDB: devstacktest.RedisURL(t), ServiceLog: io.Discard})
 	require.NoError(t, err)
 	t.Cleanup(st.Stop)
-	b, err := OpenBench(t.Context(), st.Endpoints())
+	b, err := verify.OpenBench(t.Context(), st.Endpoints())
 	require.NoError(t, err)
 	t.Cleanup(b.Close)
 	dir := t.TempDir()

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/flashgate/flashgate/loadtest/internal/stack"
+	"github.com/flashgate/flashgate/loadtest/internal/verify"
 	"github.com/flashgate/flashgate/shared/devstack"
 )
 
@@ -54,7 +55,7 @@ type rig struct {
 	ledgerB *devstack.Service // the second ledger of a two-ledger scenario or a fleet
 	fleet   *fleet            // two proxies and two ledgers behind balancers (Scenario.Fleet)
 	entry   string            // where clients send: the proxy, or the fleet's balancer
-	bench   *Bench
+	bench   *verify.Bench
 	dbName  string
 	// ledgerURLs reach each ledger itself (not a balancer), for its /metrics.
 	ledgerURLs []string
@@ -68,7 +69,7 @@ func startRig(ctx context.Context, pg *devstack.Postgres, sc Scenario, cfg Chaos
 			r.Close(ctx)
 		}
 	}()
-	r.dbName = fmt.Sprintf("chaos_%s_%d", strings.ReplaceAll(sc.Name, "-", "_"), nextSeq())
+	r.dbName = fmt.Sprintf("chaos_%s_%d", strings.ReplaceAll(sc.Name, "-", "_"), verify.NextSeq())
 	dbURL, err := createDatabase(ctx, pg.URL(), r.dbName)
 	if err != nil {
 		return r, err
@@ -132,7 +133,7 @@ func startRig(ctx context.Context, pg *devstack.Postgres, sc Scenario, cfg Chaos
 		e = r.fleet.endpoints(e)
 	}
 	r.entry = e.ProxyURL
-	r.bench, err = OpenBench(ctx, e)
+	r.bench, err = verify.OpenBench(ctx, e)
 	return r, err
 }
 

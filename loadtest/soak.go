@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/flashgate/flashgate/loadtest/internal/load"
+	"github.com/flashgate/flashgate/loadtest/internal/verify"
 	"github.com/flashgate/flashgate/shared/devstack"
 )
 
@@ -154,7 +155,7 @@ func runSoak(ctx context.Context, pg *devstack.Postgres, sc Scenario, cfg ChaosC
 	}
 	res := soakResult(ctx, r, sc, cfg, plan, rounds, samples, elapsed)
 	if maxSteps != nil {
-		res.Checks = append([]Check{{Name: checkMeasured, Pass: true,
+		res.Checks = append([]verify.Check{{Name: checkMeasured, Pass: true,
 			Detail: fmt.Sprintf("%.0f/s, so %.0f/s for the soak. Steps: %s", 2*plan.Rate, plan.Rate, strings.Join(maxSteps, "; "))}},
 			res.Checks...)
 	}
@@ -178,9 +179,9 @@ func startRound(ctx context.Context, r *rig, i int, fault Scenario, plan soakPla
 	if err != nil {
 		return rd, fmt.Errorf("soak round %d: %w", i+1, err)
 	}
-	payCode := newCode("pay")
+	payCode := verify.NewCode("pay")
 	for end := time.Now().Add(soakCreateBound); ; {
-		err = r.bench.CreateVoucher(ctx, VoucherSpec{Code: payCode, Stock: probeStock, PerUser: 1, Flash: true})
+		err = r.bench.CreateVoucher(ctx, verify.VoucherSpec{Code: payCode, Stock: probeStock, PerUser: 1, Flash: true})
 		if err == nil || time.Now().After(end) || ctx.Err() != nil {
 			break
 		}
@@ -210,7 +211,7 @@ func (rd *soakRound) run(ctx context.Context, r *rig) {
 	// judging is read-only, so try again.
 	for attempt := 0; ; attempt++ {
 		err = rd.t.judge(ctx, r.bench, res, rd.cfg, quiet.Sub(rd.t.faultEnd))
-		var pay []Check
+		var pay []verify.Check
 		if err == nil {
 			pay, err = rd.pay.checks(ctx, r.bench)
 		}
@@ -225,12 +226,12 @@ func (rd *soakRound) run(ctx context.Context, r *rig) {
 	} else {
 		res.Checks = append(res.Checks, r.agreementChecks(ctx, quiet.Add(rd.cfg.SettleBound), rd.codes...)...)
 	}
-	res.Pass = err == nil && Passed(res.Checks)
+	res.Pass = err == nil && verify.Passed(res.Checks)
 	rd.res = res
 	if rd.cfg.Progress != nil {
 		fmt.Fprintf(rd.cfg.Progress, "\n    round %d %-15s %d requests: 201 %d, 409 %d, 503 %d, errors %d; recovered %s, Redis = DB %s: %s",
 			rd.i+1, rd.sc.Name, res.Requests, res.Created, res.Refused, res.Unavailable, res.Errors,
-			seconds(res.RecoverySeconds), seconds(res.SettleSeconds), verdict(res.Pass))
+			seconds(res.RecoverySeconds), seconds(res.SettleSeconds), verify.Verdict(res.Pass))
 	}
 	rd.t = nil // let the round's shots go
 }
@@ -262,8 +263,8 @@ func soakResult(ctx context.Context, r *rig, sc Scenario, cfg ChaosConfig, plan 
 		}
 		res.Achieved += rr.Achieved / float64(len(rounds))
 	}
-	res.Checks = append(res.Checks, check("every round: every invariant and recovery", len(failed) == 0,
-		"%d rounds, one fault each (%s); %d failed%s", len(rounds), faultList(rounds), len(failed), sample(failed)))
+	res.Checks = append(res.Checks, verify.NewCheck("every round: every invariant and recovery", len(failed) == 0,
+		"%d rounds, one fault each (%s); %d failed%s", len(rounds), faultList(rounds), len(failed), verify.Sample(failed)))
 	// Wait for a reconcile (soakReconcile), then Redis must hold exactly what
 	// the database holds, voucher by voucher.
 	load.Sleep(ctx, soakReconcile+time.Second)
@@ -272,10 +273,10 @@ func soakResult(ctx context.Context, r *rig, sc Scenario, cfg ChaosConfig, plan 
 	if settled >= 0 {
 		res.SettleSeconds = settled.Seconds()
 	}
-	res.Checks = append(res.Checks, check("Redis = DB on every voucher after the last reconcile", settled >= 0,
+	res.Checks = append(res.Checks, verify.NewCheck("Redis = DB on every voucher after the last reconcile", settled >= 0,
 		"%d vouchers (burst, probe and payers' of each round): %s%s", len(codes), seconds(res.SettleSeconds), suffix(detail)))
 	res.Checks = append(res.Checks, flatChecks(samples, plan.Warm, plan.Last, plan.MaxGrowth)...)
-	res.Pass = Passed(res.Checks)
+	res.Pass = verify.Passed(res.Checks)
 	return res
 }
 
@@ -297,5 +298,5 @@ func faultList(rounds []*soakRound) string {
 	for _, rd := range rounds {
 		count[rd.sc.Name]++
 	}
-	return statusList(count)
+	return verify.StatusList(count)
 }

@@ -5,6 +5,8 @@ import (
 	"io"
 	"slices"
 	"strings"
+
+	"github.com/flashgate/flashgate/loadtest/internal/verify"
 )
 
 // soakMarkdown is the soak's part of chaos.md: a line per round, then the
@@ -16,7 +18,7 @@ func soakMarkdown(r *ChaosResult) string {
 	for i, rr := range r.Rounds {
 		fmt.Fprintf(&b, "| %d | %s | %.0f s | %.1f s | %d | %d | %d | %d | %d | %s | %s | %s | %s | %s | %s |\n",
 			i+1, rr.Scenario, rr.FaultAt, rr.FaultSeconds, rr.Requests, rr.Created, rr.Refused, rr.Unavailable, rr.Errors,
-			p99Of(rr), p99Of503(rr), invariantsVerdict(rr), seconds(rr.RecoverySeconds), seconds(rr.SettleSeconds), verdict(rr.Pass))
+			p99Of(rr), p99Of503(rr), invariantsVerdict(rr), seconds(rr.RecoverySeconds), seconds(rr.SettleSeconds), verify.Verdict(rr.Pass))
 	}
 	for i, rr := range r.Rounds {
 		if rr.Pass {

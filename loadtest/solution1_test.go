@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/flashgate/flashgate/loadtest/internal/verify"
 	"github.com/flashgate/flashgate/migrations"
 	"github.com/flashgate/flashgate/shared/api"
 	"github.com/flashgate/flashgate/shared/devstack/devstacktest"
@@ -29,7 +30,7 @@ func TestSolution1Exact(t *testing.T) {
 	pool, err := pgxpool.New(ctx, url)
 	require.NoError(t, err)
 	t.Cleanup(pool.Close)
-	code := newCode("sol1")
+	code := verify.NewCode("sol1")
 	_, err = pool.Exec(ctx, `INSERT INTO voucher (code, discount_amount, total_limit, starts_at, ends_at)
 		VALUES ($1, 100000, 50, now() - interval '1 hour', now() + interval '1 hour')`, code)
 	require.NoError(t, err)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/flashgate/flashgate/loadtest/internal/load"
+	"github.com/flashgate/flashgate/loadtest/internal/verify"
 )
 
 // traffic is what a scenario sends: a burst on its voucher, beside it the
@@ -14,7 +15,7 @@ import (
 // of their own; and, once driven, what they were answered and when the fault
 // lasted.
 type traffic struct {
-	spec, probeSpec VoucherSpec
+	spec, probeSpec verify.VoucherSpec
 	customers       int
 	plan            load.Plan // the burst's
 	volley          load.Volley
@@ -28,20 +29,20 @@ type traffic struct {
 }
 
 // newTraffic creates the scenario's two vouchers and plans its burst.
-func newTraffic(ctx context.Context, b *Bench, name string, cfg ChaosConfig) (*traffic, error) {
+func newTraffic(ctx context.Context, b *verify.Bench, name string, cfg ChaosConfig) (*traffic, error) {
 	n := cfg.requests()
 	stock := cfg.Stock
 	if stock <= 0 {
 		stock = max(n*3/10, 1)
 	}
 	t := &traffic{
-		spec:      VoucherSpec{Code: newCode(codePrefix(name)), Stock: stock, PerUser: 1, Flash: true},
-		probeSpec: VoucherSpec{Code: newCode("probe"), Stock: probeStock, PerUser: 1, Flash: true},
+		spec:      verify.VoucherSpec{Code: verify.NewCode(codePrefix(name)), Stock: stock, PerUser: 1, Flash: true},
+		probeSpec: verify.VoucherSpec{Code: verify.NewCode("probe"), Stock: probeStock, PerUser: 1, Flash: true},
 		// Customers below the order count: some order twice and meet their limit.
 		customers: max(n*7/10, 1),
 		faultOver: make(chan struct{}),
 	}
-	for _, v := range []VoucherSpec{t.spec, t.probeSpec} {
+	for _, v := range []verify.VoucherSpec{t.spec, t.probeSpec} {
 		if err := b.CreateVoucher(ctx, v); err != nil {
 			return nil, err
 		}
@@ -129,7 +130,7 @@ func answeredLatency(shots ...[]load.Shot) load.Latency {
 // judge checks the invariants on both vouchers and how the system behaved
 // through the fault into res; quiet is how long after the fault's end the
 // last request was answered.
-func (t *traffic) judge(ctx context.Context, b *Bench, res *ChaosResult, cfg ChaosConfig, quiet time.Duration) error {
+func (t *traffic) judge(ctx context.Context, b *verify.Bench, res *ChaosResult, cfg ChaosConfig, quiet time.Duration) error {
 	all, shots := t.rc.Merge(t.plan, t.volley.Shots)
 	burst, err := chaosChecks(ctx, b, t.spec, all, shots, "")
 	if err != nil {
@@ -144,6 +145,6 @@ func (t *traffic) judge(ctx context.Context, b *Bench, res *ChaosResult, cfg Cha
 	res.Checks = append(res.Checks, res.fast503Check(cfg.Fast503),
 		res.recoveredCheck(cfg.RecoveryBound, countSent(t.probes, t.faultStart, t.faultEnd)),
 		res.settledCheck(cfg.SettleBound, quiet))
-	res.Pass = Passed(res.Checks)
+	res.Pass = verify.Passed(res.Checks)
 	return nil
 }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/flashgate/flashgate/loadtest/internal/load"
+	"github.com/flashgate/flashgate/loadtest/internal/verify"
 	"github.com/flashgate/flashgate/shared/api"
 	"github.com/flashgate/flashgate/shared/voucher"
 )
@@ -19,11 +20,11 @@ import (
 // wrkPath prepares one of compare's paths for a wrk run: a fresh voucher in
 // the state the path needs, and the script that drives it. A path without an
 // entry in wrkPaths is measured by vegeta only.
-type wrkPath func(ctx context.Context, b *Bench) (wrkScript, error)
+type wrkPath func(ctx context.Context, b *verify.Bench) (wrkScript, error)
 
 // wrkPaths are the paths the wrk table measures, by name (see allPaths).
 var wrkPaths = map[string]wrkPath{
-	pathCeiling: func(context.Context, *Bench) (wrkScript, error) {
+	pathCeiling: func(context.Context, *verify.Bench) (wrkScript, error) {
 		return constantRequest(api.ReservationsPath("CEILING"), wrkBody(3, "wrk-ceiling-1")), nil
 	},
 	pathSoldOut:    wrkSoldOut,
@@ -41,13 +42,13 @@ func wrkBody(customer int64, order string) string {
 
 // wrkSoldOut: a flash voucher whose one use is taken; the next refusal set
 // the proxy's sold-out flag.
-func wrkSoldOut(ctx context.Context, b *Bench) (wrkScript, error) {
-	code := newCode("wrk-soldout")
-	if err := createVoucherRetrying(ctx, b, VoucherSpec{Code: code, Stock: 1, PerUser: 1, Flash: true}); err != nil {
+func wrkSoldOut(ctx context.Context, b *verify.Bench) (wrkScript, error) {
+	code := verify.NewCode("wrk-soldout")
+	if err := createVoucherRetrying(ctx, b, verify.VoucherSpec{Code: code, Stock: 1, PerUser: 1, Flash: true}); err != nil {
 		return "", err
 	}
 	for i, want := range []int{http.StatusCreated, http.StatusConflict} {
-		if err := b.reserveOnce(ctx, code, int64(i+1), fmt.Sprintf("%s-%d", code, i), want); err != nil {
+		if err := reserveOnce(ctx, b, code, int64(i+1), fmt.Sprintf("%s-%d", code, i), want); err != nil {
 			return "", err
 		}
 	}
@@ -56,14 +57,14 @@ func wrkSoldOut(ctx context.Context, b *Bench) (wrkScript, error) {
 
 // wrkGate: a flash voucher with stock, 100 customers at their limit of one;
 // each request is a new order of one of them, refused by the Redis script.
-func wrkGate(ctx context.Context, b *Bench) (wrkScript, error) {
-	code := newCode("wrk-gate")
-	if err := createVoucherRetrying(ctx, b, VoucherSpec{Code: code, Stock: 1_000_000, PerUser: 1, Flash: true}); err != nil {
+func wrkGate(ctx context.Context, b *verify.Bench) (wrkScript, error) {
+	code := verify.NewCode("wrk-gate")
+	if err := createVoucherRetrying(ctx, b, verify.VoucherSpec{Code: code, Stock: 1_000_000, PerUser: 1, Flash: true}); err != nil {
 		return "", err
 	}
 	var bodies []string
 	for c := int64(1); c <= 100; c++ {
-		if err := b.reserveOnce(ctx, code, c, fmt.Sprintf("%s-h%d", code, c), http.StatusCreated); err != nil {
+		if err := reserveOnce(ctx, b, code, c, fmt.Sprintf("%s-h%d", code, c), http.StatusCreated); err != nil {
 			return "", err
 		}
 		bodies = append(bodies, wrkBody(c, fmt.Sprintf("%s-g%d", code, c)))
@@ -74,9 +75,9 @@ func wrkGate(ctx context.Context, b *Bench) (wrkScript, error) {
 // wrkFresh: a voucher (flash or standard) with stock for every request; each
 // request is a new order of a new customer, admitted and written.
 func wrkFresh(flash bool) wrkPath {
-	return func(ctx context.Context, b *Bench) (wrkScript, error) {
-		code := newCode("wrk-write")
-		if err := createVoucherRetrying(ctx, b, VoucherSpec{Code: code, Stock: 50_000_000, PerUser: 1, Flash: flash}); err != nil {
+	return func(ctx context.Context, b *verify.Bench) (wrkScript, error) {
+		code := verify.NewCode("wrk-write")
+		if err := createVoucherRetrying(ctx, b, verify.VoucherSpec{Code: code, Stock: 50_000_000, PerUser: 1, Flash: flash}); err != nil {
 			return "", err
 		}
 		return freshOrders(api.ReservationsPath(code), code+"-", 0, load.OrderAmount), nil
@@ -86,7 +87,7 @@ func wrkFresh(flash bool) wrkPath {
 // createVoucherRetrying is CreateVoucher, retried when the ledger answers 503
 // (a busy machine): a retry that finds the voucher created by the attempt
 // that timed out (409) is a success.
-func createVoucherRetrying(ctx context.Context, b *Bench, v VoucherSpec) error {
+func createVoucherRetrying(ctx context.Context, b *verify.Bench, v verify.VoucherSpec) error {
 	var err error
 	for attempt := 0; attempt < 5; attempt++ {
 		err = b.CreateVoucher(ctx, v)
@@ -109,9 +110,9 @@ func createVoucherRetrying(ctx context.Context, b *Bench, v VoucherSpec) error {
 // reserveOnce sends one reserve to b.URL and expects want. A 503 is retried
 // with the same orderId (always safe), a few times: a busy machine may shed
 // or time out one of the set-up requests.
-func (b *Bench) reserveOnce(ctx context.Context, code string, customer int64, order string, want int) error {
+func reserveOnce(ctx context.Context, b *verify.Bench, code string, customer int64, order string, want int) error {
 	for attempt := 0; ; attempt++ {
-		status, raw, err := b.postReserve(ctx, code, customer, order)
+		status, raw, err := postReserve(ctx, b, code, customer, order)
 		switch {
 		case err == nil && status == want:
 			return nil
@@ -125,7 +126,7 @@ func (b *Bench) reserveOnce(ctx context.Context, code string, customer int64, or
 	}
 }
 
-func (b *Bench) postReserve(ctx context.Context, code string, customer int64, order string) (int, []byte, error) {
+func postReserve(ctx context.Context, b *verify.Bench, code string, customer int64, order string) (int, []byte, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, b.URL+api.ReservationsPath(code),
 		strings.NewReader(wrkBody(customer, order)))
 	if err != nil {
@@ -193,9 +194,9 @@ type WrkReport struct {
 // WrkSale is the 1,000-use sale sent by wrk at a high rate, for commits per
 // admitted reservation.
 type WrkSale struct {
-	Rate     float64  `json:"rate"`
-	Admitted int      `json:"admitted"`
-	Commits  *Commits `json:"commits"`
+	Rate     float64         `json:"rate"`
+	Admitted int             `json:"admitted"`
+	Commits  *verify.Commits `json:"commits"`
 }
 
 func (r *WrkReport) path(name string) *WrkPathResult {
@@ -210,7 +211,7 @@ func (r *WrkReport) path(name string) *WrkPathResult {
 // wrkCompare measures every path that has a wrkPath: rounds of one flat-out
 // run per path in turn (the best counts), then each path at about 80% of its
 // best, then the sale at SaleRate.
-func (c *comparer) wrkCompare(ctx context.Context, paths []string, b *Bench) (*WrkReport, error) {
+func (c *comparer) wrkCompare(ctx context.Context, paths []string, b *verify.Bench) (*WrkReport, error) {
 	cfg := c.cfg.Wrk
 	rep := &WrkReport{Conns: cfg.Conns, Seconds: cfg.Duration.Seconds(), Rounds: cfg.Rounds, Durable: c.cfg.Durable}
 	for _, p := range paths {
@@ -302,9 +303,9 @@ func (c *comparer) wrkRun(ctx context.Context, p *WrkPathResult, conns, delayMs 
 
 // wrkSale sells a fresh 1,000-use flash voucher to new customers at about
 // rate and reports the Postgres commits per admitted reservation.
-func (c *comparer) wrkSale(ctx context.Context, b *Bench, rate float64) (*WrkSale, error) {
-	code := newCode("wrk-sale")
-	if err := createVoucherRetrying(ctx, b, VoucherSpec{Code: code, Stock: c.cfg.Sale.Stock, PerUser: 1, Flash: true}); err != nil {
+func (c *comparer) wrkSale(ctx context.Context, b *verify.Bench, rate float64) (*WrkSale, error) {
+	code := verify.NewCode("wrk-sale")
+	if err := createVoucherRetrying(ctx, b, verify.VoucherSpec{Code: code, Stock: c.cfg.Sale.Stock, PerUser: 1, Flash: true}); err != nil {
 		return nil, err
 	}
 	before, err := b.Commits(ctx)
@@ -323,7 +324,7 @@ func (c *comparer) wrkSale(ctx context.Context, b *Bench, rate float64) (*WrkSal
 	if err != nil {
 		return nil, err
 	}
-	commits, err := b.commitsSince(ctx, before, c.cfg.Sale.StatsWait, d.Used)
+	commits, err := b.CommitsSince(ctx, before, c.cfg.Sale.StatsWait, d.Used)
 	if err != nil {
 		return nil, err
 	}

@@ -1,4 +1,8 @@
-package main
+// Package verify judges a burst: the Bench it runs against (the ledger that
+// creates its voucher, the database and Redis read back afterwards), the
+// checks of the invariants, the report that shows them, and the ladder that
+// climbs to the highest rate a path sustains.
+package verify
 
 import (
 	"fmt"
@@ -73,16 +77,16 @@ func Checks(o Outcome) []Check {
 	demand := o.Plan.Demand(o.Spec.PerUser)
 	want := min(o.Spec.Stock, demand)
 	cs := []Check{
-		check("admitted = min(stock, demand)", within(admitted, want-e, want),
+		NewCheck("admitted = min(stock, demand)", within(admitted, want-e, want),
 			"%d orders admitted (answered 201), want %d = min(stock %d, demand %d)%s",
 			admitted, want, o.Spec.Stock, demand, tolerance),
-		check("no oversell", o.DB.Used <= o.DB.TotalLimit && active <= o.DB.TotalLimit && admitted <= o.Spec.Stock,
+		NewCheck("no oversell", o.DB.Used <= o.DB.TotalLimit && active <= o.DB.TotalLimit && admitted <= o.Spec.Stock,
 			"used_count %d, active rows %d, admitted %d, total_limit %d",
 			o.DB.Used, active, admitted, o.DB.TotalLimit),
-		check("DB active rows = admitted", within(active, admitted, admitted+e),
+		NewCheck("DB active rows = admitted", within(active, admitted, admitted+e),
 			"%d RESERVED/CONFIRMED rows, %d orders answered 201%s", active, admitted, tolerance),
-		check("used_count = active rows", o.DB.Used == active,
-			"used_count %d, active rows %d (rows by status: %s)", o.DB.Used, active, statusList(o.DB.ByStatus)),
+		NewCheck("used_count = active rows", o.DB.Used == active,
+			"used_count %d, active rows %d (rows by status: %s)", o.DB.Used, active, StatusList(o.DB.ByStatus)),
 		customerLimitCheck(o, v),
 		rowsCheck(o, v),
 	}
@@ -93,15 +97,15 @@ func Checks(o Outcome) []Check {
 			mixed = append(mixed, o.Plan.Orders[ord].ID)
 		}
 	}
-	cs = append(cs, check("retries answered alike", len(mixed) == 0,
-		"%d retries; %d orders got both a 201 and a refusal%s", o.Plan.Retries, len(mixed), sample(mixed)))
+	cs = append(cs, NewCheck("retries answered alike", len(mixed) == 0,
+		"%d retries; %d orders got both a 201 and a refusal%s", o.Plan.Retries, len(mixed), Sample(mixed)))
 	if o.Spec.Flash {
 		cs = append(cs, redisCheck(o, tolerance))
 	}
 	return cs
 }
 
-func check(name string, pass bool, format string, args ...any) Check {
+func NewCheck(name string, pass bool, format string, args ...any) Check {
 	return Check{Name: name, Pass: pass, Detail: fmt.Sprintf(format, args...)}
 }
 
@@ -119,7 +123,7 @@ func customerLimitCheck(o Outcome, v clientView) Check {
 		perClient[o.Plan.Orders[ord].Customer]++
 	}
 	maxDB, maxClient := maxValue(perDB), maxValue(perClient)
-	return check("no customer above its limit",
+	return NewCheck("no customer above its limit",
 		maxDB <= o.Spec.PerUser && maxClient <= o.Spec.PerUser && o.DB.MaxUsage <= o.Spec.PerUser,
 		"most uses per customer: %d in rows, %d in voucher_customer_usage, %d answered 201; limit %d",
 		maxDB, o.DB.MaxUsage, maxClient, o.Spec.PerUser)
@@ -141,9 +145,9 @@ func rowsCheck(o Outcome, v clientView) Check {
 		}
 	}
 	missing = append(missing, v.wrongBody...)
-	return check("every 201 has its DB row", len(missing) == 0,
+	return NewCheck("every 201 has its DB row", len(missing) == 0,
 		"%d answers 201 for %d orders; %d without an active row for the same order and customer%s",
-		len(v.bodies201), len(v.admitted), len(missing), sample(missing))
+		len(v.bodies201), len(v.admitted), len(missing), Sample(missing))
 }
 
 // redisCheck: a flash voucher's Redis counter and orders agree with the
@@ -151,20 +155,20 @@ func rowsCheck(o Outcome, v clientView) Check {
 func redisCheck(o Outcome, tolerance string) Check {
 	const name = "Redis remaining = DB remaining"
 	if o.Redis == nil {
-		return check(name, false, "the voucher is not loaded in Redis")
+		return NewCheck(name, false, "the voucher is not loaded in Redis")
 	}
 	// A failed request may leave an admission in Redis whose row was never
 	// written (until the reconciler frees it): Redis may then be lower.
 	dbRemaining, active, e := o.DB.TotalLimit-o.DB.Used, len(o.DB.Active), o.Errors
 	r, orders := int(o.Redis.Remaining), len(o.Redis.Orders)
-	return check(name, within(r, dbRemaining-e, dbRemaining) && within(orders, active, active+e),
+	return NewCheck(name, within(r, dbRemaining-e, dbRemaining) && within(orders, active, active+e),
 		"Redis remaining %d, DB remaining %d (total_limit - used_count); orders in Redis %d, active rows %d%s",
 		r, dbRemaining, orders, active, tolerance)
 }
 
-// redisRemaining is what Redis holds as remaining, or nil when the voucher is
+// RedisRemaining is what Redis holds as remaining, or nil when the voucher is
 // not loaded there.
-func (o Outcome) redisRemaining() *int64 {
+func (o Outcome) RedisRemaining() *int64 {
 	if o.Redis == nil {
 		return nil
 	}
@@ -189,7 +193,7 @@ func maxValue(m map[int64]int) int {
 	return n
 }
 
-func statusList(m map[string]int) string {
+func StatusList(m map[string]int) string {
 	if len(m) == 0 {
 		return "none"
 	}
@@ -205,8 +209,8 @@ func statusList(m map[string]int) string {
 	return strings.Join(parts, ", ")
 }
 
-// sample formats up to three items of a list of offenders.
-func sample(ids []string) string {
+// Sample formats up to three items of a list of offenders.
+func Sample(ids []string) string {
 	if len(ids) == 0 {
 		return ""
 	}

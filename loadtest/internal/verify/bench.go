@@ -1,4 +1,4 @@
-package main
+package verify
 
 import (
 	"context"
@@ -79,19 +79,19 @@ func (b *Bench) Close() {
 	}
 }
 
-// checked reports whether bursts on b can be checked against the database.
-func (b *Bench) checked() bool { return b.db != nil }
+// Checked reports whether bursts on b can be checked against the database.
+func (b *Bench) Checked() bool { return b.db != nil }
 
 var codeSeq atomic.Int64
 
-// nextSeq is the next number of the sequence that makes codes (and the chaos
+// NextSeq is the next number of the sequence that makes codes (and the chaos
 // scenarios' database names) unique in this process.
-func nextSeq() int64 { return codeSeq.Add(1) }
+func NextSeq() int64 { return codeSeq.Add(1) }
 
-// newCode returns a voucher code no earlier run used: prefix, the time in base
+// NewCode returns a voucher code no earlier run used: prefix, the time in base
 // 36 and a sequence number (at most 32 characters for a short prefix).
-func newCode(prefix string) string {
-	return fmt.Sprintf("%s-%s-%d", prefix, strconv.FormatInt(time.Now().UnixNano(), 36), nextSeq())
+func NewCode(prefix string) string {
+	return fmt.Sprintf("%s-%s-%d", prefix, strconv.FormatInt(time.Now().UnixNano(), 36), NextSeq())
 }
 
 // VoucherSpec is the voucher a burst sells.
@@ -178,9 +178,9 @@ func (b *Bench) DBState(ctx context.Context, code string) (DBState, error) {
 	return d, nil
 }
 
-// outcome reads spec's voucher back after a burst, from the database and, for
+// Outcome reads spec's voucher back after a burst, from the database and, for
 // a flash voucher, from Redis, beside what the clients were told.
-func (b *Bench) outcome(ctx context.Context, spec VoucherSpec, plan load.Plan, shots []load.Shot) (Outcome, error) {
+func (b *Bench) Outcome(ctx context.Context, spec VoucherSpec, plan load.Plan, shots []load.Shot) (Outcome, error) {
 	o := Outcome{Spec: spec, Plan: plan, Shots: shots}
 	for _, s := range shots {
 		if s.Failed() {
@@ -204,8 +204,8 @@ func (b *Bench) outcome(ctx context.Context, spec VoucherSpec, plan load.Plan, s
 	return o, nil
 }
 
-// summary is d as a report shows it.
-func (d DBState) summary() *DBSummary {
+// Summary is d as a report shows it.
+func (d DBState) Summary() *DBSummary {
 	return &DBSummary{TotalLimit: d.TotalLimit, Used: d.Used, Active: len(d.Active),
 		Remaining: d.TotalLimit - d.Used, ByStatus: d.ByStatus}
 }
@@ -215,9 +215,9 @@ func (b *Bench) RedisState(ctx context.Context, code string) (gate.State, bool, 
 	return b.gate.State(ctx, code)
 }
 
-// commitsSince waits for the backends to publish their counters and returns
+// CommitsSince waits for the backends to publish their counters and returns
 // the commits since before, per admitted order.
-func (b *Bench) commitsSince(ctx context.Context, before int64, wait time.Duration, admitted int) (*Commits, error) {
+func (b *Bench) CommitsSince(ctx context.Context, before int64, wait time.Duration, admitted int) (*Commits, error) {
 	select {
 	case <-time.After(wait):
 	case <-ctx.Done():

@@ -1,4 +1,4 @@
-package main
+package verify
 
 import (
 	"bytes"
@@ -61,7 +61,7 @@ type Summary struct {
 	Checks         []Check    `json:"checks,omitempty"`
 	Pass           bool       `json:"pass"`
 
-	shots []load.Shot // for the plot
+	Shots []load.Shot `json:"-"` // for the plot (not in the JSON)
 }
 
 // DBSummary is the voucher in the database after the burst.
@@ -98,7 +98,7 @@ func PrintSummary(w io.Writer, s *Summary) {
 		fmt.Fprintf(w, "cpu       %.0f%% of %d CPUs busy while sending: load generator %.2f, flashgate stack %.2f, other processes %.2f CPUs (load average %.1f at the start)\n",
 			100*c.MachineBusy, c.CPUs, c.GeneratorCores, c.StackCores, c.OtherCores, c.LoadAvg)
 	}
-	fmt.Fprintf(w, "answers   %s\n", statusLine(s.Statuses))
+	fmt.Fprintf(w, "answers   %s\n", StatusLine(s.Statuses))
 	fmt.Fprintf(w, "errors    %d (%.2f%%)", s.Errors, 100*s.ErrorRate)
 	if len(s.ErrorSamples) > 0 {
 		fmt.Fprintf(w, ": %s", strings.Join(s.ErrorSamples, "; "))
@@ -126,20 +126,20 @@ func PrintSummary(w io.Writer, s *Summary) {
 	if len(s.Checks) > 0 {
 		fmt.Fprintln(w, "invariants")
 		for _, c := range s.Checks {
-			fmt.Fprintf(w, "  %s  %-32s %s\n", verdict(c.Pass), c.Name, c.Detail)
+			fmt.Fprintf(w, "  %s  %-32s %s\n", Verdict(c.Pass), c.Name, c.Detail)
 		}
 	}
 }
 
-func verdict(pass bool) string {
+func Verdict(pass bool) string {
 	if pass {
 		return "PASS"
 	}
 	return "FAIL"
 }
 
-// statusLine lists answer counts, most frequent first.
-func statusLine(m map[string]int) string {
+// StatusLine lists answer counts, most frequent first.
+func StatusLine(m map[string]int) string {
 	keys := make([]string, 0, len(m))
 	for k := range m {
 		keys = append(keys, k)
@@ -164,13 +164,13 @@ func WriteReport(dir string, s *Summary) (htmlPath, jsonPath string, err error) 
 	if err := renderReport(&page, s); err != nil {
 		return "", "", err
 	}
-	return writeReportFiles(dir, "report.html", page.Bytes(), "summary.json", s)
+	return WriteReportFiles(dir, "report.html", page.Bytes(), "summary.json", s)
 }
 
-// writeReportFiles is how every command leaves its report: into dir (made if
+// WriteReportFiles is how every command leaves its report: into dir (made if
 // missing) the page for people, pageName (HTML or markdown), and beside it v as
 // indented JSON, jsonName, for programs. It returns both paths.
-func writeReportFiles(dir, pageName string, page []byte, jsonName string, v any) (pagePath, jsonPath string, err error) {
+func WriteReportFiles(dir, pageName string, page []byte, jsonName string, v any) (pagePath, jsonPath string, err error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return "", "", err
 	}
@@ -204,7 +204,7 @@ func latencyPlot(s *Summary) (string, error) {
 			return "other error"
 		}))
 	// The plot wants every result, in sequence order.
-	shots := slices.Clone(s.shots)
+	shots := slices.Clone(s.Shots)
 	slices.SortFunc(shots, func(a, b load.Shot) int { return cmp.Compare(a.Seq, b.Seq) })
 	for i := range shots {
 		sh := &shots[i]
@@ -246,12 +246,12 @@ func renderReport(w io.Writer, s *Summary) error {
 	}
 	js, _ := json.MarshalIndent(s, "", "  ")
 	return reportTemplate.Execute(w, map[string]any{
-		"S": s, "Bars": bars, "Plot": plotPage, "Statuses": statusLine(s.Statuses), "JSON": string(js),
+		"S": s, "Bars": bars, "Plot": plotPage, "Statuses": StatusLine(s.Statuses), "JSON": string(js),
 	})
 }
 
 var reportTemplate = template.Must(template.New("report").Funcs(template.FuncMap{
-	"verdict": verdict,
+	"verdict": Verdict,
 	"pct":     func(f float64) string { return fmt.Sprintf("%.0f%%", 100*f) },
 	"f":       func(f float64) string { return fmt.Sprintf("%.2f", f) },
 	"f0":      func(f float64) string { return fmt.Sprintf("%.0f", f) },
@@ -302,7 +302,7 @@ iframe{width:100%;height:520px;border:1px solid #ccc}
 </body></html>
 `))
 
-// defaultOut is loadtest/reports/<name>-<timestamp> under the working directory.
-func defaultOut(name string) string {
+// DefaultOut is loadtest/reports/<name>-<timestamp> under the working directory.
+func DefaultOut(name string) string {
 	return filepath.Join("loadtest", "reports", name+"-"+time.Now().Format("20060102-150405"))
 }
