@@ -19,6 +19,15 @@ import (
 	"github.com/flashgate/flashgate/shared/gate"
 )
 
+func TestMain(m *testing.M) { os.Exit(devstacktest.RunTests(m)) }
+
+// buildServices builds bin/ledger and bin/proxy from this tree, once per test
+// binary, into a temp dir.
+func buildServices(tb testing.TB) string {
+	tb.Helper()
+	return devstacktest.Binaries(tb, "../ledger", "../proxy")
+}
+
 // Every chaos scenario but the soak, short (the ten faults: a 2 s burst at
 // 1,000 requests/s, the fault 0.5 s in for 0.8 s; rolling-restart: 16 s at
 // 1,000/s; overload: 3x the flash path's maximum for 5 s), through the same

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/flashgate/flashgate/loadtest/internal/burst"
 	"github.com/flashgate/flashgate/loadtest/internal/load"
 	"github.com/flashgate/flashgate/loadtest/internal/stack"
 	"github.com/flashgate/flashgate/loadtest/internal/verify"
@@ -62,8 +63,8 @@ type CompareConfig struct {
 	Paths        []string
 	Sustain      verify.Sustain
 	Attack       load.AttackOptions
-	Sale         BurstConfig // the 1,000-use burst that measures commits per admitted
-	Durable      bool        // Postgres with fsync and full_page_writes on
+	Sale         burst.Config // the 1,000-use burst that measures commits per admitted
+	Durable      bool         // Postgres with fsync and full_page_writes on
 	Wrk          WrkConfig
 }
 
@@ -131,8 +132,8 @@ type comparer struct {
 // shape is the burst a path gets at rate: a fresh voucher with enough uses that
 // the flash and standard paths admit every order (stock = requests, one order
 // per customer), or none at all for the sold-out path.
-func (c *comparer) shape(path string, rate float64, d time.Duration) BurstConfig {
-	b := BurstConfig{Label: path, Rate: rate, Duration: d, PerUser: 1, Retry: c.cfg.Retry,
+func (c *comparer) shape(path string, rate float64, d time.Duration) burst.Config {
+	b := burst.Config{Label: path, Rate: rate, Duration: d, PerUser: 1, Retry: c.cfg.Retry,
 		Flash: path != pathStandard && path != pathSolution1, Seed: uint64(rate), Attack: c.cfg.Attack}
 	b.Stock = b.Requests()
 	b.Customers = b.Requests()
@@ -148,8 +149,8 @@ func (c *comparer) shape(path string, rate float64, d time.Duration) BurstConfig
 }
 
 // burst runs one burst on path and records invariant failures.
-func (c *comparer) burst(ctx context.Context, path string, cfg BurstConfig) (*verify.Summary, StepResult, error) {
-	s, err := RunBurst(ctx, c.benches[path], cfg)
+func (c *comparer) burst(ctx context.Context, path string, cfg burst.Config) (*verify.Summary, StepResult, error) {
+	s, err := burst.Send(ctx, c.benches[path], cfg)
 	if err != nil {
 		return nil, StepResult{}, fmt.Errorf("%s at %.0f/s: %w", path, cfg.Rate, err)
 	}
@@ -292,7 +293,7 @@ func parseCompareFlags(args []string) (compareCmd, error) {
 	fs.Float64Var(&cfg.Sustain.MaxErrorRate, "max-errors", verify.DefaultSustain.MaxErrorRate, "most failed requests of a sustained step (share)")
 	fs.DurationVar(&cfg.Sustain.MaxP99, "max-p99", verify.DefaultSustain.MaxP99, "highest p99 of a sustained step")
 	fs.Float64Var(&cfg.Sustain.MinAchieved, "min-achieved", verify.DefaultSustain.MinAchieved, "lowest achieved/requested rate of a sustained step")
-	cfg.Sale = BurstConfig{Label: "sale", PerUser: 1, Flash: true, Seed: 1}
+	cfg.Sale = burst.Config{Label: "sale", PerUser: 1, Flash: true, Seed: 1}
 	fs.Float64Var(&cfg.Sale.Rate, "sale-rate", 5000, "rate of the 1,000-use burst (0: skip it)")
 	fs.DurationVar(&cfg.Sale.Duration, "sale-duration", 4*time.Second, "duration of the 1,000-use burst")
 	fs.IntVar(&cfg.Sale.Stock, "sale-stock", 1000, "uses of the 1,000-use burst's voucher")
@@ -464,7 +465,7 @@ func (c *comparer) sale(ctx context.Context, b *verify.Bench, dir string) (*veri
 	sale := c.cfg.Sale
 	fmt.Fprintf(c.log, "the %d-use sale: %d requests at %.0f/s, %d customers, %.0f%% retries (then %s for Postgres statistics)\n",
 		sale.Stock, sale.Requests(), sale.Rate, sale.Customers, 100*sale.Retry, sale.StatsWait)
-	s, err := RunBurst(ctx, b, sale)
+	s, err := burst.Send(ctx, b, sale)
 	if err != nil {
 		return nil, fmt.Errorf("sale: %w", err)
 	}

@@ -15,6 +15,7 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/flashgate/flashgate/loadtest/internal/burst"
 	"github.com/flashgate/flashgate/loadtest/internal/stack"
 )
 
@@ -45,7 +46,7 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	commands := map[string]func(context.Context, []string) error{
-		"run": runStack, "demo": runDemo, "burst": runBurstCmd, "replay": runReplayCmd, "compare": runCompare, "chaos": runChaos, "ceiling": runCeiling,
+		"run": runStack, "demo": burst.RunDemo, "burst": burst.Run, "replay": burst.RunReplay, "compare": runCompare, "chaos": runChaos, "ceiling": runCeiling,
 		"solution1": runSolution1,
 	}
 	cmd, args := os.Args[1], os.Args[2:]

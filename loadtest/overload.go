@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/flashgate/flashgate/loadtest/internal/burst"
 	"github.com/flashgate/flashgate/loadtest/internal/load"
 	"github.com/flashgate/flashgate/loadtest/internal/verify"
 	"github.com/flashgate/flashgate/shared/devstack"
@@ -71,7 +72,7 @@ func measureFlashMax(ctx context.Context, r *rig, cfg ChaosConfig) (float64, []s
 		if err := ctx.Err(); err != nil {
 			return false, err
 		}
-		sum := summarize(BurstConfig{Label: "max", Rate: rate, Duration: step}, spec, plan, v)
+		sum := burst.Summarize(burst.Config{Label: "max", Rate: rate, Duration: step}, spec, plan, v)
 		ok, why := verify.DefaultSustain.Judge(sum)
 		steps = append(steps, fmt.Sprintf("%.0f/s: %s (achieved %.0f/s, p99 %.1f ms, errors %.2f%%)%s",
 			rate, verify.Verdict(ok), sum.AchievedRate, sum.All.P99, 100*sum.ErrorRate, suffix(why)))
@@ -160,7 +161,7 @@ func overloadBurst(ctx context.Context, r *rig, sc Scenario, cfg ChaosConfig) (*
 		res.SettleSeconds = settled.Seconds()
 	}
 	res.tally(v.Shots, nil, start, end)
-	res.Achieved = summarize(BurstConfig{Label: sc.Name, Rate: cfg.Rate, Duration: cfg.Duration}, spec, plan, v).AchievedRate
+	res.Achieved = burst.Summarize(burst.Config{Label: sc.Name, Rate: cfg.Rate, Duration: cfg.Duration}, spec, plan, v).AchievedRate
 	l := answeredLatency(v.Shots)
 	res.Latency = &l
 	j, err := chaosChecks(ctx, r.bench, spec, plan, v.Shots, "")

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/flashgate/flashgate/loadtest/internal/burst"
 	"github.com/flashgate/flashgate/loadtest/internal/load"
 	"github.com/flashgate/flashgate/loadtest/internal/verify"
 )
@@ -36,7 +37,7 @@ func newTraffic(ctx context.Context, b *verify.Bench, name string, cfg ChaosConf
 		stock = max(n*3/10, 1)
 	}
 	t := &traffic{
-		spec:      verify.VoucherSpec{Code: verify.NewCode(codePrefix(name)), Stock: stock, PerUser: 1, Flash: true},
+		spec:      verify.VoucherSpec{Code: verify.NewCode(burst.CodePrefix(name)), Stock: stock, PerUser: 1, Flash: true},
 		probeSpec: verify.VoucherSpec{Code: verify.NewCode("probe"), Stock: probeStock, PerUser: 1, Flash: true},
 		// Customers below the order count: some order twice and meet their limit.
 		customers: max(n*7/10, 1),
@@ -104,7 +105,7 @@ func (t *traffic) result(sc Scenario, cfg ChaosConfig, settled time.Duration, se
 	res.Latency = &l
 	res.RetryingOrders, res.RetryingSends = len(t.rc.Plan.Orders), len(rcShots)
 	res.Replays = t.volley.Replays + t.rc.Replays.Load() + t.pr.replays.Load()
-	res.Achieved = summarize(BurstConfig{Label: sc.Name, Rate: cfg.Rate, Duration: cfg.Duration}, t.spec, t.plan, t.volley).AchievedRate
+	res.Achieved = burst.Summarize(burst.Config{Label: sc.Name, Rate: cfg.Rate, Duration: cfg.Duration}, t.spec, t.plan, t.volley).AchievedRate
 	if at, ok := recoveredAt(t.probes, t.faultEnd, probesInARow); ok {
 		res.RecoverySeconds = at.Sub(t.faultEnd).Seconds()
 	}

@@ -1,4 +1,4 @@
-package main
+package burst
 
 import (
 	"bufio"
@@ -164,8 +164,8 @@ func resultsFile(path string) (*os.File, vegeta.Encoder, error) {
 	return f, vegeta.NewEncoder(f), nil
 }
 
-// runReplayCmd is `loadtest replay [flags] FILE`.
-func runReplayCmd(ctx context.Context, args []string) error {
+// RunReplay is `loadtest replay [flags] FILE`.
+func RunReplay(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("replay", flag.ExitOnError)
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "usage: loadtest replay [flags] FILE\n\n"+
@@ -174,7 +174,7 @@ func runReplayCmd(ctx context.Context, args []string) error {
 			"voucher, and checks the invariants as a burst does.\n\nflags:\n")
 		fs.PrintDefaults()
 	}
-	c := burstCmd{Config: BurstConfig{Label: "replay"}}
+	c := burstCmd{Config: Config{Label: "replay"}}
 	cfg := &c.Config
 	speed := fs.Float64("speed", 1, "replay speed: 2 sends the traffic twice as fast")
 	fs.IntVar(&cfg.Stock, "stock", 1000, "the fresh voucher's uses (totalLimit)")

@@ -1,4 +1,8 @@
-package main
+// Package burst is the flash sale at a constant rate (or at a recorded
+// file's times) against a fresh voucher, checked against Postgres and Redis:
+// the `burst`, `replay` and `demo` commands, and Send, which compare and
+// chaos run their bursts with.
+package burst
 
 import (
 	"context"
@@ -18,8 +22,8 @@ import (
 	"github.com/flashgate/flashgate/loadtest/internal/verify"
 )
 
-// BurstConfig is one burst: its traffic and the voucher it goes after.
-type BurstConfig struct {
+// Config is one burst: its traffic and the voucher it goes after.
+type Config struct {
 	Label     string        // names the burst in reports; also the voucher code's prefix
 	Rate      float64       // requests per second, constant (open model)
 	Duration  time.Duration // Rate x Duration requests are sent
@@ -41,18 +45,18 @@ type BurstConfig struct {
 }
 
 // Requests is how many requests the burst sends.
-func (c BurstConfig) Requests() int { return load.RequestCount(c.Rate, c.Duration) }
+func (c Config) Requests() int { return load.RequestCount(c.Rate, c.Duration) }
 
-// RunBurst creates a fresh voucher, fires the burst at b.URL and, when b has a
+// Send creates a fresh voucher, fires the burst at b.URL and, when b has a
 // database, checks the invariants against the database and Redis.
-func RunBurst(ctx context.Context, b *verify.Bench, cfg BurstConfig) (*verify.Summary, error) {
+func Send(ctx context.Context, b *verify.Bench, cfg Config) (*verify.Summary, error) {
 	if cfg.Rate <= 0 || cfg.Duration <= 0 {
 		return nil, errors.New("rate and duration must be positive")
 	}
 	if cfg.Label == "" {
 		cfg.Label = "burst"
 	}
-	spec := verify.VoucherSpec{Code: verify.NewCode(codePrefix(cfg.Label)), Stock: cfg.Stock, PerUser: max(cfg.PerUser, 1), Flash: cfg.Flash}
+	spec := verify.VoucherSpec{Code: verify.NewCode(CodePrefix(cfg.Label)), Stock: cfg.Stock, PerUser: max(cfg.PerUser, 1), Flash: cfg.Flash}
 	plan := load.NewPlan(spec.Code, load.Crowd{Requests: cfg.Requests(), Customers: cfg.Customers, Retry: cfg.Retry, Seed: cfg.Seed})
 	if cfg.Replay != nil {
 		plan, cfg.Attack.Schedule = cfg.Replay.planFor(spec.Code), cfg.Replay.At
@@ -99,7 +103,7 @@ func RunBurst(ctx context.Context, b *verify.Bench, cfg BurstConfig) (*verify.Su
 			return nil, err
 		}
 	}
-	s := summarize(cfg, spec, plan, v)
+	s := Summarize(cfg, spec, plan, v)
 	s.URL = url
 	s.CPU = load.CPUBetween(cpu0, cpu1, runtime.NumCPU(), loadAvg)
 	if !b.Checked() {
@@ -121,8 +125,8 @@ func RunBurst(ctx context.Context, b *verify.Bench, cfg BurstConfig) (*verify.Su
 	return s, nil
 }
 
-// codePrefix makes a label fit a voucher code: letters, digits and '-', short.
-func codePrefix(label string) string {
+// CodePrefix makes a label fit a voucher code: letters, digits and '-', short.
+func CodePrefix(label string) string {
 	var b strings.Builder
 	for _, r := range label {
 		switch {
@@ -141,8 +145,8 @@ func codePrefix(label string) string {
 	return b.String()
 }
 
-// summarize turns the raw answers into the figures a report shows.
-func summarize(cfg BurstConfig, spec verify.VoucherSpec, plan load.Plan, v load.Volley) *verify.Summary {
+// Summarize turns the raw answers into the figures a report shows.
+func Summarize(cfg Config, spec verify.VoucherSpec, plan load.Plan, v load.Volley) *verify.Summary {
 	s := &verify.Summary{
 		Label: cfg.Label, Code: spec.Code, Flash: spec.Flash, Stock: spec.Stock, PerUser: spec.PerUser,
 		Customers: cfg.Customers, DistinctCustomers: plan.DistinctCustomers(), Retry: cfg.Retry,
@@ -203,7 +207,7 @@ func summarize(cfg BurstConfig, spec verify.VoucherSpec, plan load.Plan, v load.
 
 // burstCmd is `loadtest burst` (or `loadtest demo`) as its flags ask for it.
 type burstCmd struct {
-	Config BurstConfig
+	Config Config
 	Target stack.Endpoints // a running stack; no ProxyURL: start Stack
 	Stack  stack.Options   // the local stack
 	Warmup time.Duration
@@ -213,7 +217,7 @@ type burstCmd struct {
 // parseBurstFlags reads `loadtest burst`'s flags.
 func parseBurstFlags(args []string) (burstCmd, error) {
 	fs := flag.NewFlagSet("burst", flag.ExitOnError)
-	c := burstCmd{Config: BurstConfig{Label: "burst"}}
+	c := burstCmd{Config: Config{Label: "burst"}}
 	cfg := &c.Config
 	fs.Float64Var(&cfg.Rate, "rate", 5000, "requests per second (constant arrival rate)")
 	fs.DurationVar(&cfg.Duration, "duration", 4*time.Second, "how long to send")
@@ -262,8 +266,8 @@ func commonBurstFlags(fs *flag.FlagSet, c *burstCmd, name string) (check func() 
 	}
 }
 
-// runBurstCmd is `loadtest burst`.
-func runBurstCmd(ctx context.Context, args []string) error {
+// Run is `loadtest burst`.
+func Run(ctx context.Context, args []string) error {
 	c, err := parseBurstFlags(args)
 	if err != nil {
 		return err
@@ -297,7 +301,7 @@ func (c burstCmd) run(ctx context.Context) error {
 
 // burstOn runs one checked burst against e. A warm-up > 0 first runs an
 // unmeasured burst that admits every order on another voucher.
-func burstOn(ctx context.Context, e stack.Endpoints, cfg BurstConfig, warmup time.Duration) (*verify.Summary, error) {
+func burstOn(ctx context.Context, e stack.Endpoints, cfg Config, warmup time.Duration) (*verify.Summary, error) {
 	b, err := verify.OpenBench(ctx, e)
 	if err != nil {
 		return nil, err
@@ -309,7 +313,7 @@ func burstOn(ctx context.Context, e stack.Endpoints, cfg BurstConfig, warmup tim
 		}
 	}
 	fmt.Printf("burst: %d requests at %.0f/s for %s against %s...\n", cfg.Requests(), cfg.Rate, cfg.Duration, e.ProxyURL)
-	return RunBurst(ctx, b, cfg)
+	return Send(ctx, b, cfg)
 }
 
 // reportBurst writes the burst's report into dir and prints it. It fails
@@ -333,11 +337,11 @@ func reportBurst(s *verify.Summary, dir string) error {
 // for d, every one admitted, on a voucher of its own. When commits are measured
 // it then waits cfg.StatsWait, so that its commits are published before the
 // measured burst reads the counter.
-func warmUp(ctx context.Context, b *verify.Bench, cfg BurstConfig, d time.Duration) error {
-	w := BurstConfig{Label: "warm-up", Rate: min(cfg.Rate, 1000), Duration: d, PerUser: 1,
+func warmUp(ctx context.Context, b *verify.Bench, cfg Config, d time.Duration) error {
+	w := Config{Label: "warm-up", Rate: min(cfg.Rate, 1000), Duration: d, PerUser: 1,
 		Flash: cfg.Flash, Seed: cfg.Seed + 1, Attack: cfg.Attack}
 	w.Stock, w.Customers = w.Requests(), w.Requests()
-	s, err := RunBurst(ctx, b, w)
+	s, err := Send(ctx, b, w)
 	if err != nil {
 		return fmt.Errorf("warm-up: %w", err)
 	}

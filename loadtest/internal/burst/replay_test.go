@@ -1,4 +1,4 @@
-package main
+package burst
 
 import (
 	"bytes"
@@ -73,10 +73,10 @@ func TestRecordAndReplay(t *testing.T) {
 	t.Cleanup(b.Close)
 	dir := t.TempDir()
 
-	cfg := BurstConfig{Label: "rec", Rate: 400, Duration: time.Second, Stock: 100, PerUser: 1, Customers: 300,
+	cfg := Config{Label: "rec", Rate: 400, Duration: time.Second, Stock: 100, PerUser: 1, Customers: 300,
 		Retry: 0.2, Flash: true, Seed: 7, Attack: load.DefaultAttack,
 		Record: filepath.Join(dir, "traffic.jsonl"), Results: filepath.Join(dir, "burst.bin")}
-	s, err := RunBurst(t.Context(), b, cfg)
+	s, err := Send(t.Context(), b, cfg)
 	require.NoError(t, err)
 	require.True(t, s.Pass, "%+v", s.Checks)
 	assert.Equal(t, cfg.Requests(), vegetaCount(t, cfg.Results), "every answer in vegeta's results")
@@ -89,10 +89,10 @@ func TestRecordAndReplay(t *testing.T) {
 	require.Len(t, rp.At, cfg.Requests())
 	assert.InDelta(t, 0.5, rp.At[len(rp.At)-1].Seconds(), 0.25, "1 s of traffic at 2x")
 
-	rcfg := BurstConfig{Label: "replay", Stock: 100, PerUser: 1, Flash: true, Attack: load.DefaultAttack, Replay: &rp,
+	rcfg := Config{Label: "replay", Stock: 100, PerUser: 1, Flash: true, Attack: load.DefaultAttack, Replay: &rp,
 		Duration: rp.At[len(rp.At)-1], Rate: float64(len(rp.At)) / rp.At[len(rp.At)-1].Seconds(),
 		Results: filepath.Join(dir, "replay.bin")}
-	r, err := RunBurst(t.Context(), b, rcfg)
+	r, err := Send(t.Context(), b, rcfg)
 	require.NoError(t, err)
 	for _, c := range r.Checks {
 		assert.True(t, c.Pass, "%s: %s", c.Name, c.Detail)
@@ -108,7 +108,7 @@ func TestRecordAndReplay(t *testing.T) {
 	// directory holds vegeta's results.
 	e := st.Endpoints()
 	out := filepath.Join(dir, "cmd")
-	require.NoError(t, runReplayCmd(t.Context(), []string{"--target", e.ProxyURL, "--ledger", e.LedgerURL,
+	require.NoError(t, RunReplay(t.Context(), []string{"--target", e.ProxyURL, "--ledger", e.LedgerURL,
 		"--database-url", e.DBURL, "--redis-url", e.RedisURL, "--token", e.Token,
 		"--stock", "100", "--speed", "4", "--out", out, cfg.Record}))
 	assert.Equal(t, cfg.Requests(), vegetaCount(t, filepath.Join(out, "results.bin")))
@@ -143,7 +143,7 @@ func TestRunRefusesAPortTaken(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts the whole stack")
 	}
-	bin, loadtest := buildServices(t), filepath.Join(devstacktest.Binaries(t, "."), "loadtest")
+	bin, loadtest := buildServices(t), filepath.Join(devstacktest.Binaries(t, "../.."), "loadtest")
 	taken, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	impostor := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

@@ -1,4 +1,4 @@
-package main
+package burst
 
 import (
 	"context"
@@ -14,7 +14,7 @@ import (
 // parseDemoFlags reads `loadtest demo`'s flags.
 func parseDemoFlags(args []string) burstCmd {
 	fs := flag.NewFlagSet("demo", flag.ExitOnError)
-	c := burstCmd{Config: BurstConfig{Label: "demo", Flash: true, PerUser: 1, Seed: 1}, Stack: stack.Options{Token: "dev-token"}}
+	c := burstCmd{Config: Config{Label: "demo", Flash: true, PerUser: 1, Seed: 1}, Stack: stack.Options{Token: "dev-token"}}
 	cfg := &c.Config
 	fs.Float64Var(&cfg.Rate, "rate", 5000, "requests per second")
 	fs.DurationVar(&cfg.Duration, "duration", 4*time.Second, "how long to send")
@@ -34,9 +34,9 @@ func parseDemoFlags(args []string) burstCmd {
 	return c
 }
 
-// runDemo is `loadtest demo` (and `make demo`): a throwaway stack and one flash
+// RunDemo is `loadtest demo` (and `make demo`): a throwaway stack and one flash
 // sale on it, 1,000 uses for a crowd, checked against the database and Redis.
-func runDemo(ctx context.Context, args []string) error {
+func RunDemo(ctx context.Context, args []string) error {
 	c := parseDemoFlags(args)
 	fmt.Println("starting Redis, Postgres, the ledger and the proxy on throwaway servers...")
 	st, err := stack.Start(c.Stack)

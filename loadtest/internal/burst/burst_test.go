@@ -1,4 +1,4 @@
-package main
+package burst
 
 import (
 	"os"
@@ -21,7 +21,7 @@ func TestMain(m *testing.M) { os.Exit(devstacktest.RunTests(m)) }
 // binary, into a temp dir.
 func buildServices(tb testing.TB) string {
 	tb.Helper()
-	return devstacktest.Binaries(tb, "../ledger", "../proxy")
+	return devstacktest.Binaries(tb, "../../../ledger", "../../../proxy")
 }
 
 // Short bursts through the same code as `loadtest burst`, against a real
@@ -42,7 +42,7 @@ func TestBurstInvariants(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(b.Close)
 
-	tests := []BurstConfig{
+	tests := []Config{
 		// The sale: demand far above 1,000 uses, 10% retries.
 		{Label: "flash", Rate: 2000, Duration: 2500 * time.Millisecond, Stock: 1000, PerUser: 1,
 			Customers: 3000, Retry: 0.10, Flash: true, Seed: 1},
@@ -56,7 +56,7 @@ func TestBurstInvariants(t *testing.T) {
 	for _, cfg := range tests {
 		t.Run(cfg.Label, func(t *testing.T) {
 			cfg.Attack = load.DefaultAttack
-			s, err := RunBurst(t.Context(), b, cfg)
+			s, err := Send(t.Context(), b, cfg)
 			require.NoError(t, err)
 			require.Equal(t, cfg.Requests(), s.Answered, "answers")
 			require.NotEmpty(t, s.Checks)
