@@ -1,4 +1,4 @@
-package main
+package compare
 
 import (
 	"fmt"
@@ -36,7 +36,7 @@ func (r *WrkReport) Markdown(w io.Writer, durable bool) {
 }
 
 // wrkTargets are the targets on the wrk table.
-func (r *CompareReport) wrkTargets() {
+func (r *Report) wrkTargets() {
 	if r.Wrk == nil {
 		return
 	}

@@ -1,4 +1,4 @@
-package main
+package compare
 
 import (
 	"context"
@@ -71,10 +71,10 @@ func redeemSolution1(ctx context.Context, pool *pgxpool.Pool, code string, cl vo
 	return true, tx.Commit(ctx)
 }
 
-// runSolution1 is `loadtest solution1`: the server in the foreground on the
+// RunSolution1 is `loadtest solution1`: the server in the foreground on the
 // database at --db (flashgate's schema: the ledger migrates it) until SIGINT
 // or SIGTERM.
-func runSolution1(ctx context.Context, args []string) error {
+func RunSolution1(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("solution1", flag.ExitOnError)
 	addr := fs.String("addr", "127.0.0.1:8091", "listen address")
 	db := fs.String("db", "", "DATABASE_URL (flashgate's schema)")

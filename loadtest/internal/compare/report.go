@@ -1,4 +1,4 @@
-package main
+package compare
 
 import (
 	"fmt"
@@ -17,8 +17,8 @@ type Target struct {
 	Pass bool   `json:"pass"`
 }
 
-// CompareReport is compare.json.
-type CompareReport struct {
+// Report is compare.json.
+type Report struct {
 	Started      time.Time       `json:"started"`
 	Seconds      float64         `json:"seconds"`
 	CPUs         int             `json:"cpus"`
@@ -38,7 +38,7 @@ type CompareReport struct {
 
 // reportCompare prints the markdown and writes compare.md and compare.json
 // into dir. It fails when an invariant did.
-func reportCompare(rep *CompareReport, failed []string, dir string) error {
+func reportCompare(rep *Report, failed []string, dir string) error {
 	var md strings.Builder
 	rep.Markdown(&md, failed)
 	fmt.Print("\n" + md.String())
@@ -53,7 +53,7 @@ func reportCompare(rep *CompareReport, failed []string, dir string) error {
 	return nil
 }
 
-func (r *CompareReport) path(name string) *PathResult {
+func (r *Report) path(name string) *PathResult {
 	for _, p := range r.Paths {
 		if p.Name == name {
 			return p
@@ -63,7 +63,7 @@ func (r *CompareReport) path(name string) *PathResult {
 }
 
 // finish fills in the ratios and the targets.
-func (r *CompareReport) finish(cfg CompareConfig) {
+func (r *Report) finish(cfg Config) {
 	ceil := r.path(pathCeiling)
 	for _, p := range r.Paths {
 		if ceil != nil && ceil.MaxRate > 0 {
@@ -111,7 +111,7 @@ func (r *CompareReport) finish(cfg CompareConfig) {
 const commitsTargetRate = 20_000
 
 // Markdown writes the compare table, the targets and each path's steps.
-func (r *CompareReport) Markdown(w io.Writer, failed []string) {
+func (r *Report) Markdown(w io.Writer, failed []string) {
 	fmt.Fprintf(w, "## flashgate compare (%s, %d CPUs, everything on this machine; load average %.1f at the start, %.0f s)\n\n",
 		r.Started.Format("2006-01-02 15:04"), r.CPUs, r.LoadAvg, r.Seconds)
 	if r.Wrk != nil {
@@ -128,7 +128,7 @@ func (r *CompareReport) Markdown(w io.Writer, failed []string) {
 }
 
 // vegetaTable is the table of the vegeta ladders.
-func (r *CompareReport) vegetaTable(w io.Writer) {
+func (r *Report) vegetaTable(w io.Writer) {
 	fmt.Fprintf(w, "Sustained: %s; steps of %.1fs; fixed rate %.0f/s.\n\n", r.Sustain, r.StepDuration, r.FixedRate)
 	fixedHead := "p99 at a fixed rate (not run)"
 	if r.FixedRate > 0 {
@@ -158,7 +158,7 @@ func (r *CompareReport) vegetaTable(w io.Writer) {
 }
 
 // targetsAndSale writes the targets and the vegeta sale's figures.
-func (r *CompareReport) targetsAndSale(w io.Writer) {
+func (r *Report) targetsAndSale(w io.Writer) {
 	if len(r.Targets) > 0 {
 		fmt.Fprintln(w, "\n| target | measured | |\n| --- | --- | --- |")
 		for _, t := range r.Targets {
@@ -180,7 +180,7 @@ func (r *CompareReport) targetsAndSale(w io.Writer) {
 }
 
 // steps lists every vegeta step and the invariants.
-func (r *CompareReport) steps(w io.Writer, failed []string) {
+func (r *Report) steps(w io.Writer, failed []string) {
 	fmt.Fprintln(w, "\nSteps (rate: achieved, p99, errors, CPUs used by load generator/flashgate stack/other processes, invariants; x = not sustained):")
 	fmt.Fprintln(w)
 	for _, p := range r.Paths {

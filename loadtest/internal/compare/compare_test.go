@@ -1,4 +1,4 @@
-package main
+package compare
 
 import (
 	"testing"
@@ -39,9 +39,9 @@ func TestSaleCommitsTargetAtItsRate(t *testing.T) {
 		rate  float64
 		judge bool
 	}{{5_000, false}, {commitsTargetRate, true}} {
-		r := &CompareReport{Sale: &verify.Summary{Stock: 1000, RequestedRate: tt.rate, AdmittedOrders: 1000,
+		r := &Report{Sale: &verify.Summary{Stock: 1000, RequestedRate: tt.rate, AdmittedOrders: 1000,
 			Commits: &verify.Commits{Delta: 80, PerAdmitted: 0.08}}}
-		r.finish(CompareConfig{})
+		r.finish(Config{})
 		judged := 0
 		for _, tg := range r.Targets {
 			if tg.Name == "<= 0.1 commits per admitted (1000-use burst at 20000/s)" && tg.Pass {

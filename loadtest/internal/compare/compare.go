@@ -1,4 +1,9 @@
-package main
+// Package compare measures the paths side by side: each one's maximum
+// sustainable rate and its latency at one fixed rate (the `compare` command),
+// wrk's closed-loop table, and the servers it measures the proxy against: the
+// bare HTTP ceiling (`ceiling`) and the article's one-transaction-per-
+// reservation server (`solution1`).
+package compare
 
 import (
 	"context"
@@ -51,8 +56,8 @@ var pathNotes = map[string]string{
 	pathSolution1:  "the article's Solution 1: one transaction per reservation (guarded UPDATE + INSERT), no proxy, same Postgres",
 }
 
-// CompareConfig is one compare run.
-type CompareConfig struct {
+// Config is one compare run.
+type Config struct {
 	Ladder       verify.Ladder
 	StepDuration time.Duration
 	FixedRate    float64
@@ -123,7 +128,7 @@ func stepOf(s *verify.Summary, sus verify.Sustain) StepResult {
 
 // comparer runs the bursts of one compare.
 type comparer struct {
-	cfg     CompareConfig
+	cfg     Config
 	benches map[string]*verify.Bench
 	log     io.Writer
 	failed  []string // invariant failures, "path at rate: name"
@@ -268,7 +273,7 @@ func (c *comparer) measureAll(ctx context.Context, paths []string) ([]*PathResul
 
 // compareCmd is `loadtest compare` as its flags ask for it.
 type compareCmd struct {
-	Config CompareConfig
+	Config Config
 	Out    string // the report directory
 	BinDir string
 	Token  string
@@ -277,7 +282,7 @@ type compareCmd struct {
 // parseCompareFlags reads `loadtest compare`'s flags.
 func parseCompareFlags(args []string) (compareCmd, error) {
 	fs := flag.NewFlagSet("compare", flag.ExitOnError)
-	c := compareCmd{Config: CompareConfig{Sustain: verify.DefaultSustain}}
+	c := compareCmd{Config: Config{Sustain: verify.DefaultSustain}}
 	cfg := &c.Config
 	fs.Float64Var(&cfg.Ladder.Start, "start-rate", 1000, "first rate of each path's ladder, req/s")
 	fs.Float64Var(&cfg.Ladder.Factor, "factor", 1.5, "rate multiplier per ladder step")
@@ -340,8 +345,8 @@ func parseCompareFlags(args []string) (compareCmd, error) {
 	return c, nil
 }
 
-// runCompare is `loadtest compare`.
-func runCompare(ctx context.Context, args []string) error {
+// Run is `loadtest compare`.
+func Run(ctx context.Context, args []string) error {
 	cmd, err := parseCompareFlags(args)
 	if err != nil {
 		return err
@@ -419,9 +424,9 @@ func (c *comparer) openPaths(st *stack.Stack, b *verify.Bench) (stop func(), err
 
 // run measures every path, flash at 80% of its maximum and the sale; the
 // sale's own report goes into out/sale.
-func (c *comparer) run(ctx context.Context, b *verify.Bench, started time.Time, out string) (*CompareReport, error) {
+func (c *comparer) run(ctx context.Context, b *verify.Bench, started time.Time, out string) (*Report, error) {
 	cfg := c.cfg
-	rep := &CompareReport{Started: started, CPUs: runtime.NumCPU(), LoadAvg: load.LoadAvg(), StepDuration: cfg.StepDuration.Seconds(),
+	rep := &Report{Started: started, CPUs: runtime.NumCPU(), LoadAvg: load.LoadAvg(), StepDuration: cfg.StepDuration.Seconds(),
 		FixedRate: cfg.FixedRate, Sustain: fmt.Sprintf("errors <= %.2g%%, p99 <= %s, achieved >= %.0f%% of requested, invariants pass",
 			100*cfg.Sustain.MaxErrorRate, cfg.Sustain.MaxP99, 100*cfg.Sustain.MinAchieved)}
 	var paths []string // in the order of allPaths

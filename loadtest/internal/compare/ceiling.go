@@ -1,4 +1,4 @@
-package main
+package compare
 
 import (
 	"context"
@@ -23,7 +23,7 @@ import (
 // validates the reserve body exactly as the proxy does and answers a fixed 409
 // OUT_OF_STOCK. No middleware, no Redis, no ledger: nothing the proxy does on
 // its fastest path (the sold-out flag) can be cheaper than this. gin's mode is
-// the caller's to set (runCeiling sets release mode).
+// the caller's to set (RunCeiling sets release mode).
 func ceilingHandler() http.Handler {
 	r := gin.New()
 	r.GET(api.HealthzPath, func(c *gin.Context) { c.JSON(http.StatusOK, gin.H{"status": "ok"}) })
@@ -38,9 +38,9 @@ func ceilingHandler() http.Handler {
 	return r
 }
 
-// runCeiling is `loadtest ceiling`: the ceiling server in the foreground until
+// RunCeiling is `loadtest ceiling`: the ceiling server in the foreground until
 // SIGINT or SIGTERM.
-func runCeiling(ctx context.Context, args []string) error {
+func RunCeiling(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("ceiling", flag.ExitOnError)
 	addr := fs.String("addr", "127.0.0.1:8090", "listen address")
 	_ = fs.Parse(args)

@@ -1,10 +1,11 @@
-package main
+package compare
 
 import (
 	"context"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -18,6 +19,8 @@ import (
 	"github.com/flashgate/flashgate/shared/api"
 	"github.com/flashgate/flashgate/shared/devstack/devstacktest"
 )
+
+func TestMain(m *testing.M) { os.Exit(devstacktest.RunTests(m)) }
 
 // TestSolution1Exact: the article's one transaction per reservation, hammered
 // by many goroutines at once for a voucher of 50 uses, admits exactly 50 (one
