@@ -16,6 +16,7 @@ import (
 	"syscall"
 
 	"github.com/flashgate/flashgate/loadtest/internal/burst"
+	"github.com/flashgate/flashgate/loadtest/internal/chaos"
 	"github.com/flashgate/flashgate/loadtest/internal/compare"
 	"github.com/flashgate/flashgate/loadtest/internal/stack"
 )
@@ -47,7 +48,7 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	commands := map[string]func(context.Context, []string) error{
-		"run": runStack, "demo": burst.RunDemo, "burst": burst.Run, "replay": burst.RunReplay, "compare": compare.Run, "chaos": runChaos, "ceiling": compare.RunCeiling,
+		"run": runStack, "demo": burst.RunDemo, "burst": burst.Run, "replay": burst.RunReplay, "compare": compare.Run, "chaos": chaos.Run, "ceiling": compare.RunCeiling,
 		"solution1": compare.RunSolution1,
 	}
 	cmd, args := os.Args[1], os.Args[2:]

@@ -1,4 +1,4 @@
-package main
+package chaos
 
 import (
 	"context"
@@ -33,7 +33,7 @@ const (
 
 // overloadPlan is 3x base for 20 s (short: 5 s), sent through the lean
 // transport (the generator's own CPU is the scarce one).
-func overloadPlan(c ChaosConfig, base float64) ChaosConfig {
+func overloadPlan(c Config, base float64) Config {
 	c.Rate, c.Duration = overloadFactor*base, 20*time.Second
 	if c.Short {
 		c.Duration = 5 * time.Second
@@ -56,7 +56,7 @@ func maxLadder(short bool) (verify.Ladder, time.Duration) {
 // measureFlashMax runs maxLadder against r and returns the highest rate
 // sustained, with a line per step; an error when no step was sustained,
 // except in the short version (see below).
-func measureFlashMax(ctx context.Context, r *rig, cfg ChaosConfig) (float64, []string, error) {
+func measureFlashMax(ctx context.Context, r *rig, cfg Config) (float64, []string, error) {
 	ladder, step := maxLadder(cfg.Short)
 	var steps []string
 	best, err := ladder.Climb(func(rate float64) (bool, error) {
@@ -100,7 +100,7 @@ func measureFlashMax(ctx context.Context, r *rig, cfg ChaosConfig) (float64, []s
 // overloadP99, and every invariant hold. The maximum is measured first on the
 // same rig (unless --flash-max gives it), with the stack and the generator
 // each on CPUs of their own (cpuSplit).
-func runOverload(ctx context.Context, pg *devstack.Postgres, sc Scenario, cfg ChaosConfig) (*ChaosResult, error) {
+func runOverload(ctx context.Context, pg *devstack.Postgres, sc Scenario, cfg Config) (*Result, error) {
 	r, err := startRig(ctx, pg, sc, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("%s: start the system: %w", sc.Name, err)
@@ -129,7 +129,7 @@ func runOverload(ctx context.Context, pg *devstack.Postgres, sc Scenario, cfg Ch
 }
 
 // overloadBurst is the overload itself, on r, and its checks.
-func overloadBurst(ctx context.Context, r *rig, sc Scenario, cfg ChaosConfig) (*ChaosResult, error) {
+func overloadBurst(ctx context.Context, r *rig, sc Scenario, cfg Config) (*Result, error) {
 	n := cfg.requests()
 	spec := verify.VoucherSpec{Code: verify.NewCode("overload"), Stock: n, PerUser: 1, Flash: true}
 	if err := r.bench.CreateVoucher(ctx, spec); err != nil {
@@ -151,7 +151,7 @@ func overloadBurst(ctx context.Context, r *rig, sc Scenario, cfg ChaosConfig) (*
 		return nil, fmt.Errorf("%s: %w", sc.Name, err)
 	}
 	settled, detail := waitSettled(ctx, r.bench, cfg.SettleBound, spec.Code)
-	res := &ChaosResult{
+	res := &Result{
 		Scenario: sc.Name, Fault: sc.Fault, Code: spec.Code, Stock: spec.Stock,
 		FaultSeconds: end.Sub(start).Seconds(), Rate: cfg.Rate, Statuses: map[string]int{},
 		RecoveryBound: cfg.RecoveryBound.Seconds(), SettleBound: cfg.SettleBound.Seconds(),
@@ -199,7 +199,7 @@ func bucketSeconds(s float64) string {
 
 // overloadChecks: p99 of every answer and of the 503s within bound, and every
 // request answered (no timeout, no connection error, no other status).
-func (res *ChaosResult) overloadChecks(bound time.Duration) []verify.Check {
+func (res *Result) overloadChecks(bound time.Duration) []verify.Check {
 	b := float64(bound.Milliseconds())
 	return []verify.Check{
 		{Name: checkAllP99, Pass: res.Latency.P99 <= b,

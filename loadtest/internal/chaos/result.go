@@ -1,4 +1,4 @@
-package main
+package chaos
 
 import (
 	"cmp"
@@ -10,8 +10,8 @@ import (
 	"github.com/flashgate/flashgate/loadtest/internal/verify"
 )
 
-// ChaosResult is one scenario's figures and verdicts.
-type ChaosResult struct {
+// Result is one scenario's figures and verdicts.
+type Result struct {
 	Scenario     string  `json:"scenario"`
 	Fault        string  `json:"fault"`
 	Code         string  `json:"voucher"`
@@ -55,9 +55,9 @@ type ChaosResult struct {
 	SettleDetail  string  `json:"settleDetail,omitempty"`
 
 	// Latency of every answer (overload); Rounds and Samples: the soak's.
-	Latency *load.Latency  `json:"latency,omitempty"`
-	Rounds  []*ChaosResult `json:"rounds,omitempty"`
-	Samples []ProcSample   `json:"samples,omitempty"`
+	Latency *load.Latency `json:"latency,omitempty"`
+	Rounds  []*Result     `json:"rounds,omitempty"`
+	Samples []ProcSample  `json:"samples,omitempty"`
 
 	DB             *verify.DBSummary `json:"db,omitempty"`
 	RedisRemaining *int64            `json:"redisRemaining,omitempty"`
@@ -67,7 +67,7 @@ type ChaosResult struct {
 }
 
 // tally counts the answers of the burst and the probes.
-func (res *ChaosResult) tally(burst, probes []load.Shot, faultStart, faultEnd time.Time) {
+func (res *Result) tally(burst, probes []load.Shot, faultStart, faultEnd time.Time) {
 	seen := map[string]bool{}
 	var slow []time.Duration
 	for _, s := range slices.Concat(burst, probes) {

@@ -1,4 +1,9 @@
-package main
+// Package chaos is the `chaos` command: it runs each fault scenario (toxiproxy
+// between the services and Redis and Postgres, kill -9 and SIGTERM of every
+// process, overload, the soak) under a burst on a system of its own, then
+// checks the invariants against the database and Redis and measures how long
+// the system took to recover by itself.
+package chaos
 
 import (
 	"context"
@@ -16,10 +21,6 @@ import (
 	"github.com/flashgate/flashgate/shared/devstack"
 )
 
-// The chaos harness runs each fault scenario under a burst on a system of its
-// own, then checks the invariants against the database and Redis and measures
-// how long the system took to recover by itself.
-
 const (
 	chaosToken = "chaos-token"
 	// probeStock is the probe voucher's uses: probes never sell it out, so
@@ -34,9 +35,9 @@ const (
 	settlePolling = 100 * time.Millisecond
 )
 
-// ChaosConfig is what every scenario of a run shares: the burst it runs under,
+// Config is what every scenario of a run shares: the burst it runs under,
 // when the fault strikes and how long it lasts, and the recovery bounds.
-type ChaosConfig struct {
+type Config struct {
 	BinDir        string        // where bin/ledger and bin/proxy are
 	Rate          float64       // burst requests per second (open model)
 	Duration      time.Duration // burst length
@@ -55,30 +56,30 @@ type ChaosConfig struct {
 	Progress      io.Writer // a line per finished soak round; nil: none
 }
 
-// DefaultChaos is `loadtest chaos` without flags: a rate this 2-core machine
+// DefaultConfig is `loadtest chaos` without flags: a rate this 2-core machine
 // sustains with a fault in the path, and a fault long enough to trip
 // breakers and time requests out.
-var DefaultChaos = ChaosConfig{
+var DefaultConfig = Config{
 	Rate: 1500, Duration: 6 * time.Second, FaultAt: 1500 * time.Millisecond, FaultFor: 2 * time.Second,
 	RecoveryBound: 10 * time.Second, SettleBound: 10 * time.Second, Fast503: 1500 * time.Millisecond, Seed: 1,
 	FlashMax: flashMax, MeasureMax: true,
 	Attack: load.AttackOptions{Workers: 64, MaxWorkers: 4096, Connections: 4096, Timeout: 5 * time.Second},
 }
 
-// ShortChaos is the test's version (`--short`): every scenario in a few seconds.
-var ShortChaos = func() ChaosConfig {
-	c := DefaultChaos
+// ShortConfig is the test's version (`--short`): every scenario in a few seconds.
+var ShortConfig = func() Config {
+	c := DefaultConfig
 	c.Rate, c.Duration, c.FaultAt, c.FaultFor = 1000, 2*time.Second, 500*time.Millisecond, 800*time.Millisecond
 	c.Short = true
 	return c
 }()
 
 // requests is how many requests each scenario's burst sends.
-func (c ChaosConfig) requests() int { return load.RequestCount(c.Rate, c.Duration) }
+func (c Config) requests() int { return load.RequestCount(c.Rate, c.Duration) }
 
 // RunScenario runs sc under a burst on a system of its own and judges it:
 // invariants against the database and Redis, and recovery within the bounds.
-func RunScenario(ctx context.Context, pg *devstack.Postgres, sc Scenario, cfg ChaosConfig) (*ChaosResult, error) {
+func RunScenario(ctx context.Context, pg *devstack.Postgres, sc Scenario, cfg Config) (*Result, error) {
 	if sc.Tune != nil {
 		cfg = sc.Tune(cfg)
 	}
@@ -118,7 +119,7 @@ func RunScenario(ctx context.Context, pg *devstack.Postgres, sc Scenario, cfg Ch
 
 // chaosCmd is `loadtest chaos` as its flags ask for it.
 type chaosCmd struct {
-	Config    ChaosConfig
+	Config    Config
 	Scenarios []Scenario
 	List      bool // list the scenarios and exit; nothing else is filled in
 	DurablePG bool
@@ -129,12 +130,12 @@ type chaosCmd struct {
 // parseChaosFlags reads `loadtest chaos`'s flags.
 func parseChaosFlags(args []string) (chaosCmd, error) {
 	fs := flag.NewFlagSet("chaos", flag.ExitOnError)
-	c := chaosCmd{Config: DefaultChaos, Command: "loadtest chaos " + strings.Join(args, " ")}
+	c := chaosCmd{Config: DefaultConfig, Command: "loadtest chaos " + strings.Join(args, " ")}
 	cfg := &c.Config
 	var picked load.MultiFlag
 	fs.Var(&picked, "scenario", "run this scenario (repeatable; default all): "+strings.Join(ScenarioNames(), ", "))
 	short := fs.Bool("short", false, fmt.Sprintf("the test's durations (%.0f req/s for %s, fault at %s for %s) unless given",
-		ShortChaos.Rate, ShortChaos.Duration, ShortChaos.FaultAt, ShortChaos.FaultFor))
+		ShortConfig.Rate, ShortConfig.Duration, ShortConfig.FaultAt, ShortConfig.FaultFor))
 	fs.BoolVar(&c.List, "list", false, "list the scenarios and exit")
 	fs.Float64Var(&cfg.Rate, "rate", cfg.Rate, "burst requests per second")
 	fs.DurationVar(&cfg.Duration, "duration", cfg.Duration, "burst length per scenario")
@@ -175,11 +176,11 @@ func parseChaosFlags(args []string) (chaosCmd, error) {
 	return c, nil
 }
 
-// shorten takes ShortChaos's rate and durations for those not set by a flag.
-func (c *ChaosConfig) shorten(set map[string]bool) {
+// shorten takes ShortConfig's rate and durations for those not set by a flag.
+func (c *Config) shorten(set map[string]bool) {
 	for name, apply := range map[string]func(){
-		"rate": func() { c.Rate = ShortChaos.Rate }, "duration": func() { c.Duration = ShortChaos.Duration },
-		"fault-at": func() { c.FaultAt = ShortChaos.FaultAt }, "fault-for": func() { c.FaultFor = ShortChaos.FaultFor },
+		"rate": func() { c.Rate = ShortConfig.Rate }, "duration": func() { c.Duration = ShortConfig.Duration },
+		"fault-at": func() { c.FaultAt = ShortConfig.FaultAt }, "fault-for": func() { c.FaultFor = ShortConfig.FaultFor },
 	} {
 		if !set[name] {
 			apply()
@@ -187,8 +188,8 @@ func (c *ChaosConfig) shorten(set map[string]bool) {
 	}
 }
 
-// runChaos is `loadtest chaos`.
-func runChaos(ctx context.Context, args []string) error {
+// Run is `loadtest chaos`.
+func Run(ctx context.Context, args []string) error {
 	c, err := parseChaosFlags(args)
 	if err != nil {
 		return err
@@ -220,8 +221,8 @@ func runChaos(ctx context.Context, args []string) error {
 
 // run runs every scenario in turn on one Postgres server, printing a line
 // for each.
-func (c chaosCmd) run(ctx context.Context) (*ChaosReport, error) {
-	rep := newChaosReport(c.Config, c.Command)
+func (c chaosCmd) run(ctx context.Context) (*Report, error) {
+	rep := newReport(c.Config, c.Command)
 	pg, err := devstack.StartPostgres(devstack.PostgresOptions{Durable: c.DurablePG})
 	if err != nil {
 		return nil, err
@@ -234,7 +235,7 @@ func (c chaosCmd) run(ctx context.Context) (*ChaosReport, error) {
 			return nil, ctx.Err()
 		}
 		if err != nil {
-			res = &ChaosResult{Scenario: sc.Name, Fault: sc.Describe(c.Config.FaultFor), Error: err.Error(),
+			res = &Result{Scenario: sc.Name, Fault: sc.Describe(c.Config.FaultFor), Error: err.Error(),
 				RecoverySeconds: -1, SettleSeconds: -1, Statuses: map[string]int{}}
 		}
 		rep.Results = append(rep.Results, res)

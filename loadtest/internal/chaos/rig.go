@@ -1,4 +1,4 @@
-package main
+package chaos
 
 import (
 	"context"
@@ -62,7 +62,7 @@ type rig struct {
 	reconciler string // the scenario's Scenario.Reconciler: why repairs are allowed; "": they fail it
 }
 
-func startRig(ctx context.Context, pg *devstack.Postgres, sc Scenario, cfg ChaosConfig) (r *rig, err error) {
+func startRig(ctx context.Context, pg *devstack.Postgres, sc Scenario, cfg Config) (r *rig, err error) {
 	r = &rig{pg: pg, reconciler: sc.Reconciler}
 	defer func() {
 		if err != nil {

@@ -1,4 +1,4 @@
-package main
+package chaos
 
 import (
 	"context"
@@ -23,7 +23,7 @@ const (
 
 // fast503Check: while the fault lasted, the system said "unavailable" fast
 // instead of holding the clients.
-func (res *ChaosResult) fast503Check(bound time.Duration) verify.Check {
+func (res *Result) fast503Check(bound time.Duration) verify.Check {
 	return verify.Check{Name: checkFast503,
 		Pass: res.DuringFault503 == 0 || res.DuringFault503P99 <= float64(bound.Milliseconds()),
 		Detail: fmt.Sprintf("%d answers 503 to requests sent while the fault lasted: p99 %.0f ms, max %.0f ms (bound: p99 within %s); %d requests sent meanwhile answered 201",
@@ -32,7 +32,7 @@ func (res *ChaosResult) fast503Check(bound time.Duration) verify.Check {
 
 // answeredCheck: every request got its real answer; no 503 and no connection
 // error (a deploy must not show).
-func (res *ChaosResult) answeredCheck() verify.Check {
+func (res *Result) answeredCheck() verify.Check {
 	return verify.Check{Name: checkAnswered, Pass: res.Unavailable == 0 && res.Errors == 0,
 		Detail: fmt.Sprintf("%d answers 503 and %d without an answer or with another status, of %d requests%s; %d requests resent by the clients' transport after a server closed an idle keep-alive connection under them (Idempotency-Key)",
 			res.Unavailable, res.Errors, res.Requests, samples(res.ErrorSamples), res.Replays)}
@@ -47,7 +47,7 @@ func samples(s []string) string {
 
 // recoveredCheck: reserves were answered again within bound of the fault's
 // end; duringFault is how many probes were sent while it lasted.
-func (res *ChaosResult) recoveredCheck(bound time.Duration, duringFault int) verify.Check {
+func (res *Result) recoveredCheck(bound time.Duration, duringFault int) verify.Check {
 	rec := fmt.Sprintf("never (probed for %s after the fault)", bound)
 	if res.RecoverySeconds >= 0 {
 		rec = fmt.Sprintf("%.2f s", res.RecoverySeconds)
@@ -60,7 +60,7 @@ func (res *ChaosResult) recoveredCheck(bound time.Duration, duringFault int) ver
 // settledCheck: Redis came to agree with the database on its own, within
 // bound of the last request; quiet is the last request's time after the
 // fault's end.
-func (res *ChaosResult) settledCheck(bound, quiet time.Duration) verify.Check {
+func (res *Result) settledCheck(bound, quiet time.Duration) verify.Check {
 	set := fmt.Sprintf("never within %s", bound)
 	if res.SettleSeconds >= 0 {
 		set = fmt.Sprintf("%.2f s", res.SettleSeconds)

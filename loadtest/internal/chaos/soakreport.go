@@ -1,4 +1,4 @@
-package main
+package chaos
 
 import (
 	"fmt"
@@ -11,7 +11,7 @@ import (
 
 // soakMarkdown is the soak's part of chaos.md: a line per round, then the
 // instances' RSS and goroutines over time.
-func soakMarkdown(r *ChaosResult) string {
+func soakMarkdown(r *Result) string {
 	var b strings.Builder
 	b.WriteString("\n### Rounds\n\n| round | fault | fault at | lasted | requests | 201 | 409 | 503 | errors | p99 | 503 p99 in fault | invariants | reserves answered again | Redis = DB | verdict |\n")
 	b.WriteString("| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: | --- |\n")
@@ -40,7 +40,7 @@ func soakMarkdown(r *ChaosResult) string {
 }
 
 // p99Of is the p99 of every answer, or "-".
-func p99Of(r *ChaosResult) string {
+func p99Of(r *Result) string {
 	if r.Latency == nil {
 		return "-"
 	}

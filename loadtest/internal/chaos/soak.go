@@ -1,4 +1,4 @@
-package main
+package chaos
 
 import (
 	"context"
@@ -57,7 +57,7 @@ const soakShortRate = 1000
 // reach its size and every window holds a fault, so it bounds the growth
 // between 12-24 s and 42-60 s at 100%: a leak of a goroutine or a kilobyte
 // per request would still pass it many times over.
-func soakPlanOf(c ChaosConfig) soakPlan {
+func soakPlanOf(c Config) soakPlan {
 	if c.Short {
 		return soakPlan{Rate: min(c.FlashMax/2, soakShortRate), Total: time.Minute, Round: 10 * time.Second,
 			FaultAt: 2 * time.Second, SampleEvery: 3 * time.Second, Warm: [2]float64{12, 24}, Last: [2]float64{42, 60}, MaxGrowth: 1}
@@ -84,10 +84,10 @@ func soakOrder(n int, seed uint64) []string {
 type soakRound struct {
 	i     int
 	sc    Scenario
-	cfg   ChaosConfig
+	cfg   Config
 	t     *traffic
 	pay   *payers
-	res   *ChaosResult
+	res   *Result
 	codes []string
 }
 
@@ -96,7 +96,7 @@ type soakRound struct {
 // and the payers beside; each round is judged (every invariant) once its
 // traffic is over, while the next runs. At the end: Redis = DB on every voucher
 // after a reconcile, and the RSS and goroutines flat after warm-up.
-func runSoak(ctx context.Context, pg *devstack.Postgres, sc Scenario, cfg ChaosConfig) (*ChaosResult, error) {
+func runSoak(ctx context.Context, pg *devstack.Postgres, sc Scenario, cfg Config) (*Result, error) {
 	plan := soakPlanOf(cfg)
 	byName := map[string]Scenario{}
 	for _, s := range Scenarios() {
@@ -136,7 +136,7 @@ func runSoak(ctx context.Context, pg *devstack.Postgres, sc Scenario, cfg ChaosC
 		}
 		rd, err := startRound(ctx, r, i, byName[name], plan, cfg)
 		if err != nil { // the round could not start: it fails, the soak goes on
-			rd.res = &ChaosResult{Scenario: name, Error: err.Error(), RecoverySeconds: -1, SettleSeconds: -1, Statuses: map[string]int{}}
+			rd.res = &Result{Scenario: name, Error: err.Error(), RecoverySeconds: -1, SettleSeconds: -1, Statuses: map[string]int{}}
 			rounds = append(rounds, rd)
 			continue
 		}
@@ -163,7 +163,7 @@ func runSoak(ctx context.Context, pg *devstack.Postgres, sc Scenario, cfg ChaosC
 }
 
 // startRound creates the round's vouchers; run drives and judges it.
-func startRound(ctx context.Context, r *rig, i int, fault Scenario, plan soakPlan, cfg ChaosConfig) (*soakRound, error) {
+func startRound(ctx context.Context, r *rig, i int, fault Scenario, plan soakPlan, cfg Config) (*soakRound, error) {
 	c := cfg
 	c.Rate, c.Duration, c.FaultAt, c.Seed = plan.Rate, plan.Round, plan.FaultAt, cfg.Seed+uint64(i)
 	rd := &soakRound{i: i, sc: fault, cfg: c}
@@ -200,7 +200,7 @@ func (rd *soakRound) run(ctx context.Context, r *rig) {
 	err := rd.t.drive(ctx, r, rd.sc, rd.cfg)
 	rd.pay.wait()
 	if err != nil {
-		rd.res = &ChaosResult{Scenario: rd.sc.Name, Error: err.Error(), RecoverySeconds: -1, SettleSeconds: -1, Statuses: map[string]int{}}
+		rd.res = &Result{Scenario: rd.sc.Name, Error: err.Error(), RecoverySeconds: -1, SettleSeconds: -1, Statuses: map[string]int{}}
 		return
 	}
 	quiet := time.Now()
@@ -237,8 +237,8 @@ func (rd *soakRound) run(ctx context.Context, r *rig) {
 }
 
 // soakResult adds the rounds up and makes the checks of the whole soak.
-func soakResult(ctx context.Context, r *rig, sc Scenario, cfg ChaosConfig, plan soakPlan, rounds []*soakRound, samples []ProcSample, elapsed time.Duration) *ChaosResult {
-	res := &ChaosResult{Scenario: sc.Name, Fault: sc.Describe(plan.Round), Rate: plan.Rate, Statuses: map[string]int{},
+func soakResult(ctx context.Context, r *rig, sc Scenario, cfg Config, plan soakPlan, rounds []*soakRound, samples []ProcSample, elapsed time.Duration) *Result {
+	res := &Result{Scenario: sc.Name, Fault: sc.Describe(plan.Round), Rate: plan.Rate, Statuses: map[string]int{},
 		FaultSeconds: elapsed.Seconds(), RecoveryBound: cfg.RecoveryBound.Seconds(), SettleBound: cfg.SettleBound.Seconds(),
 		Samples: samples}
 	var codes, failed []string
@@ -280,7 +280,7 @@ func soakResult(ctx context.Context, r *rig, sc Scenario, cfg ChaosConfig, plan 
 	return res
 }
 
-func failedNames(r *ChaosResult) string {
+func failedNames(r *Result) string {
 	if r.Error != "" {
 		return r.Error
 	}

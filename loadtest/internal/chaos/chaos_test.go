@@ -1,4 +1,4 @@
-package main
+package chaos
 
 import (
 	"bufio"
@@ -25,7 +25,7 @@ func TestMain(m *testing.M) { os.Exit(devstacktest.RunTests(m)) }
 // binary, into a temp dir.
 func buildServices(tb testing.TB) string {
 	tb.Helper()
-	return devstacktest.Binaries(tb, "../ledger", "../proxy")
+	return devstacktest.Binaries(tb, "../../../ledger", "../../../proxy")
 }
 
 // Every chaos scenario but the soak, short (the ten faults: a 2 s burst at
@@ -43,7 +43,7 @@ func TestChaosScenarios(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a system per scenario and breaks it")
 	}
-	cfg := ShortChaos
+	cfg := ShortConfig
 	cfg.BinDir = buildServices(t)
 	pg := devstacktest.NewPostgres(t, devstack.PostgresOptions{})
 	scenarios, err := pickScenarios(nil)
@@ -61,7 +61,7 @@ func TestChaosSoak(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs the fleet for a minute under faults")
 	}
-	cfg := ShortChaos
+	cfg := ShortConfig
 	cfg.BinDir = buildServices(t)
 	pg := devstacktest.NewPostgres(t, devstack.PostgresOptions{})
 	scenarios, err := pickScenarios([]string{"soak"})
@@ -78,7 +78,7 @@ func TestChaosSoak(t *testing.T) {
 }
 
 // runChaosTest runs one scenario and asserts every check.
-func runChaosTest(t *testing.T, pg *devstack.Postgres, sc Scenario, cfg ChaosConfig) *ChaosResult {
+func runChaosTest(t *testing.T, pg *devstack.Postgres, sc Scenario, cfg Config) *Result {
 	logPath := filepath.Join(t.TempDir(), "services.log")
 	f, err := os.Create(logPath)
 	require.NoError(t, err)

@@ -1,4 +1,4 @@
-package main
+package chaos
 
 import (
 	"fmt"
@@ -12,21 +12,21 @@ import (
 	"github.com/flashgate/flashgate/loadtest/internal/verify"
 )
 
-// ChaosReport is chaos.json.
-type ChaosReport struct {
+// Report is chaos.json.
+type Report struct {
 	Started  time.Time      `json:"started"`
 	Seconds  float64        `json:"seconds"`
 	Command  string         `json:"command"`
 	CPUs     int            `json:"cpus"`
 	LoadAvg  float64        `json:"loadAvg1AtStart"`
 	Config   map[string]any `json:"config"`
-	Results  []*ChaosResult `json:"results"`
+	Results  []*Result      `json:"results"`
 	Pass     bool           `json:"pass"`
 	Verdicts string         `json:"verdicts"` // "10 of 10 scenarios passed"
 }
 
-func newChaosReport(cfg ChaosConfig, command string) *ChaosReport {
-	return &ChaosReport{
+func newReport(cfg Config, command string) *Report {
+	return &Report{
 		Started: time.Now(), Command: command, CPUs: runtime.NumCPU(), LoadAvg: load.LoadAvg(),
 		Config: map[string]any{
 			"rate": cfg.Rate, "durationSeconds": cfg.Duration.Seconds(), "requestsPerScenario": cfg.requests(),
@@ -39,7 +39,7 @@ func newChaosReport(cfg ChaosConfig, command string) *ChaosReport {
 	}
 }
 
-func (rep *ChaosReport) finish() {
+func (rep *Report) finish() {
 	rep.Seconds = time.Since(rep.Started).Seconds()
 	passed := 0
 	for _, r := range rep.Results {
@@ -52,7 +52,7 @@ func (rep *ChaosReport) finish() {
 }
 
 // PrintChaosTable writes one line per scenario.
-func PrintChaosTable(w io.Writer, results []*ChaosResult) {
+func PrintChaosTable(w io.Writer, results []*Result) {
 	fmt.Fprintf(w, "%-17s %6s %8s %6s %6s %6s %6s %8s %-10s %9s %8s %s\n",
 		"scenario", "fault", "requests", "201", "409", "503", "errors", "503 p99", "invariants", "recovered", "Redis=DB", "verdict")
 	for _, r := range results {
@@ -72,7 +72,7 @@ var behaviourChecks = map[string]bool{
 // invariantsVerdict is PASS or FAIL over the checks that are invariants
 // (all but behaviourChecks), or ERROR when the
 // scenario did not run.
-func invariantsVerdict(r *ChaosResult) string {
+func invariantsVerdict(r *Result) string {
 	if r.Error != "" {
 		return "ERROR"
 	}
@@ -92,7 +92,7 @@ func seconds(s float64) string {
 }
 
 // p99Of503 is the p99 of the 503s sent while the fault lasted, or "-".
-func p99Of503(r *ChaosResult) string {
+func p99Of503(r *Result) string {
 	if r.DuringFault503 == 0 {
 		return "-"
 	}
@@ -101,7 +101,7 @@ func p99Of503(r *ChaosResult) string {
 
 // reportChaos prints the table of the results and writes chaos.md and
 // chaos.json into dir. It fails when a scenario did.
-func reportChaos(rep *ChaosReport, dir string) error {
+func reportChaos(rep *Report, dir string) error {
 	fmt.Println()
 	PrintChaosTable(os.Stdout, rep.Results)
 	md, js, err := verify.WriteReportFiles(dir, "chaos.md", []byte(chaosMarkdown(rep)), "chaos.json", rep)
@@ -117,7 +117,7 @@ func reportChaos(rep *ChaosReport, dir string) error {
 
 func secondsOf(v any) string { return fmt.Sprintf("%v s", v) }
 
-func chaosMarkdown(rep *ChaosReport) string {
+func chaosMarkdown(rep *Report) string {
 	var b strings.Builder
 	c := rep.Config
 	fmt.Fprintf(&b, "# flashgate chaos run, %s\n\n", rep.Started.Format(time.RFC3339))

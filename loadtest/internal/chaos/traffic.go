@@ -1,4 +1,4 @@
-package main
+package chaos
 
 import (
 	"context"
@@ -30,7 +30,7 @@ type traffic struct {
 }
 
 // newTraffic creates the scenario's two vouchers and plans its burst.
-func newTraffic(ctx context.Context, b *verify.Bench, name string, cfg ChaosConfig) (*traffic, error) {
+func newTraffic(ctx context.Context, b *verify.Bench, name string, cfg Config) (*traffic, error) {
 	n := cfg.requests()
 	stock := cfg.Stock
 	if stock <= 0 {
@@ -55,7 +55,7 @@ func newTraffic(ctx context.Context, b *verify.Bench, name string, cfg ChaosConf
 // drive sends the burst and the retrying clients' orders, strikes the fault
 // cfg.FaultAt into the burst and ends it cfg.FaultFor later, probes from the
 // fault on, and returns once all three are done.
-func (t *traffic) drive(ctx context.Context, r *rig, sc Scenario, cfg ChaosConfig) error {
+func (t *traffic) drive(ctx context.Context, r *rig, sc Scenario, cfg Config) error {
 	volley := make(chan load.Volley, 1)
 	t.rc = load.NewRetryingClients(r.entry, t.spec.Code, int64(t.customers)+1, cfg.Attack.Timeout)
 	retried := make(chan struct{})
@@ -91,8 +91,8 @@ func (t *traffic) drive(ctx context.Context, r *rig, sc Scenario, cfg ChaosConfi
 
 // result tallies the answers and the timings; settled is how long Redis took
 // to agree with the database after the last request (-1: never).
-func (t *traffic) result(sc Scenario, cfg ChaosConfig, settled time.Duration, settleDetail string) *ChaosResult {
-	res := &ChaosResult{
+func (t *traffic) result(sc Scenario, cfg Config, settled time.Duration, settleDetail string) *Result {
+	res := &Result{
 		Scenario: sc.Name, Fault: sc.Describe(cfg.FaultFor), Code: t.spec.Code, ProbeCode: t.probeSpec.Code, Stock: t.spec.Stock,
 		FaultAt: t.faultStart.Sub(t.start).Seconds(), FaultSeconds: t.faultEnd.Sub(t.faultStart).Seconds(),
 		Rate: cfg.Rate, Probes: len(t.probes), Statuses: map[string]int{},
@@ -131,7 +131,7 @@ func answeredLatency(shots ...[]load.Shot) load.Latency {
 // judge checks the invariants on both vouchers and how the system behaved
 // through the fault into res; quiet is how long after the fault's end the
 // last request was answered.
-func (t *traffic) judge(ctx context.Context, b *verify.Bench, res *ChaosResult, cfg ChaosConfig, quiet time.Duration) error {
+func (t *traffic) judge(ctx context.Context, b *verify.Bench, res *Result, cfg Config, quiet time.Duration) error {
 	all, shots := t.rc.Merge(t.plan, t.volley.Shots)
 	burst, err := chaosChecks(ctx, b, t.spec, all, shots, "")
 	if err != nil {

@@ -1,4 +1,4 @@
-package main
+package chaos
 
 import (
 	"context"
@@ -46,10 +46,10 @@ type Scenario struct {
 	ByName bool
 	// Tune sets the scenario's own traffic and bounds from the run's (which
 	// says whether the run is short); nil: the run's as they are.
-	Tune func(ChaosConfig) ChaosConfig
+	Tune func(Config) Config
 	// Run replaces the burst-and-fault run (RunScenario's) with the scenario's
 	// own; Inject is then unused.
-	Run func(ctx context.Context, pg *devstack.Postgres, sc Scenario, cfg ChaosConfig) (*ChaosResult, error)
+	Run func(ctx context.Context, pg *devstack.Postgres, sc Scenario, cfg Config) (*Result, error)
 	// Inject starts the fault and returns what ends it (removes the toxics,
 	// restarts what was killed). A fault that is over when Inject returns (a
 	// restart) returns a nil end.
@@ -129,7 +129,7 @@ func Scenarios() []Scenario {
 // tuneSoak gives each round 20 s to settle: a use held for a request the
 // fault left unanswered comes back HANGING_GRACE after it, at the next
 // reconcile (soakReconcile).
-func tuneSoak(c ChaosConfig) ChaosConfig {
+func tuneSoak(c Config) Config {
 	c.SettleBound = 20 * time.Second
 	// The harness holds three descriptors per client connection (the
 	// client's and both ends of its balancer) under a limit of 20,000 here:
@@ -144,7 +144,7 @@ func tuneSoak(c ChaosConfig) ChaosConfig {
 // tuneRollingRestart is rolling-restart's plan: a burst long enough for four
 // restarts (2,000/s for 30 s; short: 1,000/s for 16 s), and Redis = DB within
 // 2 s of the last request with the reconciler off.
-func tuneRollingRestart(c ChaosConfig) ChaosConfig {
+func tuneRollingRestart(c Config) Config {
 	c.Rate, c.Duration, c.FaultAt = 2000, 30*time.Second, 3*time.Second
 	if c.Short {
 		c.Rate, c.Duration, c.FaultAt = 1000, 16*time.Second, time.Second
