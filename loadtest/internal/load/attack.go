@@ -92,6 +92,8 @@ type TagTransport struct {
 	Replays *atomic.Int64
 }
 
+// RoundTrip sends req on the base transport, echoes its reqHeader and counts
+// a resend.
 func (t TagTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	var conns int
 	req = req.WithContext(httptrace.WithClientTrace(req.Context(),

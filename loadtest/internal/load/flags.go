@@ -8,8 +8,10 @@ import (
 // MultiFlag is a repeatable string flag.
 type MultiFlag []string
 
+// String is the values, comma-separated.
 func (m *MultiFlag) String() string { return strings.Join(*m, ",") }
 
+// Set adds v.
 func (m *MultiFlag) Set(v string) error { *m = append(*m, v); return nil }
 
 // AttackFlags registers the load generator's flags.

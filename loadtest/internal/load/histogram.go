@@ -22,6 +22,8 @@ type ServerHistogram map[float64]float64 // upper bound (s) -> cumulative count
 
 var reserveRoute = `route="` + api.RouteReservations + `"`
 
+// ReadServerHistogram reads the reserve route's latency histogram from the
+// /metrics of the server at url.
 func ReadServerHistogram(ctx context.Context, url string) (ServerHistogram, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url+api.MetricsPath, nil)
 	if err != nil {

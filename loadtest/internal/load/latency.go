@@ -51,6 +51,7 @@ func Percentile(sorted []time.Duration, p float64) time.Duration {
 	return sorted[min(max(rank, 1), len(sorted))-1]
 }
 
+// Millis is d in milliseconds.
 func Millis(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
 // bucketBounds are the upper bounds of the latency histogram, roughly 1-2-5 per

@@ -8,10 +8,10 @@ import (
 	"time"
 )
 
-// cpuReading is the machine's CPU time (from /proc/stat, all CPUs) and this
+// CPUReading is the machine's CPU time (from /proc/stat, all CPUs) and this
 // process's, at one moment. Everything a burst measures shares these CPUs, so a
 // report says how busy they were and how much of that was the load generator.
-type cpuReading struct {
+type CPUReading struct {
 	busy, total uint64        // machine, clock ticks; 0 when /proc/stat is unreadable
 	self        time.Duration // this process, user + system
 	children    uint64        // clock ticks of every process started by this one (the stack)
@@ -21,8 +21,9 @@ type cpuReading struct {
 // clockTick is USER_HZ, the unit of /proc times: 100 on every Linux that matters.
 const clockTick = 10 * time.Millisecond
 
-func ReadCPU() cpuReading {
-	r := cpuReading{at: time.Now(), children: descendantTicks(os.Getpid())}
+// ReadCPU reads the machine's, this process's and its children's CPU time now.
+func ReadCPU() CPUReading {
+	r := CPUReading{at: time.Now(), children: descendantTicks(os.Getpid())}
 	var ru syscall.Rusage
 	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) == nil {
 		r.self = time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
@@ -39,7 +40,7 @@ func ReadCPU() cpuReading {
 	for i, f := range fields[1:] {
 		n, err := strconv.ParseUint(f, 10, 64)
 		if err != nil {
-			return cpuReading{self: r.self, children: r.children, at: r.at}
+			return CPUReading{self: r.self, children: r.children, at: r.at}
 		}
 		if i >= 8 { // guest time is already counted in user
 			break
@@ -110,7 +111,9 @@ type CPUUse struct {
 	LoadAvg        float64 `json:"loadAvg1"`       // 1-minute load average at the start
 }
 
-func CPUBetween(a, b cpuReading, cpus int, load float64) *CPUUse {
+// CPUBetween is the CPU use from a to b on cpus CPUs, load the load average at
+// the start.
+func CPUBetween(a, b CPUReading, cpus int, load float64) *CPUUse {
 	u := &CPUUse{CPUs: cpus, LoadAvg: load}
 	wall := b.at.Sub(a.at)
 	if wall <= 0 {

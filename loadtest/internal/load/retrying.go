@@ -31,11 +31,15 @@ type RetryingClients struct {
 	shots []Shot
 }
 
+// RetryAttempts is how many times a retrying client sends one order at most;
+// RetryClientWait is its wait when an attempt had no answer.
 const (
 	RetryAttempts   = 5
 	RetryClientWait = time.Second // after no answer at all
 )
 
+// NewRetryingClients returns the retrying clients of voucher code on the proxy
+// at proxyURL, their customers numbered from firstCustomer.
 func NewRetryingClients(proxyURL, code string, firstCustomer int64, timeout time.Duration) *RetryingClients {
 	rc := &RetryingClients{url: ReserveURL(proxyURL, code), code: code, firstCustomer: firstCustomer}
 	rc.client = &http.Client{Timeout: timeout, Transport: TagTransport{&http.Transport{MaxIdleConnsPerHost: 256}, &rc.Replays}}

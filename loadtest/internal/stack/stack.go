@@ -184,6 +184,7 @@ func (s *Stack) Stop() {
 	}
 }
 
+// AddrOr is addr, or a free port on 127.0.0.1 when addr is empty.
 func AddrOr(addr string) (string, error) {
 	if addr != "" {
 		return addr, nil

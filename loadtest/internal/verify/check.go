@@ -105,6 +105,7 @@ func Checks(o Outcome) []Check {
 	return cs
 }
 
+// NewCheck is the check name, passed or not, its detail formatted.
 func NewCheck(name string, pass bool, format string, args ...any) Check {
 	return Check{Name: name, Pass: pass, Detail: fmt.Sprintf(format, args...)}
 }
@@ -193,6 +194,7 @@ func maxValue(m map[int64]int) int {
 	return n
 }
 
+// StatusList formats counts by status as "A 3, B 1", sorted; "none" when empty.
 func StatusList(m map[string]int) string {
 	if len(m) == 0 {
 		return "none"

@@ -131,6 +131,7 @@ func PrintSummary(w io.Writer, s *Summary) {
 	}
 }
 
+// Verdict is "PASS" or "FAIL".
 func Verdict(pass bool) string {
 	if pass {
 		return "PASS"
