@@ -14,6 +14,11 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+
+	"github.com/flashgate/flashgate/loadtest/internal/burst"
+	"github.com/flashgate/flashgate/loadtest/internal/chaos"
+	"github.com/flashgate/flashgate/loadtest/internal/compare"
+	"github.com/flashgate/flashgate/loadtest/internal/stack"
 )
 
 func usage() {
@@ -43,8 +48,8 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	commands := map[string]func(context.Context, []string) error{
-		"run": runStack, "demo": runDemo, "burst": runBurstCmd, "replay": runReplayCmd, "compare": runCompare, "chaos": runChaos, "ceiling": runCeiling,
-		"solution1": runSolution1,
+		"run": runStack, "demo": burst.RunDemo, "burst": burst.Run, "replay": burst.RunReplay, "compare": compare.Run, "chaos": chaos.Run, "ceiling": compare.RunCeiling,
+		"solution1": compare.RunSolution1,
 	}
 	cmd, args := os.Args[1], os.Args[2:]
 	run, ok := commands[cmd]
@@ -76,10 +81,10 @@ func runStack(ctx context.Context, args []string) error {
 	redisURL := fs.String("redis-url", "", "use this Redis instead of a throwaway one")
 	_ = fs.Parse(args)
 
-	// StartStack fails, with the service's log, when a service exits during
+	// stack.Start fails, with the service's log, when a service exits during
 	// its start (its port taken, say): its health check counts only an answer
 	// from the child itself (/healthz names its pid).
-	st, err := StartStack(StackOptions{BinDir: *binDir, Token: *token, LedgerAddr: *ledgerAddr, ProxyAddr: *proxyAddr,
+	st, err := stack.Start(stack.Options{BinDir: *binDir, Token: *token, LedgerAddr: *ledgerAddr, ProxyAddr: *proxyAddr,
 		ExternalDB: *dbURL, ExternalRDB: *redisURL, DurablePG: *durable})
 	if err != nil {
 		return err
@@ -90,7 +95,7 @@ func runStack(ctx context.Context, args []string) error {
   ledger:   %s   (LEDGER_TOKEN=%s)
   redis:    %s
   postgres: %s (%s)
-`, st.ProxyURL, st.LedgerURL, st.Token, st.RedisURL, st.DBURL, durability(*durable))
+`, st.ProxyURL, st.LedgerURL, st.Token, st.RedisURL, st.DBURL, stack.Durability(*durable))
 	<-ctx.Done()
 	fmt.Println("stopping...")
 	return nil

@@ -1,0 +1,338 @@
+package compare
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/flashgate/flashgate/loadtest/internal/load"
+	"github.com/flashgate/flashgate/loadtest/internal/verify"
+	"github.com/flashgate/flashgate/shared/api"
+	"github.com/flashgate/flashgate/shared/voucher"
+)
+
+// wrkPath prepares one of compare's paths for a wrk run: a fresh voucher in
+// the state the path needs, and the script that drives it. A path without an
+// entry in wrkPaths is measured by vegeta only.
+type wrkPath func(ctx context.Context, b *verify.Bench) (wrkScript, error)
+
+// wrkPaths are the paths the wrk table measures, by name (see allPaths).
+var wrkPaths = map[string]wrkPath{
+	pathCeiling: func(context.Context, *verify.Bench) (wrkScript, error) {
+		return constantRequest(api.ReservationsPath("CEILING"), wrkBody(3, "wrk-ceiling-1")), nil
+	},
+	pathSoldOut:    wrkSoldOut,
+	pathGate:       wrkGate,
+	pathGateNoCo:   wrkGate,
+	pathFlash:      wrkFresh(true),
+	pathNoCoalesce: wrkFresh(true),
+	pathStandard:   wrkFresh(false),
+	pathSolution1:  wrkFresh(false),
+}
+
+func wrkBody(customer int64, order string) string {
+	return fmt.Sprintf(`{"customerId":%d,"orderId":%q,"orderAmount":%d}`, customer, order, load.OrderAmount)
+}
+
+// wrkSoldOut: a flash voucher whose one use is taken; the next refusal set
+// the proxy's sold-out flag.
+func wrkSoldOut(ctx context.Context, b *verify.Bench) (wrkScript, error) {
+	code := verify.NewCode("wrk-soldout")
+	if err := createVoucherRetrying(ctx, b, verify.VoucherSpec{Code: code, Stock: 1, PerUser: 1, Flash: true}); err != nil {
+		return "", err
+	}
+	for i, want := range []int{http.StatusCreated, http.StatusConflict} {
+		if err := reserveOnce(ctx, b, code, int64(i+1), fmt.Sprintf("%s-%d", code, i), want); err != nil {
+			return "", err
+		}
+	}
+	return constantRequest(api.ReservationsPath(code), wrkBody(3, code+"-x")), nil
+}
+
+// wrkGate: a flash voucher with stock, 100 customers at their limit of one;
+// each request is a new order of one of them, refused by the Redis script.
+func wrkGate(ctx context.Context, b *verify.Bench) (wrkScript, error) {
+	code := verify.NewCode("wrk-gate")
+	if err := createVoucherRetrying(ctx, b, verify.VoucherSpec{Code: code, Stock: 1_000_000, PerUser: 1, Flash: true}); err != nil {
+		return "", err
+	}
+	var bodies []string
+	for c := int64(1); c <= 100; c++ {
+		if err := reserveOnce(ctx, b, code, c, fmt.Sprintf("%s-h%d", code, c), http.StatusCreated); err != nil {
+			return "", err
+		}
+		bodies = append(bodies, wrkBody(c, fmt.Sprintf("%s-g%d", code, c)))
+	}
+	return cycledRequests(api.ReservationsPath(code), bodies), nil
+}
+
+// wrkFresh: a voucher (flash or standard) with stock for every request; each
+// request is a new order of a new customer, admitted and written.
+func wrkFresh(flash bool) wrkPath {
+	return func(ctx context.Context, b *verify.Bench) (wrkScript, error) {
+		code := verify.NewCode("wrk-write")
+		if err := createVoucherRetrying(ctx, b, verify.VoucherSpec{Code: code, Stock: 50_000_000, PerUser: 1, Flash: flash}); err != nil {
+			return "", err
+		}
+		return freshOrders(api.ReservationsPath(code), code+"-", 0, load.OrderAmount), nil
+	}
+}
+
+// createVoucherRetrying is CreateVoucher, retried when the ledger answers 503
+// (a busy machine): a retry that finds the voucher created by the attempt
+// that timed out (409) is a success.
+func createVoucherRetrying(ctx context.Context, b *verify.Bench, v verify.VoucherSpec) error {
+	var err error
+	for attempt := 0; attempt < 5; attempt++ {
+		err = b.CreateVoucher(ctx, v)
+		switch {
+		case err == nil:
+			return nil
+		case attempt > 0 && voucher.ErrorCode(err) == voucher.CodeVoucherExists:
+			if !v.Flash { // the attempt that timed out created it
+				return nil
+			}
+			return b.Warmup(ctx, v.Code)
+		case voucher.ErrorCode(err) != voucher.CodeUnavailable:
+			return err
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	return err
+}
+
+// reserveOnce sends one reserve to b.URL and expects want. A 503 is retried
+// with the same orderId (always safe), a few times: a busy machine may shed
+// or time out one of the set-up requests.
+func reserveOnce(ctx context.Context, b *verify.Bench, code string, customer int64, order string, want int) error {
+	for attempt := 0; ; attempt++ {
+		status, raw, err := postReserve(ctx, b, code, customer, order)
+		switch {
+		case err == nil && status == want:
+			return nil
+		case (err != nil || status == http.StatusServiceUnavailable) && attempt < 5:
+			time.Sleep(200 * time.Millisecond)
+		case err != nil:
+			return err
+		default:
+			return fmt.Errorf("reserve %s/%s: %d %s, want %d", code, order, status, bytes.TrimSpace(raw), want)
+		}
+	}
+}
+
+func postReserve(ctx context.Context, b *verify.Bench, code string, customer int64, order string) (int, []byte, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, b.URL+api.ReservationsPath(code),
+		strings.NewReader(wrkBody(customer, order)))
+	if err != nil {
+		return 0, nil, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := wrkHTTP.Do(req)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<10))
+	return resp.StatusCode, raw, nil
+}
+
+// serviceCounts reads the counters of a proxy's /metrics that say a request
+// was answered 503: admission faults and shed requests. A server without
+// them (ceiling, solution1) reads 0.
+func serviceCounts(ctx context.Context, url string) int64 {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url+api.MetricsPath, nil)
+	if err != nil {
+		return 0
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0
+	}
+	defer resp.Body.Close()
+	var n int64
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if strings.HasPrefix(line, `flashgate_reserve_total{result="UNAVAILABLE"}`) ||
+			strings.HasPrefix(line, "flashgate_http_shed_total ") {
+			f := strings.Fields(line)
+			v, _ := strconv.ParseFloat(f[len(f)-1], 64)
+			n += int64(v)
+		}
+	}
+	return n
+}
+
+// WrkPathResult is one path of the wrk table.
+type WrkPathResult struct {
+	Name   string  `json:"name"`
+	Note   string  `json:"note"`
+	Max    WrkRun  `json:"max"`            // the best of the rounds, flat out
+	At80   *WrkRun `json:"at80,omitempty"` // rate-limited to about 80% of Max
+	Ratio  float64 `json:"ratioToCeiling,omitempty"`
+	Faults int64   `json:"faults"` // 503s the service counted during the runs
+}
+
+// WrkReport is the wrk table of a compare run.
+type WrkReport struct {
+	Conns    int              `json:"connections"`
+	Seconds  float64          `json:"secondsPerRun"`
+	Rounds   int              `json:"rounds"`
+	Paths    []*WrkPathResult `json:"paths"`
+	Sale     *WrkSale         `json:"sale,omitempty"`
+	Durable  bool             `json:"durable"`
+	Warnings []string         `json:"warnings,omitempty"`
+}
+
+// WrkSale is the 1,000-use sale sent by wrk at a high rate, for commits per
+// admitted reservation.
+type WrkSale struct {
+	Rate     float64         `json:"rate"`
+	Admitted int             `json:"admitted"`
+	Commits  *verify.Commits `json:"commits"`
+}
+
+func (r *WrkReport) path(name string) *WrkPathResult {
+	for _, p := range r.Paths {
+		if p.Name == name {
+			return p
+		}
+	}
+	return nil
+}
+
+// wrkCompare measures every path that has a wrkPath: rounds of one flat-out
+// run per path in turn (the best counts), then each path at about 80% of its
+// best, then the sale at SaleRate.
+func (c *comparer) wrkCompare(ctx context.Context, paths []string, b *verify.Bench) (*WrkReport, error) {
+	cfg := c.cfg.Wrk
+	rep := &WrkReport{Conns: cfg.Conns, Seconds: cfg.Duration.Seconds(), Rounds: cfg.Rounds, Durable: c.cfg.Durable}
+	for _, p := range paths {
+		if wrkPaths[p] != nil {
+			rep.Paths = append(rep.Paths, &WrkPathResult{Name: p, Note: pathNotes[p]})
+		}
+	}
+	fmt.Fprintf(c.log, "wrk: %d connections, one thread, %s per run, %d rounds\n", cfg.Conns, cfg.Duration, cfg.Rounds)
+	for round := 1; round <= cfg.Rounds; round++ {
+		for _, p := range rep.Paths {
+			r, err := c.wrkRun(ctx, p, cfg.Conns, 0)
+			if err != nil {
+				return rep, err
+			}
+			fmt.Fprintf(c.log, "  round %d %-22s %8.0f/s  p50 %6.2fms  p99 %7.2fms  non-2xx %d  socket errors %d\n",
+				round, p.Name, r.Rate, r.P50Ms, r.P99Ms, r.Non2xx, r.SocketErrs)
+			if r.Rate > p.Max.Rate {
+				p.Max = r
+			}
+		}
+	}
+	for _, p := range rep.Paths {
+		if err := c.wrkAt80(ctx, p); err != nil {
+			return rep, err
+		}
+	}
+	if ceil := rep.path(pathCeiling); ceil != nil && ceil.Max.Rate > 0 {
+		for _, p := range rep.Paths {
+			p.Ratio = p.Max.Rate / ceil.Max.Rate
+		}
+	}
+	if cfg.SaleRate > 0 {
+		s, err := c.wrkSale(ctx, b, cfg.SaleRate)
+		if err != nil {
+			return rep, err
+		}
+		rep.Sale = s
+	}
+	return rep, nil
+}
+
+// wrkAt80 runs p at about 80% of its best rate: the delay and connections
+// are sized from the latency seen at the maximum, then corrected once from
+// the rate achieved.
+func (c *comparer) wrkAt80(ctx context.Context, p *WrkPathResult) error {
+	target := 0.8 * p.Max.Rate
+	conns, delay := atRate(target, max(1, p.Max.P50Ms))
+	limit := 4 * c.cfg.Wrk.Conns // past this, wrk's own timers are what is measured
+	var r WrkRun
+	for try := 0; try < 3; try++ {
+		var err error
+		if r, err = c.wrkRun(ctx, p, conns, delay); err != nil {
+			return err
+		}
+		if r.Rate <= 0 || (r.Rate >= 0.75*p.Max.Rate && r.Rate <= 0.85*p.Max.Rate) {
+			break
+		}
+		conns = min(limit, max(1, int(float64(conns)*target/r.Rate+0.5)))
+	}
+	fmt.Fprintf(c.log, "  80%%     %-22s %8.0f/s  p50 %6.2fms  p99 %7.2fms  (%d connections, %d ms apart)\n",
+		p.Name, r.Rate, r.P50Ms, r.P99Ms, r.Connections, delay)
+	p.At80 = &r
+	return nil
+}
+
+// wrkRun prepares a fresh voucher for p, warms it up briefly and runs wrk.
+func (c *comparer) wrkRun(ctx context.Context, p *WrkPathResult, conns, delayMs int) (WrkRun, error) {
+	b := c.benches[p.Name]
+	script, err := wrkPaths[p.Name](ctx, b)
+	if err != nil {
+		return WrkRun{}, fmt.Errorf("%s: %w", p.Name, err)
+	}
+	if _, err := runWrk(ctx, b.URL, script.withDelay(delayMs), conns, time.Second); err != nil { // warm-up
+		return WrkRun{}, fmt.Errorf("%s: %w", p.Name, err)
+	}
+	if script, err = wrkPaths[p.Name](ctx, b); err != nil {
+		return WrkRun{}, fmt.Errorf("%s: %w", p.Name, err)
+	}
+	before := serviceCounts(ctx, b.URL)
+	r, err := runWrk(ctx, b.URL, script.withDelay(delayMs), conns, c.cfg.Wrk.Duration)
+	if err != nil {
+		return r, fmt.Errorf("%s: %w", p.Name, err)
+	}
+	r.DelayMs = delayMs
+	p.Faults += serviceCounts(ctx, b.URL) - before
+	c.pause(ctx)
+	return r, nil
+}
+
+// wrkSale sells a fresh 1,000-use flash voucher to new customers at about
+// rate and reports the Postgres commits per admitted reservation.
+func (c *comparer) wrkSale(ctx context.Context, b *verify.Bench, rate float64) (*WrkSale, error) {
+	code := verify.NewCode("wrk-sale")
+	if err := createVoucherRetrying(ctx, b, verify.VoucherSpec{Code: code, Stock: c.cfg.Sale.Stock, PerUser: 1, Flash: true}); err != nil {
+		return nil, err
+	}
+	before, err := b.Commits(ctx)
+	if err != nil {
+		return nil, err
+	}
+	// An answer takes about 10 ms while the uses sell (each is written), so
+	// that many connections keep rate requests a second coming.
+	conns, delay := atRate(rate, 10)
+	script := freshOrders(api.ReservationsPath(code), code+"-", 0, load.OrderAmount).withDelay(delay)
+	r, err := runWrk(ctx, b.URL, script, conns, time.Second)
+	if err != nil {
+		return nil, fmt.Errorf("sale: %w", err)
+	}
+	d, err := b.DBState(ctx, code)
+	if err != nil {
+		return nil, err
+	}
+	commits, err := b.CommitsSince(ctx, before, c.cfg.Sale.StatsWait, d.Used)
+	if err != nil {
+		return nil, err
+	}
+	fmt.Fprintf(c.log, "wrk sale: %d uses at %.0f/s (%d connections): %d admitted, %d commits = %.3f per admitted\n",
+		c.cfg.Sale.Stock, r.Rate, conns, d.Used, commits.Delta, commits.PerAdmitted)
+	return &WrkSale{Rate: r.Rate, Admitted: d.Used, Commits: commits}, nil
+}
+
+// wrkHTTP is the client of the wrk table's setup and checks (a few requests,
+// not the load: wrk sends that).
+var wrkHTTP = &http.Client{Timeout: 30 * time.Second}

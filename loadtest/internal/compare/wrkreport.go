@@ -1,0 +1,73 @@
+package compare
+
+import (
+	"fmt"
+	"io"
+)
+
+// Markdown writes the wrk table: each path's best flat-out rate, its p99
+// there, its rate and p99 when held to about 80% of it, and its ratio to the
+// ceiling measured in the same run.
+func (r *WrkReport) Markdown(w io.Writer, durable bool) {
+	pg := "fsync off"
+	if durable {
+		pg = "durable: fsync and full_page_writes on"
+	}
+	fmt.Fprintf(w, "Generator: wrk, one thread, %d connections, %.0f s per run, best of %d rounds taken in turns; Postgres %s.\n\n",
+		r.Conns, r.Seconds, r.Rounds, pg)
+	fmt.Fprintln(w, "| path | req/s (max) | p99 at max | ratio to ceiling | req/s at ~80% | p99 at ~80% | non-2xx / socket errors / 503s |")
+	fmt.Fprintln(w, "| --- | ---: | ---: | ---: | ---: | ---: | --- |")
+	for _, p := range r.Paths {
+		at80, p99 := "-", "-"
+		if a := p.At80; a != nil {
+			at80, p99 = fmt.Sprintf("%.0f", a.Rate), fmt.Sprintf("%.1f ms", a.P99Ms)
+		}
+		fmt.Fprintf(w, "| %s | %.0f | %.1f ms | %.2f | %s | %s | %d / %d / %d |\n", p.Name, p.Max.Rate, p.Max.P99Ms, p.Ratio,
+			at80, p99, p.Max.Non2xx, p.Max.SocketErrs, p.Faults)
+	}
+	fmt.Fprintln(w)
+	for _, p := range r.Paths {
+		fmt.Fprintf(w, "- %s: %s\n", p.Name, p.Note)
+	}
+	if s := r.Sale; s != nil && s.Commits != nil {
+		fmt.Fprintf(w, "\nThe 1,000-use sale sent by wrk at %.0f/s: %d admitted, %d Postgres commits = %.3f per admitted reservation.\n",
+			s.Rate, s.Admitted, s.Commits.Delta, s.Commits.PerAdmitted)
+	}
+}
+
+// wrkTargets are the targets on the wrk table.
+func (r *Report) wrkTargets() {
+	if r.Wrk == nil {
+		return
+	}
+	ratio := func(name string, want float64) {
+		p := r.Wrk.path(name)
+		if p == nil || p.Ratio == 0 {
+			return
+		}
+		got := fmt.Sprintf("%.2f x ceiling (%.0f/s)", p.Ratio, p.Max.Rate)
+		pass := p.Ratio >= want
+		if a := p.At80; a != nil {
+			got += fmt.Sprintf(", p99 %.1f ms at %.0f/s", a.P99Ms, a.Rate)
+			pass = pass && a.P99Ms < 25
+		}
+		r.Targets = append(r.Targets, Target{Name: fmt.Sprintf("wrk: %s >= %.2f x ceiling, p99 < 25 ms at ~80%%", name, want), Got: got, Pass: pass})
+	}
+	ratio(pathSoldOut, 0.90)
+	ratio(pathGate, 0.75)
+	ratio(pathFlash, 0.30)
+	if f, s := r.Wrk.path(pathFlash), r.Wrk.path(pathSolution1); f != nil && s != nil && s.Max.Rate > 0 {
+		got := f.Max.Rate / s.Max.Rate
+		pg := "fsync off"
+		if r.Durable {
+			pg = "durable"
+		}
+		r.Targets = append(r.Targets, Target{Name: "wrk: admitted-and-written >= 10 x solution1 (" + pg + ")", Pass: got >= 10,
+			Got: fmt.Sprintf("%.1f x (%.0f/s vs %.0f/s)", got, f.Max.Rate, s.Max.Rate)})
+	}
+	if s := r.Wrk.Sale; s != nil && s.Commits != nil {
+		r.Targets = append(r.Targets, Target{Name: fmt.Sprintf("wrk: <= 0.1 commits per admitted at %.0f/s", s.Rate),
+			Pass: s.Commits.PerAdmitted <= 0.1,
+			Got:  fmt.Sprintf("%.3f (%d commits / %d admitted)", s.Commits.PerAdmitted, s.Commits.Delta, s.Admitted)})
+	}
+}

@@ -1,0 +1,23 @@
+package load
+
+import (
+	"flag"
+	"strings"
+)
+
+// MultiFlag is a repeatable string flag.
+type MultiFlag []string
+
+// String is the values, comma-separated.
+func (m *MultiFlag) String() string { return strings.Join(*m, ",") }
+
+// Set adds v.
+func (m *MultiFlag) Set(v string) error { *m = append(*m, v); return nil }
+
+// AttackFlags registers the load generator's flags.
+func AttackFlags(fs *flag.FlagSet, o *AttackOptions) {
+	fs.IntVar(&o.Workers, "workers", DefaultAttack.Workers, "load generator workers started up front")
+	fs.IntVar(&o.MaxWorkers, "max-workers", DefaultAttack.MaxWorkers, "most requests in flight")
+	fs.IntVar(&o.Connections, "connections", DefaultAttack.Connections, "idle keep-alive connections kept")
+	fs.DurationVar(&o.Timeout, "timeout", DefaultAttack.Timeout, "per-request timeout")
+}

@@ -1,0 +1,142 @@
+package load
+
+import (
+	"os"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// CPUReading is the machine's CPU time (from /proc/stat, all CPUs) and this
+// process's, at one moment. Everything a burst measures shares these CPUs, so a
+// report says how busy they were and how much of that was the load generator.
+type CPUReading struct {
+	busy, total uint64        // machine, clock ticks; 0 when /proc/stat is unreadable
+	self        time.Duration // this process, user + system
+	children    uint64        // clock ticks of every process started by this one (the stack)
+	at          time.Time
+}
+
+// clockTick is USER_HZ, the unit of /proc times: 100 on every Linux that matters.
+const clockTick = 10 * time.Millisecond
+
+// ReadCPU reads the machine's, this process's and its children's CPU time now.
+func ReadCPU() CPUReading {
+	r := CPUReading{at: time.Now(), children: descendantTicks(os.Getpid())}
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) == nil {
+		r.self = time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	}
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return r
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	fields := strings.Fields(line) // cpu user nice system idle iowait irq softirq steal ...
+	if len(fields) < 5 || fields[0] != "cpu" {
+		return r
+	}
+	for i, f := range fields[1:] {
+		n, err := strconv.ParseUint(f, 10, 64)
+		if err != nil {
+			return CPUReading{self: r.self, children: r.children, at: r.at}
+		}
+		if i >= 8 { // guest time is already counted in user
+			break
+		}
+		r.total += n
+		if i != 3 && i != 4 { // idle, iowait
+			r.busy += n
+		}
+	}
+	return r
+}
+
+// descendantTicks sums the CPU time (user + system, plus that of their reaped
+// children) of every process below pid, from /proc/*/stat.
+func descendantTicks(pid int) uint64 {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return 0
+	}
+	parent := map[int]int{}
+	ticks := map[int]uint64{}
+	for _, e := range entries {
+		p, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue // gone meanwhile
+		}
+		// pid (comm) state ppid ... utime stime cutime cstime: comm may hold
+		// spaces and parentheses, so fields are counted after the last ')'.
+		i := strings.LastIndexByte(string(b), ')')
+		if i < 0 {
+			continue
+		}
+		f := strings.Fields(string(b[i+1:]))
+		if len(f) < 15 {
+			continue
+		}
+		ppid, _ := strconv.Atoi(f[1])
+		parent[p] = ppid
+		for _, v := range f[11:15] {
+			n, _ := strconv.ParseUint(v, 10, 64)
+			ticks[p] += n
+		}
+	}
+	var sum uint64
+	for p, t := range ticks {
+		for q := parent[p]; q > 1; q = parent[q] {
+			if q == pid {
+				sum += t
+				break
+			}
+		}
+	}
+	return sum
+}
+
+// CPUUse is how the CPUs were used between two readings, in CPUs' worth
+// (2.0 = both CPUs of a 2-CPU machine for the whole time).
+type CPUUse struct {
+	CPUs           int     `json:"cpus"`
+	MachineBusy    float64 `json:"machineBusy"`    // share of all CPUs busy, 0..1
+	GeneratorCores float64 `json:"generatorCores"` // this process: the load generator
+	StackCores     float64 `json:"stackCores"`     // processes this one started: proxy, ledger, Redis, Postgres, ceiling
+	OtherCores     float64 `json:"otherCores"`     // everything else on the machine
+	LoadAvg        float64 `json:"loadAvg1"`       // 1-minute load average at the start
+}
+
+// CPUBetween is the CPU use from a to b on cpus CPUs, load the load average at
+// the start.
+func CPUBetween(a, b CPUReading, cpus int, load float64) *CPUUse {
+	u := &CPUUse{CPUs: cpus, LoadAvg: load}
+	wall := b.at.Sub(a.at)
+	if wall <= 0 {
+		return u
+	}
+	if b.total > a.total {
+		u.MachineBusy = float64(b.busy-a.busy) / float64(b.total-a.total)
+	}
+	u.GeneratorCores = float64(b.self-a.self) / float64(wall)
+	if b.children > a.children {
+		u.StackCores = float64(time.Duration(b.children-a.children)*clockTick) / float64(wall)
+	}
+	u.OtherCores = max(u.MachineBusy*float64(cpus)-u.GeneratorCores-u.StackCores, 0)
+	return u
+}
+
+// LoadAvg returns the 1-minute load average, or 0.
+func LoadAvg() float64 {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return 0
+	}
+	f, _, _ := strings.Cut(string(b), " ")
+	v, _ := strconv.ParseFloat(f, 64)
+	return v
+}

@@ -1,0 +1,237 @@
+// Package stack starts flashgate on throwaway servers: Redis, Postgres, a
+// ledger and a proxy, and says where they answer (Endpoints).
+package stack
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+
+	"github.com/flashgate/flashgate/shared/api"
+	"github.com/flashgate/flashgate/shared/devstack"
+)
+
+// Options configures a local flashgate stack.
+type Options struct {
+	BinDir      string    // where bin/ledger and bin/proxy are
+	Token       string    // LEDGER_TOKEN shared by ledger and proxy
+	DurablePG   bool      // fsync on, as in production
+	RedisAOF    bool      // appendonly yes, appendfsync everysec
+	LedgerEnv   []string  // extra env for the ledger
+	ProxyEnv    []string  // extra env for the proxy
+	LedgerAddr  string    // default a free port
+	ProxyAddr   string    // default a free port
+	ExternalDB  string    // use this DATABASE_URL instead of a throwaway server
+	ExternalRDB string    // use this REDIS_URL instead of a throwaway server
+	ServiceLog  io.Writer // where the ledger's and proxy's output goes; nil: stderr
+
+	// The services' own view of their dependencies, when it differs from the
+	// servers' (the chaos harness routes it through fault-injecting proxies):
+	// empty means the server itself. The harness's checks always read the
+	// servers directly.
+	LedgerDBURL    string // DATABASE_URL given to the ledger
+	LedgerRedisURL string // REDIS_URL given to the ledger
+	ProxyRedisURL  string // REDIS_URL given to the proxy
+	ProxyLedgerURL string // LEDGER_URL given to the proxy (e.g. a balancer over several ledgers)
+}
+
+// Stack is a throwaway Redis and Postgres with a ledger and a proxy on them.
+type Stack struct {
+	Redis                 *devstack.Redis    // nil when external
+	Postgres              *devstack.Postgres // nil when external
+	Ledger, Proxy         *devstack.Service
+	RedisURL, DBURL       string
+	LedgerURL, ProxyURL   string
+	LedgerAddr, ProxyAddr string
+	Token                 string
+
+	proxyBin, ledgerBin string
+	ledgerEnv           []string            // the first ledger's environment, for StartLedger
+	proxyEnv            []string            // the first proxy's environment, for StartProxyLike
+	serviceLog          io.Writer           // every service's output, restarts included
+	extra               []*devstack.Service // services started by StartProxy and StartLedger
+}
+
+// Start starts everything and waits until both services answer.
+func Start(o Options) (s *Stack, err error) {
+	s = &Stack{Token: o.Token, serviceLog: o.ServiceLog}
+	if s.serviceLog == nil {
+		s.serviceLog = os.Stderr
+	}
+	defer func() {
+		if err != nil {
+			s.Stop()
+		}
+	}()
+	if s.RedisURL = o.ExternalRDB; s.RedisURL == "" {
+		if s.Redis, err = devstack.StartRedis(devstack.RedisOptions{AOF: o.RedisAOF}); err != nil {
+			return s, err
+		}
+		s.RedisURL = s.Redis.URL()
+	}
+	if s.DBURL = o.ExternalDB; s.DBURL == "" {
+		if s.Postgres, err = devstack.StartPostgres(devstack.PostgresOptions{Durable: o.DurablePG}); err != nil {
+			return s, err
+		}
+		s.DBURL = s.Postgres.URL()
+	}
+	if s.LedgerAddr, err = AddrOr(o.LedgerAddr); err != nil {
+		return s, err
+	}
+	if s.ProxyAddr, err = AddrOr(o.ProxyAddr); err != nil {
+		return s, err
+	}
+	s.LedgerURL, s.ProxyURL = "http://"+s.LedgerAddr, "http://"+s.ProxyAddr
+	ledgerBin, proxyBin, err := binaries(o.BinDir)
+	if err != nil {
+		return s, err
+	}
+	s.proxyBin, s.ledgerBin = proxyBin, ledgerBin
+	env := append([]string{"LEDGER_ADDR=" + s.LedgerAddr, "DATABASE_URL=" + cmp.Or(o.LedgerDBURL, s.DBURL),
+		"REDIS_URL=" + cmp.Or(o.LedgerRedisURL, s.RedisURL), "LEDGER_TOKEN=" + o.Token}, o.LedgerEnv...)
+	s.ledgerEnv = env
+	if s.Ledger, err = devstack.StartService("ledger", ledgerBin, env, s.LedgerURL+api.HealthzPath, s.serviceLog); err != nil {
+		return s, err
+	}
+	env = append([]string{"PROXY_ADDR=" + s.ProxyAddr, "REDIS_URL=" + cmp.Or(o.ProxyRedisURL, s.RedisURL),
+		"LEDGER_URL=" + cmp.Or(o.ProxyLedgerURL, s.LedgerURL), "LEDGER_TOKEN=" + o.Token}, o.ProxyEnv...)
+	s.proxyEnv = env
+	if s.Proxy, err = devstack.StartService("proxy", proxyBin, env, s.ProxyURL+api.HealthzPath, s.serviceLog); err != nil {
+		return s, err
+	}
+	return s, nil
+}
+
+// StartProxy starts one more proxy on a free port, in front of the same ledger
+// and Redis, with env added to the usual environment (e.g. PROXY_COALESCE=off).
+// It returns the proxy's URL; Stop stops it with the rest.
+func (s *Stack) StartProxy(name string, env ...string) (string, error) {
+	addr, err := AddrOr("")
+	if err != nil {
+		return "", err
+	}
+	env = append([]string{"PROXY_ADDR=" + addr, "REDIS_URL=" + s.RedisURL,
+		"LEDGER_URL=" + s.LedgerURL, "LEDGER_TOKEN=" + s.Token}, env...)
+	svc, err := devstack.StartService(name, s.proxyBin, env, "http://"+addr+api.HealthzPath, s.serviceLog)
+	if err != nil {
+		return "", err
+	}
+	s.extra = append(s.extra, svc)
+	return "http://" + addr, nil
+}
+
+// StartProxyLike starts one more proxy at addr (a free port when empty) with
+// the first proxy's environment plus env: the same Redis and ledger as it
+// sees them. It returns the service, to stop and restart, and its URL; Stop
+// stops it with the rest.
+func (s *Stack) StartProxyLike(name, addr string, env ...string) (*devstack.Service, string, error) {
+	addr, err := AddrOr(addr)
+	if err != nil {
+		return nil, "", err
+	}
+	env = append(append(slices.Clone(s.proxyEnv), "PROXY_ADDR="+addr), env...)
+	svc, err := devstack.StartService(name, s.proxyBin, env, "http://"+addr+api.HealthzPath, s.serviceLog)
+	if err != nil {
+		return nil, "", err
+	}
+	s.extra = append(s.extra, svc)
+	return svc, "http://" + addr, nil
+}
+
+// StartLedger starts one more ledger at addr (a free port when empty) on the
+// same database and Redis, with the first ledger's environment plus env. It
+// returns the service, to kill and restart, and its URL; Stop stops it with
+// the rest.
+func (s *Stack) StartLedger(name, addr string, env ...string) (*devstack.Service, string, error) {
+	addr, err := AddrOr(addr)
+	if err != nil {
+		return nil, "", err
+	}
+	// A later entry of the same variable wins (os/exec keeps the last).
+	env = append(append(slices.Clone(s.ledgerEnv), "LEDGER_ADDR="+addr), env...)
+	svc, err := devstack.StartService(name, s.ledgerBin, env, "http://"+addr+api.HealthzPath, s.serviceLog)
+	if err != nil {
+		return nil, "", err
+	}
+	s.extra = append(s.extra, svc)
+	return svc, "http://" + addr, nil
+}
+
+// Endpoints returns where the stack's parts listen.
+func (s *Stack) Endpoints() Endpoints {
+	return Endpoints{ProxyURL: s.ProxyURL, LedgerURL: s.LedgerURL, DBURL: s.DBURL, RedisURL: s.RedisURL, Token: s.Token}
+}
+
+// Stop stops the services and the servers and removes their data. The
+// services are killed, not drained: their data goes with them, and a graceful
+// stop would wait SHUTDOWN_DELAY for a load balancer there is none of.
+func (s *Stack) Stop() {
+	for _, svc := range append(slices.Clone(s.extra), s.Proxy, s.Ledger) {
+		if svc != nil {
+			_ = svc.Kill()
+			svc.Stop()
+		}
+	}
+	if s.Postgres != nil {
+		s.Postgres.Stop()
+	}
+	if s.Redis != nil {
+		s.Redis.Stop()
+	}
+}
+
+// AddrOr is addr, or a free port on 127.0.0.1 when addr is empty.
+func AddrOr(addr string) (string, error) {
+	if addr != "" {
+		return addr, nil
+	}
+	port, err := devstack.FreePort()
+	if err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("127.0.0.1:%d", port), nil
+}
+
+// binaries finds bin/ledger and bin/proxy: in dir if given, else beside this
+// executable, else in ./bin.
+func binaries(dir string) (ledger, proxy string, err error) {
+	var dirs []string
+	if dir != "" {
+		dirs = append(dirs, dir)
+	}
+	if exe, err := os.Executable(); err == nil {
+		dirs = append(dirs, filepath.Dir(exe))
+	}
+	dirs = append(dirs, "bin")
+	for _, d := range dirs {
+		l, p := filepath.Join(d, "ledger"), filepath.Join(d, "proxy")
+		if isFile(l) && isFile(p) {
+			return l, p, nil
+		}
+	}
+	return "", "", errors.New("bin/ledger and bin/proxy not found: run `make build` first")
+}
+
+func isFile(p string) bool {
+	st, err := os.Stat(p)
+	return err == nil && !st.IsDir()
+}
+
+// Endpoints locate a running flashgate.
+type Endpoints struct {
+	ProxyURL, LedgerURL string
+	DBURL, RedisURL     string
+	Token               string // the ledger's admin token
+}
+
+// Durability says how the dev stack's Postgres keeps a commit.
+func Durability(durable bool) string {
+	if durable {
+		return "durable (fsync and full_page_writes on: every 201 is on disk)"
+	}
+	return "fsync off (a commit survives a process crash, not a machine crash)"
+}
