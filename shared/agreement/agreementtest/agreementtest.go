@@ -21,8 +21,11 @@ import (
 
 // agreementWait is how long RequireAgreement waits for quiescence: background
 // steps started by the last request (a give-back after a failed write, a
-// post-commit step, a group commit in flight) finish well within it.
-const agreementWait = 10 * time.Second
+// post-commit step, a group commit in flight) finish well within 10 s, and an
+// admission whose fate a proxy could not learn is settled by the ledger once
+// HANGING_GRACE (30 s by default) has passed since the proxy handed it over:
+// the wait covers both. A system that agrees returns at once.
+const agreementWait = 40 * time.Second
 
 // RequireAgreement fails tb unless, for every code, Redis and the database agree
 // (agreement.Compare). It polls until all of them agree or agreementWait has
