@@ -80,6 +80,7 @@ func (c Config) requests() int { return load.RequestCount(c.Rate, c.Duration) }
 // RunScenario runs sc under a burst on a system of its own and judges it:
 // invariants against the database and Redis, and recovery within the bounds.
 func RunScenario(ctx context.Context, pg *devstack.Postgres, sc Scenario, cfg Config) (*Result, error) {
+	load.RaiseOpenFiles()
 	if sc.Tune != nil {
 		cfg = sc.Tune(cfg)
 	}

@@ -140,3 +140,28 @@ func LoadAvg() float64 {
 	v, _ := strconv.ParseFloat(f, 64)
 	return v
 }
+
+// openFilesWanted is the descriptor limit a fault run asks for: each request
+// in flight through the chaos balancer holds three descriptors in this
+// process (the client's connection, and the balancer's two), and a stalled
+// stack lets every worker's request pile up at once.
+const openFilesWanted = 1 << 16
+
+// RaiseOpenFiles lifts this process's open-file limit to openFilesWanted when
+// the system lets it (the hard limit too, for root), as load generators are
+// run (wrk's advice: ulimit -n). It returns the limit in force; a refusal
+// leaves the limit as it was.
+func RaiseOpenFiles() uint64 {
+	var lim syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil || lim.Cur >= openFilesWanted {
+		return lim.Cur
+	}
+	want := syscall.Rlimit{Cur: openFilesWanted, Max: max(lim.Max, openFilesWanted)}
+	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &want); err != nil {
+		want = syscall.Rlimit{Cur: lim.Max, Max: lim.Max} // as far as an unprivileged process may
+		if syscall.Setrlimit(syscall.RLIMIT_NOFILE, &want) != nil {
+			return lim.Cur
+		}
+	}
+	return want.Cur
+}
