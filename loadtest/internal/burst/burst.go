@@ -106,6 +106,7 @@ func Send(ctx context.Context, b *verify.Bench, cfg Config) (*verify.Summary, er
 	s := Summarize(cfg, spec, plan, v)
 	s.URL = url
 	s.CPU = load.CPUBetween(cpu0, cpu1, runtime.NumCPU(), loadAvg)
+	s.CPU.PerRequest(len(v.Shots))
 	if !b.Checked() {
 		return s, nil
 	}

@@ -31,8 +31,8 @@ type AttackOptions struct {
 	Connections int           // idle keep-alive connections kept per host
 	Timeout     time.Duration // per request; keep it above the proxy's LEDGER_TIMEOUT
 	// Lean sends through leanTransport instead of Go's http.Transport: a
-	// quarter of the generator's CPU per request, for runs that send more than
-	// the stack can take from the same CPUs (overload).
+	// quarter of the generator's CPU per request. The generator shares the
+	// stack's CPUs, so the default (--lean); off only to compare the two.
 	Lean bool
 
 	// Schedule, when set (a replay), is when each request leaves, from the
@@ -44,7 +44,7 @@ type AttackOptions struct {
 }
 
 // DefaultAttack suits one loopback machine.
-var DefaultAttack = AttackOptions{Workers: 64, MaxWorkers: 4096, Connections: 4096, Timeout: 15 * time.Second}
+var DefaultAttack = AttackOptions{Workers: 64, MaxWorkers: 4096, Connections: 4096, Timeout: 15 * time.Second, Lean: true}
 
 // Shot is one request's outcome, kept small: a burst holds hundreds of thousands.
 type Shot struct {

@@ -20,4 +20,5 @@ func AttackFlags(fs *flag.FlagSet, o *AttackOptions) {
 	fs.IntVar(&o.MaxWorkers, "max-workers", DefaultAttack.MaxWorkers, "most requests in flight")
 	fs.IntVar(&o.Connections, "connections", DefaultAttack.Connections, "idle keep-alive connections kept")
 	fs.DurationVar(&o.Timeout, "timeout", DefaultAttack.Timeout, "per-request timeout")
+	fs.BoolVar(&o.Lean, "lean", DefaultAttack.Lean, "send through the lean HTTP/1.1 client (about a quarter of Go's transport's CPU per request); -lean=false: Go's")
 }

@@ -106,9 +106,22 @@ type CPUUse struct {
 	CPUs           int     `json:"cpus"`
 	MachineBusy    float64 `json:"machineBusy"`    // share of all CPUs busy, 0..1
 	GeneratorCores float64 `json:"generatorCores"` // this process: the load generator
-	StackCores     float64 `json:"stackCores"`     // processes this one started: proxy, ledger, Redis, Postgres, ceiling
-	OtherCores     float64 `json:"otherCores"`     // everything else on the machine
-	LoadAvg        float64 `json:"loadAvg1"`       // 1-minute load average at the start
+	// GeneratorMicros is the generator's CPU time per request sent, in
+	// microseconds (PerRequest sets it): what one request costs the CPUs the
+	// stack shares.
+	GeneratorMicros float64 `json:"generatorMicrosPerRequest,omitempty"`
+	StackCores      float64 `json:"stackCores"` // processes this one started: proxy, ledger, Redis, Postgres, ceiling
+	OtherCores      float64 `json:"otherCores"` // everything else on the machine
+	LoadAvg         float64 `json:"loadAvg1"`   // 1-minute load average at the start
+
+	generator time.Duration // this process's CPU time between the readings
+}
+
+// PerRequest sets GeneratorMicros for n requests sent between the readings.
+func (u *CPUUse) PerRequest(n int) {
+	if n > 0 {
+		u.GeneratorMicros = float64(u.generator.Microseconds()) / float64(n)
+	}
 }
 
 // CPUBetween is the CPU use from a to b on cpus CPUs, load the load average at
@@ -123,6 +136,7 @@ func CPUBetween(a, b CPUReading, cpus int, load float64) *CPUUse {
 		u.MachineBusy = float64(b.busy-a.busy) / float64(b.total-a.total)
 	}
 	u.GeneratorCores = float64(b.self-a.self) / float64(wall)
+	u.generator = b.self - a.self
 	if b.children > a.children {
 		u.StackCores = float64(time.Duration(b.children-a.children)*clockTick) / float64(wall)
 	}
