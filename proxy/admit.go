@@ -203,10 +203,25 @@ func (a *Admitter) reserve(ctx context.Context, code string, cl voucher.Claim) (
 		a.flagHits.Add(1)
 		return Reply{}, voucher.ErrOutOfStock
 	}
-	if a.window != nil && !a.window.open() {
+	if a.window != nil && !a.window.open() && !a.holdsUse(ctx, code, cl) {
 		return a.window.refuse(requestID(ctx)), nil
 	}
 	return a.reserveFlash(ctx, code, cl)
+}
+
+// holdsUse reports whether Redis holds a use for cl's order and customer: a
+// retry of an admitted order, which takes no new use and is answered from its
+// row, so a full window never refuses it. Asked only of a full window; a
+// failure to ask answers false (the request is refused, as it was).
+func (a *Admitter) holdsUse(ctx context.Context, code string, cl voucher.Claim) bool {
+	ctx, cancel := context.WithTimeout(ctx, a.cfg.RedisTimeout)
+	defer cancel()
+	customer, held, err := a.gate.Holder(ctx, code, cl.OrderID)
+	if err != nil || !held || customer != cl.CustomerID {
+		return false
+	}
+	a.window.spared.Add(1)
+	return true
 }
 
 // requestID is the request id of ctx when it is a request's gin.Context.

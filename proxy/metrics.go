@@ -64,6 +64,15 @@ func newAdmitMetrics(reg prometheus.Registerer, a *Admitter) *admitMetrics {
 			}
 			return float64(a.window.shed.Load())
 		}),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "flashgate_admit_window_retries_total",
+			Help: "Retries of orders holding a use in Redis let through a full admission window (they take no new use).",
+		}, func() float64 {
+			if a.window == nil {
+				return 0
+			}
+			return float64(a.window.spared.Load())
+		}),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "flashgate_redis_breaker_state",
 			Help: "Redis circuit breaker: 0 closed, 1 half-open, 2 open.",

@@ -37,6 +37,7 @@ type admitWindow struct {
 	log           *slog.Logger
 	now           func() time.Time
 	shed          atomic.Uint64
+	spared        atomic.Uint64 // retries of held orders let through a full window
 	limitObserved atomic.Int64
 
 	mu       sync.Mutex

@@ -128,3 +128,28 @@ func TestAdmitWriteTargetSetting(t *testing.T) {
 		assert.Contains(t, err.Error(), want, value)
 	}
 }
+
+// A full window refuses new orders at the door, but never a retry of an order
+// that holds its use in Redis: it takes no new use, and gets its 201
+// replayed. The same orderId from another customer holds nothing of theirs:
+// refused as a new order would be.
+func TestFullWindowLetsHeldRetriesThrough(t *testing.T) {
+	s := newStack(t, stackOptions{})
+	code := newCode(t)
+	s.createVoucher(t, code, 10, 1, true)
+	require.Equal(t, 201, s.reserve(t, code, 1, code+"-a").Status)
+
+	w := newAdmitWindow(10*time.Millisecond, 2*windowLeast, nil)
+	w.limit, w.inflight = windowLeast, 10*windowLeast // shrunk by slow writes, and full
+	s.admit.window = w
+	t.Cleanup(func() { w.mu.Lock(); w.inflight = 0; w.mu.Unlock() })
+
+	r := s.reserve(t, code, 1, code+"-a")
+	assert.Equal(t, 201, r.Status, "a retry of a held order: %s", r.Raw)
+	assert.True(t, replayed(r), "answered from its row")
+	rb := s.reserve(t, code, 2, code+"-b")
+	assert.Equal(t, 503, rb.Status, "a new order at a full window: %s", rb.Raw)
+	assert.Equal(t, 503, s.reserve(t, code, 3, code+"-a").Status, "the held orderId from another customer")
+	assert.EqualValues(t, 1, w.spared.Load())
+	assert.EqualValues(t, 2, w.shed.Load())
+}

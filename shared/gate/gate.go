@@ -61,6 +61,8 @@ var (
 	generationLua string
 	//go:embed fingerprint.lua
 	fingerprintLua string
+	//go:embed holder.lua
+	holderLua string
 
 	reserveScript       = newScript(reserveLua)
 	releaseScript       = newScript(releaseLua)
@@ -76,6 +78,7 @@ var (
 	reassertScript      = newScript(reassertLua)
 	generationScript    = newScript(generationLua)
 	fingerprintScr      = newScript(fingerprintLua)
+	holderScript        = newScript(holderLua)
 )
 
 // newScript puts prelude.lua's shared opening after the script's #! line (which
@@ -261,6 +264,24 @@ func (g *Gate) Hold(ctx context.Context, code, orderID string, customerID int64)
 		return false, fmt.Errorf("hold %s/%s: unexpected reply %v (%T)", code, orderID, v, v)
 	}
 	return n == 1, nil
+}
+
+// Holder returns the customer an order holds a use for in Redis, held false
+// when it holds none (or the voucher is not loaded): a retry of a held order
+// takes no new use, whatever the stock.
+func (g *Gate) Holder(ctx context.Context, code, orderID string) (customerID int64, held bool, err error) {
+	if err := checkCode(code); err != nil {
+		return 0, false, err
+	}
+	v, err := g.runRO(ctx, holderScript, Keys(code), orderID)
+	if err != nil {
+		return 0, false, fmt.Errorf("holder %s/%s: %w", code, orderID, err)
+	}
+	n, ok := v.(int64)
+	if !ok || n < 0 {
+		return 0, false, fmt.Errorf("holder %s/%s: unexpected reply %v (%T)", code, orderID, v, v)
+	}
+	return n, n > 0, nil
 }
 
 // Unload deletes the voucher's five keys (admin and tests).

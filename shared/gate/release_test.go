@@ -156,3 +156,33 @@ func TestGiveBackUnderALoweredLimit(t *testing.T) {
 	_, remaining = orderOwners(t, g, code)
 	assert.EqualValues(t, 1, remaining, "remaining with limit 1 and no order held")
 }
+
+// Holder names the customer an order holds a use for, and nothing once the
+// order gave it back, for an order never seen, or for a voucher not loaded.
+func TestHolder(t *testing.T) {
+	t.Parallel()
+	g, _ := newGate(t)
+	ctx := context.Background()
+	code := testCode(t, g, "v")
+	customer, held, err := g.Holder(ctx, code, "a")
+	require.NoError(t, err)
+	assert.False(t, held, "not loaded")
+	assert.Zero(t, customer)
+
+	load(t, g, code, 2, 1)
+	_, _, err = g.Reserve(ctx, code, []Item{{7, "a", testAmount}})
+	require.NoError(t, err)
+	customer, held, err = g.Holder(ctx, code, "a")
+	require.NoError(t, err)
+	assert.True(t, held)
+	assert.EqualValues(t, 7, customer)
+	_, held, err = g.Holder(ctx, code, "b")
+	require.NoError(t, err)
+	assert.False(t, held, "never seen")
+
+	_, err = g.Release(ctx, code, "a")
+	require.NoError(t, err)
+	_, held, err = g.Holder(ctx, code, "a")
+	require.NoError(t, err)
+	assert.False(t, held, "released: finished, no use held")
+}
