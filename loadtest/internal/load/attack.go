@@ -30,9 +30,9 @@ type AttackOptions struct {
 	MaxWorkers  int           // most requests in flight
 	Connections int           // idle keep-alive connections kept per host
 	Timeout     time.Duration // per request; keep it above the proxy's LEDGER_TIMEOUT
-	// Lean sends through leanTransport instead of Go's http.Transport: a
-	// quarter of the generator's CPU per request. The generator shares the
-	// stack's CPUs, so the default (--lean); off only to compare the two.
+	// Lean sends with sendLean instead of vegeta and Go's http.Transport:
+	// a fraction of the generator's CPU per request. The generator shares
+	// the stack's CPUs, so it is the default (--lean); off only to compare.
 	Lean bool
 
 	// Schedule, when set (a replay), is when each request leaves, from the
@@ -121,6 +121,11 @@ func Fire(ctx context.Context, url string, plan Plan, orderAmount int64, rate fl
 	bodies := make([][]byte, len(plan.Orders))
 	for i, ord := range plan.Orders {
 		bodies[i] = reserveBody(ord, orderAmount)
+	}
+	if o.Lean {
+		if v, err := sendLean(ctx, url, bodies, plan, rate, o); err == nil {
+			return v
+		}
 	}
 	n := len(plan.Requests)
 	var next atomic.Int64 // workers call the targeter concurrently

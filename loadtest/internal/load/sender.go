@@ -1,0 +1,248 @@
+package load
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/url"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	vegeta "github.com/tsenart/vegeta/v12/lib"
+)
+
+// sendLean is Fire without vegeta: the same open model (each request leaves at
+// its planned time whether or not the earlier ones were answered; a worker
+// per request in flight, up to MaxWorkers), on kept-alive HTTP/1.1
+// connections that each worker owns, writing each request from its
+// prebuilt body and reading each answer with a parser that reads only what a
+// Shot keeps. vegeta's per-request work (an http.Request, a Result, the
+// Go transport's goroutines) is most of a generator's CPU; on a machine whose
+// CPUs the stack shares, that CPU is the stack's.
+func sendLean(ctx context.Context, target string, bodies [][]byte, plan Plan, rate float64, o AttackOptions) (Volley, error) {
+	u, err := url.Parse(target)
+	if err != nil {
+		return Volley{}, fmt.Errorf("send to %s: %w", target, err)
+	}
+	s := &leanSender{host: u.Host, head: []byte("POST " + u.RequestURI() + " HTTP/1.1\r\nHost: " + u.Host +
+		"\r\nContent-Type: application/json\r\nContent-Length: "), bodies: bodies, plan: plan, timeout: o.Timeout,
+		jobs: make(chan leanJob)}
+	n := len(plan.Requests)
+	at := func(i int) time.Duration { return time.Duration(float64(i) / max(rate, 1) * float64(time.Second)) }
+	if o.Schedule != nil {
+		n = min(n, len(o.Schedule))
+		at = func(i int) time.Duration { return o.Schedule[i] }
+	}
+	var wg sync.WaitGroup
+	workers, most := 0, max(o.MaxWorkers, 1)
+	start := time.Now()
+	for i := 0; i < n && ctx.Err() == nil; i++ {
+		// Requests due within a millisecond leave together: one timer and one
+		// wake-up per millisecond, not per request (wrk2's pacing is as coarse).
+		if wait := time.Until(start.Add(at(i))); wait > time.Millisecond {
+			Sleep(ctx, wait)
+		}
+		j := leanJob{i: i, at: time.Now()} // stamped here: in sending order, as the plot wants
+		select {
+		case s.jobs <- j:
+			continue
+		default:
+		}
+		if workers < most {
+			workers++
+			wg.Add(1)
+			go s.work(&wg, j)
+			continue
+		}
+		select { // every worker busy: the rate falls behind, as vegeta's does
+		case s.jobs <- j:
+		case <-ctx.Done():
+		}
+	}
+	close(s.jobs)
+	wg.Wait()
+	v := Volley{Rate: rate, Replays: s.replays.Load()}
+	for _, w := range s.done {
+		v.Shots = append(v.Shots, w...)
+	}
+	slices.SortFunc(v.Shots, func(a, b Shot) int { return a.At.Add(a.Latency).Compare(b.At.Add(b.Latency)) })
+	if o.Results != nil {
+		for _, sh := range v.Shots {
+			if v.ResultsErr = o.Results(resultOf(sh, target)); v.ResultsErr != nil {
+				break
+			}
+		}
+	}
+	return v, nil
+}
+
+// leanSender is one sendLean's shared state.
+type leanSender struct {
+	host    string
+	head    []byte // the request up to its Content-Length's value
+	bodies  [][]byte
+	plan    Plan
+	timeout time.Duration
+	jobs    chan leanJob
+	replays atomic.Int64
+
+	mu   sync.Mutex
+	done [][]Shot // each worker's shots, added as it ends
+}
+
+// leanJob is a request to send: its index in the plan's requests, and when
+// it left the dispatcher.
+type leanJob struct {
+	i  int
+	at time.Time
+}
+
+// work sends request first, then each one the dispatcher hands it, on one
+// kept-alive connection of its own.
+func (s *leanSender) work(wg *sync.WaitGroup, first leanJob) {
+	defer wg.Done()
+	var lc *leanConn
+	var shots []Shot
+	defer func() {
+		if lc != nil {
+			lc.c.Close()
+		}
+		s.mu.Lock()
+		s.done = append(s.done, shots)
+		s.mu.Unlock()
+	}()
+	for j, ok := first, true; ok; j, ok = <-s.jobs {
+		var sh Shot
+		sh, lc = s.send(lc, j)
+		shots = append(shots, sh)
+	}
+}
+
+// send writes request j on lc (dialled when nil) and reads its answer; a
+// kept-alive connection the server had closed is dialled again and the request
+// sent once more (reserves are idempotent by orderId). It returns the
+// connection to go on with, nil when it was closed.
+func (s *leanSender) send(lc *leanConn, j leanJob) (Shot, *leanConn) {
+	req := s.plan.Requests[j.i]
+	sh := Shot{Seq: uint64(j.i), Req: int32(j.i), At: j.at}
+	body := s.bodies[req]
+	for attempt := 0; ; attempt++ {
+		reused := lc != nil
+		if lc == nil {
+			c, err := net.DialTimeout("tcp", s.host, s.timeout)
+			if err != nil {
+				sh.Req, sh.Err, sh.Latency = -1, err.Error(), time.Since(sh.At)
+				return sh, nil
+			}
+			lc = &leanConn{c: c, br: bufio.NewReaderSize(c, 4<<10), bw: bufio.NewWriterSize(c, 4<<10)}
+		}
+		keep, err := s.exchange(lc, body, &sh)
+		if err == nil {
+			sh.Latency = time.Since(sh.At)
+			if !keep {
+				lc.c.Close()
+				lc = nil
+			}
+			return sh, lc
+		}
+		lc.c.Close()
+		lc = nil
+		if reused && attempt == 0 && errors.Is(err, errStale) {
+			s.replays.Add(1)
+			continue
+		}
+		sh.Req, sh.Status, sh.Err, sh.Latency = -1, 0, err.Error(), time.Since(sh.At)
+		return sh, nil
+	}
+}
+
+// exchange writes one request with body on lc and reads its answer into sh;
+// keep is false when either side asked to close the connection.
+func (s *leanSender) exchange(lc *leanConn, body []byte, sh *Shot) (keep bool, err error) {
+	_ = lc.c.SetDeadline(time.Now().Add(s.timeout))
+	lc.bw.Write(s.head)
+	lc.bw.WriteString(strconv.Itoa(len(body)))
+	lc.bw.WriteString("\r\n\r\n")
+	lc.bw.Write(body)
+	if err := lc.bw.Flush(); err != nil {
+		return false, fmt.Errorf("%w: %w", errStale, err)
+	}
+	if _, err := lc.br.Peek(1); err != nil {
+		var ne net.Error
+		if errors.As(err, &ne) && ne.Timeout() {
+			return false, err
+		}
+		return false, fmt.Errorf("%w: %w", errStale, err)
+	}
+	status, length, keep, err := readHead(lc.br)
+	if err != nil {
+		return false, err
+	}
+	b := make([]byte, length)
+	if _, err := io.ReadFull(lc.br, b); err != nil {
+		return false, err
+	}
+	sh.Status = uint16(status)
+	if status == 201 {
+		sh.OrderID = jsonString(b, "orderId")
+	} else if status >= 300 {
+		sh.Code = jsonString(b, "error")
+	}
+	return keep, nil
+}
+
+// readHead reads an answer's status line and headers: its status, its body's
+// length (the server always sends Content-Length for these small bodies) and
+// whether the connection stays open.
+func readHead(br *bufio.Reader) (status, length int, keep bool, err error) {
+	line, err := br.ReadSlice('\n')
+	if err != nil {
+		return 0, 0, false, err
+	}
+	if len(line) < 12 || !bytes.HasPrefix(line, []byte("HTTP/1.")) {
+		return 0, 0, false, fmt.Errorf("malformed status line %q", line)
+	}
+	if status, err = strconv.Atoi(string(line[9:12])); err != nil {
+		return 0, 0, false, fmt.Errorf("malformed status line %q", line)
+	}
+	keep, length = true, -1
+	for {
+		line, err = br.ReadSlice('\n')
+		if err != nil {
+			return 0, 0, false, err
+		}
+		h := bytes.TrimRight(line, "\r\n")
+		if len(h) == 0 {
+			break
+		}
+		name, value, _ := bytes.Cut(h, []byte(":"))
+		value = bytes.TrimSpace(value)
+		switch {
+		case bytes.EqualFold(name, []byte("Content-Length")):
+			if length, err = strconv.Atoi(string(value)); err != nil || length < 0 {
+				return 0, 0, false, fmt.Errorf("malformed Content-Length %q", value)
+			}
+		case bytes.EqualFold(name, []byte("Connection")) && bytes.EqualFold(value, []byte("close")):
+			keep = false
+		case bytes.EqualFold(name, []byte("Transfer-Encoding")):
+			return 0, 0, false, fmt.Errorf("unexpected Transfer-Encoding %q", value)
+		}
+	}
+	if length < 0 {
+		return 0, 0, false, errors.New("an answer without Content-Length")
+	}
+	return status, length, keep, nil
+}
+
+// resultOf is a shot in vegeta's result form, for AttackOptions.Results.
+func resultOf(sh Shot, target string) *vegeta.Result {
+	return &vegeta.Result{Attack: "burst", Seq: sh.Seq, Code: sh.Status, Timestamp: sh.At, Latency: sh.Latency,
+		Error: sh.Err, Method: "POST", URL: target}
+}
