@@ -1,0 +1,78 @@
+package load
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// The lean sender sends every planned request once, at its rate, and reads
+// each answer into its Shot: status, the error code of a refusal, the orderId
+// of a 201, tied to its request. A server that closes every third connection
+// after its answer, and one that asks to close, costs no request.
+func TestSendLean(t *testing.T) {
+	var served atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var body struct {
+			Customer int64  `json:"customerId"`
+			OrderID  string `json:"orderId"`
+		}
+		raw, _ := io.ReadAll(r.Body)
+		if err := json.Unmarshal(raw, &body); err != nil {
+			http.Error(w, "bad body", http.StatusBadRequest)
+			return
+		}
+		n := served.Add(1)
+		if n%3 == 0 {
+			w.Header().Set("Connection", "close")
+		}
+		w.Header().Set("Content-Type", "application/json")
+		if body.Customer%2 == 0 {
+			w.WriteHeader(http.StatusCreated)
+			_, _ = w.Write([]byte(`{"orderId":"` + body.OrderID + `","discountAmount":1}`))
+			return
+		}
+		w.WriteHeader(http.StatusConflict)
+		_, _ = w.Write([]byte(`{"error":"OUT_OF_STOCK","message":"none left"}`))
+	}))
+	defer srv.Close()
+
+	plan := NewPlan("LEAN", Crowd{Requests: 300, Customers: 100, Retry: 0.1, Seed: 3})
+	bodies := make([][]byte, len(plan.Orders))
+	for i, o := range plan.Orders {
+		bodies[i] = reserveBody(o, 5000)
+	}
+	start := time.Now()
+	v, err := sendLean(context.Background(), srv.URL+"/vouchers/LEAN/reservations", bodies, plan, 1000,
+		AttackOptions{MaxWorkers: 64, Timeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(start); took < 250*time.Millisecond {
+		t.Errorf("300 requests at 1000/s took %v, want about 300ms", took)
+	}
+	if len(v.Shots) != 300 || served.Load() != 300 {
+		t.Fatalf("sendLean sent %d shots, server served %d; want 300 and 300", len(v.Shots), served.Load())
+	}
+	seen := map[int32]bool{}
+	for _, sh := range v.Shots {
+		o := plan.Orders[plan.Requests[sh.Req]]
+		seen[sh.Req] = true
+		switch {
+		case sh.Err != "":
+			t.Errorf("request %d: %s", sh.Req, sh.Err)
+		case o.Customer%2 == 0 && (sh.Status != 201 || sh.OrderID != o.ID):
+			t.Errorf("request %d = %d %q, want 201 %q", sh.Req, sh.Status, sh.OrderID, o.ID)
+		case o.Customer%2 == 1 && (sh.Status != 409 || sh.Code != "OUT_OF_STOCK"):
+			t.Errorf("request %d = %d %q, want 409 OUT_OF_STOCK", sh.Req, sh.Status, sh.Code)
+		}
+	}
+	if len(seen) != 300 {
+		t.Errorf("%d distinct requests answered, want 300", len(seen))
+	}
+}
