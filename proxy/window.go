@@ -16,22 +16,33 @@ import (
 // admitWindow bounds the admitted flash reserves on their way to the ledger
 // (admitted by the gate, not yet answered by the ledger), refusing new ones at
 // the door while it is full, and sizes the bound from what the ledger's writes
-// take now
-// (additive increase, multiplicative decrease, as TCP sizes its window).
+// take now (additive increase, multiplicative decrease, as TCP sizes its
+// window).
 //
 // MAX_INFLIGHT bounds what a proxy works on at once, but a fixed number is a
 // rate only at one write latency: when the ledger and Postgres slow down (their
 // CPU taken by a burst three times what they can write), 256 admitted writes
 // in flight are 256 requests each waiting their turn, and every answer, 503s
-// included, waits behind them. The window shrinks as soon as the writes it
-// lets through take longer than the target while it is full, so what it admits is written
-// within the target and the excess is refused at once, before it takes a use
-// in Redis; it grows back while writes are fast.
+// included, waits behind them.
+//
+// The window shrinks only on slow writes that stand in a queue:
+//   - the writes are slow: their mean over the window is above the target
+//     (ADMIT_WRITE_TARGET);
+//   - they queue: even the fastest write of the window took more than twice
+//     the fastest this proxy saw in the last 10 to 20 s (CoDel's rule: the
+//     minimum sojourn, not the mean, tells a standing queue from a burst that
+//     passes). A machine that is slow all along has no queue to shed: its
+//     good traffic is let in;
+//   - and the window was full.
+//
+// It then shrinks in proportion to how far the mean is over the target (a
+// gradient, at most by half), and grows back while the writes are within the
+// target, full or not.
 //
 // Standard vouchers never pass here: their bound is the ledger's per-voucher
 // one, and their requests wait for a slot on purpose (the article's race).
 type admitWindow struct {
-	target        time.Duration // mean admitted write above this: shrink
+	target        time.Duration // mean admitted write above this (and queued): shrink
 	least, most   float64
 	every         time.Duration // a window is judged this often
 	log           *slog.Logger
@@ -46,15 +57,23 @@ type admitWindow struct {
 	start    time.Time     // of the window being measured
 	sum      time.Duration // of the writes finished in it
 	n        int
-	full     bool // a request found the window full in it
+	fastest  time.Duration // of the writes finished in it; 0: none yet
+	full     bool          // a request found the window full in it
 	storm    httpx.Storm
+
+	// floor is the fastest write of this epoch and of the last: what a write
+	// costs with no queue, on this machine, now.
+	floor [2]time.Duration
+	epoch time.Time
 }
 
 const (
-	windowShrink = 0.8  // the limit is multiplied by this when writes are slow
-	windowGrow   = 0.05 // and grows by this share of itself (at least 1) when fast
-	windowEvery  = 100 * time.Millisecond
-	windowLeast  = 32
+	windowShrinkMost = 0.5  // the limit is multiplied by target/mean, never by less than this
+	windowGrow       = 0.05 // and grows by this share of itself (at least 1) when fast
+	windowEvery      = 100 * time.Millisecond
+	windowLeast      = 32
+	windowQueued     = 2                // fastest write over floor beyond this: a standing queue
+	windowFloorEvery = 10 * time.Second // the floor forgets writes older than two of these
 )
 
 func newAdmitWindow(target time.Duration, most int, log *slog.Logger) *admitWindow {
@@ -62,6 +81,7 @@ func newAdmitWindow(target time.Duration, most int, log *slog.Logger) *admitWind
 		every: windowEvery, log: log, now: time.Now}
 	w.limit = w.most
 	w.start = w.now()
+	w.epoch = w.start
 	w.limitObserved.Store(int64(w.limit))
 	return w
 }
@@ -100,28 +120,52 @@ func (w *admitWindow) leave(wrote time.Duration) {
 	if wrote > 0 {
 		w.sum += wrote
 		w.n++
+		w.fastest = fastest(w.fastest, wrote)
+		w.floor[0] = fastest(w.floor[0], wrote)
 	}
 	now := w.now()
 	if now.Sub(w.start) < w.every {
 		return
 	}
-	// Slow writes shrink it only when it was full: a window that never
-	// filled is not what made them slow (a cold pool in the first moments of
-	// a sale, a Postgres restart), and refusing there would only turn the
-	// customers of those moments away. Fast writes grow it back, full or not:
-	// a window that a stall shrank (the first cold moments of a sale) must
-	// not stay small once the ledger keeps up with fewer writes in flight
-	// than it, or it refuses the next burst at a third of what the ledger
-	// writes.
-	slow := w.n > 0 && w.sum/time.Duration(w.n) > w.target
+	w.judge()
+	if now.Sub(w.epoch) >= windowFloorEvery {
+		w.floor[1], w.floor[0], w.epoch = w.floor[0], 0, now
+	}
+	w.limitObserved.Store(int64(w.limit))
+	w.start, w.sum, w.n, w.fastest, w.full = now, 0, 0, 0, false
+}
+
+// judge resizes the window at the end of one: see admitWindow. Slow writes
+// shrink it only when it was full: a window that never filled is not what
+// made them slow (a cold pool in the first moments of a sale, a Postgres
+// restart). Fast writes grow it back, full or not: a window that a stall
+// shrank must not stay small once the ledger keeps up with fewer writes in
+// flight than it.
+func (w *admitWindow) judge() {
+	if w.n == 0 {
+		return
+	}
+	mean := w.sum / time.Duration(w.n)
+	slow := mean > w.target
+	floor := fastest(w.floor[0], w.floor[1])
+	queued := w.fastest > windowQueued*floor
 	switch {
-	case slow && w.full:
-		w.limit = max(w.least, w.limit*windowShrink)
+	case slow && queued && w.full:
+		w.limit = max(w.least, w.limit*max(windowShrinkMost, float64(w.target)/float64(mean)))
 	case !slow:
 		w.limit = min(w.most, w.limit+max(1, w.limit*windowGrow))
 	}
-	w.limitObserved.Store(int64(w.limit))
-	w.start, w.sum, w.n, w.full = now, 0, 0, false
+}
+
+// fastest is the shorter of a and b, a 0 standing for none.
+func fastest(a, b time.Duration) time.Duration {
+	switch {
+	case a == 0:
+		return b
+	case b == 0:
+		return a
+	}
+	return min(a, b)
 }
 
 // windowFullBody is the answer to a request the window refuses.

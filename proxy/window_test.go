@@ -28,6 +28,11 @@ func TestAdmitWindowSizes(t *testing.T) {
 		return n
 	}
 	require.Equal(t, 1000, fill(), "at its most a full window only watches: MAX_INFLIGHT bounds the proxy")
+	for range 3 { // fast writes first, the window full: what a write costs with no queue
+		now = now.Add(windowEvery)
+		w.leave(5 * time.Millisecond)
+		require.True(t, take(w), "at its most it only watches")
+	}
 	for range 30 { // slow writes, window after window, the window full
 		now = now.Add(windowEvery)
 		w.leave(200 * time.Millisecond)
@@ -65,6 +70,28 @@ func TestAdmitWindowSizes(t *testing.T) {
 		fill()
 	}
 	assert.EqualValues(t, 100, w.limit, "fast writes in a full window grow it back to its most")
+}
+
+// A machine slow all along is not a queue: writes that took 80 ms from the
+// first one, over a 50 ms target, with the window full, do not shrink it (the
+// fastest write is no slower than the floor); once they queue behind each
+// other (the fastest twice the floor), they do, in proportion to how far the
+// mean is over the target.
+func TestAdmitWindowShedsQueuesNotSlowMachines(t *testing.T) {
+	now := time.Unix(0, 0)
+	w := newAdmitWindow(50*time.Millisecond, 100, nil)
+	w.now = func() time.Time { return now }
+	w.start, w.epoch = now, now
+	w.limit, w.inflight = 64, 1000 // shrunk before, and full: it refuses
+	for range 20 { // slow, not queued
+		now = now.Add(windowEvery)
+		w.leave(80 * time.Millisecond)
+		require.False(t, take(w), "still full")
+	}
+	assert.EqualValues(t, 64, w.limit, "a slow machine's writes, no queue: the window stays")
+	now = now.Add(windowEvery)
+	w.leave(200 * time.Millisecond) // the fastest of the window at 2.5x the floor, mean 4x the target
+	assert.EqualValues(t, 32, w.limit, "a standing queue: shrunk by target/mean, at most by half")
 }
 
 // take is a request the window lets in that the gate admits.
