@@ -83,7 +83,8 @@ func TestAdmitWindowShedsQueuesNotSlowMachines(t *testing.T) {
 	w.now = func() time.Time { return now }
 	w.start, w.epoch = now, now
 	w.limit, w.inflight = 64, 1000 // shrunk before, and full: it refuses
-	for range 20 {                 // slow, not queued
+	// Slow writes, not queued.
+	for range 20 {
 		now = now.Add(windowEvery)
 		w.leave(80 * time.Millisecond)
 		require.False(t, take(w), "still full")
