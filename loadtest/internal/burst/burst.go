@@ -250,6 +250,7 @@ func commonBurstFlags(fs *flag.FlagSet, c *burstCmd, name string) (check func() 
 	fs.StringVar(&c.Out, "out", "", "report directory (default loadtest/reports/"+name+"-<timestamp>)")
 	fs.StringVar(&c.Config.Results, "vegeta", "", "also write every answer to this file in vegeta's result format (for `vegeta report`, `vegeta plot`); default <out>/results.bin")
 	fs.StringVar(&c.Stack.BinDir, "bin", "", "directory holding ledger and proxy, for the local stack")
+	fs.DurationVar(&c.Stack.HopDelay, "latency", 0, "for the local stack: added each way on every hop (proxy-Redis, proxy-ledger, ledger-Postgres, ledger-Redis), e.g. 0.5ms")
 	var env load.MultiFlag
 	fs.Var(&env, "env", "extra proxy environment for the local stack, e.g. PROXY_COALESCE=off (repeatable)")
 	return func() error {

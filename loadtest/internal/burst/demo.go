@@ -27,6 +27,7 @@ func parseDemoFlags(args []string) burstCmd {
 	fs.StringVar(&c.Out, "out", "", "report directory (default loadtest/reports/demo-<timestamp>)")
 	fs.StringVar(&c.Stack.BinDir, "bin", "", "directory holding ledger and proxy")
 	fs.BoolVar(&c.Stack.DurablePG, "durable", false, "Postgres with fsync and full_page_writes on: every 201 is on disk (make demo sets it)")
+	fs.DurationVar(&c.Stack.HopDelay, "latency", 0, "added each way on every hop (proxy-Redis, proxy-ledger, ledger-Postgres, ledger-Redis), e.g. 0.5ms for a datacentre's network")
 	_ = fs.Parse(args)
 	if c.Out == "" {
 		c.Out = verify.DefaultOut("demo")
@@ -47,6 +48,9 @@ func RunDemo(ctx context.Context, args []string) error {
 	cfg := c.Config
 	fmt.Printf("a flash sale: %d uses, %d customers, %.0f%% retries, %d requests at %.0f/s; Postgres %s\n",
 		cfg.Stock, cfg.Customers, 100*cfg.Retry, cfg.Requests(), cfg.Rate, stack.Durability(c.Stack.DurablePG))
+	if c.Stack.HopDelay > 0 {
+		fmt.Printf("every hop between the services and their servers: %s added each way\n", c.Stack.HopDelay)
+	}
 	if cfg.StatsWait > 0 {
 		fmt.Printf("(after the burst the demo waits %s for Postgres to publish its commit counters)\n", cfg.StatsWait)
 	}

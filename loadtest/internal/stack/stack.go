@@ -7,9 +7,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
+	"time"
 
 	"github.com/flashgate/flashgate/shared/api"
 	"github.com/flashgate/flashgate/shared/devstack"
@@ -37,6 +39,11 @@ type Options struct {
 	LedgerRedisURL string // REDIS_URL given to the ledger
 	ProxyRedisURL  string // REDIS_URL given to the proxy
 	ProxyLedgerURL string // LEDGER_URL given to the proxy (e.g. a balancer over several ledgers)
+
+	// HopDelay, when above 0, is added each way on every hop the services
+	// use (proxy-Redis, proxy-ledger, ledger-Postgres, ledger-Redis), through a
+	// DelayLink each: the network of a real deployment, on loopback.
+	HopDelay time.Duration
 }
 
 // Stack is a throwaway Redis and Postgres with a ledger and a proxy on them.
@@ -54,6 +61,7 @@ type Stack struct {
 	proxyEnv            []string            // the first proxy's environment, for StartProxyLike
 	serviceLog          io.Writer           // every service's output, restarts included
 	extra               []*devstack.Service // services started by StartProxy and StartLedger
+	links               []*DelayLink        // Options.HopDelay's hops
 }
 
 // Start starts everything and waits until both services answer.
@@ -86,6 +94,11 @@ func Start(o Options) (s *Stack, err error) {
 		return s, err
 	}
 	s.LedgerURL, s.ProxyURL = "http://"+s.LedgerAddr, "http://"+s.ProxyAddr
+	if o.HopDelay > 0 {
+		if o, err = s.delayHops(o); err != nil {
+			return s, err
+		}
+	}
 	ledgerBin, proxyBin, err := binaries(o.BinDir)
 	if err != nil {
 		return s, err
@@ -182,6 +195,9 @@ func (s *Stack) Stop() {
 	if s.Redis != nil {
 		s.Redis.Stop()
 	}
+	for _, l := range s.links {
+		l.Close()
+	}
 }
 
 // AddrOr is addr, or a free port on 127.0.0.1 when addr is empty.
@@ -219,6 +235,35 @@ func binaries(dir string) (ledger, proxy string, err error) {
 func isFile(p string) bool {
 	st, err := os.Stat(p)
 	return err == nil && !st.IsDir()
+}
+
+// delayHops puts a DelayLink on each hop o leaves to the servers themselves,
+// and returns o with the services pointed at them.
+func (s *Stack) delayHops(o Options) (Options, error) {
+	for _, hop := range []struct {
+		url  *string
+		from string
+	}{
+		{&o.LedgerDBURL, s.DBURL}, {&o.LedgerRedisURL, s.RedisURL},
+		{&o.ProxyRedisURL, s.RedisURL}, {&o.ProxyLedgerURL, s.LedgerURL},
+	} {
+		if *hop.url != "" {
+			continue
+		}
+		u, err := url.Parse(hop.from)
+		if err != nil {
+			return o, fmt.Errorf("hop to %s: %w", hop.from, err)
+		}
+		l, err := StartDelayLink(u.Host, o.HopDelay)
+		if err != nil {
+			return o, err
+		}
+		s.links = append(s.links, l)
+		if *hop.url, err = hopURL(hop.from, l.Addr()); err != nil {
+			return o, err
+		}
+	}
+	return o, nil
 }
 
 // Endpoints locate a running flashgate.
