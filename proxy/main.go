@@ -68,7 +68,7 @@ func configFrom(e *envconf.Reader) (Config, error) {
 		RedisPool: e.Int("REDIS_POOL_SIZE", 0, 0,
 			"Redis connections per proxy; 0: go-redis's default (10 per CPU)"),
 		WriteTarget: e.DurationMin("ADMIT_WRITE_TARGET", 10*time.Millisecond, 0,
-			"the admission window's target: admitted flash reserves on their way to the ledger are bounded by a window that shrinks while it is full, the writes' mean is above this and they queue (the fastest write at twice the fastest of the last 10-20s); 0: no window"),
+			"the admission window's least target: admitted flash reserves on their way to the ledger are bounded by a window that shrinks while it is full, the writes' mean is above its target (3 x the fastest write of the last 10-20s, at least this) and they queue (the fastest write of 100ms at twice that floor); 0: no window"),
 		RedisWarm: e.Int("REDIS_WARM_CONNS", 4, 0, "Redis connections opened as the service starts, with every gate script loaded"),
 		LedgerWarm: e.Int("LEDGER_WARM_CONNS", 4, 0,
 			"connections to the ledger opened at start and kept warm"),

@@ -26,8 +26,10 @@ import (
 // included, waits behind them.
 //
 // The window shrinks only on slow writes that stand in a queue:
-//   - the writes are slow: their mean over the window is above the target
-//     (ADMIT_WRITE_TARGET);
+//   - the writes are slow: their mean over the window is above the target,
+//     three times the floor below (what a write costs here with no queue:
+//     a slower machine or a longer network raises it), and never below
+//     ADMIT_WRITE_TARGET;
 //   - they queue: even the fastest write of the window took more than twice
 //     the fastest this proxy saw in the last 10 to 20 s (CoDel's rule: the
 //     minimum sojourn, not the mean, tells a standing queue from a burst that
@@ -72,8 +74,13 @@ const (
 	windowGrow       = 0.05 // and grows by this share of itself (at least 1) when fast
 	windowEvery      = 100 * time.Millisecond
 	windowLeast      = 32
-	windowQueued     = 2                // fastest write over floor beyond this: a standing queue
-	windowFloorEvery = 10 * time.Second // the floor forgets writes older than two of these
+	windowQueued     = 2 // fastest write over floor beyond this: a standing queue
+	// windowTargetOverFloor scales the target with the machine: the mean
+	// write may reach this many times what a write costs with no queue here
+	// (the floor), ADMIT_WRITE_TARGET being the least target. A network hop
+	// or a slower machine raises the floor, and the target with it.
+	windowTargetOverFloor = 3
+	windowFloorEvery      = 10 * time.Second // the floor forgets writes older than two of these
 )
 
 func newAdmitWindow(target time.Duration, most int, log *slog.Logger) *admitWindow {
@@ -146,12 +153,13 @@ func (w *admitWindow) judge() {
 		return
 	}
 	mean := w.sum / time.Duration(w.n)
-	slow := mean > w.target
 	floor := fastest(w.floor[0], w.floor[1])
+	target := max(w.target, windowTargetOverFloor*floor)
+	slow := mean > target
 	queued := w.fastest > windowQueued*floor
 	switch {
 	case slow && queued && w.full:
-		w.limit = max(w.least, w.limit*max(windowShrinkMost, float64(w.target)/float64(mean)))
+		w.limit = max(w.least, w.limit*max(windowShrinkMost, float64(target)/float64(mean)))
 	case !slow:
 		w.limit = min(w.most, w.limit+max(1, w.limit*windowGrow))
 	}

@@ -74,25 +74,49 @@ func TestAdmitWindowSizes(t *testing.T) {
 
 // A machine slow all along is not a queue: writes that took 80 ms from the
 // first one, over a 50 ms target, with the window full, do not shrink it (the
-// fastest write is no slower than the floor); once they queue behind each
-// other (the fastest twice the floor), they do, in proportion to how far the
-// mean is over the target.
+// fastest write is no slower than the floor, and the mean is within three
+// times it); once they queue behind each other (the fastest twice the floor)
+// and the mean passes three times the floor, they do, in proportion.
 func TestAdmitWindowShedsQueuesNotSlowMachines(t *testing.T) {
 	now := time.Unix(0, 0)
-	w := newAdmitWindow(50*time.Millisecond, 100, nil)
+	w := newAdmitWindow(50*time.Millisecond, 200, nil)
 	w.now = func() time.Time { return now }
 	w.start, w.epoch = now, now
 	w.limit, w.inflight = 64, 1000 // shrunk before, and full: it refuses
 	// Slow writes, not queued.
-	for range 20 {
+	for range 5 {
 		now = now.Add(windowEvery)
 		w.leave(80 * time.Millisecond)
 		require.False(t, take(w), "still full")
 	}
-	assert.EqualValues(t, 64, w.limit, "a slow machine's writes, no queue: the window stays")
+	assert.GreaterOrEqual(t, w.limit, 64.0, "a slow machine's writes, no queue: the window does not shrink")
+	before := w.limit
 	now = now.Add(windowEvery)
-	w.leave(200 * time.Millisecond) // the fastest of the window at 2.5x the floor, mean 4x the target
-	assert.EqualValues(t, 32, w.limit, "a standing queue: shrunk by target/mean, at most by half")
+	w.leave(400 * time.Millisecond) // the fastest of the window at 5x the floor, the mean at 5x
+	assert.InDelta(t, before*240/400, w.limit, 0.01, "a standing queue: shrunk by target/mean (target 3 x 80 ms)")
+}
+
+// The target grows with the floor: where a write costs 20 ms with no queue
+// (a slow machine, a network between the services), a mean of 50 ms is
+// within three times that, and a queue of it does not shrink the window
+// (over a 10 ms ADMIT_WRITE_TARGET); a mean of 90 ms is not, and does.
+func TestAdmitWindowTargetFollowsTheFloor(t *testing.T) {
+	now := time.Unix(0, 0)
+	w := newAdmitWindow(10*time.Millisecond, 100, nil)
+	w.now = func() time.Time { return now }
+	w.start, w.epoch = now, now
+	w.limit, w.inflight = 64, 1000
+	step := func(wrote time.Duration) {
+		now = now.Add(windowEvery)
+		w.leave(wrote)
+		require.False(t, take(w), "still full")
+	}
+	step(20 * time.Millisecond) // the floor
+	step(50 * time.Millisecond)
+	assert.GreaterOrEqual(t, w.limit, 64.0, "queued, under 3 x the floor: the window does not shrink")
+	before := w.limit
+	step(90 * time.Millisecond)
+	assert.InDelta(t, before*60/90, w.limit, 0.01, "over 3 x the floor: shrunk by target/mean")
 }
 
 // take is a request the window lets in that the gate admits.
