@@ -2,7 +2,6 @@ package chaos
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -12,6 +11,7 @@ import (
 	"time"
 
 	"github.com/flashgate/flashgate/loadtest/internal/load"
+	"github.com/flashgate/flashgate/loadtest/internal/stack"
 	"github.com/flashgate/flashgate/shared/api"
 )
 
@@ -26,31 +26,23 @@ const readyEvery = 100 * time.Millisecond
 // answer 200 (unless none does); connections already open stay where they are,
 // as behind a Kubernetes Service.
 type balancer struct {
-	ln       net.Listener
+	*stack.Relay
 	backends []string
 	ready    []atomic.Bool
 	next     atomic.Uint64
-	stop     chan struct{}
-
-	mu     sync.Mutex
-	conns  map[net.Conn]struct{}
-	closed bool
-	wg     sync.WaitGroup
+	stop     chan struct{} // ends the readiness checks
+	stopOnce sync.Once
+	wg       sync.WaitGroup // the readiness checks
 }
 
 func startBalancer(backends ...string) (*balancer, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, fmt.Errorf("balancer: %w", err)
-	}
-	b := &balancer{ln: ln, backends: backends, ready: make([]atomic.Bool, len(backends)),
-		conns: map[net.Conn]struct{}{}, stop: make(chan struct{})}
+	b := &balancer{backends: backends, ready: make([]atomic.Bool, len(backends)), stop: make(chan struct{})}
 	for i := range b.ready {
 		b.ready[i].Store(true)
 	}
-	b.wg.Add(1)
-	go b.serve()
-	return b, nil
+	var err error
+	b.Relay, err = stack.StartRelay("balancer", b.pick, stack.Copy)
+	return b, err
 }
 
 // followReadiness starts asking every backend's /readyz each readyEvery.
@@ -99,61 +91,13 @@ func (b *balancer) waitReady(ctx context.Context, addr string, bound time.Durati
 	}
 }
 
-// Addr is where the balancer listens.
-func (b *balancer) Addr() string { return b.ln.Addr().String() }
-
-// serve accepts until the listener is closed. Any other accept error (the
-// process out of file descriptors while thousands of clients reconnect after a
-// kill) is waited out, as net/http's Server does, from 5 ms doubling to 1 s: a
-// balancer that stopped accepting at the first EMFILE would take the whole
-// fleet down with it (a soak on 2026-11-30 lost every request after round 4 so).
-func (b *balancer) serve() {
-	defer b.wg.Done()
-	var wait time.Duration
-	for {
-		c, err := b.ln.Accept()
-		if errors.Is(err, net.ErrClosed) {
-			return
-		}
-		if err != nil {
-			wait = min(max(2*wait, 5*time.Millisecond), time.Second)
-			select {
-			case <-b.stop:
-				return
-			case <-time.After(wait):
-			}
-			continue
-		}
-		wait = 0
-		b.wg.Add(1)
-		go b.handle(c)
+// pick connects to the next ready backend that accepts; with none, to any
+// that does, as a balancer that fails open.
+func (b *balancer) pick() net.Conn {
+	if up := b.dial(true); up != nil {
+		return up
 	}
-}
-
-func (b *balancer) handle(c net.Conn) {
-	defer b.wg.Done()
-	up := b.dial(true)
-	if up == nil {
-		up = b.dial(false) // no ready backend: try them all, as a balancer that fails open
-	}
-	if up == nil || !b.track(c, up) {
-		c.Close()
-		if up != nil {
-			up.Close()
-		}
-		return
-	}
-	done := make(chan struct{}, 2)
-	go func() { _, _ = io.Copy(up, c); done <- struct{}{} }()
-	go func() { _, _ = io.Copy(c, up); done <- struct{}{} }()
-	<-done // either side ended: end both, as a proxy does
-	c.Close()
-	up.Close()
-	<-done
-	b.mu.Lock()
-	delete(b.conns, c)
-	delete(b.conns, up)
-	b.mu.Unlock()
+	return b.dial(false)
 }
 
 // dial connects to the next backend that accepts, among the ready ones only
@@ -172,29 +116,11 @@ func (b *balancer) dial(readyOnly bool) net.Conn {
 	return nil
 }
 
-func (b *balancer) track(cs ...net.Conn) bool {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.closed {
-		return false
-	}
-	for _, c := range cs {
-		b.conns[c] = struct{}{}
-	}
-	return true
-}
-
-// Close stops accepting, cuts every connection and waits for the copies.
+// Close stops the relay (every connection cut) and the readiness checks.
 func (b *balancer) Close() {
-	b.ln.Close()
-	b.mu.Lock()
-	if !b.closed {
-		close(b.stop)
+	if b.Relay != nil {
+		b.Relay.Close()
 	}
-	b.closed = true
-	for c := range b.conns {
-		c.Close()
-	}
-	b.mu.Unlock()
+	b.stopOnce.Do(func() { close(b.stop) })
 	b.wg.Wait()
 }

@@ -61,7 +61,7 @@ type Stack struct {
 	proxyEnv            []string            // the first proxy's environment, for StartProxyLike
 	serviceLog          io.Writer           // every service's output, restarts included
 	extra               []*devstack.Service // services started by StartProxy and StartLedger
-	links               []*DelayLink        // Options.HopDelay's hops
+	links               []*Relay            // Options.HopDelay's hops
 }
 
 // Start starts everything and waits until both services answer.

@@ -1,4 +1,4 @@
-package chaos
+package stack
 
 import (
 	"io"
@@ -26,9 +26,10 @@ func (l *failingListener) Accept() (net.Conn, error) {
 	return l.Listener.Accept()
 }
 
-// A balancer whose accepts fail for a while (EMFILE) goes on accepting once
-// they succeed again, and relays to its backend.
-func TestBalancerOutlivesAcceptErrors(t *testing.T) {
+// A relay whose accepts fail for a while (EMFILE) goes on accepting once
+// they succeed again, and relays to its backend (the chaos balancer's and
+// the delay links' relay).
+func TestRelayOutlivesAcceptErrors(t *testing.T) {
 	backend, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	defer backend.Close()
@@ -45,11 +46,13 @@ func TestBalancerOutlivesAcceptErrors(t *testing.T) {
 	require.NoError(t, err)
 	fl := &failingListener{Listener: ln}
 	fl.n.Store(5)
-	b := &balancer{ln: fl, backends: []string{backend.Addr().String()}, ready: make([]atomic.Bool, 1),
-		conns: map[net.Conn]struct{}{}, stop: make(chan struct{})}
-	b.ready[0].Store(true)
-	b.wg.Add(1)
-	go b.serve()
+	b := RelayOn(fl, func() net.Conn {
+		up, err := net.Dial("tcp", backend.Addr().String())
+		if err != nil {
+			return nil
+		}
+		return up
+	}, Copy)
 	defer b.Close()
 
 	c, err := net.DialTimeout("tcp", b.Addr(), time.Second)
@@ -60,7 +63,7 @@ func TestBalancerOutlivesAcceptErrors(t *testing.T) {
 	require.NoError(t, err)
 	buf := make([]byte, 4)
 	_, err = io.ReadFull(c, buf)
-	require.NoError(t, err, "no answer through the balancer after its accept errors")
+	require.NoError(t, err, "no answer through the relay after its accept errors")
 	assert.Equal(t, "ping", string(buf))
 	assert.Less(t, fl.n.Load(), int32(0), "the failing accepts were retried")
 }
