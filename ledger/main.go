@@ -176,8 +176,8 @@ type service struct {
 // build migrates the database and wires the ledger from cfg; it starts
 // nothing. Writes run under base, which must outlive the requests that wait
 // on them; alive, when not nil, is asked by readiness first (nil while the
-// service accepts requests). close frees the connections.
-func build(base context.Context, cfg Config, log *slog.Logger, alive func() error) (svc *service, close func(), err error) {
+// service accepts requests). closeAll frees the connections.
+func build(base context.Context, cfg Config, log *slog.Logger, alive func() error) (svc *service, closeAll func(), err error) {
 	if err := migrations.MigrateURL(base, cfg.DatabaseURL); err != nil {
 		return nil, nil, err
 	}
@@ -186,14 +186,14 @@ func build(base context.Context, cfg Config, log *slog.Logger, alive func() erro
 		Timeout: cfg.DBTimeout}, cfg.ReservationTTL); err != nil {
 		return nil, nil, err
 	}
-	close = svc.store.Close
+	closeAll = svc.store.Close
 	var g *gate.Gate
 	if cfg.RedisURL != "" {
 		if svc.rdb, err = gate.NewClient(cfg.RedisURL, gate.ClientOptions{Timeout: time.Second}); err != nil {
-			close()
+			closeAll()
 			return nil, nil, err
 		}
-		close = func() { svc.rdb.Close(); svc.store.Close() }
+		closeAll = func() { svc.rdb.Close(); svc.store.Close() }
 		g = gate.New(svc.rdb)
 	}
 	svc.gate = g
@@ -232,7 +232,7 @@ func build(base context.Context, cfg Config, log *slog.Logger, alive func() erro
 			}
 			return nil
 		}}
-	return svc, close, nil
+	return svc, closeAll, nil
 }
 
 func run(cfg Config, log *slog.Logger) error {

@@ -143,7 +143,7 @@ func (s *leanSender) send(lc *leanConn, j leanJob) (Shot, *leanConn) {
 			}
 			lc = &leanConn{c: c, br: bufio.NewReaderSize(c, 4<<10), bw: bufio.NewWriterSize(c, 4<<10)}
 		}
-		keep, err := s.exchange(lc, body, &sh)
+		keep, err := s.exchange(lc, body, reused, &sh)
 		if err == nil {
 			sh.Latency = time.Since(sh.At)
 			if !keep {
@@ -154,7 +154,7 @@ func (s *leanSender) send(lc *leanConn, j leanJob) (Shot, *leanConn) {
 		}
 		lc.c.Close()
 		lc = nil
-		if reused && attempt == 0 && errors.Is(err, errStale) {
+		if attempt == 0 && errors.Is(err, errStale) {
 			s.replays.Add(1)
 			continue
 		}
@@ -164,22 +164,19 @@ func (s *leanSender) send(lc *leanConn, j leanJob) (Shot, *leanConn) {
 }
 
 // exchange writes one request with body on lc and reads its answer into sh;
-// keep is false when either side asked to close the connection.
-func (s *leanSender) exchange(lc *leanConn, body []byte, sh *Shot) (keep bool, err error) {
+// keep is false when either side asked to close the connection. A failure
+// before any byte of the answer on a kept-alive connection is errStale.
+func (s *leanSender) exchange(lc *leanConn, body []byte, reused bool, sh *Shot) (keep bool, err error) {
 	_ = lc.c.SetDeadline(time.Now().Add(s.timeout))
 	lc.bw.Write(s.head)
 	lc.bw.WriteString(strconv.Itoa(len(body)))
 	lc.bw.WriteString("\r\n\r\n")
 	lc.bw.Write(body)
 	if err := lc.bw.Flush(); err != nil {
-		return false, fmt.Errorf("%w: %w", errStale, err)
+		return false, stale(err, reused)
 	}
 	if _, err := lc.br.Peek(1); err != nil {
-		var ne net.Error
-		if errors.As(err, &ne) && ne.Timeout() {
-			return false, err
-		}
-		return false, fmt.Errorf("%w: %w", errStale, err)
+		return false, stale(err, reused)
 	}
 	status, length, keep, err := readHead(lc.br)
 	if err != nil {
