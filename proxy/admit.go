@@ -34,6 +34,7 @@ type AdmitConfig struct {
 	// between the gate and the ledger's answer; 0: no window.
 	WriteTarget time.Duration
 	WindowMax   int                   // the window's largest size (MAX_INFLIGHT)
+	SLO         time.Duration         // LATENCY_SLO: the window sheds only writes whose mean is over half of it
 	Registerer  prometheus.Registerer // where the admission metrics go; nil: nowhere
 }
 
@@ -134,6 +135,7 @@ func NewAdmitter(base context.Context, g *gate.Gate, ledger *LedgerClient, cfg A
 	}
 	if cfg.WriteTarget > 0 {
 		a.window = newAdmitWindow(cfg.WriteTarget, cfg.WindowMax, log)
+		a.window.slo = cfg.SLO
 	}
 	a.breaker = gobreaker.NewCircuitBreaker[any](gobreaker.Settings{
 		Name:        "redis",
@@ -197,31 +199,45 @@ func (a *Admitter) reserve(ctx context.Context, code string, cl voucher.Claim) (
 	// the ledger (standard) knows that state and the terms of this second.
 	if !v.FlashSale {
 		// Standard vouchers: the ledger's guarded UPDATE is all they need.
+		// They wait their turn on the voucher's row on purpose: their time
+		// says nothing of a queue in the proxy.
+		if c, ok := ctx.(*gin.Context); ok {
+			httpx.Untimed(c)
+		}
 		return a.ledger.Do(ctx, "reserve", http.MethodPost, api.ReservationsPath(code), cl)
 	}
 	if a.flagged(code, cl.OrderID) {
 		a.flagHits.Add(1)
 		return Reply{}, voucher.ErrOutOfStock
 	}
-	if a.window != nil && !a.window.open() && !a.holdsUse(ctx, code, cl) {
-		return a.window.refuse(requestID(ctx)), nil
+	if a.window != nil && !a.window.open() {
+		if !a.holds(ctx, code, cl) {
+			return a.window.refuse(requestID(ctx)), nil
+		}
+		a.window.spared.Add(1)
 	}
 	return a.reserveFlash(ctx, code, cl)
 }
 
-// holdsUse reports whether Redis holds a use for cl's order and customer: a
-// retry of an admitted order, which takes no new use and is answered from its
-// row, so a full window never refuses it. Asked only of a full window; a
-// failure to ask answers false (the request is refused, as it was).
-func (a *Admitter) holdsUse(ctx context.Context, code string, cl voucher.Claim) bool {
+// HoldsUse reports whether Redis holds a use of flash voucher code for cl's
+// order and customer: a retry of an admitted order, which takes no new use
+// and is answered from its row, so neither a full window nor a full bound on
+// requests in flight refuses it. Asked only when one is full; a failure to
+// ask, or a voucher that is not a known flash voucher, answers false (the
+// request is refused, as it would be).
+func (a *Admitter) HoldsUse(ctx context.Context, code string, cl voucher.Claim) bool {
+	if cv, ok := a.vouchers.Get(code); !ok || !cv.found || !cv.v.FlashSale {
+		return false
+	}
+	return a.holds(ctx, code, cl)
+}
+
+// holds is HoldsUse for a voucher known to be a flash voucher.
+func (a *Admitter) holds(ctx context.Context, code string, cl voucher.Claim) bool {
 	ctx, cancel := context.WithTimeout(ctx, a.cfg.RedisTimeout)
 	defer cancel()
 	customer, held, err := a.gate.Holder(ctx, code, cl.OrderID)
-	if err != nil || !held || customer != cl.CustomerID {
-		return false
-	}
-	a.window.spared.Add(1)
-	return true
+	return err == nil && held && customer == cl.CustomerID
 }
 
 // requestID is the request id of ctx when it is a request's gin.Context.
@@ -237,9 +253,11 @@ func requestID(ctx context.Context) string {
 func (a *Admitter) reserveFlash(ctx context.Context, code string, cl voucher.Claim) (Reply, error) {
 	// Redis may have lost the voucher (restart, flush, eviction): then the
 	// ledger loads it from the database, once for all waiting requests.
+	gated := time.Now()
 	res, err := gate.AdmitWarm(ctx,
 		func(ctx context.Context) (gate.Result, error) { return a.admit(ctx, code, cl) },
 		func(ctx context.Context) error { return a.warmup(ctx, code) })
+	a.metrics.stages.Get(stageGate).Observe(time.Since(gated).Seconds())
 	if err != nil {
 		return Reply{}, err
 	}
@@ -264,6 +282,7 @@ func (a *Admitter) reserveFlash(ctx context.Context, code string, cl voucher.Cla
 	start := time.Now()
 	done := a.writing.add(code, cl.OrderID)
 	rep, err := a.write(ctx, code, cl)
+	a.metrics.stages.Get(stageWrite).Observe(time.Since(start).Seconds())
 	alone := done()
 	if a.window != nil {
 		var took time.Duration
