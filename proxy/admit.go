@@ -51,6 +51,7 @@ type Admitter struct {
 
 	vouchers *ristretto.Cache[string, cachedVoucher]
 	soldOut  *ristretto.Cache[string, *soldOutFlag]
+	admitted *ristretto.Cache[string, int64] // code/orderId -> customer, of the orders answered 201 here (HoldsUse)
 	batcher  *batch.Batcher[string, gate.Item, gate.Result]
 	forward  *batch.Batcher[forwardKey, voucher.Claim, Reply] // admitted writes to the ledger, per voucher and lane
 	lane     atomic.Uint32                                    // round robin over forwardLanes
@@ -114,6 +115,15 @@ type forwardKey struct {
 // negativeTTL bounds how long an unknown voucher code is remembered.
 const negativeTTL = time.Second
 
+// admittedTTL is how long an order answered 201 is remembered for HoldsUse:
+// the ledger's hold (HOLD_TTL, 15 minutes by default), after which the order
+// is expired and its retry is a new request like any other.
+const admittedTTL = 15 * time.Minute
+
+// admittedMax bounds the orders remembered (one unit each): past it ristretto
+// evicts, and an evicted order's retry is only shed like a new one.
+const admittedMax = 200_000
+
 // NewAdmitter wires the admission path. base is the service's lifetime: batched
 // script calls run under it, not under any one request.
 func NewAdmitter(base context.Context, g *gate.Gate, ledger *LedgerClient, cfg AdmitConfig, log *slog.Logger) (*Admitter, error) {
@@ -129,9 +139,15 @@ func NewAdmitter(base context.Context, g *gate.Gate, ledger *LedgerClient, cfg A
 	if err != nil {
 		return nil, fmt.Errorf("sold-out cache: %w", err)
 	}
+	admitted, err := ristretto.NewCache(&ristretto.Config[string, int64]{
+		NumCounters: 10 * admittedMax, MaxCost: admittedMax, BufferItems: 64,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("admitted cache: %w", err)
+	}
 	a := &Admitter{
 		gate: g, ledger: ledger, cfg: cfg, log: log, base: base,
-		vouchers: vouchers, soldOut: soldOut,
+		vouchers: vouchers, soldOut: soldOut, admitted: admitted,
 	}
 	if cfg.WriteTarget > 0 {
 		a.window = newAdmitWindow(cfg.WriteTarget, cfg.WindowMax, log)
@@ -171,6 +187,7 @@ func NewAdmitter(base context.Context, g *gate.Gate, ledger *LedgerClient, cfg A
 func (a *Admitter) Close() {
 	a.vouchers.Close()
 	a.soldOut.Close()
+	a.admitted.Close()
 }
 
 // Reserve runs a validated claim through the edge and, if admitted, through the
@@ -219,17 +236,26 @@ func (a *Admitter) reserve(ctx context.Context, code string, cl voucher.Claim) (
 	return a.reserveFlash(ctx, code, cl)
 }
 
-// HoldsUse reports whether Redis holds a use of flash voucher code for cl's
-// order and customer: a retry of an admitted order, which takes no new use
-// and is answered from its row, so neither a full window nor a full bound on
-// requests in flight refuses it. Asked only when one is full; a failure to
-// ask, or a voucher that is not a known flash voucher, answers false (the
-// request is refused, as it would be).
-func (a *Admitter) HoldsUse(ctx context.Context, code string, cl voucher.Claim) bool {
-	if cv, ok := a.vouchers.Get(code); !ok || !cv.found || !cv.v.FlashSale {
-		return false
-	}
-	return a.holds(ctx, code, cl)
+// HoldsUse reports whether this proxy answered 201 to cl's order and
+// customer on flash voucher code within a reservation's hold: a retry of an
+// admitted order, which takes no new use and is answered from its row, so a
+// full bound on requests in flight lets it in. It asks nothing of Redis: the
+// bound is full when the proxy is at its limit, and a Redis call for every
+// request it sheds would make shedding cost what serving does. A retry that
+// comes through another proxy is let in by the admission window (holds),
+// once past the bound. A use released since only lets in a request that is
+// then answered from its row, as any other.
+func (a *Admitter) HoldsUse(code string, cl voucher.Claim) bool {
+	customer, ok := a.admitted.Get(admittedKey(code, cl.OrderID))
+	return ok && customer == cl.CustomerID
+}
+
+// admittedKey is the key of an order in the admitted cache.
+func admittedKey(code, orderID string) string { return code + "/" + orderID }
+
+// remember records an order this proxy answered 201 (HoldsUse).
+func (a *Admitter) remember(code string, cl voucher.Claim) {
+	a.admitted.SetWithTTL(admittedKey(code, cl.OrderID), cl.CustomerID, 1, admittedTTL)
 }
 
 // holds is HoldsUse for a voucher known to be a flash voucher.
@@ -292,6 +318,8 @@ func (a *Admitter) reserveFlash(ctx context.Context, code string, cl voucher.Cla
 		a.window.leave(took)
 	}
 	switch {
+	case err == nil && rep.Status == http.StatusCreated:
+		a.remember(code, cl)
 	case res == gate.Reserved && alone && notDelivered(rep, err):
 		a.giveBack(code, cl.OrderID)
 	case err != nil && !notDelivered(rep, err):

@@ -74,7 +74,7 @@ func configFrom(e *envconf.Reader) (Config, error) {
 		LedgerWarm: e.Int("LEDGER_WARM_CONNS", 4, 0,
 			"connections to the ledger opened at start and kept warm"),
 		SLO: e.DurationMin("LATENCY_SLO", 100*time.Millisecond, time.Millisecond,
-			"the p99 the proxy's answers must meet: below MAX_INFLIGHT the requests in flight are bounded adaptively, shed only when more than 1% of 100ms's answers took longer than this and even the fastest took a quarter of it (a standing queue), to what the proxy answers per second times half of it; the admission window sheds only when its writes' mean is over half of it"),
+			"the p99 the proxy's answers must meet: below MAX_INFLIGHT the requests in flight are bounded adaptively, shed only when more than 1% of 100ms's answers took longer than this and the median a quarter of it (a standing queue), to what the proxy answers per second times half of it; the admission window sheds only when its writes' mean is over half of it"),
 		Serving: httpx.ReadServing(e, 1024,
 			"most requests worked on at once, a memory bound (the adaptive bound below it follows LATENCY_SLO); the excess gets 503 UNAVAILABLE with Retry-After at once"),
 	}

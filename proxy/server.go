@@ -27,9 +27,9 @@ type Server struct {
 }
 
 // spare lets a reserve through a full bound when it is a retry of a flash
-// order that holds its use in Redis: it takes no new use and is answered 201
-// from its row, so shedding it would only make a customer who already has
-// the voucher try again.
+// order this proxy answered 201 (Admitter.HoldsUse): it takes no new use and
+// is answered 201 from its row, so shedding it would only make a customer who
+// already has the voucher try again.
 func (s *Server) spare(c *gin.Context) bool {
 	if c.Request.Method != http.MethodPost || c.FullPath() != api.RouteReservations {
 		return false
@@ -39,7 +39,7 @@ func (s *Server) spare(c *gin.Context) bool {
 		return false
 	}
 	cl, ok := httpx.PeekClaim(c)
-	return ok && s.admit.HoldsUse(c, code, cl)
+	return ok && s.admit.HoldsUse(code, cl)
 }
 
 // Handler returns the gin engine with every route registered.

@@ -11,14 +11,18 @@ import (
 // the bound follows what the service measures, not one machine's figures:
 //
 //   - it shrinks only on a standing queue that breaks the SLO: in an
-//     interval of 100 ms, more than 1% of the answers took longer
-//     than the SLO (the interval's p99 is above it) and even the fastest
-//     answer took more than a quarter of it (CoDel's rule: the minimum
-//     sojourn, not the mean, tells a standing queue from a burst that
-//     passes) for limitStanding intervals in a row. It is then set by Little's law to the most answers per second
-//     the service gave in an interval of the last 10 to 20 s times the SLO:
-//     the concurrency at which, at the rate the service has shown it keeps,
-//     an answer still comes within the SLO;
+//     interval of 100 ms, more than 1% of the answers took longer than the
+//     SLO (the interval's p99 is above it) and most of them (the median)
+//     took more than a quarter of it, for limitStanding intervals in a row.
+//     A few slow answers among quick ones are requests that wait for
+//     something of their own; a queue is what most requests wait in. The
+//     median, not the fastest answer as CoDel takes it: a proxy's answers
+//     mix paths (a cached 409 beside a written 201), and one answer that
+//     missed the queue would hide it from everyone else. It is then set by
+//     Little's law to the most answers per second the service gave in an
+//     interval of the last 10 to 20 s times the SLO: the concurrency at
+//     which, at the rate the service has shown it keeps, an answer still
+//     comes within the SLO;
 //   - it grows back by a quarter (at least 1) after an interval with no
 //     answer over the SLO.
 //
@@ -32,11 +36,10 @@ type Limit struct {
 	now         func() time.Time
 	cur         atomic.Int64
 
-	mu      sync.Mutex
-	start   time.Time
-	n, late int64
-	fastest time.Duration // of the interval; 0: none yet
-	over    int           // intervals in a row that broke the SLO with a standing queue
+	mu               sync.Mutex
+	start            time.Time
+	n, late, waiting int64 // answers of the interval, those over the SLO, those over slo/limitQueued
+	over             int   // intervals in a row that broke the SLO with a standing queue
 
 	// peak is the most answers per second of an interval in this epoch and
 	// the last: what the service has shown it can do, now.
@@ -49,7 +52,7 @@ const (
 	// limitLeast is the least the bound shrinks to: a few requests per core
 	// keep a service that waits on its dependencies busy.
 	limitLeast = 16
-	// limitQueued: the fastest answer of an interval over slo/limitQueued
+	// limitQueued: the median answer of an interval over slo/limitQueued
 	// means a standing queue.
 	limitQueued = 4
 	// limitStanding is how many intervals in a row a standing queue must
@@ -82,8 +85,8 @@ func (l *Limit) Done(d time.Duration) {
 	if d > l.slo {
 		l.late++
 	}
-	if l.fastest == 0 || d < l.fastest {
-		l.fastest = d
+	if d > l.slo/limitQueued {
+		l.waiting++
 	}
 	now := l.now()
 	took := now.Sub(l.start)
@@ -94,14 +97,14 @@ func (l *Limit) Done(d time.Duration) {
 	if now.Sub(l.epoch) >= limitPeakEvery {
 		l.peak[1], l.peak[0], l.epoch = l.peak[0], 0, now
 	}
-	l.start, l.n, l.late, l.fastest = now, 0, 0, 0
+	l.start, l.n, l.late, l.waiting = now, 0, 0, 0
 }
 
 // judge resizes the bound at the end of an interval that lasted took: see Limit.
 func (l *Limit) judge(took time.Duration) {
 	cur := l.cur.Load()
 	l.peak[0] = max(l.peak[0], float64(l.n)/took.Seconds())
-	if l.late*100 > l.n && l.fastest > l.slo/limitQueued {
+	if l.late*100 > l.n && l.waiting*2 > l.n {
 		l.over++
 	} else {
 		l.over = 0

@@ -123,9 +123,11 @@ func (s *Shedder) Middleware() gin.HandlerFunc {
 		defer s.inflight.Add(-1)
 		start := time.Now()
 		c.Next()
-		// A 503 is a controller's own refusal (a window, a breaker): fast,
-		// it says nothing of how fast the service answers the rest.
-		if s.limit != nil && !c.GetBool(untimedKey) && c.Writer.Status() != http.StatusServiceUnavailable {
+		// Every answer is timed, 503s included: a controller's own refusal
+		// (a window, a breaker) is fast while the service keeps up and
+		// leaves the median fast, but one that waited for a CPU, a timeout
+		// or a dead ledger is the queue the bound is there to cut.
+		if s.limit != nil && !c.GetBool(untimedKey) {
 			s.limit.Done(time.Since(start))
 		}
 	}

@@ -204,3 +204,35 @@ func TestShedderSparesWhatTakesNothingNew(t *testing.T) {
 		require.Equal(t, http.StatusOK, <-held)
 	}
 }
+
+// TestShedderTimesSlowRefusals: 503s that took long (a refusal that waited
+// for a CPU, a timeout or a dead dependency) are the queue the adaptive bound
+// cuts, so they are timed like every other answer: the bound shrinks below
+// MAX_INFLIGHT. Many goroutines against a real server.
+func TestShedderTimesSlowRefusals(t *testing.T) {
+	const most, slo = 512, 10 * time.Millisecond
+	limit := NewLimit(most, slo)
+	r := gin.New()
+	r.Use(NewShedder(most, limit, nil, nil).Middleware())
+	r.GET("/refuse", func(c *gin.Context) {
+		time.Sleep(4 * slo) // a refusal that waited: over the SLO, its median over a quarter of it
+		c.Status(http.StatusServiceUnavailable)
+	})
+	srv := httptest.NewServer(r)
+	defer srv.Close()
+	until := time.Now().Add(time.Duration(limitStanding+3) * limitEvery)
+	var wg sync.WaitGroup
+	for range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for time.Now().Before(until) {
+				if getStatus(t, srv.URL+"/refuse") == 0 {
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	require.Less(t, limit.Current(), most, "slow 503s for %d intervals in a row shrink the bound", limitStanding)
+}
