@@ -115,15 +115,6 @@ type forwardKey struct {
 // negativeTTL bounds how long an unknown voucher code is remembered.
 const negativeTTL = time.Second
 
-// admittedTTL is how long an order answered 201 is remembered for HoldsUse:
-// the ledger's hold (HOLD_TTL, 15 minutes by default), after which the order
-// is expired and its retry is a new request like any other.
-const admittedTTL = 15 * time.Minute
-
-// admittedMax bounds the orders remembered (one unit each): past it ristretto
-// evicts, and an evicted order's retry is only shed like a new one.
-const admittedMax = 200_000
-
 // NewAdmitter wires the admission path. base is the service's lifetime: batched
 // script calls run under it, not under any one request.
 func NewAdmitter(base context.Context, g *gate.Gate, ledger *LedgerClient, cfg AdmitConfig, log *slog.Logger) (*Admitter, error) {
@@ -236,29 +227,8 @@ func (a *Admitter) reserve(ctx context.Context, code string, cl voucher.Claim) (
 	return a.reserveFlash(ctx, code, cl)
 }
 
-// HoldsUse reports whether this proxy answered 201 to cl's order and
-// customer on flash voucher code within a reservation's hold: a retry of an
-// admitted order, which takes no new use and is answered from its row, so a
-// full bound on requests in flight lets it in. It asks nothing of Redis: the
-// bound is full when the proxy is at its limit, and a Redis call for every
-// request it sheds would make shedding cost what serving does. A retry that
-// comes through another proxy is let in by the admission window (holds),
-// once past the bound. A use released since only lets in a request that is
-// then answered from its row, as any other.
-func (a *Admitter) HoldsUse(code string, cl voucher.Claim) bool {
-	customer, ok := a.admitted.Get(admittedKey(code, cl.OrderID))
-	return ok && customer == cl.CustomerID
-}
-
-// admittedKey is the key of an order in the admitted cache.
-func admittedKey(code, orderID string) string { return code + "/" + orderID }
-
-// remember records an order this proxy answered 201 (HoldsUse).
-func (a *Admitter) remember(code string, cl voucher.Claim) {
-	a.admitted.SetWithTTL(admittedKey(code, cl.OrderID), cl.CustomerID, 1, admittedTTL)
-}
-
-// holds is HoldsUse for a voucher known to be a flash voucher.
+// holds reports whether Redis holds a use of flash voucher code for cl's
+// order and customer (holder.lua), asked by a full admission window.
 func (a *Admitter) holds(ctx context.Context, code string, cl voucher.Claim) bool {
 	ctx, cancel := context.WithTimeout(ctx, a.cfg.RedisTimeout)
 	defer cancel()
