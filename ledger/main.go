@@ -105,8 +105,7 @@ func configFrom(e *envconf.Reader) (Config, error) {
 			"deadline of each Postgres statement and pool wait (below 2s), on the ledger's side and on the server's (statement_timeout)"),
 		WriteTimeout: e.Duration("WRITE_TIMEOUT", 10*time.Second,
 			"deadline of one group commit of admitted writes; capped at HANGING_GRACE minus DB_TIMEOUT and 100ms, so that no hold is freed while its write could still commit"),
-		Serving: httpx.ReadServing(e, 256,
-			"most requests worked on at once; the excess gets 503 UNAVAILABLE with Retry-After: 1 at once"),
+		Serving: httpx.ReadServing(e),
 	}
 	if err := e.Err(); err != nil {
 		return c, err

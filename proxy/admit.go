@@ -34,7 +34,6 @@ type AdmitConfig struct {
 	// between the gate and the ledger's answer; 0: no window.
 	WriteTarget time.Duration
 	WindowMax   int                   // the window's largest size (MAX_INFLIGHT)
-	SLO         time.Duration         // LATENCY_SLO: the window sheds only writes whose mean is over half of it
 	Registerer  prometheus.Registerer // where the admission metrics go; nil: nowhere
 }
 
@@ -51,7 +50,6 @@ type Admitter struct {
 
 	vouchers *ristretto.Cache[string, cachedVoucher]
 	soldOut  *ristretto.Cache[string, *soldOutFlag]
-	admitted *ristretto.Cache[string, int64] // code/orderId -> customer, of the orders answered 201 here (HoldsUse)
 	batcher  *batch.Batcher[string, gate.Item, gate.Result]
 	forward  *batch.Batcher[forwardKey, voucher.Claim, Reply] // admitted writes to the ledger, per voucher and lane
 	lane     atomic.Uint32                                    // round robin over forwardLanes
@@ -130,19 +128,12 @@ func NewAdmitter(base context.Context, g *gate.Gate, ledger *LedgerClient, cfg A
 	if err != nil {
 		return nil, fmt.Errorf("sold-out cache: %w", err)
 	}
-	admitted, err := ristretto.NewCache(&ristretto.Config[string, int64]{
-		NumCounters: 10 * admittedMax, MaxCost: admittedMax, BufferItems: 64,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("admitted cache: %w", err)
-	}
 	a := &Admitter{
 		gate: g, ledger: ledger, cfg: cfg, log: log, base: base,
-		vouchers: vouchers, soldOut: soldOut, admitted: admitted,
+		vouchers: vouchers, soldOut: soldOut,
 	}
 	if cfg.WriteTarget > 0 {
 		a.window = newAdmitWindow(cfg.WriteTarget, cfg.WindowMax, log)
-		a.window.slo = cfg.SLO
 	}
 	a.breaker = gobreaker.NewCircuitBreaker[any](gobreaker.Settings{
 		Name:        "redis",
@@ -178,7 +169,6 @@ func NewAdmitter(base context.Context, g *gate.Gate, ledger *LedgerClient, cfg A
 func (a *Admitter) Close() {
 	a.vouchers.Close()
 	a.soldOut.Close()
-	a.admitted.Close()
 }
 
 // Reserve runs a validated claim through the edge and, if admitted, through the
@@ -207,33 +197,31 @@ func (a *Admitter) reserve(ctx context.Context, code string, cl voucher.Claim) (
 	// the ledger (standard) knows that state and the terms of this second.
 	if !v.FlashSale {
 		// Standard vouchers: the ledger's guarded UPDATE is all they need.
-		// They wait their turn on the voucher's row on purpose: their time
-		// says nothing of a queue in the proxy.
-		if c, ok := ctx.(*gin.Context); ok {
-			httpx.Untimed(c)
-		}
 		return a.ledger.Do(ctx, "reserve", http.MethodPost, api.ReservationsPath(code), cl)
 	}
 	if a.flagged(code, cl.OrderID) {
 		a.flagHits.Add(1)
 		return Reply{}, voucher.ErrOutOfStock
 	}
-	if a.window != nil && !a.window.open() {
-		if !a.holds(ctx, code, cl) {
-			return a.window.refuse(requestID(ctx)), nil
-		}
-		a.window.spared.Add(1)
+	if a.window != nil && !a.window.open() && !a.holdsUse(ctx, code, cl) {
+		return a.window.refuse(requestID(ctx)), nil
 	}
 	return a.reserveFlash(ctx, code, cl)
 }
 
-// holds reports whether Redis holds a use of flash voucher code for cl's
-// order and customer (holder.lua), asked by a full admission window.
-func (a *Admitter) holds(ctx context.Context, code string, cl voucher.Claim) bool {
+// holdsUse reports whether Redis holds a use for cl's order and customer: a
+// retry of an admitted order, which takes no new use and is answered from its
+// row, so a full window never refuses it. Asked only of a full window; a
+// failure to ask answers false (the request is refused, as it was).
+func (a *Admitter) holdsUse(ctx context.Context, code string, cl voucher.Claim) bool {
 	ctx, cancel := context.WithTimeout(ctx, a.cfg.RedisTimeout)
 	defer cancel()
 	customer, held, err := a.gate.Holder(ctx, code, cl.OrderID)
-	return err == nil && held && customer == cl.CustomerID
+	if err != nil || !held || customer != cl.CustomerID {
+		return false
+	}
+	a.window.spared.Add(1)
+	return true
 }
 
 // requestID is the request id of ctx when it is a request's gin.Context.
@@ -249,11 +237,9 @@ func requestID(ctx context.Context) string {
 func (a *Admitter) reserveFlash(ctx context.Context, code string, cl voucher.Claim) (Reply, error) {
 	// Redis may have lost the voucher (restart, flush, eviction): then the
 	// ledger loads it from the database, once for all waiting requests.
-	gated := time.Now()
 	res, err := gate.AdmitWarm(ctx,
 		func(ctx context.Context) (gate.Result, error) { return a.admit(ctx, code, cl) },
 		func(ctx context.Context) error { return a.warmup(ctx, code) })
-	a.metrics.stages.Get(stageGate).Observe(time.Since(gated).Seconds())
 	if err != nil {
 		return Reply{}, err
 	}
@@ -278,7 +264,6 @@ func (a *Admitter) reserveFlash(ctx context.Context, code string, cl voucher.Cla
 	start := time.Now()
 	done := a.writing.add(code, cl.OrderID)
 	rep, err := a.write(ctx, code, cl)
-	a.metrics.stages.Get(stageWrite).Observe(time.Since(start).Seconds())
 	alone := done()
 	if a.window != nil {
 		var took time.Duration
@@ -288,8 +273,6 @@ func (a *Admitter) reserveFlash(ctx context.Context, code string, cl voucher.Cla
 		a.window.leave(took)
 	}
 	switch {
-	case err == nil && rep.Status == http.StatusCreated:
-		a.remember(code, cl)
 	case res == gate.Reserved && alone && notDelivered(rep, err):
 		a.giveBack(code, cl.OrderID)
 	case err != nil && !notDelivered(rep, err):

@@ -39,7 +39,6 @@ type Config struct {
 	WriteTarget     time.Duration // ADMIT_WRITE_TARGET; 0: no admission window
 	RedisWarm       int           // REDIS_WARM_CONNS: Redis connections opened at start
 	LedgerWarm      int           // LEDGER_WARM_CONNS: ledger connections opened at start and kept warm
-	SLO             time.Duration // LATENCY_SLO: the p99 the adaptive bound and the window shed toward
 	httpx.Serving                 // MAX_CONNS, MAX_INFLIGHT, DEBUG_ADDR, SHUTDOWN_DELAY, SHUTDOWN_TIMEOUT
 }
 
@@ -73,10 +72,7 @@ func configFrom(e *envconf.Reader) (Config, error) {
 		RedisWarm: e.Int("REDIS_WARM_CONNS", 4, 0, "Redis connections opened as the service starts, with every gate script loaded"),
 		LedgerWarm: e.Int("LEDGER_WARM_CONNS", 4, 0,
 			"connections to the ledger opened at start and kept warm"),
-		SLO: e.DurationMin("LATENCY_SLO", 100*time.Millisecond, time.Millisecond,
-			"the p99 the proxy's answers must meet: below MAX_INFLIGHT the requests in flight are bounded adaptively, shed only when more than 1% of 100ms's answers took longer than this and the median a quarter of it (a standing queue), to what the proxy answers per second times half of it; the admission window sheds only when its writes' mean is over half of it"),
-		Serving: httpx.ReadServing(e, 1024,
-			"most requests worked on at once, a memory bound (the adaptive bound below it follows LATENCY_SLO); the excess gets 503 UNAVAILABLE with Retry-After at once"),
+		Serving: httpx.ReadServing(e),
 	}
 	if err := e.Err(); err != nil {
 		return c, err
@@ -134,14 +130,14 @@ func run(cfg Config, log *slog.Logger) error {
 	admit, err := NewAdmitter(ctx, gate.New(rdb), ledger, AdmitConfig{
 		SoldOutTTL: cfg.SoldOutTTL, VoucherCacheTTL: cfg.VoucherCacheTTL, RedisTimeout: cfg.RedisTimeout,
 		Coalesce: cfg.Coalesce, MaxBatch: cfg.MaxBatch, Registerer: metrics.Registry,
-		WriteTarget: cfg.WriteTarget, WindowMax: windowMax(cfg.MaxInflight), SLO: cfg.SLO,
+		WriteTarget: cfg.WriteTarget, WindowMax: windowMax(cfg.MaxInflight),
 	}, log)
 	if err != nil {
 		return err
 	}
 	defer admit.Close()
 	defer watchChanges(ctx, rdb, admit, log)()
-	srv := &Server{log: log, admit: admit, ledger: ledger, token: cfg.Token, metrics: metrics, maxInflight: cfg.MaxInflight, slo: cfg.SLO, ready: func(c context.Context) error {
+	srv := &Server{log: log, admit: admit, ledger: ledger, token: cfg.Token, metrics: metrics, maxInflight: cfg.MaxInflight, ready: func(c context.Context) error {
 		// Ready while a ledger answers: without Redis, standard vouchers,
 		// confirm and release still work (flash reserves get a fast 503).
 		if err := life.Err(); err != nil {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"log/slog"
 	"net/http"
-	"time"
 
 	"github.com/gin-gonic/gin"
 
@@ -22,31 +21,13 @@ type Server struct {
 	ready   func(context.Context) error
 	metrics *httpx.Metrics // nil: no /metrics
 
-	maxInflight int           // MAX_INFLIGHT; 0: no bound
-	slo         time.Duration // LATENCY_SLO: the adaptive bound below MAX_INFLIGHT; 0: none
-}
-
-// spare lets a reserve through a full bound when it is a retry of a flash
-// order this proxy answered 201 (Admitter.HoldsUse): it takes no new use and
-// is answered 201 from its row, so shedding it would only make a customer who
-// already has the voucher try again.
-func (s *Server) spare(c *gin.Context) bool {
-	if c.Request.Method != http.MethodPost || c.FullPath() != api.RouteReservations {
-		return false
-	}
-	code, err := httpx.CodeParam(c)
-	if err != nil {
-		return false
-	}
-	cl, ok := httpx.PeekClaim(c)
-	return ok && s.admit.HoldsUse(code, cl)
+	maxInflight int // MAX_INFLIGHT; 0: no bound
 }
 
 // Handler returns the gin engine with every route registered.
 func (s *Server) Handler() *gin.Engine {
 	r := httpx.NewServiceEngine(httpx.Service{Log: s.log, Metrics: s.metrics, Token: s.token,
-		Ready: func(c *gin.Context) error { return s.ready(c) }, MaxInflight: s.maxInflight,
-		SLO: s.slo, Spare: s.spare})
+		Ready: func(c *gin.Context) error { return s.ready(c) }, MaxInflight: s.maxInflight})
 
 	r.POST(api.RouteReservations, s.reserve)
 	r.GET(api.RouteReservation, s.forward("get", api.RouteReservation, 0))

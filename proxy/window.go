@@ -28,9 +28,8 @@ import (
 // The window shrinks only on slow writes that stand in a queue:
 //   - the writes are slow: their mean over the window is above the target,
 //     three times the floor below (what a write costs here with no queue:
-//     a slower machine or a longer network raises it), never below half of
-//     LATENCY_SLO (writes whose answers still come within the SLO are never
-//     shed) nor below ADMIT_WRITE_TARGET;
+//     a slower machine or a longer network raises it), and never below
+//     ADMIT_WRITE_TARGET;
 //   - they queue: even the fastest write of the window took more than twice
 //     the fastest this proxy saw in the last 10 to 20 s (CoDel's rule: the
 //     minimum sojourn, not the mean, tells a standing queue from a burst that
@@ -46,7 +45,6 @@ import (
 // one, and their requests wait for a slot on purpose (the article's race).
 type admitWindow struct {
 	target        time.Duration // mean admitted write above this (and queued): shrink
-	slo           time.Duration // LATENCY_SLO: the target is at least half of it; 0: no such floor
 	least, most   float64
 	every         time.Duration // a window is judged this often
 	log           *slog.Logger
@@ -156,7 +154,7 @@ func (w *admitWindow) judge() {
 	}
 	mean := w.sum / time.Duration(w.n)
 	floor := fastest(w.floor[0], w.floor[1])
-	target := max(w.target, windowTargetOverFloor*floor, w.slo/2)
+	target := max(w.target, windowTargetOverFloor*floor)
 	slow := mean > target
 	queued := w.fastest > windowQueued*floor
 	switch {

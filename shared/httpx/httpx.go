@@ -264,13 +264,6 @@ type Service struct {
 	// MaxInflight bounds the requests worked on at once (MAX_INFLIGHT); the
 	// excess is shed (Shedder). 0: no bound.
 	MaxInflight int
-	// SLO, when set, makes the bound adaptive below MAX_INFLIGHT (Limit):
-	// it sheds only a standing queue whose answers break it (LATENCY_SLO).
-	SLO time.Duration
-	// Spare, when set, is asked about a request that finds the bound full:
-	// true lets it in (it takes nothing new, say a retry of an order that
-	// holds its use). It may read the body if it puts it back.
-	Spare func(*gin.Context) bool
 }
 
 // NewServiceEngine returns NewEngine with the metrics middleware and
@@ -288,11 +281,7 @@ func NewServiceEngine(s Service) *gin.Engine {
 		if s.Metrics != nil {
 			reg = s.Metrics.Registry
 		}
-		var limit *Limit
-		if s.SLO > 0 {
-			limit = NewLimit(s.MaxInflight, s.SLO)
-		}
-		r.Use(NewShedder(s.MaxInflight, limit, s.Spare, reg).Middleware())
+		r.Use(NewShedder(s.MaxInflight, reg).Middleware())
 	}
 	r.Use(Auth(s.tokens(), api.OpenPaths...))
 	Health(r, s.Ready)

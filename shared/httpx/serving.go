@@ -15,14 +15,14 @@ type Serving struct {
 	Shutdown       Shutdown // SHUTDOWN_DELAY, SHUTDOWN_TIMEOUT
 }
 
-// ReadServing reads the Serving settings from e, with their defaults;
-// maxInflight is MAX_INFLIGHT's, with its --help line.
-func ReadServing(e *envconf.Reader, maxInflight int, maxInflightHelp string) Serving {
+// ReadServing reads the Serving settings from e, with their defaults.
+func ReadServing(e *envconf.Reader) Serving {
 	return Serving{
 		MaxClientConns: e.Int("MAX_CONNS", 10_000, 1,
 			"most client connections open at once; at the cap the one idle the longest is closed to make room"),
-		MaxInflight: e.Int("MAX_INFLIGHT", maxInflight, 1, maxInflightHelp),
-		DebugAddr:   e.String("DEBUG_ADDR", "", "when set (e.g. 127.0.0.1:6061), serves net/http/pprof there"),
+		MaxInflight: e.Int("MAX_INFLIGHT", 256, 1,
+			"most requests worked on at once; the excess gets 503 UNAVAILABLE with Retry-After: 1 at once"),
+		DebugAddr: e.String("DEBUG_ADDR", "", "when set (e.g. 127.0.0.1:6061), serves net/http/pprof there"),
 		Shutdown: Shutdown{
 			Delay: e.DurationMin("SHUTDOWN_DELAY", 5*time.Second, 0,
 				"after SIGTERM, how long it keeps serving with /readyz answering 503 so that balancers move away"),

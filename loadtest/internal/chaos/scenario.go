@@ -106,16 +106,15 @@ func Scenarios() []Scenario {
 		{Name: "rolling-restart", Fleet: true, Direct: true, Strict: true, Tune: tuneRollingRestart,
 			// No reconciler, as in every scenario that keeps Redis' data:
 			// Redis must equal the database because every stop was clean,
-			// not because a reconcile fixed it. MAX_INFLIGHT, the adaptive
-			// bound below it (LATENCY_SLO) and the admission window out of
-			// the way: on a
+			// not because a reconcile fixed it. MAX_INFLIGHT and the
+			// admission window out of the way: on a
 			// 2-core machine shared with other work, 2,000/s on one proxy
 			// while the other restarts has moments of 256 requests in flight
 			// and of writes slower than ADMIT_WRITE_TARGET, and what is
 			// measured here is the deploy, not the shedding (overload
 			// measures that).
 			LedgerEnv: []string{"MAX_INFLIGHT=4096"},
-			ProxyEnv:  []string{"MAX_INFLIGHT=4096", "ADMIT_WRITE_TARGET=0", "LATENCY_SLO=1h"},
+			ProxyEnv:  []string{"MAX_INFLIGHT=4096", "ADMIT_WRITE_TARGET=0"},
 			Fault:     "two proxies and two ledgers behind balancers that follow /readyz; each in turn gets SIGTERM and is started again once it has exited (ledger a, ledger b, proxy a, proxy b)",
 			Inject:    rollingRestart},
 		{Name: "overload", Run: runOverload, Direct: true,
