@@ -237,9 +237,11 @@ func requestID(ctx context.Context) string {
 func (a *Admitter) reserveFlash(ctx context.Context, code string, cl voucher.Claim) (Reply, error) {
 	// Redis may have lost the voucher (restart, flush, eviction): then the
 	// ledger loads it from the database, once for all waiting requests.
+	gated := time.Now()
 	res, err := gate.AdmitWarm(ctx,
 		func(ctx context.Context) (gate.Result, error) { return a.admit(ctx, code, cl) },
 		func(ctx context.Context) error { return a.warmup(ctx, code) })
+	a.metrics.stages.Get(stageGate).Observe(time.Since(gated).Seconds())
 	if err != nil {
 		return Reply{}, err
 	}
@@ -264,6 +266,7 @@ func (a *Admitter) reserveFlash(ctx context.Context, code string, cl voucher.Cla
 	start := time.Now()
 	done := a.writing.add(code, cl.OrderID)
 	rep, err := a.write(ctx, code, cl)
+	a.metrics.stages.Get(stageWrite).Observe(time.Since(start).Seconds())
 	alone := done()
 	if a.window != nil {
 		var took time.Duration

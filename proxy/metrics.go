@@ -14,7 +14,16 @@ type admitMetrics struct {
 	batchSize   prometheus.Histogram
 	redisErrors prometheus.Counter
 	remaining   *httpx.BoundedGauge
+	// stages: how long a flash reserve spends in each stage (the profile of
+	// a sale's first second: where the time of an admitted claim goes).
+	stages *httpx.Resolved[string, prometheus.Observer]
 }
+
+// The stages of a flash reserve, as flashgate_reserve_stage_seconds names them.
+const (
+	stageGate  = "gate"  // queued for and in the reserve script (its batch)
+	stageWrite = "write" // an admitted claim queued for and in the ledger's write
+)
 
 func newAdmitMetrics(reg prometheus.Registerer, a *Admitter) *admitMetrics {
 	m := &admitMetrics{
@@ -36,8 +45,14 @@ func newAdmitMetrics(reg prometheus.Registerer, a *Admitter) *admitMetrics {
 			Help: "Uses left per voucher as the last script call saw them in Redis.",
 		}, httpx.MaxVoucherSeries),
 	}
+	stages := prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "flashgate_reserve_stage_seconds",
+		Help:    "Time a flash reserve spends in a stage: gate (queued for and in the reserve script), write (an admitted claim queued for and in the ledger's write).",
+		Buckets: httpx.LatencyBuckets,
+	}, []string{"stage"})
+	m.stages = httpx.NewResolved(func(stage string) prometheus.Observer { return stages.WithLabelValues(stage) })
 	m.outcome = httpx.NewResolved(func(result string) prometheus.Counter { return m.outcomes.WithLabelValues(result) })
-	reg.MustRegister(m.outcomes, m.batchSize, m.redisErrors,
+	reg.MustRegister(m.outcomes, stages, m.batchSize, m.redisErrors,
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "flashgate_soldout_flag_hits_total",
 			Help: "Reserve requests answered OUT_OF_STOCK by the local sold-out flag, without Redis.",
