@@ -473,3 +473,46 @@ func TestRestockedAfterTheCallerLeft(t *testing.T) {
 	require.NoError(t, l.led.Restocked(left, code, order))
 	checkRedisMatches(t, l.gate, l.checkBooks(t, code), code)
 }
+
+// A late confirmation (the hold expired and was swept) whose caller leaves
+// while its transaction waits on the voucher's row goes on and ends with the
+// order CONFIRMED in the database and held in Redis: it takes its use in Redis
+// first, and a payment callback's short deadline must not leave the two
+// halves apart. (The VOPR found the cancelled confirmation's transaction
+// committed while its caller saw a fault: CONFIRMED in the database, not held
+// in Redis, and the retry answered from the row.)
+func TestLateConfirmAfterTheCallerLeft(t *testing.T) {
+	t.Parallel()
+	l := newTestLedger(t, ledgerOptions{ttl: 300 * time.Millisecond})
+	ctx := context.Background()
+	code := newCode(t)
+	l.createVoucher(t, spec(code, 5, 1, true))
+	order := code + "-a"
+	require.Equal(t, http.StatusCreated, l.reserve(t, code, 1, order, 5_000).Status)
+	time.Sleep(400 * time.Millisecond)
+	n, err := l.jobs.Sweep(ctx)
+	require.NoError(t, err)
+	require.GreaterOrEqual(t, n, 1)
+
+	tx, err := l.pool.Begin(ctx)
+	require.NoError(t, err)
+	defer tx.Rollback(ctx)
+	_, err = tx.Exec(ctx, `SELECT 1 FROM voucher WHERE code = $1 FOR UPDATE`, code)
+	require.NoError(t, err)
+	impatient, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	defer cancel()
+	confirmed := make(chan error, 1)
+	go func() {
+		_, err := l.led.Confirm(impatient, code, order)
+		confirmed <- err
+	}()
+	<-impatient.Done()
+	time.Sleep(100 * time.Millisecond) // the caller has left; the row is still locked
+	require.NoError(t, tx.Commit(ctx))
+	require.NoError(t, <-confirmed, "the confirmation went on once the row was free")
+
+	r, err := l.store.Reservation(ctx, code, order)
+	require.NoError(t, err)
+	assert.Equal(t, voucher.Confirmed, r.Status)
+	checkRedisMatches(t, l.gate, l.checkBooks(t, code), code)
+}

@@ -315,6 +315,14 @@ func (l *Ledger) Confirm(ctx context.Context, code, orderID string) (voucher.Res
 	if err != nil || !late {
 		return r, err
 	}
+	// A late confirmation takes a use in Redis and then in the database:
+	// once begun it goes on when its caller leaves (each statement and
+	// script call keeps its own deadline), as an admitted write does, so that
+	// a payment callback's short deadline never leaves the two halves apart
+	// (found by the VOPR: a confirmation cancelled while its transaction
+	// committed left the order CONFIRMED in the database and not held in
+	// Redis, and its retry was answered from the row).
+	ctx = context.WithoutCancel(ctx)
 	v, err := l.store.Terms(ctx, code)
 	if err != nil {
 		return voucher.Reservation{}, err
@@ -324,8 +332,12 @@ func (l *Ledger) Confirm(ctx context.Context, code, orderID string) (voucher.Res
 	for {
 		r, did, err := l.store.LateConfirm(ctx, code, orderID, mayTake)
 		switch {
-		case heldByUs && voucher.IsFault(err):
-			l.settler.Park(code, []string{orderID}) // a fault: the database decides later
+		case v.FlashSale && mayTake && voucher.IsFault(err):
+			// A fault: the transaction may have committed and taken a use
+			// in the database, whether or not this call took one in Redis
+			// (a use found held or finished there was not taken here). The
+			// database decides once it answers (Resolve).
+			l.settler.Park(code, []string{orderID})
 		case heldByUs && err != nil:
 			if _, rerr := l.gate.Release(context.WithoutCancel(ctx), code, orderID); rerr != nil {
 				l.log.Error("release after late confirm", "code", code, "order", orderID, "err", rerr)
