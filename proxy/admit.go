@@ -50,6 +50,7 @@ type Admitter struct {
 
 	vouchers *ristretto.Cache[string, cachedVoucher]
 	soldOut  *ristretto.Cache[string, *soldOutFlag]
+	admitted *ristretto.Cache[string, int64] // code/orderId -> customer, of the orders answered 201 here (HoldsUse)
 	batcher  *batch.Batcher[string, gate.Item, gate.Result]
 	forward  *batch.Batcher[forwardKey, voucher.Claim, Reply] // admitted writes to the ledger, per voucher and lane
 	lane     atomic.Uint32                                    // round robin over forwardLanes
@@ -128,9 +129,15 @@ func NewAdmitter(base context.Context, g *gate.Gate, ledger *LedgerClient, cfg A
 	if err != nil {
 		return nil, fmt.Errorf("sold-out cache: %w", err)
 	}
+	admitted, err := ristretto.NewCache(&ristretto.Config[string, int64]{
+		NumCounters: 10 * admittedMax, MaxCost: admittedMax, BufferItems: 64,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("admitted cache: %w", err)
+	}
 	a := &Admitter{
 		gate: g, ledger: ledger, cfg: cfg, log: log, base: base,
-		vouchers: vouchers, soldOut: soldOut,
+		vouchers: vouchers, soldOut: soldOut, admitted: admitted,
 	}
 	if cfg.WriteTarget > 0 {
 		a.window = newAdmitWindow(cfg.WriteTarget, cfg.WindowMax, log)
@@ -169,6 +176,7 @@ func NewAdmitter(base context.Context, g *gate.Gate, ledger *LedgerClient, cfg A
 func (a *Admitter) Close() {
 	a.vouchers.Close()
 	a.soldOut.Close()
+	a.admitted.Close()
 }
 
 // Reserve runs a validated claim through the edge and, if admitted, through the
@@ -276,6 +284,8 @@ func (a *Admitter) reserveFlash(ctx context.Context, code string, cl voucher.Cla
 		a.window.leave(took)
 	}
 	switch {
+	case err == nil && rep.Status == http.StatusCreated:
+		a.remember(code, cl)
 	case res == gate.Reserved && alone && notDelivered(rep, err):
 		a.giveBack(code, cl.OrderID)
 	case err != nil && !notDelivered(rep, err):

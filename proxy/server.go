@@ -24,10 +24,27 @@ type Server struct {
 	maxInflight int // MAX_INFLIGHT; 0: no bound
 }
 
+// spare lets a reserve through a full bound (MAX_INFLIGHT) when it is a
+// retry of a flash order this proxy answered 201 (Admitter.HoldsUse): it
+// takes no new use and is answered 201 from its row, so shedding it would
+// only make a customer who already has the voucher try again.
+func (s *Server) spare(c *gin.Context) bool {
+	if c.Request.Method != http.MethodPost || c.FullPath() != api.RouteReservations {
+		return false
+	}
+	code, err := httpx.CodeParam(c)
+	if err != nil {
+		return false
+	}
+	cl, ok := httpx.PeekClaim(c)
+	return ok && s.admit.HoldsUse(code, cl)
+}
+
 // Handler returns the gin engine with every route registered.
 func (s *Server) Handler() *gin.Engine {
 	r := httpx.NewServiceEngine(httpx.Service{Log: s.log, Metrics: s.metrics, Token: s.token,
-		Ready: func(c *gin.Context) error { return s.ready(c) }, MaxInflight: s.maxInflight})
+		Ready: func(c *gin.Context) error { return s.ready(c) }, MaxInflight: s.maxInflight,
+		Spare: s.spare})
 
 	r.POST(api.RouteReservations, s.reserve)
 	r.GET(api.RouteReservation, s.forward("get", api.RouteReservation, 0))

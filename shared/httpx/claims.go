@@ -1,7 +1,10 @@
 package httpx
 
 import (
+	"bytes"
 	"errors"
+	"io"
+	"net/http"
 
 	"github.com/flashgate/flashgate/shared/api"
 	"github.com/flashgate/flashgate/shared/voucher"
@@ -151,6 +154,26 @@ func BindClaim(c *gin.Context) (voucher.Claim, error) {
 		return voucher.Claim{}, err
 	}
 	return f.claim()
+}
+
+// PeekClaim reads and validates the reserve body as BindClaim does, and puts
+// the body back so that the handler reads it again: for a middleware that
+// must know the claim before the handler (the shedder's Spare). ok is false
+// when the body is not a valid claim (the handler refuses it as usual).
+func PeekClaim(c *gin.Context) (cl voucher.Claim, ok bool) {
+	body, err := readBody(c, MaxBodyBytes)
+	if err != nil {
+		c.Request.Body = http.NoBody
+		return voucher.Claim{}, false
+	}
+	defer body.release()
+	c.Request.Body = io.NopCloser(bytes.NewReader(bytes.Clone(body.b)))
+	var f claimFields
+	if err := decodeClaim(body.b, &f); err != nil {
+		return voucher.Claim{}, false
+	}
+	cl, err = f.claim()
+	return cl, err == nil
 }
 
 // The ledger's batch route (what one coalesced round admitted) carries

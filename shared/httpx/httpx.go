@@ -264,6 +264,11 @@ type Service struct {
 	// MaxInflight bounds the requests worked on at once (MAX_INFLIGHT); the
 	// excess is shed (Shedder). 0: no bound.
 	MaxInflight int
+	// Spare, when set, is asked about a request that finds the bound full:
+	// true lets it in (it takes nothing new, say a retry of an order that
+	// holds its use). It must be cheap, and may read the body if it puts it
+	// back.
+	Spare func(*gin.Context) bool
 }
 
 // NewServiceEngine returns NewEngine with the metrics middleware and
@@ -281,7 +286,7 @@ func NewServiceEngine(s Service) *gin.Engine {
 		if s.Metrics != nil {
 			reg = s.Metrics.Registry
 		}
-		r.Use(NewShedder(s.MaxInflight, reg).Middleware())
+		r.Use(NewShedder(s.MaxInflight, s.Spare, reg).Middleware())
 	}
 	r.Use(Auth(s.tokens(), api.OpenPaths...))
 	Health(r, s.Ready)

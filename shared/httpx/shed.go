@@ -17,10 +17,15 @@ import (
 // request over the bound is answered 503 UNAVAILABLE with Retry-After at
 // once: past its maximum a service only gets slower for everyone, so the
 // excess is better told to come back than queued. /healthz, /readyz and
-// /metrics are never shed, so that probes and scrapes see the truth.
+// /metrics are never shed, so that probes and scrapes see the truth. A
+// request that the service's spare lets through a full bound (a retry that
+// takes nothing new) is worked on all the same, up to twice MAX_INFLIGHT.
 type Shedder struct {
-	slots chan struct{}
-	shed  atomic.Uint64 // requests shed since start
+	most     int64
+	inflight atomic.Int64
+	spare    func(*gin.Context) bool // nil: none is spared
+	shed     atomic.Uint64           // requests shed since start
+	spared   atomic.Uint64           // requests spare let through a full bound
 
 	storm Storm // the log lines of its sheds
 	now   func() time.Time
@@ -58,13 +63,20 @@ var neverShed = map[string]bool{api.HealthzPath: true, api.ReadyzPath: true, api
 
 // NewShedder returns a Shedder letting max requests in at once; it counts
 // the requests it sheds in flashgate_http_shed_total on reg (nil: nowhere).
-func NewShedder(max int, reg prometheus.Registerer) *Shedder {
-	s := &Shedder{slots: make(chan struct{}, max), now: time.Now}
+// spare, when not nil, is asked about a request that finds the bound full,
+// and lets it in when it answers true; it must be cheap (it runs for every
+// request the bound would shed) and may read the body if it puts it back.
+func NewShedder(max int, spare func(*gin.Context) bool, reg prometheus.Registerer) *Shedder {
+	s := &Shedder{most: int64(max), spare: spare, now: time.Now}
 	if reg != nil {
 		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "flashgate_http_shed_total",
 			Help: "Requests answered 503 at once because MAX_INFLIGHT requests were in flight.",
-		}, func() float64 { return float64(s.shed.Load()) }))
+		}, func() float64 { return float64(s.shed.Load()) }),
+			prometheus.NewCounterFunc(prometheus.CounterOpts{
+				Name: "flashgate_http_shed_spared_total",
+				Help: "Requests let through a full MAX_INFLIGHT because they take nothing new (a retry of an order this proxy answered 201).",
+			}, func() float64 { return float64(s.spared.Load()) }))
 	}
 	return s
 }
@@ -75,19 +87,45 @@ func (s *Shedder) Middleware() gin.HandlerFunc {
 		if neverShed[c.Request.URL.Path] {
 			return
 		}
-		select {
-		case s.slots <- struct{}{}:
-		default:
+		if !s.enter(c) {
 			s.reject(c)
 			return
 		}
-		defer func() { <-s.slots }()
+		defer s.inflight.Add(-1)
 		c.Next()
 	}
 }
 
-// InFlight returns the requests holding a slot now.
-func (s *Shedder) InFlight() int { return len(s.slots) }
+// enter takes a place for c's request: one of MAX_INFLIGHT, else, when spare
+// lets it through, one of twice MAX_INFLIGHT (the memory bound holds, and
+// what takes nothing new is not shed). A request that finds no place takes
+// none, so those shed never crowd out those let in.
+func (s *Shedder) enter(c *gin.Context) bool {
+	if s.take(s.most) {
+		return true
+	}
+	if s.spare == nil || !s.spare(c) || !s.take(2*s.most) {
+		return false
+	}
+	s.spared.Add(1)
+	return true
+}
+
+// take counts one more request in flight if fewer than bound are.
+func (s *Shedder) take(bound int64) bool {
+	for {
+		n := s.inflight.Load()
+		if n >= bound {
+			return false
+		}
+		if s.inflight.CompareAndSwap(n, n+1) {
+			return true
+		}
+	}
+}
+
+// InFlight returns the requests worked on now.
+func (s *Shedder) InFlight() int { return int(s.inflight.Load()) }
 
 // reject answers a shed request, logged as a Storm.
 func (s *Shedder) reject(c *gin.Context) {
@@ -103,5 +141,5 @@ func (s *Shedder) reject(c *gin.Context) {
 	}
 	LoggerFrom(c).Error("request failed", "request_id", RequestIDFrom(c), "route", c.FullPath(),
 		"method", c.Request.Method, "err", "shed: MAX_INFLIGHT requests in flight", "shed", n,
-		"max_inflight", cap(s.slots))
+		"max_inflight", s.most)
 }

@@ -2,6 +2,7 @@ package httpx
 
 import (
 	"bytes"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -120,4 +121,85 @@ func (w lockedWriter) Write(p []byte) (int, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.b.Write(p)
+}
+
+// TestShedderSparesWhatTakesNothingNew: with every place taken, the requests
+// Spare answers true for are worked on (many goroutines, exact counts) and
+// read the body Spare peeked at, the others are shed; MAX_INFLIGHT itself is
+// passed by more than itself: a spared request is counted in flight.
+func TestShedderSparesWhatTakesNothingNew(t *testing.T) {
+	const max, spared, shed = 128, 50, 70 // max + spared + shed within 2 x max: none is shed for being past twice the bound
+	release := make(chan struct{})
+	entered := make(chan struct{}, max)
+	var bodies sync.Map
+	r := NewServiceEngine(Service{Log: slog.New(slog.DiscardHandler), Metrics: NewMetrics("test"), MaxInflight: max,
+		Spare: func(c *gin.Context) bool {
+			cl, ok := PeekClaim(c)
+			return ok && cl.CustomerID == 7
+		},
+		Ready: func(*gin.Context) error { return nil }})
+	r.GET("/slow", func(c *gin.Context) {
+		entered <- struct{}{}
+		<-release
+		c.Status(http.StatusOK)
+	})
+	r.POST("/reserve", func(c *gin.Context) {
+		cl, err := BindClaim(c)
+		if err != nil {
+			WriteError(c, err)
+			return
+		}
+		bodies.Store(cl.OrderID, cl.CustomerID)
+		c.Status(http.StatusCreated)
+	})
+	srv := httptest.NewServer(r)
+	defer srv.Close()
+	var once sync.Once
+	defer once.Do(func() { close(release) }) // before Close, even when a check fails
+	held := make(chan int, max)
+	for range max {
+		go func() { held <- getStatus(t, srv.URL+"/slow") }()
+	}
+	for range max {
+		<-entered
+	}
+
+	var wg sync.WaitGroup
+	statuses := make(chan int, spared+shed)
+	for i := range spared + shed {
+		customer := 7 // spared
+		if i >= spared {
+			customer = 8
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			body := fmt.Sprintf(`{"customerId":%d,"orderId":"o-%d","orderAmount":100}`, customer, i)
+			resp, err := http.Post(srv.URL+"/reserve", "application/json", strings.NewReader(body))
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			resp.Body.Close()
+			statuses <- resp.StatusCode
+		}()
+	}
+	wg.Wait()
+	close(statuses)
+	count := map[int]int{}
+	for st := range statuses {
+		count[st]++
+	}
+	require.Equal(t, map[int]int{http.StatusCreated: spared, http.StatusServiceUnavailable: shed}, count)
+	n := 0
+	bodies.Range(func(_, customer any) bool {
+		require.EqualValues(t, 7, customer, "the handler read the body spare peeked at")
+		n++
+		return true
+	})
+	require.Equal(t, spared, n)
+	once.Do(func() { close(release) })
+	for range max {
+		require.Equal(t, http.StatusOK, <-held)
+	}
 }

@@ -1,0 +1,52 @@
+package main
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+
+	"github.com/gin-gonic/gin"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// TestFullBoundLetsHeldRetriesThrough: with every place in flight taken
+// (MAX_INFLIGHT), a retry of an order this proxy answered 201 is not shed: it
+// gets its 201 replayed from its row and takes no new use; a new order and
+// the held orderId from another customer are shed.
+func TestFullBoundLetsHeldRetriesThrough(t *testing.T) {
+	s := newStack(t, stackOptions{})
+	code := newCode(t)
+	s.createVoucher(t, code, 10, 1, true)
+	require.Equal(t, 201, s.reserve(t, code, 1, code+"-a").Status)
+	s.admit.admitted.Wait() // the cache applies its writes in the background
+
+	const most = 2
+	srv := &Server{admit: s.admit, ledger: s.admit.ledger, maxInflight: most,
+		ready: func(context.Context) error { return nil }}
+	h := srv.Handler()
+	release, entered := make(chan struct{}), make(chan struct{}, most)
+	h.GET("/hold", func(c *gin.Context) { entered <- struct{}{}; <-release })
+	hs := httptest.NewServer(h)
+	defer hs.Close()
+	defer close(release)
+	for range most {
+		go func() {
+			if resp, err := http.Get(hs.URL + "/hold"); err == nil {
+				resp.Body.Close()
+			}
+		}()
+	}
+	for range most {
+		<-entered
+	}
+
+	full := &stack{ProxyURL: hs.URL}
+	r := full.reserve(t, code, 1, code+"-a")
+	assert.Equal(t, 201, r.Status, "a retry of a held order at a full bound: %s", r.Raw)
+	assert.True(t, replayed(r), "answered from its row")
+	assert.Equal(t, 503, full.reserve(t, code, 2, code+"-b").Status, "a new order at a full bound")
+	assert.Equal(t, 503, full.reserve(t, code, 3, code+"-a").Status, "the held orderId from another customer")
+	assert.EqualValues(t, 9, s.redisRemaining(t, code), "the retry took no new use")
+}
