@@ -339,7 +339,7 @@ func (l *Ledger) Confirm(ctx context.Context, code, orderID string) (voucher.Res
 			// database decides once it answers (Resolve).
 			l.settler.Park(code, []string{orderID})
 		case heldByUs && err != nil:
-			if _, rerr := l.gate.Release(context.WithoutCancel(ctx), code, orderID); rerr != nil {
+			if _, rerr := l.gate.Release(ctx, code, orderID); rerr != nil {
 				l.log.Error("release after late confirm", "code", code, "order", orderID, "err", rerr)
 			}
 		}
@@ -347,7 +347,7 @@ func (l *Ledger) Confirm(ctx context.Context, code, orderID string) (voucher.Res
 			// The Redis entry this confirmation relied on may have been given
 			// back meanwhile by a release, a sweep or a refused retry of the
 			// same order: make sure Redis holds the use the database holds.
-			l.settler.Settle(context.WithoutCancel(ctx), code, orderID)
+			l.settler.Settle(ctx, code, orderID)
 		}
 		if err != nil || did != store.LateNeedsUse {
 			return r, err
