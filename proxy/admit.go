@@ -50,7 +50,7 @@ type Admitter struct {
 
 	vouchers *ristretto.Cache[string, cachedVoucher]
 	soldOut  *ristretto.Cache[string, *soldOutFlag]
-	admitted *ristretto.Cache[string, int64] // code/orderId -> customer, of the orders answered 201 here (HoldsUse)
+	admitted *ristretto.Cache[string, int64] // code/orderId -> customer, of the orders answered 201 here (AdmittedHere)
 	batcher  *batch.Batcher[string, gate.Item, gate.Result]
 	forward  *batch.Batcher[forwardKey, voucher.Claim, Reply] // admitted writes to the ledger, per voucher and lane
 	lane     atomic.Uint32                                    // round robin over forwardLanes

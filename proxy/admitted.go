@@ -6,16 +6,17 @@ import (
 	"github.com/flashgate/flashgate/shared/voucher"
 )
 
-// admittedTTL is how long an order answered 201 is remembered for HoldsUse:
-// the ledger's hold (its RESERVATION_TTL, 15 minutes by default), after which the order
-// is expired and its retry is a new request like any other.
+// admittedTTL is how long an order answered 201 is remembered for
+// AdmittedHere: the ledger's hold (its RESERVATION_TTL, 15 minutes by
+// default), after which the order is expired and its retry is a new request
+// like any other.
 const admittedTTL = 15 * time.Minute
 
 // admittedMax bounds the orders remembered (one unit each): past it ristretto
 // evicts, and an evicted order's retry is only shed like a new one.
 const admittedMax = 200_000
 
-// HoldsUse reports whether this proxy answered 201 to cl's order and
+// AdmittedHere reports whether this proxy answered 201 to cl's order and
 // customer on flash voucher code within a reservation's hold: a retry of an
 // admitted order, which takes no new use and is answered from its row, so a
 // full bound on requests in flight (MAX_INFLIGHT) lets it in. It asks
@@ -23,9 +24,9 @@ const admittedMax = 200_000
 // Redis call for every request it sheds would make shedding cost what
 // serving does. A retry that comes through another proxy is not known here
 // and is shed like a new order at a full bound; past the bound, a full
-// admission window asks Redis (holds). A use released since only lets in a
+// admission window asks Redis (holdsUse). A use released since only lets in a
 // request that is then answered from its row, as any other.
-func (a *Admitter) HoldsUse(code string, cl voucher.Claim) bool {
+func (a *Admitter) AdmittedHere(code string, cl voucher.Claim) bool {
 	customer, ok := a.admitted.Get(admittedKey(code, cl.OrderID))
 	return ok && customer == cl.CustomerID
 }
@@ -33,7 +34,7 @@ func (a *Admitter) HoldsUse(code string, cl voucher.Claim) bool {
 // admittedKey is the key of an order in the admitted cache.
 func admittedKey(code, orderID string) string { return code + "/" + orderID }
 
-// remember records an order this proxy answered 201 (HoldsUse).
+// remember records an order this proxy answered 201 (AdmittedHere).
 func (a *Admitter) remember(code string, cl voucher.Claim) {
 	a.admitted.SetWithTTL(admittedKey(code, cl.OrderID), cl.CustomerID, 1, admittedTTL)
 }

@@ -25,7 +25,7 @@ type Server struct {
 }
 
 // spare lets a reserve through a full bound (MAX_INFLIGHT) when it is a
-// retry of a flash order this proxy answered 201 (Admitter.HoldsUse): it
+// retry of a flash order this proxy answered 201 (Admitter.AdmittedHere): it
 // takes no new use and is answered 201 from its row, so shedding it would
 // only make a customer who already has the voucher try again.
 func (s *Server) spare(c *gin.Context) bool {
@@ -37,7 +37,7 @@ func (s *Server) spare(c *gin.Context) bool {
 		return false
 	}
 	cl, ok := httpx.PeekClaim(c)
-	return ok && s.admit.HoldsUse(code, cl)
+	return ok && s.admit.AdmittedHere(code, cl)
 }
 
 // Handler returns the gin engine with every route registered.
