@@ -4,11 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -285,4 +287,47 @@ func TestPrimeWritesNothing(t *testing.T) {
 		     + (SELECT count(*) FROM voucher_customer_usage WHERE voucher_code = '')
 		     + (SELECT count(*) FROM voucher_event WHERE voucher_code = '')`).Scan(&written))
 	require.Zero(t, written)
+}
+
+// TestOrderLookupsProbeTheIndex: the statements that read orders by a list of
+// orderIds probe the order_id index even in the plan Postgres makes when the
+// table is empty and keeps for the connection (a generic plan of a prepared
+// statement, as pgx prepares them). "order_id = ANY($1)" got a scan of the
+// whole table there, which every group commit holding a retry then ran.
+func TestOrderLookupsProbeTheIndex(t *testing.T) {
+	t.Parallel()
+	l := newTestLedger(t, ledgerOptions{noRedis: true})
+	ctx := context.Background()
+	c, err := l.pool.Acquire(ctx)
+	require.NoError(t, err)
+	defer c.Release()
+	defer c.Conn().Close(ctx) // its temporary table and settings go with it
+	// An empty, never analyzed voucher_redemption that shadows the real one
+	// in this connection (pg_temp comes first in the search path).
+	_, err = c.Exec(ctx, `CREATE TEMP TABLE voucher_redemption (LIKE public.voucher_redemption INCLUDING ALL)`)
+	require.NoError(t, err)
+	_, err = c.Exec(ctx, `SET plan_cache_mode = force_generic_plan`)
+	require.NoError(t, err)
+
+	plan := func(name, sql, args string) string {
+		_, err := c.Exec(ctx, "PREPARE "+name+" AS "+sql)
+		require.NoError(t, err, name)
+		rows, err := c.Query(ctx, "EXPLAIN EXECUTE "+name+args)
+		require.NoError(t, err, name)
+		lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		require.NoError(t, err, name)
+		return strings.Join(lines, "\n")
+	}
+	// The check sees the scan it guards against.
+	require.Contains(t, plan("scan_all", `SELECT order_id FROM voucher_redemption WHERE order_id = ANY($1::text[])`, `('{a,b}')`),
+		"Seq Scan on voucher_redemption")
+	for name, tc := range map[string]struct{ sql, args string }{
+		"group_commit": {store.GroupCommitSQL, `('c', '{1,2}', '{a,b}', 1, '{1,1}', '{1,1}', true)`},
+		"orders_in":    {store.OrdersInSQL, `('{a,b}')`},
+		"active_of":    {store.ActiveOfSQL, `('c', '{a,b}')`},
+	} {
+		p := plan(name, tc.sql, tc.args)
+		assert.NotContains(t, p, "Seq Scan on voucher_redemption", "%s:\n%s", name, p)
+		assert.Contains(t, p, "voucher_redemption_order_id", "%s probes the order_id index:\n%s", name, p)
+	}
 }

@@ -203,11 +203,26 @@ WHERE refused.why IS NULL OR flashgate_refuse(refused.why)
 UNION ALL
 -- The rows the retries' orderIds had: this statement's snapshot does not see
 -- the rows ins wrote, only those committed before it began. Read only when
--- some orderId was not inserted (a one-time filter): a plan cached while the
--- table was small scans it whole, and most groups hold no retry.
+-- some orderId was not inserted (a one-time filter; most groups hold no
+-- retry), one index probe per orderId (see redemptionsOf).
 SELECT false, ` + reservationColumns + `
-FROM voucher_redemption r
-WHERE (SELECT count(*) FROM ins) < cardinality($3::text[]) AND r.order_id = ANY($3::text[])`
+FROM ` + redemptionsOf + `($3::text[])` + redemptionsOfEnd + `
+WHERE (SELECT count(*) FROM ins) < cardinality($3::text[])`
+
+// redemptionsOf + "(ids)" + redemptionsOfEnd is a FROM item: the
+// voucher_redemption rows (as r) of the orderIds in the text array ids, found
+// by one probe of the order_id index each. The LIMIT keeps the subquery from
+// being merged into a join, so the planner cannot trade the probes for a scan
+// of the whole table, as it may for "r.order_id = ANY(ids)": pgx prepares its
+// statements, and Postgres keeps the generic plan it made from the table's size
+// when a connection first ran them, empty at a ledger's start on a new
+// database. Such a plan read every row of the table in each group commit that
+// held a retry once the table had grown (TestOrderLookupsProbeTheIndex).
+const (
+	redemptionsOf    = `(SELECT DISTINCT unnest`
+	redemptionsOfEnd = `) AS q(order_id)
+	CROSS JOIN LATERAL (SELECT * FROM voucher_redemption x WHERE x.order_id = q.order_id LIMIT 1) r`
+)
 
 // refusalSQLState is the SQLSTATE flashgate_refuse raises (migration 0004).
 const refusalSQLState = "FG001"

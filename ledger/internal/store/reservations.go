@@ -80,13 +80,16 @@ func (s *Store) order(ctx context.Context, q querier, orderID string, lock bool)
 	return r, nil
 }
 
+// OrdersInSQL is ordersIn's statement: $1 the orderIds.
+const OrdersInSQL = `
+		SELECT ` + reservationColumns + `
+		FROM ` + redemptionsOf + `($1::text[])` + redemptionsOfEnd + `
+		JOIN voucher v ON v.code = r.voucher_code`
+
 // ordersIn returns the reservations of the given orderIds that exist, whatever
 // their voucher, read through q (a pool or a transaction).
 func ordersIn(ctx context.Context, q querier, orderIDs []string) (map[string]voucher.Reservation, error) {
-	rows, err := q.Query(ctx, `
-		SELECT `+reservationColumns+`
-		FROM voucher_redemption r JOIN voucher v ON v.code = r.voucher_code
-		WHERE r.order_id = ANY($1)`, orderIDs)
+	rows, err := q.Query(ctx, OrdersInSQL, orderIDs)
 	if err != nil {
 		return nil, err
 	}
@@ -153,12 +156,16 @@ func RetryAnswer(r voucher.Reservation, code string, cl voucher.Claim) error {
 	return nil
 }
 
+// ActiveOfSQL is ActiveOf's statement: $1 the voucher, $2 the orderIds.
+const ActiveOfSQL = `
+		SELECT r.order_id, r.customer_id, r.created_at
+		FROM ` + redemptionsOf + `($2::text[])` + redemptionsOfEnd + `
+		WHERE r.voucher_code = $1 AND r.status IN ('RESERVED', 'CONFIRMED')`
+
 // ActiveOf returns, of the given orders of voucher code, those that hold a use
 // now (RESERVED or CONFIRMED), with their customers.
 func (s *Store) ActiveOf(ctx context.Context, code string, orderIDs []string) ([]ActiveOrder, error) {
-	rows, err := s.pool.Query(ctx, `
-		SELECT `+activeOrderColumns+` FROM voucher_redemption
-		WHERE voucher_code = $1 AND order_id = ANY($2) AND status IN ('RESERVED', 'CONFIRMED')`, code, orderIDs)
+	rows, err := s.pool.Query(ctx, ActiveOfSQL, code, orderIDs)
 	if err != nil {
 		return nil, Translate(fmt.Errorf("active orders %s: %w", code, err))
 	}
