@@ -39,6 +39,7 @@ type Config struct {
 	WriteTarget     time.Duration // ADMIT_WRITE_TARGET; 0: no admission window
 	RedisWarm       int           // REDIS_WARM_CONNS: Redis connections opened at start
 	LedgerWarm      int           // LEDGER_WARM_CONNS: ledger connections opened at start and kept warm
+	WarmRequests    int           // WARM_REQUESTS: reserves the proxy sends itself before it listens (warmUp)
 	httpx.Serving                 // MAX_CONNS, MAX_INFLIGHT, DEBUG_ADDR, SHUTDOWN_DELAY, SHUTDOWN_TIMEOUT
 }
 
@@ -72,6 +73,8 @@ func configFrom(e *envconf.Reader) (Config, error) {
 		RedisWarm: e.Int("REDIS_WARM_CONNS", 4, 0, "Redis connections opened as the service starts, with every gate script loaded"),
 		LedgerWarm: e.Int("LEDGER_WARM_CONNS", 4, 0,
 			"connections to the ledger opened at start and kept warm"),
+		WarmRequests: e.Int("WARM_REQUESTS", 2000, 0,
+			"reserves the proxy sends itself before it listens, MAX_INFLIGHT at a time on loopback connections, each refused by validation (nothing reaches Redis or the ledger), so that a sale's first requests find its heap, stacks and pools grown; 0: none"),
 		Serving: httpx.ReadServing(e),
 	}
 	if err := e.Err(); err != nil {
@@ -154,6 +157,7 @@ func run(cfg Config, log *slog.Logger) error {
 	}}
 
 	httpx.ServeDebug(cfg.DebugAddr, log)
+	warmUp(stopping, *srv, cfg, log)
 	log.Info("proxy listening", "addr", cfg.Addr, "ledger", cfg.LedgerURL, "coalesce", cfg.Coalesce)
 	err = life.Serve(httpx.NewServer(cfg.Addr, srv.Handler()), cfg.MaxClientConns)
 	log.Info("proxy stopped")

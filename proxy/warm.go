@@ -12,6 +12,7 @@ import (
 
 	"github.com/flashgate/flashgate/shared/api"
 	"github.com/flashgate/flashgate/shared/gate"
+	"github.com/flashgate/flashgate/shared/httpx"
 )
 
 // warmTimeout bounds the start-up warm-up: a dependency that does not answer
@@ -74,4 +75,20 @@ func (l *LedgerClient) KeepWarm(ctx context.Context, n int, every time.Duration)
 			cancel()
 		}
 	}
+}
+
+// warmUpCode is the voucher code of the warm-up's requests (warmUp): a valid
+// code, but every request is refused by validation (customerId 0) before the
+// code is looked up, so the warm-up asks no one anything.
+const warmUpCode = "flashgate-warm-up"
+
+// warmUp runs the start-up warm-up (httpx.WarmUp, WARM_REQUESTS) on a copy of
+// srv whose metrics and log are its own: reserves refused by validation, on
+// MAX_INFLIGHT connections at once.
+func warmUp(ctx context.Context, srv Server, cfg Config, log *slog.Logger) {
+	srv.log, srv.metrics = nil, httpx.NewMetrics("proxy")
+	httpx.WarmUp{
+		Path: api.ReservationsPath(warmUpCode), Body: []byte(`{"customerId":0,"orderId":"warm-up","orderAmount":1}`),
+		Token: cfg.Token, Want: http.StatusBadRequest, Requests: cfg.WarmRequests, Conns: cfg.MaxInflight,
+	}.Run(ctx, srv.Handler(), log)
 }

@@ -1,0 +1,88 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"sync/atomic"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/flashgate/flashgate/shared/devstack/devstacktest"
+	"github.com/flashgate/flashgate/shared/httpx"
+)
+
+// countCalls is a Redis hook counting the commands the proxy sends, but for
+// those that set up a connection or subscribe.
+type countCalls struct{ n atomic.Int64 }
+
+func (h *countCalls) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *countCalls) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		h.count(cmd)
+		return next(ctx, cmd)
+	}
+}
+
+func (h *countCalls) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		for _, cmd := range cmds {
+			h.count(cmd)
+		}
+		return next(ctx, cmds)
+	}
+}
+
+func (h *countCalls) count(cmd redis.Cmder) {
+	switch cmd.Name() {
+	case "hello", "client", "ping", "subscribe", "psubscribe": // a connection's set-up, the change watcher
+	default:
+		h.n.Add(1)
+	}
+}
+
+// TestWarmUpServesItselfAndTouchesNothing: the start-up warm-up (WARM_REQUESTS)
+// sends every request through the proxy's own routes, with its token, on
+// MAX_INFLIGHT connections at once; each is refused by validation, so neither
+// the ledger nor Redis hears of it; and the proxy's metrics and log show one
+// line for it, not its requests.
+func TestWarmUpServesItselfAndTouchesNothing(t *testing.T) {
+	var ledgerCalls atomic.Int64
+	ledger := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		ledgerCalls.Add(1)
+		w.WriteHeader(http.StatusServiceUnavailable)
+	}))
+	defer ledger.Close()
+	redisCalls := &countCalls{}
+	s := startProxy(t, stackOptions{redisURL: devstacktest.RedisURL(t), coalesce: true, redisHook: redisCalls}, ledger.URL)
+
+	var logged bytes.Buffer
+	srv := Server{admit: s.admit, ledger: NewLedgerClient(ledger.URL, "test-token", 0), token: "edge-token",
+		metrics: httpx.NewMetrics("proxy"), maxInflight: 64, ready: func(context.Context) error { return nil }}
+	before := redisCalls.n.Load()
+	warmUp(context.Background(), srv, Config{Token: "edge-token", WarmRequests: 1000,
+		Serving: httpx.Serving{MaxInflight: 64}}, slog.New(slog.NewJSONHandler(&logged, nil)))
+
+	assert.Contains(t, logged.String(), `"msg":"serving warm","requests":1000,"conns":64`)
+	assert.NotContains(t, logged.String(), "failed")
+	assert.Zero(t, ledgerCalls.Load(), "the ledger heard of the warm-up")
+	assert.Equal(t, before, redisCalls.n.Load(), "Redis heard of the warm-up")
+	n, err := testutil.GatherAndCount(srv.metrics.Registry, "flashgate_http_request_duration_seconds")
+	require.NoError(t, err)
+	assert.Zero(t, n, "the warm-up's requests are in the proxy's metrics")
+
+	// With the wrong token every request is refused before validation: the
+	// warm-up fails, which is logged, and the proxy starts cold.
+	logged.Reset()
+	warmUp(context.Background(), srv, Config{Token: "wrong", WarmRequests: 10, Serving: httpx.Serving{MaxInflight: 2}},
+		slog.New(slog.NewJSONHandler(&logged, nil)))
+	assert.Contains(t, logged.String(), "serving warm-up failed: starting cold")
+	assert.Contains(t, logged.String(), "answered 401, want 400")
+}
