@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -266,15 +267,22 @@ func TestGroupCommitRefusedWritesNothing(t *testing.T) {
 	}
 }
 
+// ledgerConn returns a test ledger without Redis and one of its pooled
+// connections, released when the test ends.
+func ledgerConn(t *testing.T) (*testLedger, *pgxpool.Conn) {
+	l := newTestLedger(t, ledgerOptions{noRedis: true})
+	c, err := l.pool.Acquire(context.Background())
+	require.NoError(t, err)
+	t.Cleanup(c.Release)
+	return l, c
+}
+
 // TestPrimeWritesNothing: priming a connection (Store.Warm, at start)
 // prepares the group commit and the terms read on it and writes no row.
 func TestPrimeWritesNothing(t *testing.T) {
 	t.Parallel()
-	l := newTestLedger(t, ledgerOptions{noRedis: true})
+	l, c := ledgerConn(t)
 	ctx := context.Background()
-	c, err := l.pool.Acquire(ctx)
-	require.NoError(t, err)
-	defer c.Release()
 	require.NoError(t, l.store.Prime(ctx, c.Conn()))
 
 	var prepared int
@@ -296,15 +304,12 @@ func TestPrimeWritesNothing(t *testing.T) {
 // whole table there, which every group commit holding a retry then ran.
 func TestOrderLookupsProbeTheIndex(t *testing.T) {
 	t.Parallel()
-	l := newTestLedger(t, ledgerOptions{noRedis: true})
+	_, c := ledgerConn(t)
 	ctx := context.Background()
-	c, err := l.pool.Acquire(ctx)
-	require.NoError(t, err)
-	defer c.Release()
-	defer c.Conn().Close(ctx) // its temporary table and settings go with it
+	defer c.Conn().Close(ctx) // its temporary table and settings go with it (before the release)
 	// An empty, never analyzed voucher_redemption that shadows the real one
 	// in this connection (pg_temp comes first in the search path).
-	_, err = c.Exec(ctx, `CREATE TEMP TABLE voucher_redemption (LIKE public.voucher_redemption INCLUDING ALL)`)
+	_, err := c.Exec(ctx, `CREATE TEMP TABLE voucher_redemption (LIKE public.voucher_redemption INCLUDING ALL)`)
 	require.NoError(t, err)
 	_, err = c.Exec(ctx, `SET plan_cache_mode = force_generic_plan`)
 	require.NoError(t, err)
