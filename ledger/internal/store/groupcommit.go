@@ -210,8 +210,8 @@ FROM ` + redemptionsOf + `($3::text[])` + redemptionsOfEnd + `
 WHERE (SELECT count(*) FROM ins) < cardinality($3::text[])`
 
 // redemptionsOf + "(ids)" + redemptionsOfEnd is a FROM item: the
-// voucher_redemption rows (as r) of the orderIds in the text array ids, found
-// by one probe of the order_id index each. The LIMIT keeps the subquery from
+// voucher_redemption rows (as r; its columns need no prefix) of the orderIds
+// in the text array ids, found by one probe of the order_id index each. The LIMIT keeps the subquery from
 // being merged into a join, so the planner cannot trade the probes for a scan
 // of the whole table, as it may for "r.order_id = ANY(ids)": pgx prepares its
 // statements, and Postgres keeps the generic plan it made from the table's size
@@ -220,8 +220,8 @@ WHERE (SELECT count(*) FROM ins) < cardinality($3::text[])`
 // held a retry once the table had grown (TestOrderLookupsProbeTheIndex).
 const (
 	redemptionsOf    = `(SELECT DISTINCT unnest`
-	redemptionsOfEnd = `) AS q(order_id)
-	CROSS JOIN LATERAL (SELECT * FROM voucher_redemption x WHERE x.order_id = q.order_id LIMIT 1) r`
+	redemptionsOfEnd = `) AS q(id)
+	CROSS JOIN LATERAL (SELECT * FROM voucher_redemption x WHERE x.order_id = q.id LIMIT 1) r`
 )
 
 // refusalSQLState is the SQLSTATE flashgate_refuse raises (migration 0004).

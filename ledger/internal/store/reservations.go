@@ -158,9 +158,9 @@ func RetryAnswer(r voucher.Reservation, code string, cl voucher.Claim) error {
 
 // ActiveOfSQL is ActiveOf's statement: $1 the voucher, $2 the orderIds.
 const ActiveOfSQL = `
-		SELECT r.order_id, r.customer_id, r.created_at
+		SELECT ` + activeOrderColumns + `
 		FROM ` + redemptionsOf + `($2::text[])` + redemptionsOfEnd + `
-		WHERE r.voucher_code = $1 AND r.status IN ('RESERVED', 'CONFIRMED')`
+		WHERE voucher_code = $1 AND status IN ('RESERVED', 'CONFIRMED')`
 
 // ActiveOf returns, of the given orders of voucher code, those that hold a use
 // now (RESERVED or CONFIRMED), with their customers.
