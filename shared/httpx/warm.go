@@ -93,13 +93,18 @@ func (w WarmUp) send(ctx context.Context, client *http.Client, url string) error
 
 // Run runs the warm-up when it has requests to send and logs its outcome: one
 // "serving warm" line, or a warning when it failed (the service then starts
-// cold; a failed warm-up is never fatal).
+// cold; a failed warm-up is never fatal). A warm-up that a shutdown cut
+// short is no fault: it says so at INFO.
 func (w WarmUp) Run(ctx context.Context, h http.Handler, log *slog.Logger) {
 	if w.Requests <= 0 {
 		return
 	}
 	start := time.Now()
 	n, err := w.Serve(ctx, h)
+	if err != nil && ctx.Err() != nil {
+		log.Info("serving warm-up cut short: stopping", "answered", n)
+		return
+	}
 	if err != nil {
 		log.Warn("serving warm-up failed: starting cold", "answered", n, "err", err)
 		return

@@ -1,7 +1,9 @@
 package httpx
 
 import (
+	"bytes"
 	"context"
+	"log/slog"
 	"net/http"
 	"sync"
 	"sync/atomic"
@@ -66,4 +68,11 @@ func TestWarmUpHoldsItsConnectionsAtOnce(t *testing.T) {
 	}))
 	require.ErrorContains(t, err, "answered 400, want 200")
 	assert.Less(t, n, int64(requests))
+
+	// A shutdown during the warm-up is no fault, and is not logged as one.
+	var logged bytes.Buffer
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	w.Run(ctx, h, slog.New(slog.NewJSONHandler(&logged, nil)))
+	assert.Contains(t, logged.String(), `"level":"INFO","msg":"serving warm-up cut short: stopping"`)
 }
