@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -26,7 +27,7 @@ func TestMetricsDocumented(t *testing.T) {
 
 	// The ledger as main builds it: one registry for every package's metrics.
 	svc := tl.svc
-	h := tl.handler(func(s *web.Server) { s.MaxInflight = 256 })
+	h := tl.handler(func(s *web.Server) { s.MaxInflight, s.LatencySLO = 256, 100*time.Millisecond })
 	ctx := context.Background()
 	do := func(method, path string, body any) *httptest.ResponseRecorder {
 		t.Helper()

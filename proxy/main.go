@@ -140,7 +140,7 @@ func run(cfg Config, log *slog.Logger) error {
 	}
 	defer admit.Close()
 	defer watchChanges(ctx, rdb, admit, log)()
-	srv := &Server{log: log, admit: admit, ledger: ledger, token: cfg.Token, metrics: metrics, maxInflight: cfg.MaxInflight, ready: func(c context.Context) error {
+	srv := &Server{log: log, admit: admit, ledger: ledger, token: cfg.Token, metrics: metrics, maxInflight: cfg.MaxInflight, latencySLO: cfg.LatencySLO, ready: func(c context.Context) error {
 		// Ready while a ledger answers: without Redis, standard vouchers,
 		// confirm and release still work (flash reserves get a fast 503).
 		if err := life.Err(); err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"net/http"
+	"time"
 
 	"github.com/gin-gonic/gin"
 
@@ -21,7 +22,8 @@ type Server struct {
 	ready   func(context.Context) error
 	metrics *httpx.Metrics // nil: no /metrics
 
-	maxInflight int // MAX_INFLIGHT; 0: no bound
+	maxInflight int           // MAX_INFLIGHT; 0: no bound
+	latencySLO  time.Duration // LATENCY_SLO: the excess waits for a slot up to half of it; 0: shed at once
 }
 
 // spare lets a reserve through a full bound (MAX_INFLIGHT) when it is a
@@ -43,7 +45,7 @@ func (s *Server) spare(c *gin.Context) bool {
 // Handler returns the gin engine with every route registered.
 func (s *Server) Handler() *gin.Engine {
 	r := httpx.NewServiceEngine(httpx.Service{Log: s.log, Metrics: s.metrics, Token: s.token,
-		Ready: func(c *gin.Context) error { return s.ready(c) }, MaxInflight: s.maxInflight,
+		Ready: func(c *gin.Context) error { return s.ready(c) }, MaxInflight: s.maxInflight, LatencySLO: s.latencySLO,
 		Spare: s.spare})
 
 	r.POST(api.RouteReservations, s.reserve)

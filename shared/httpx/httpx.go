@@ -264,6 +264,10 @@ type Service struct {
 	// MaxInflight bounds the requests worked on at once (MAX_INFLIGHT); the
 	// excess is shed (Shedder). 0: no bound.
 	MaxInflight int
+	// LatencySLO is LATENCY_SLO: a request over MaxInflight waits for a slot
+	// up to half of it while the queue does not stand (slotQueue). 0: the
+	// excess is shed at once.
+	LatencySLO time.Duration
 	// Spare, when set, is asked about a request that finds the bound full:
 	// true lets it in (it takes nothing new, say a retry of an order that
 	// holds its use). It must be cheap, and may read the body if it puts it
@@ -286,7 +290,7 @@ func NewServiceEngine(s Service) *gin.Engine {
 		if s.Metrics != nil {
 			reg = s.Metrics.Registry
 		}
-		r.Use(NewShedder(s.MaxInflight, s.Spare, reg).Middleware())
+		r.Use(NewShedder(s.MaxInflight, s.LatencySLO, s.Spare, reg).Middleware())
 	}
 	r.Use(Auth(s.tokens(), api.OpenPaths...))
 	Health(r, s.Ready)

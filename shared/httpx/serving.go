@@ -9,10 +9,11 @@ import (
 // Serving are the settings both services read the same way: how they take
 // connections and requests, how they stop, and where pprof listens.
 type Serving struct {
-	MaxClientConns int      // MAX_CONNS: open client connections (idle ones make room at the cap)
-	MaxInflight    int      // MAX_INFLIGHT: requests worked on at once; the excess is shed
-	DebugAddr      string   // DEBUG_ADDR: pprof listener, off when empty
-	Shutdown       Shutdown // SHUTDOWN_DELAY, SHUTDOWN_TIMEOUT
+	MaxClientConns int           // MAX_CONNS: open client connections (idle ones make room at the cap)
+	MaxInflight    int           // MAX_INFLIGHT: requests worked on at once; the excess waits or is shed
+	LatencySLO     time.Duration // LATENCY_SLO: the excess waits for a slot up to half of it while its queue does not stand
+	DebugAddr      string        // DEBUG_ADDR: pprof listener, off when empty
+	Shutdown       Shutdown      // SHUTDOWN_DELAY, SHUTDOWN_TIMEOUT
 }
 
 // ReadServing reads the Serving settings from e, with their defaults.
@@ -21,7 +22,9 @@ func ReadServing(e *envconf.Reader) Serving {
 		MaxClientConns: e.Int("MAX_CONNS", 10_000, 1,
 			"most client connections open at once; at the cap the one idle the longest is closed to make room"),
 		MaxInflight: e.Int("MAX_INFLIGHT", 256, 1,
-			"most requests worked on at once; the excess gets 503 UNAVAILABLE with Retry-After: 1 at once"),
+			"most requests worked on at once; the excess waits for a slot (LATENCY_SLO), else gets 503 UNAVAILABLE with Retry-After: 1"),
+		LatencySLO: e.DurationMin("LATENCY_SLO", 100*time.Millisecond, 0,
+			"the answer time aimed for; a request over MAX_INFLIGHT waits for a slot up to half of it, unless the waits stood over a quarter of it for a whole LATENCY_SLO (CoDel: more arrive than are answered), then it gets 503 at once; 0: no wait, the excess gets 503 at once"),
 		DebugAddr: e.String("DEBUG_ADDR", "", "when set (e.g. 127.0.0.1:6061), serves net/http/pprof there"),
 		Shutdown: Shutdown{
 			Delay: e.DurationMin("SHUTDOWN_DELAY", 5*time.Second, 0,

@@ -14,9 +14,11 @@ import (
 )
 
 // Shedder bounds the requests a service works on at once (MAX_INFLIGHT). A
-// request over the bound is answered 503 UNAVAILABLE with Retry-After at
-// once: past its maximum a service only gets slower for everyone, so the
-// excess is better told to come back than queued. /healthz, /readyz and
+// request that finds every slot taken waits for one in a queue, first come
+// first served, for at most half of LATENCY_SLO, while the queue does not
+// stand (slotQueue); otherwise it is answered 503 UNAVAILABLE with Retry-After:
+// past its maximum a service only gets slower for everyone, so the excess is
+// better told to come back than queued for long. /healthz, /readyz and
 // /metrics are never shed, so that probes and scrapes see the truth. A
 // request that the service's spare lets through a full bound (a retry that
 // takes nothing new) is worked on all the same, up to twice MAX_INFLIGHT.
@@ -26,6 +28,7 @@ type Shedder struct {
 	spare    func(*gin.Context) bool // nil: none is spared
 	shed     atomic.Uint64           // requests shed since start
 	spared   atomic.Uint64           // requests spare let through a full bound
+	queue    *slotQueue              // nil: the excess is shed at once
 
 	storm Storm // the log lines of its sheds
 	now   func() time.Time
@@ -63,20 +66,28 @@ var neverShed = map[string]bool{api.HealthzPath: true, api.ReadyzPath: true, api
 
 // NewShedder returns a Shedder letting max requests in at once; it counts
 // the requests it sheds in flashgate_http_shed_total on reg (nil: nowhere).
-// spare, when not nil, is asked about a request that finds the bound full,
-// and lets it in when it answers true; it must be cheap (it runs for every
-// request the bound would shed) and may read the body if it puts it back.
-func NewShedder(max int, spare func(*gin.Context) bool, reg prometheus.Registerer) *Shedder {
+// slo is LATENCY_SLO: a request over the bound waits for a slot up to half of
+// it while the queue does not stand (0: the excess is shed at once). spare,
+// when not nil, is asked about a request that finds the bound full, and lets
+// it in when it answers true; it must be cheap (it runs for every request the
+// bound would queue or shed) and may read the body if it puts it back.
+func NewShedder(max int, slo time.Duration, spare func(*gin.Context) bool, reg prometheus.Registerer) *Shedder {
 	s := &Shedder{most: int64(max), spare: spare, now: time.Now}
+	if slo > 0 {
+		s.queue = newSlotQueue(slo, s.now)
+	}
 	if reg != nil {
 		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "flashgate_http_shed_total",
-			Help: "Requests answered 503 at once because MAX_INFLIGHT requests were in flight.",
+			Help: "Requests answered 503 because MAX_INFLIGHT requests were in flight: at once while the queue for a slot stood, or after waiting half of LATENCY_SLO for one.",
 		}, func() float64 { return float64(s.shed.Load()) }),
 			prometheus.NewCounterFunc(prometheus.CounterOpts{
 				Name: "flashgate_http_shed_spared_total",
 				Help: "Requests let through a full MAX_INFLIGHT because they take nothing new (a retry of an order this proxy answered 201).",
 			}, func() float64 { return float64(s.spared.Load()) }))
+		if s.queue != nil {
+			s.queue.register(reg)
+		}
 	}
 	return s
 }
@@ -87,28 +98,48 @@ func (s *Shedder) Middleware() gin.HandlerFunc {
 		if neverShed[c.Request.URL.Path] {
 			return
 		}
-		if !s.enter(c) {
-			s.reject(c)
+		ok, why := s.enter(c)
+		if !ok {
+			s.reject(c, why)
 			return
 		}
-		defer s.inflight.Add(-1)
+		defer s.leave()
 		c.Next()
 	}
 }
 
-// enter takes a place for c's request: one of MAX_INFLIGHT, else, when spare
+// enter takes a place for c's request: one of MAX_INFLIGHT; else, when spare
 // lets it through, one of twice MAX_INFLIGHT (the memory bound holds, and
-// what takes nothing new is not shed). A request that finds no place takes
-// none, so those shed never crowd out those let in.
-func (s *Shedder) enter(c *gin.Context) bool {
-	if s.take(s.most) {
-		return true
+// what takes nothing new is not shed); else a slot freed while it waits in
+// the queue. A request that finds no place takes none, so those shed never
+// crowd out those let in. why says why it found none.
+func (s *Shedder) enter(c *gin.Context) (ok bool, why string) {
+	q := s.queue
+	if (q == nil || q.waiting.Load() == 0) && s.take(s.most) {
+		if q != nil && q.standing.Load() {
+			q.idle(s.now())
+		}
+		return true, ""
 	}
-	if s.spare == nil || !s.spare(c) || !s.take(2*s.most) {
-		return false
+	if s.spare != nil && s.spare(c) && s.take(2*s.most) {
+		s.spared.Add(1)
+		return true, ""
 	}
-	s.spared.Add(1)
-	return true
+	if q == nil {
+		return false, shedFull
+	}
+	return q.wait(c.Request.Context(), s.take, s.most)
+}
+
+// leave gives a request's slot back, to the queue's first request if one
+// waits. The count goes down before the queue is looked at, and a request
+// joins the queue before it tries the count again (slotQueue.wait): one of the
+// two always sees the other, so no slot is left free while a request waits.
+func (s *Shedder) leave() {
+	s.inflight.Add(-1)
+	if q := s.queue; q != nil && q.waiting.Load() > 0 {
+		q.handOver(s.take, s.most)
+	}
 }
 
 // take counts one more request in flight if fewer than bound are.
@@ -127,8 +158,15 @@ func (s *Shedder) take(bound int64) bool {
 // InFlight returns the requests worked on now.
 func (s *Shedder) InFlight() int { return int(s.inflight.Load()) }
 
+// Why a request found no place, as its log line says.
+const (
+	shedFull     = "shed: MAX_INFLIGHT requests in flight"
+	shedStanding = "shed: MAX_INFLIGHT requests in flight and a standing queue for a slot (LATENCY_SLO)"
+	shedWaited   = "shed: MAX_INFLIGHT requests in flight for half of LATENCY_SLO while it waited"
+)
+
 // reject answers a shed request, logged as a Storm.
-func (s *Shedder) reject(c *gin.Context) {
+func (s *Shedder) reject(c *gin.Context, why string) {
 	s.shed.Add(1)
 	c.Header(api.HeaderRetryAfter, api.RetryAfter)
 	c.Header(api.HeaderShed, "1")
@@ -140,6 +178,5 @@ func (s *Shedder) reject(c *gin.Context) {
 		return
 	}
 	LoggerFrom(c).Error("request failed", "request_id", RequestIDFrom(c), "route", c.FullPath(),
-		"method", c.Request.Method, "err", "shed: MAX_INFLIGHT requests in flight", "shed", n,
-		"max_inflight", s.most)
+		"method", c.Request.Method, "err", why, "shed", n, "max_inflight", s.most)
 }

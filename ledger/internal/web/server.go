@@ -34,13 +34,14 @@ type Server struct {
 
 	HangingGrace time.Duration // HANGING_GRACE, served on api.SettingsPath
 
-	MaxInflight int // MAX_INFLIGHT; 0: no bound
+	MaxInflight int           // MAX_INFLIGHT; 0: no bound
+	LatencySLO  time.Duration // LATENCY_SLO: the excess waits for a slot up to half of it; 0: shed at once
 }
 
 // Handler returns the gin engine with every route registered.
 func (s *Server) Handler() *gin.Engine {
 	r := httpx.NewServiceEngine(httpx.Service{Log: s.Log, Metrics: s.Metrics, Token: s.Token, Tokens: s.Tokens, Ready: s.Ready,
-		MaxInflight: s.MaxInflight})
+		MaxInflight: s.MaxInflight, LatencySLO: s.LatencySLO})
 
 	s.adminRoutes(r)
 
