@@ -101,6 +101,34 @@ func TestShedderBoundsInFlight(t *testing.T) {
 	require.Equal(t, http.StatusOK, getStatus(t, srv.URL+"/healthz"))
 }
 
+// statusCounts sends n requests at once, request i by send(i), and counts
+// their answers by status.
+func statusCounts(t *testing.T, n int, send func(i int) (*http.Response, error)) map[int]int {
+	t.Helper()
+	var wg sync.WaitGroup
+	statuses := make(chan int, n)
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			resp, err := send(i)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			resp.Body.Close()
+			statuses <- resp.StatusCode
+		}()
+	}
+	wg.Wait()
+	close(statuses)
+	count := map[int]int{}
+	for st := range statuses {
+		count[st]++
+	}
+	return count
+}
+
 func getStatus(t *testing.T, url string) int {
 	t.Helper()
 	resp, err := http.Get(url)
@@ -164,32 +192,14 @@ func TestShedderSparesWhatTakesNothingNew(t *testing.T) {
 		<-entered
 	}
 
-	var wg sync.WaitGroup
-	statuses := make(chan int, spared+shed)
-	for i := range spared + shed {
+	count := statusCounts(t, spared+shed, func(i int) (*http.Response, error) {
 		customer := 7 // spared
 		if i >= spared {
 			customer = 8
 		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			body := fmt.Sprintf(`{"customerId":%d,"orderId":"o-%d","orderAmount":100}`, customer, i)
-			resp, err := http.Post(srv.URL+"/reserve", "application/json", strings.NewReader(body))
-			if err != nil {
-				t.Error(err)
-				return
-			}
-			resp.Body.Close()
-			statuses <- resp.StatusCode
-		}()
-	}
-	wg.Wait()
-	close(statuses)
-	count := map[int]int{}
-	for st := range statuses {
-		count[st]++
-	}
+		body := fmt.Sprintf(`{"customerId":%d,"orderId":"o-%d","orderAmount":100}`, customer, i)
+		return http.Post(srv.URL+"/reserve", "application/json", strings.NewReader(body))
+	})
 	require.Equal(t, map[int]int{http.StatusCreated: spared, http.StatusServiceUnavailable: shed}, count)
 	n := 0
 	bodies.Range(func(_, customer any) bool {

@@ -41,27 +41,7 @@ func TestShedderQueuesWhatASlotWillTake(t *testing.T) {
 	defer srv.Close()
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: requests}}
 
-	var wg sync.WaitGroup
-	statuses := make(chan int, requests)
-	for range requests {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			resp, err := client.Get(srv.URL + "/work")
-			if err != nil {
-				t.Error(err)
-				return
-			}
-			resp.Body.Close()
-			statuses <- resp.StatusCode
-		}()
-	}
-	wg.Wait()
-	close(statuses)
-	count := map[int]int{}
-	for st := range statuses {
-		count[st]++
-	}
+	count := statusCounts(t, requests, func(int) (*http.Response, error) { return client.Get(srv.URL + "/work") })
 	require.Equal(t, map[int]int{http.StatusOK: requests}, count)
 	assert.LessOrEqual(t, most.Load(), int64(max), "requests run at once")
 	assert.Equal(t, int64(max), most.Load(), "the bound was reached: the burst queued")
