@@ -1,6 +1,7 @@
 package httpx
 
 import (
+	"container/list"
 	"context"
 	"sync"
 	"sync/atomic"
@@ -38,7 +39,7 @@ type slotQueue struct {
 	standing atomic.Bool  // dropping, or a wait over the target seen: the fast path tells idle()
 
 	mu         sync.Mutex
-	waiters    []*waiter // first come first
+	waiters    list.List // of *waiter, first come first
 	firstAbove time.Time // when the waits over target make a standing queue; zero: the last was within it
 	dropping   bool
 	lastShed   time.Time // the last request shed while dropping
@@ -51,6 +52,7 @@ type slotQueue struct {
 type waiter struct {
 	ready chan struct{}
 	since time.Time
+	at    *list.Element // its place in waiters; nil once handed a slot or gone
 }
 
 func newSlotQueue(slo time.Duration, now func() time.Time) *slotQueue {
@@ -101,7 +103,7 @@ func (q *slotQueue) wait(ctx context.Context, take func(int64) bool, bound int64
 		return true, ""
 	}
 	w := &waiter{ready: make(chan struct{}), since: now}
-	q.waiters = append(q.waiters, w)
+	w.at = q.waiters.PushBack(w)
 	q.mu.Unlock()
 
 	timer := time.NewTimer(q.longest)
@@ -121,7 +123,8 @@ func (q *slotQueue) wait(ctx context.Context, take func(int64) bool, bound int64
 	}
 	q.waiting.Add(-1)
 	if timedOut {
-		q.observe(q.now().Sub(w.since), q.now())
+		now := q.now()
+		q.observe(now.Sub(w.since), now)
 	}
 	return false, shedWaited
 }
@@ -131,10 +134,9 @@ func (q *slotQueue) wait(ctx context.Context, take func(int64) bool, bound int64
 func (q *slotQueue) handOver(take func(int64) bool, bound int64) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	for len(q.waiters) > 0 && take(bound) {
-		w := q.waiters[0]
-		q.waiters[0] = nil
-		q.waiters = q.waiters[1:]
+	for q.waiters.Len() > 0 && take(bound) {
+		w := q.waiters.Remove(q.waiters.Front()).(*waiter)
+		w.at = nil
 		q.waiting.Add(-1)
 		now := q.now()
 		q.observe(now.Sub(w.since), now)
@@ -142,15 +144,15 @@ func (q *slotQueue) handOver(take func(int64) bool, bound int64) {
 	}
 }
 
-// remove takes w out of the queue; false: it was not in it (handed a slot).
+// remove takes w out of the queue, in constant time whatever its length;
+// false: it was not in it (handed a slot).
 func (q *slotQueue) remove(w *waiter) bool {
-	for i, x := range q.waiters {
-		if x == w {
-			q.waiters = append(q.waiters[:i], q.waiters[i+1:]...)
-			return true
-		}
+	if w.at == nil {
+		return false
 	}
-	return false
+	q.waiters.Remove(w.at)
+	w.at = nil
+	return true
 }
 
 // observe judges one request's wait (CoDel): within the target, the queue

@@ -141,5 +141,5 @@ func TestSlotQueueLetsLeaversGo(t *testing.T) {
 	require.False(t, <-done)
 	require.False(t, <-done)
 	require.Zero(t, q.waiting.Load())
-	require.Empty(t, q.waiters)
+	require.Zero(t, q.waiters.Len())
 }
