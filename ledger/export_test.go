@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"runtime"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -223,4 +224,30 @@ func TestExportEmptyAndUnknown(t *testing.T) {
 	r = l.call(t, http.MethodGet, "/admin/vouchers/"+code+"x/reservations.csv", nil)
 	assert.Equal(t, http.StatusNotFound, r.Status, r.Raw)
 	assert.Equal(t, "VOUCHER_NOT_FOUND", r.Code())
+}
+
+// TestExportCSVFormulaCells: orderIds a spreadsheet would evaluate are
+// exported with a leading ' (OWASP's CSV injection rule). -1-1 and -2.5E3 are
+// valid orderIds and go through; +1, @x and =1+1 are refused by the reserve
+// route's validation, so they never reach a row, let alone the export.
+func TestExportCSVFormulaCells(t *testing.T) {
+	t.Parallel()
+	l := newTestLedger(t, ledgerOptions{})
+	code := newCode(t)
+	l.createVoucher(t, spec(code, 10, 1, false))
+	for i, order := range []string{"-1-1", "-2.5E3"} {
+		r := l.reserve(t, code, int64(i+1), order+code, 200_000)
+		require.Equal(t, http.StatusCreated, r.Status, r.Raw)
+	}
+	for i, order := range []string{"+1", "@x", "=1+1"} {
+		r := l.reserve(t, code, int64(i+10), order+code, 200_000)
+		assert.Equal(t, http.StatusBadRequest, r.Status, "reserve %q: %s", order, r.Raw)
+	}
+	r := l.call(t, http.MethodGet, "/admin/vouchers/"+code+"/reservations.csv", nil)
+	require.Equal(t, http.StatusOK, r.Status, r.Raw)
+	rows, err := csv.NewReader(strings.NewReader(r.Raw)).ReadAll()
+	require.NoError(t, err)
+	require.Len(t, rows, 3, r.Raw)
+	got := []string{rows[1][0], rows[2][0]}
+	assert.ElementsMatch(t, []string{"'-1-1" + code, "'-2.5E3" + code}, got, r.Raw)
 }

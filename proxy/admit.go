@@ -35,6 +35,10 @@ type AdmitConfig struct {
 	WriteTarget time.Duration
 	WindowMax   int                   // the window's largest size (MAX_INFLIGHT)
 	Registerer  prometheus.Registerer // where the admission metrics go; nil: nowhere
+	// CodesRefresh is LIVE_CODES_REFRESH: how often at most a code outside
+	// the set re-reads it (voucherCodes); Lookups is LEDGER_LOOKUPS.
+	CodesRefresh time.Duration
+	Lookups      int
 }
 
 // Admitter decides, without touching Postgres, whether a reserve may go to the
@@ -57,6 +61,8 @@ type Admitter struct {
 	breaker  *gobreaker.CircuitBreaker[any]
 	window   *admitWindow // nil: none
 	metrics  *admitMetrics
+	codes    *voucherCodes // every voucher's code: others are answered 404 here
+	lookups  *lookupBudget // LEDGER_LOOKUPS
 
 	metaFlight, warmFlight, soldOutFlight singleflight.Group
 
@@ -142,6 +148,8 @@ func NewAdmitter(base context.Context, g *gate.Gate, ledger *LedgerClient, cfg A
 	if cfg.WriteTarget > 0 {
 		a.window = newAdmitWindow(cfg.WriteTarget, cfg.WindowMax, log)
 	}
+	a.lookups = newLookupBudget(cfg.Lookups)
+	a.codes = newVoucherCodes(a.loadCodes, cfg.CodesRefresh, log)
 	a.breaker = gobreaker.NewCircuitBreaker[any](gobreaker.Settings{
 		Name:        "redis",
 		MaxRequests: 1,
@@ -492,6 +500,7 @@ func (a *Admitter) Forget(code string) {
 	a.epoch++
 	a.soldOut.Del(code)
 	a.vouchers.Del(code)
+	a.codes.Add(code)
 }
 
 func (a *Admitter) currentEpoch() uint64 {
@@ -510,9 +519,14 @@ func (a *Admitter) setIfCurrent(epoch uint64, set func()) {
 	}
 }
 
-// Voucher returns a voucher's terms: from the local cache, else from Redis's
-// copy, else from the ledger. Concurrent misses for one code share one lookup.
+// Voucher returns a voucher's terms: VOUCHER_NOT_FOUND for a code outside the
+// set of codes, else from the local cache, else from Redis's copy, else from
+// the ledger (under LEDGER_LOOKUPS). Concurrent misses for one code share one
+// lookup.
 func (a *Admitter) Voucher(ctx context.Context, code string) (voucher.Voucher, error) {
+	if !a.codes.Has(ctx, code) {
+		return voucher.Voucher{}, voucher.ErrVoucherNotFound
+	}
 	if cv, ok := a.vouchers.Get(code); ok {
 		if !cv.found {
 			return voucher.Voucher{}, voucher.ErrVoucherNotFound
@@ -525,7 +539,7 @@ func (a *Admitter) Voucher(ctx context.Context, code string) (voucher.Voucher, e
 			a.cacheVoucher(epoch, code, cachedVoucher{v: v, found: true}, a.cfg.VoucherCacheTTL)
 			return v, nil
 		}
-		v, err := a.ledger.Voucher(ctx, code)
+		v, err := a.lookUp(ctx, code)
 		if voucher.ErrorCode(err) == voucher.CodeVoucherNotFound {
 			a.cacheVoucher(epoch, code, cachedVoucher{}, min(negativeTTL, a.cfg.VoucherCacheTTL))
 			return nil, err

@@ -3,6 +3,7 @@ package main
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 
@@ -60,4 +61,29 @@ func TestConfigSwitch(t *testing.T) {
 // TestCommandLine runs bin/proxy --help and --version: exit 0, every setting listed.
 func TestCommandLine(t *testing.T) {
 	httpxtest.CheckCommandLine(t, proxyBinary(t), "proxy", configFrom)
+}
+
+// TestConfigCodesAndLookups: LIVE_CODES_REFRESH and LEDGER_LOOKUPS have their
+// defaults, take 0s (every unknown code re-reads the set) and a positive
+// budget, and refuse a negative interval or a budget below 1 by name.
+func TestConfigCodesAndLookups(t *testing.T) {
+	env := func(kv ...string) *envconf.Reader {
+		m := map[string]string{"REDIS_URL": "redis://127.0.0.1:1"}
+		for i := 0; i < len(kv); i += 2 {
+			m[kv[i]] = kv[i+1]
+		}
+		return envconf.NewFrom(m)
+	}
+	c, err := configFrom(env())
+	assert.NoError(t, err)
+	assert.Equal(t, time.Second, c.CodesRefresh)
+	assert.Equal(t, 8, c.LedgerLookups)
+	c, err = configFrom(env("LIVE_CODES_REFRESH", "0s", "LEDGER_LOOKUPS", "1"))
+	assert.NoError(t, err)
+	assert.Equal(t, time.Duration(0), c.CodesRefresh)
+	assert.Equal(t, 1, c.LedgerLookups)
+	_, err = configFrom(env("LIVE_CODES_REFRESH", "-1s"))
+	assert.ErrorContains(t, err, "LIVE_CODES_REFRESH")
+	_, err = configFrom(env("LEDGER_LOOKUPS", "0"))
+	assert.ErrorContains(t, err, "LEDGER_LOOKUPS")
 }

@@ -46,14 +46,21 @@ type stack struct {
 	rdb       redis.UniversalClient
 	pool      *pgxpool.Pool
 	checks    *agreementtest.Checks
+	tap       *ledgerTap // the proxy's ledger calls, when stackOptions.tap
 }
 
 type stackOptions struct {
 	redisURL, dbURL string
 	soldOutTTL      time.Duration
 	coalesce        bool
-	log             *slog.Logger // the proxy's server log; nil: discarded
-	redisHook       redis.Hook   // added to the proxy's Redis client: a seam to inject faults at
+	log             *slog.Logger     // the proxy's server log; nil: discarded
+	redisHook       redis.Hook       // added to the proxy's Redis client: a seam to inject faults at
+	codesRefresh    time.Duration    // LIVE_CODES_REFRESH; 0: every unknown code re-reads the set
+	codesClock      func() time.Time // the set of codes' clock; nil: time.Now
+	lookups         int              // LEDGER_LOOKUPS; 0: 8
+	lookupURL       string           // where the proxy sends its ledger calls; "": the ledger
+	tap             bool             // newStack: the proxy calls the ledger through a ledgerTap
+	tapDelay        time.Duration    // the tap holds each voucher lookup this long
 }
 
 func newStack(tb testing.TB, o stackOptions) *stack {
@@ -65,7 +72,13 @@ func newStack(tb testing.TB, o stackOptions) *stack {
 		o.dbURL = devstacktest.PostgresURL(tb)
 	}
 	led, ledgerURL := startLedger(tb, o)
+	var tap *ledgerTap
+	if o.tap {
+		tap = newLedgerTap(tb, ledgerURL, o.tapDelay)
+		o.lookupURL = tap.URL
+	}
 	p := startProxy(tb, o, ledgerURL)
+	p.tap = tap
 	pool, err := pgxpool.New(context.Background(), o.dbURL)
 	require.NoError(tb, err)
 	tb.Cleanup(pool.Close)
@@ -107,14 +120,24 @@ func startProxy(tb testing.TB, o stackOptions, ledgerURL string) *stack {
 	ctx, cancel := context.WithCancel(context.Background())
 	tb.Cleanup(cancel)
 	g := gate.New(rdb)
-	lc := NewLedgerClient(ledgerURL, "test-token", 10*time.Second)
+	if o.lookupURL == "" {
+		o.lookupURL = ledgerURL
+	}
+	if o.lookups == 0 {
+		o.lookups = 8
+	}
+	lc := NewLedgerClient(o.lookupURL, "test-token", 10*time.Second)
 	admit, err := NewAdmitter(ctx, g, lc, AdmitConfig{
 		SoldOutTTL: o.soldOutTTL, VoucherCacheTTL: 5 * time.Second, RedisTimeout: 250 * time.Millisecond,
-		Coalesce: o.coalesce, MaxBatch: 256,
+		Coalesce: o.coalesce, MaxBatch: 256, CodesRefresh: o.codesRefresh, Lookups: o.lookups,
 	}, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	require.NoError(tb, err)
+	if o.codesClock != nil {
+		admit.codes.now = o.codesClock
+	}
 	tb.Cleanup(admit.Close)
 	tb.Cleanup(watchChanges(ctx, rdb, admit, slog.New(slog.NewTextHandler(io.Discard, nil))))
+	_ = admit.LoadCodes(ctx) // as main: a ledger that does not answer leaves every code asked
 	srv := &Server{log: o.log, admit: admit, ledger: lc, ready: func(context.Context) error { return nil }}
 	hs := httptest.NewServer(srv.Handler())
 	tb.Cleanup(hs.Close)

@@ -9,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -176,6 +177,34 @@ func (l *LedgerClient) Voucher(ctx context.Context, code string) (voucher.Vouche
 		return voucher.Voucher{}, fmt.Errorf("decode voucher %s: %w: %w", code, err, voucher.ErrUnavailable)
 	}
 	return v, nil
+}
+
+// VoucherCodes reads the code of every voucher, page after page of
+// api.VoucherCodesPath.
+func (l *LedgerClient) VoucherCodes(ctx context.Context) ([]string, error) {
+	var codes []string
+	for after := ""; ; {
+		path := api.VoucherCodesPath
+		if after != "" {
+			path += "?after=" + url.QueryEscape(after)
+		}
+		rep, err := l.Do(ctx, "voucher_codes", http.MethodGet, path, nil)
+		if err != nil {
+			return nil, err
+		}
+		if rep.Status != http.StatusOK {
+			return nil, fmt.Errorf("GET %s: %w", path, rep.Err)
+		}
+		var page api.VoucherCodes
+		if err := json.Unmarshal(rep.Body, &page); err != nil {
+			return nil, fmt.Errorf("decode %s: %w: %w", path, err, voucher.ErrUnavailable)
+		}
+		codes = append(codes, page.Codes...)
+		if page.Next == nil || *page.Next <= after {
+			return codes, nil
+		}
+		after = *page.Next
+	}
 }
 
 // Warmup asks the ledger to load a flash voucher into Redis.

@@ -1,8 +1,10 @@
 // Command proxy is flashgate's edge: it answers every reserve that will not be
-// admitted without touching Postgres (validation, a sold-out flag and the
-// atomic Redis script, batched per voucher, which decides the order's own
-// state, then pause, window, minimum and stock) and forwards only the admitted
-// ones, and retries of known orders, to the ledger.
+// admitted without touching Postgres (validation, the set of voucher codes, a
+// sold-out flag and the atomic Redis script, batched per voucher, which
+// decides the order's own state, then pause, window, minimum and stock) and
+// forwards only the admitted ones, and retries of known orders, to the
+// ledger. A voucher's terms are read from the ledger only when neither the
+// cache nor Redis has them (standard vouchers, a cold proxy).
 package main
 
 import (
@@ -40,6 +42,8 @@ type Config struct {
 	RedisWarm       int           // REDIS_WARM_CONNS: Redis connections opened at start
 	LedgerWarm      int           // LEDGER_WARM_CONNS: ledger connections opened at start and kept warm
 	WarmRequests    int           // WARM_REQUESTS: reserves the proxy sends itself before it listens (warmUp)
+	CodesRefresh    time.Duration // LIVE_CODES_REFRESH: a code outside the set re-reads it at most this often
+	LedgerLookups   int           // LEDGER_LOOKUPS: lookups at the ledger in flight at once
 	httpx.Serving                 // MAX_CONNS, MAX_INFLIGHT, DEBUG_ADDR, SHUTDOWN_DELAY, SHUTDOWN_TIMEOUT
 }
 
@@ -75,6 +79,10 @@ func configFrom(e *envconf.Reader) (Config, error) {
 			"connections to the ledger opened at start and kept warm"),
 		WarmRequests: e.Int("WARM_REQUESTS", 2000, 0,
 			"reserves the proxy sends itself before it listens, MAX_INFLIGHT at a time on loopback connections, each refused by validation (nothing reaches Redis or the ledger), so that a sale's first requests find its heap, stacks and pools grown; 0: none"),
+		CodesRefresh: e.DurationMin("LIVE_CODES_REFRESH", time.Second, 0,
+			"the proxy answers a code outside the set of every voucher's code 404 itself; the set is read at start, a created voucher joins it on the change channel, and a code outside it re-reads the whole set at most this often (the longest a voucher whose creation message was lost answers 404); 0: every such code re-reads it"),
+		LedgerLookups: e.Int("LEDGER_LOOKUPS", 8, 1,
+			"lookups at the ledger (a voucher's terms, the set of codes) in flight at once; over it a request is answered 503 at once"),
 		Serving: httpx.ReadServing(e),
 	}
 	if err := e.Err(); err != nil {
@@ -134,12 +142,17 @@ func run(cfg Config, log *slog.Logger) error {
 		SoldOutTTL: cfg.SoldOutTTL, VoucherCacheTTL: cfg.VoucherCacheTTL, RedisTimeout: cfg.RedisTimeout,
 		Coalesce: cfg.Coalesce, MaxBatch: cfg.MaxBatch, Registerer: metrics.Registry,
 		WriteTarget: cfg.WriteTarget, WindowMax: windowMax(cfg.MaxInflight),
+		CodesRefresh: cfg.CodesRefresh, Lookups: cfg.LedgerLookups,
 	}, log)
 	if err != nil {
 		return err
 	}
 	defer admit.Close()
 	defer watchChanges(ctx, rdb, admit, log)()
+	// Beside the watcher: a voucher created while both come up and missed by
+	// both is read again by the first miss for it. A failure is logged; the
+	// proxy then asks about every code, as before, and the next miss reads.
+	_ = admit.LoadCodes(stopping)
 	srv := &Server{log: log, admit: admit, ledger: ledger, token: cfg.Token, metrics: metrics, maxInflight: cfg.MaxInflight, latencySLO: cfg.LatencySLO, ready: func(c context.Context) error {
 		// Ready while a ledger answers: without Redis, standard vouchers,
 		// confirm and release still work (flash reserves get a fast 503).

@@ -93,7 +93,39 @@ func newAdmitMetrics(reg prometheus.Registerer, a *Admitter) *admitMetrics {
 			Help: "Redis circuit breaker: 0 closed, 1 half-open, 2 open.",
 		}, func() float64 { return breakerState(a.breaker.State()) }),
 	)
+	registerCodeMetrics(reg, a)
 	return m
+}
+
+// registerCodeMetrics registers the metrics of the set of voucher codes and
+// of the lookups at the ledger.
+func registerCodeMetrics(reg prometheus.Registerer, a *Admitter) {
+	reg.MustRegister(
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "flashgate_proxy_unknown_code_total",
+			Help: "Reserves answered VOUCHER_NOT_FOUND by the set of voucher codes, without Redis, the ledger or Postgres.",
+		}, func() float64 { return float64(a.codes.unknown.Load()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "flashgate_proxy_voucher_codes",
+			Help: "Voucher codes the proxy holds (0 until the first read of the set succeeds).",
+		}, func() float64 { return float64(a.codes.Size()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "flashgate_proxy_voucher_codes_reads_total",
+			Help: "Reads of the whole set of voucher codes from the ledger (at start, then at most once per LIVE_CODES_REFRESH).",
+		}, func() float64 { return float64(a.codes.loads.Load()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "flashgate_proxy_voucher_codes_read_errors_total",
+			Help: "Reads of the set of voucher codes that failed (the set stays as it was).",
+		}, func() float64 { return float64(a.codes.loadErrors.Load()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "flashgate_proxy_ledger_lookups",
+			Help: "Lookups at the ledger (a voucher's terms, the set of codes) in flight; at most LEDGER_LOOKUPS.",
+		}, func() float64 { return float64(a.lookups.inflight.Load()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "flashgate_proxy_ledger_lookups_refused_total",
+			Help: "Lookups at the ledger refused because LEDGER_LOOKUPS were in flight (the request got 503).",
+		}, func() float64 { return float64(a.lookups.refused.Load()) }),
+	)
 }
 
 func breakerState(s gobreaker.State) float64 {

@@ -63,3 +63,16 @@ func (s LedgerSettings) Grace() (time.Duration, error) {
 	}
 	return d, nil
 }
+
+// VoucherCodesPage is the most codes one page of VoucherCodesPath holds: at
+// 32 characters a code, a page stays under 400 KB, and 100,000 vouchers are
+// ten requests, each one index-only scan of the primary key.
+const VoucherCodesPage = 10_000
+
+// VoucherCodes is one page of GET VoucherCodesPath.
+type VoucherCodes struct {
+	Codes []string `json:"codes"`
+	// Next is the after= of the next page: the page's last code; nil on the
+	// last page.
+	Next *string `json:"next"`
+}

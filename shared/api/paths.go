@@ -52,6 +52,10 @@ const (
 	// SettingsPath tells a proxy the ledger settings its own must agree with
 	// (LedgerSettings).
 	SettingsPath = InternalPrefix + "/settings"
+	// VoucherCodesPath pages the code of every voucher in code order
+	// (VoucherCodes, up to VoucherCodesPage a page, after=the last code of
+	// the page before): the set a proxy answers unknown codes from.
+	VoucherCodesPath = InternalPrefix + "/voucher-codes"
 
 	// Routes every service serves.
 	HealthzPath = "/healthz"

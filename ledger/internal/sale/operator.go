@@ -39,15 +39,22 @@ const announceTimeout = 5 * time.Second
 
 // Create creates a voucher and its audit row; a flash voucher is loaded into
 // Redis at once. A failed load is only logged: the voucher exists, and the
-// first reserve (or POST .../warmup) loads it.
+// first reserve (or POST .../warmup) loads it. The new code is then published
+// like a change: every proxy adds it to the codes it answers for (it answers
+// a code it does not know 404 itself) and drops a "not found" it cached.
 func (o *Operator) Create(ctx context.Context, v voucher.Voucher, actor string) (voucher.Voucher, error) {
 	v, err := o.store.CreateVoucher(ctx, v, actor)
-	if err != nil || !v.FlashSale {
+	if err != nil {
 		return v, err
 	}
-	if err := o.warm(ctx, v.Code); err != nil {
-		o.log.Warn("flash voucher created but not loaded into Redis", "code", v.Code, "err", err)
+	if v.FlashSale {
+		if err := o.warm(ctx, v.Code); err != nil {
+			o.log.Warn("flash voucher created but not loaded into Redis", "code", v.Code, "err", err)
+		}
 	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), announceTimeout)
+	defer cancel()
+	PublishChange(ctx, o.pub, v.Code, o.log)
 	return v, nil
 }
 

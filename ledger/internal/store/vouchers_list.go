@@ -49,3 +49,24 @@ func (s *Store) ListVouchers(ctx context.Context, f VoucherFilter) (vs []voucher
 	}
 	return vs, false, nil
 }
+
+// VoucherCodes returns up to limit voucher codes after after (from the start
+// when empty), in code order, and whether more follow: every voucher, since
+// none is ever deleted. An index-only scan of the primary key.
+func (s *Store) VoucherCodes(ctx context.Context, after string, limit int) (codes []string, more bool, err error) {
+	rows, err := s.pool.Query(ctx, `SELECT code FROM voucher WHERE code > $1 ORDER BY code LIMIT $2`, after, limit+1)
+	if err != nil {
+		return nil, false, Translate(fmt.Errorf("list voucher codes: %w", err))
+	}
+	codes, err = pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, false, Translate(fmt.Errorf("list voucher codes: %w", err))
+	}
+	if len(codes) > limit {
+		return codes[:limit], true, nil
+	}
+	if codes == nil {
+		codes = []string{}
+	}
+	return codes, false, nil
+}

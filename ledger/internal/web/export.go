@@ -41,9 +41,28 @@ func csvRow(r voucher.Record) []string {
 	if r.ReleaseReason != nil {
 		reason = *r.ReleaseReason
 	}
-	return []string{r.OrderID, strconv.FormatInt(r.CustomerID, 10), string(r.Status), amount,
+	row := []string{r.OrderID, strconv.FormatInt(r.CustomerID, 10), string(r.Status), amount,
 		strconv.FormatInt(r.DiscountAmount, 10), csvTime(r.CreatedAt), csvTime(r.ExpiresAt),
 		opt(r.ConfirmedAt), opt(r.ReleasedAt), reason}
+	for i, cell := range row {
+		row[i] = csvCell(cell)
+	}
+	return row
+}
+
+// csvCell defuses a cell a spreadsheet would read as a formula (OWASP's CSV
+// injection rule): one that begins with =, +, -, @, a tab or a carriage
+// return gets a leading '. An orderId such as -1-1 or -2.5E3 is valid, and
+// a spreadsheet opening the export would evaluate it or turn it into a number.
+func csvCell(s string) string {
+	if s == "" {
+		return s
+	}
+	switch s[0] {
+	case '=', '+', '-', '@', '\t', '\r':
+		return "'" + s
+	}
+	return s
 }
 
 func csvTime(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }

@@ -55,6 +55,7 @@ func (s *Server) Handler() *gin.Engine {
 	r.POST(api.RouteAdmittedBatch, s.writeAdmittedBatch)
 	r.POST(api.RouteUnsettled, s.unsettled)
 	r.GET(api.SettingsPath, s.settings)
+	r.GET(api.VoucherCodesPath, s.voucherCodes)
 	return r
 }
 

@@ -1,0 +1,145 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sync/singleflight"
+)
+
+// voucherCodes is the set of every voucher code the ledger has, so that a
+// reserve for any other code is answered 404 VOUCHER_NOT_FOUND at the edge,
+// without Redis, the ledger or Postgres: a flood of made-up codes costs the
+// sale nothing. It is loaded whole at start (GET /internal/voucher-codes), a
+// code published on the change channel is added at once (the ledger publishes
+// every creation), and a code the set does not hold re-reads the whole set at
+// most once per every (LIVE_CODES_REFRESH), which covers a lost publish.
+//
+// Readers take no lock: the set is an immutable map behind an atomic pointer,
+// replaced whole by a load or by an add (rare: a voucher's creation).
+type voucherCodes struct {
+	set   atomic.Pointer[map[string]struct{}] // nil until the first load succeeds: every code is asked
+	load  func(ctx context.Context) ([]string, error)
+	every time.Duration // 0: a miss always re-reads (concurrent misses share one read)
+	now   func() time.Time
+	log   *slog.Logger
+
+	next   atomic.Int64 // unix nanos before which a miss does not re-read
+	flight singleflight.Group
+
+	mu      sync.Mutex // orders adds against the swap of a load's result
+	loading bool
+	added   []string // codes added while a load ran: its result may predate them
+
+	unknown, loads, loadErrors atomic.Int64 // for the metrics
+}
+
+func newVoucherCodes(load func(ctx context.Context) ([]string, error), every time.Duration, log *slog.Logger) *voucherCodes {
+	return &voucherCodes{load: load, every: every, now: time.Now, log: log}
+}
+
+// Has reports whether code may be a voucher: it is in the set, or the set is
+// not loaded (then the caller asks as before). A code outside the set re-reads
+// it when a re-read is due, waiting for that read; other misses are answered
+// at once. Has counts the codes it refuses.
+func (s *voucherCodes) Has(ctx context.Context, code string) bool {
+	set := s.set.Load()
+	if set != nil {
+		if _, ok := (*set)[code]; ok {
+			return true
+		}
+	}
+	if s.due() {
+		_ = s.Load(ctx)
+		set = s.set.Load()
+	}
+	if set == nil {
+		return true
+	}
+	if _, ok := (*set)[code]; ok {
+		return true
+	}
+	s.unknown.Add(1)
+	return false
+}
+
+// due reports whether this miss re-reads the set, and if so moves the next
+// re-read one interval on: of the misses of one interval, one re-reads.
+func (s *voucherCodes) due() bool {
+	now := s.now().UnixNano()
+	next := s.next.Load()
+	return now >= next && s.next.CompareAndSwap(next, now+int64(s.every))
+}
+
+// Load reads the whole set from the ledger and puts it in place, with the
+// codes added meanwhile; concurrent calls share one read. A failure leaves the
+// set as it was (logged; the next due miss tries again). The read outlives
+// the request that started it (LEDGER_TIMEOUT bounds each page).
+func (s *voucherCodes) Load(ctx context.Context) error {
+	_, err, _ := s.flight.Do("", func() (any, error) {
+		s.mu.Lock()
+		s.loading, s.added = true, nil
+		s.mu.Unlock()
+		codes, err := s.load(context.WithoutCancel(ctx))
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		s.loading = false
+		s.loads.Add(1)
+		s.next.Store(s.now().UnixNano() + int64(s.every)) // a read was just made, whatever started it
+		if err != nil {
+			s.loadErrors.Add(1)
+			s.log.Warn("read the voucher codes", "err", err)
+			return nil, err
+		}
+		set := make(map[string]struct{}, len(codes)+len(s.added))
+		for _, c := range codes {
+			set[c] = struct{}{}
+		}
+		for _, c := range s.added {
+			set[c] = struct{}{}
+		}
+		s.added = nil
+		s.set.Store(&set)
+		return nil, nil
+	})
+	if err != nil {
+		return fmt.Errorf("voucher codes: %w", err)
+	}
+	return nil
+}
+
+// Add puts code in the set: the ledger published a change of it, so it
+// exists (vouchers are never deleted). Known codes cost a map read; a new one
+// copies the set, as a creation is rare.
+func (s *voucherCodes) Add(code string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.loading {
+		s.added = append(s.added, code)
+	}
+	set := s.set.Load()
+	if set == nil {
+		return
+	}
+	if _, ok := (*set)[code]; ok {
+		return
+	}
+	next := make(map[string]struct{}, len(*set)+1)
+	for c := range *set {
+		next[c] = struct{}{}
+	}
+	next[code] = struct{}{}
+	s.set.Store(&next)
+}
+
+// Size is how many codes the set holds; 0 before the first load.
+func (s *voucherCodes) Size() int {
+	if set := s.set.Load(); set != nil {
+		return len(*set)
+	}
+	return 0
+}
