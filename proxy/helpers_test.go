@@ -18,6 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/flashgate/flashgate/shared/agreement/agreementtest"
+	"github.com/flashgate/flashgate/shared/checkout"
 	"github.com/flashgate/flashgate/shared/devstack"
 	"github.com/flashgate/flashgate/shared/devstack/devstacktest"
 	"github.com/flashgate/flashgate/shared/gate"
@@ -54,6 +55,7 @@ type stackOptions struct {
 	coalesce        bool
 	log             *slog.Logger // the proxy's server log; nil: discarded
 	redisHook       redis.Hook   // added to the proxy's Redis client: a seam to inject faults at
+	checkoutKeys    checkout.Keys
 }
 
 func newStack(tb testing.TB, o stackOptions) *stack {
@@ -110,7 +112,7 @@ func startProxy(tb testing.TB, o stackOptions, ledgerURL string) *stack {
 	lc := NewLedgerClient(ledgerURL, "test-token", 10*time.Second)
 	admit, err := NewAdmitter(ctx, g, lc, AdmitConfig{
 		SoldOutTTL: o.soldOutTTL, VoucherCacheTTL: 5 * time.Second, RedisTimeout: 250 * time.Millisecond,
-		Coalesce: o.coalesce, MaxBatch: 256,
+		Coalesce: o.coalesce, MaxBatch: 256, CheckoutKeys: o.checkoutKeys,
 	}, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	require.NoError(tb, err)
 	tb.Cleanup(admit.Close)

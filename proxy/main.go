@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/flashgate/flashgate/shared/api"
+	"github.com/flashgate/flashgate/shared/checkout"
 	"github.com/flashgate/flashgate/shared/envconf"
 	"github.com/flashgate/flashgate/shared/gate"
 	"github.com/flashgate/flashgate/shared/httpx"
@@ -40,6 +41,7 @@ type Config struct {
 	RedisWarm       int           // REDIS_WARM_CONNS: Redis connections opened at start
 	LedgerWarm      int           // LEDGER_WARM_CONNS: ledger connections opened at start and kept warm
 	WarmRequests    int           // WARM_REQUESTS: reserves the proxy sends itself before it listens (warmUp)
+	CheckoutKeys    checkout.Keys // CHECKOUT_TOKEN_SECRET: keyId:secret[,keyId:secret...]
 	httpx.Serving                 // MAX_CONNS, MAX_INFLIGHT, DEBUG_ADDR, SHUTDOWN_DELAY, SHUTDOWN_TIMEOUT
 }
 
@@ -77,8 +79,14 @@ func configFrom(e *envconf.Reader) (Config, error) {
 			"reserves the proxy sends itself before it listens, MAX_INFLIGHT at a time on loopback connections, each refused by validation (nothing reaches Redis or the ledger), so that a sale's first requests find its heap, stacks and pools grown; 0: none"),
 		Serving: httpx.ReadServing(e),
 	}
+	secret := e.String("CHECKOUT_TOKEN_SECRET", "",
+		"keyId:secret[,keyId:secret...] (secrets of 16 bytes or more) verifying the X-Checkout-Token of vouchers with requireCheckoutToken; every listed key verifies, shops sign with the first; unset: those vouchers' reserves are refused 403")
 	if err := e.Err(); err != nil {
 		return c, err
+	}
+	var err error
+	if c.CheckoutKeys, err = checkout.ParseKeys(secret); err != nil {
+		return c, fmt.Errorf("CHECKOUT_TOKEN_SECRET: %w", err)
 	}
 	if c.RedisURL == "" {
 		return c, errors.New("REDIS_URL is required")
@@ -133,7 +141,7 @@ func run(cfg Config, log *slog.Logger) error {
 	admit, err := NewAdmitter(ctx, gate.New(rdb), ledger, AdmitConfig{
 		SoldOutTTL: cfg.SoldOutTTL, VoucherCacheTTL: cfg.VoucherCacheTTL, RedisTimeout: cfg.RedisTimeout,
 		Coalesce: cfg.Coalesce, MaxBatch: cfg.MaxBatch, Registerer: metrics.Registry,
-		WriteTarget: cfg.WriteTarget, WindowMax: windowMax(cfg.MaxInflight),
+		WriteTarget: cfg.WriteTarget, WindowMax: windowMax(cfg.MaxInflight), CheckoutKeys: cfg.CheckoutKeys,
 	}, log)
 	if err != nil {
 		return err
