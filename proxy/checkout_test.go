@@ -28,8 +28,23 @@ const (
 )
 
 // reserveWithToken reserves 5,000 through the proxy with X-Checkout-Token
-// (none when token is ""), and returns the status and the error code.
+// (none when token is ""), and returns the status and the error code. A 503
+// is retried with the same orderId, as the API asks of every client: a
+// standard voucher's reserves wait for one of MAX_INFLIGHT_PER_VOUCHER slots
+// and a loaded machine sheds some.
 func (s *stack) reserveWithToken(tb testing.TB, code string, customer int64, order, token string) (int, string) {
+	tb.Helper()
+	for range 100 {
+		st, c := s.reserveOnce(tb, code, customer, order, token)
+		if st != http.StatusServiceUnavailable {
+			return st, c
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return http.StatusServiceUnavailable, voucher.CodeUnavailable
+}
+
+func (s *stack) reserveOnce(tb testing.TB, code string, customer int64, order, token string) (int, string) {
 	tb.Helper()
 	body, _ := json.Marshal(map[string]any{"customerId": customer, "orderId": order, "orderAmount": 5_000})
 	req, err := http.NewRequest(http.MethodPost, s.ProxyURL+api.ReservationsPath(code), bytes.NewReader(body))
