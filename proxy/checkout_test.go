@@ -6,7 +6,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -17,6 +19,7 @@ import (
 	"github.com/flashgate/flashgate/shared/api"
 	"github.com/flashgate/flashgate/shared/checkout"
 	"github.com/flashgate/flashgate/shared/devstack/devstacktest"
+	"github.com/flashgate/flashgate/shared/httpx/httpxtest"
 	"github.com/flashgate/flashgate/shared/voucher"
 )
 
@@ -159,12 +162,19 @@ func testCheckoutToken(t *testing.T, flash bool) {
 		assert.EqualValues(t, limit-admitted, s.redisRemaining(t, code), "redis remaining")
 	}
 
-	// A proxy that cannot verify tokens refuses the voucher, writing nothing.
-	bare := startProxy(t, stackOptions{redisURL: devstacktest.RedisURL(t), coalesce: true}, s.LedgerURL)
-	st, c := bare.reserveWithToken(t, code, 99, code+"-bare", keys.Mint(code, 99, soon))
-	assert.Equal(t, http.StatusForbidden, st)
-	assert.Equal(t, voucher.CodeCheckoutTokenUnconfigured, c)
-	assert.Equal(t, admitted, s.rows(t, code), "reservation rows after the unverifiable reserve")
+	// A proxy that cannot verify tokens refuses the voucher, writing nothing,
+	// and says so once.
+	var logs httpxtest.LogBuffer
+	bare := startProxy(t, stackOptions{redisURL: devstacktest.RedisURL(t), coalesce: true,
+		admitLog: slog.New(slog.NewJSONHandler(&logs, nil))}, s.LedgerURL)
+	for i := range 3 {
+		customer := int64(90 + i)
+		st, c := bare.reserveWithToken(t, code, customer, fmt.Sprintf("%s-bare-%d", code, i), keys.Mint(code, customer, soon))
+		assert.Equal(t, http.StatusForbidden, st)
+		assert.Equal(t, voucher.CodeCheckoutTokenUnconfigured, c)
+	}
+	assert.Equal(t, admitted, s.rows(t, code), "reservation rows after the unverifiable reserves")
+	assert.Equal(t, 1, strings.Count(logs.String(), "CHECKOUT_TOKEN_SECRET is not set"), "log lines:\n%s", logs.String())
 
 	r = s.admin(t, http.MethodPatch, "/admin/vouchers/"+code, map[string]any{"requireCheckoutToken": false})
 	require.Equal(t, http.StatusOK, r.Status, r.Raw)

@@ -56,6 +56,7 @@ type stackOptions struct {
 	log             *slog.Logger // the proxy's server log; nil: discarded
 	redisHook       redis.Hook   // added to the proxy's Redis client: a seam to inject faults at
 	checkoutKeys    checkout.Keys
+	admitLog        *slog.Logger // the admitter's log; nil: discarded
 }
 
 func newStack(tb testing.TB, o stackOptions) *stack {
@@ -110,10 +111,13 @@ func startProxy(tb testing.TB, o stackOptions, ledgerURL string) *stack {
 	tb.Cleanup(cancel)
 	g := gate.New(rdb)
 	lc := NewLedgerClient(ledgerURL, "test-token", 10*time.Second)
+	if o.admitLog == nil {
+		o.admitLog = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
 	admit, err := NewAdmitter(ctx, g, lc, AdmitConfig{
 		SoldOutTTL: o.soldOutTTL, VoucherCacheTTL: 5 * time.Second, RedisTimeout: 250 * time.Millisecond,
 		Coalesce: o.coalesce, MaxBatch: 256, CheckoutKeys: o.checkoutKeys,
-	}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	}, o.admitLog)
 	require.NoError(tb, err)
 	tb.Cleanup(admit.Close)
 	tb.Cleanup(watchChanges(ctx, rdb, admit, slog.New(slog.NewTextHandler(io.Discard, nil))))
