@@ -18,6 +18,7 @@ import (
 
 	"github.com/flashgate/flashgate/shared/api"
 	"github.com/flashgate/flashgate/shared/batch"
+	"github.com/flashgate/flashgate/shared/checkout"
 	"github.com/flashgate/flashgate/shared/gate"
 	"github.com/flashgate/flashgate/shared/httpx"
 	"github.com/flashgate/flashgate/shared/voucher"
@@ -39,6 +40,9 @@ type AdmitConfig struct {
 	// the set re-reads it (voucherCodes); Lookups is LEDGER_LOOKUPS.
 	CodesRefresh time.Duration
 	Lookups      int
+	// CheckoutKeys verify the checkout tokens of vouchers that require one
+	// (CHECKOUT_TOKEN_SECRET); none: such vouchers are refused.
+	CheckoutKeys checkout.Keys
 }
 
 // Admitter decides, without touching Postgres, whether a reserve may go to the
@@ -71,18 +75,13 @@ type Admitter struct {
 
 	flagHits atomic.Int64 // requests answered by the sold-out flag
 
+	unverifiable sync.Map // codes requiring a checkout token this proxy cannot verify, logged once each
+
 	// forgetMu orders dropping a voucher's flag and terms (Forget, Unflag)
 	// against setting them from a read made before the drop: a read that
 	// started before epoch moved is not cached.
 	forgetMu sync.Mutex
 	epoch    uint64
-}
-
-// cachedVoucher is a cache entry; found false caches "no such voucher" briefly
-// so that a flood of requests for an unknown code does not reach the ledger.
-type cachedVoucher struct {
-	v     voucher.Voucher
-	found bool
 }
 
 // soldOutFlag marks a voucher sold out. passes are the orders Redis knew when
@@ -116,9 +115,6 @@ type forwardKey struct {
 	code string
 	lane uint32
 }
-
-// negativeTTL bounds how long an unknown voucher code is remembered.
-const negativeTTL = time.Second
 
 // NewAdmitter wires the admission path. base is the service's lifetime: batched
 // script calls run under it, not under any one request.
@@ -190,9 +186,11 @@ func (a *Admitter) Close() {
 // Reserve runs a validated claim through the edge and, if admitted, through the
 // ledger, whose answer is relayed as it is. It never answers 201 unless the
 // script said RESERVED or DUPLICATE and the ledger wrote (or had) the
-// reservation. Each outcome is counted in flashgate_reserve_total.
-func (a *Admitter) Reserve(ctx context.Context, code string, cl voucher.Claim) (Reply, error) {
-	rep, err := a.reserve(ctx, code, cl)
+// reservation. token is the request's checkout token ("" when it had none),
+// checked first for a voucher that requires one. Each outcome is counted in
+// flashgate_reserve_total.
+func (a *Admitter) Reserve(ctx context.Context, code string, cl voucher.Claim, token string) (Reply, error) {
+	rep, err := a.reserve(ctx, code, cl, token)
 	outcome := rep.Outcome()
 	if err != nil {
 		if outcome = voucher.ErrorCode(err); outcome == "" {
@@ -203,9 +201,18 @@ func (a *Admitter) Reserve(ctx context.Context, code string, cl voucher.Claim) (
 	return rep, err
 }
 
-func (a *Admitter) reserve(ctx context.Context, code string, cl voucher.Claim) (Reply, error) {
+func (a *Admitter) reserve(ctx context.Context, code string, cl voucher.Claim, token string) (Reply, error) {
 	v, err := a.Voucher(ctx, code)
 	if err != nil {
+		return Reply{}, err
+	}
+	// The token is checked here, for flash and standard vouchers alike,
+	// before anything is taken or written: the gate and the ledger never see
+	// a reserve it refused (so neither checks it).
+	if err := a.cfg.CheckoutKeys.Check(v, token, cl.CustomerID, time.Now()); err != nil {
+		if err == voucher.ErrCheckoutTokenUnconfigured {
+			a.logUnverifiable(code)
+		}
 		return Reply{}, err
 	}
 	// No eligibility check here: a retry of an order is answered from the
@@ -222,7 +229,7 @@ func (a *Admitter) reserve(ctx context.Context, code string, cl voucher.Claim) (
 	if a.window != nil && !a.window.open() && !a.holdsUse(ctx, code, cl) {
 		return a.window.refuse(requestID(ctx)), nil
 	}
-	return a.reserveFlash(ctx, code, cl)
+	return a.reserveFlash(ctx, code, cl, admittedFor(v))
 }
 
 // holdsUse reports whether Redis holds a use for cl's order and customer: a
@@ -249,8 +256,9 @@ func requestID(ctx context.Context) string {
 }
 
 // reserveFlash takes a use in Redis and, when admitted, has the ledger write
-// the reservation, counted in the admission window meanwhile.
-func (a *Admitter) reserveFlash(ctx context.Context, code string, cl voucher.Claim) (Reply, error) {
+// the reservation, counted in the admission window meanwhile; an order
+// answered 201 is remembered for hold (AdmittedHere).
+func (a *Admitter) reserveFlash(ctx context.Context, code string, cl voucher.Claim, hold time.Duration) (Reply, error) {
 	// Redis may have lost the voucher (restart, flush, eviction): then the
 	// ledger loads it from the database, once for all waiting requests.
 	gated := time.Now()
@@ -293,7 +301,7 @@ func (a *Admitter) reserveFlash(ctx context.Context, code string, cl voucher.Cla
 	}
 	switch {
 	case err == nil && rep.Status == http.StatusCreated:
-		a.remember(code, cl)
+		a.remember(code, cl, hold)
 	case res == gate.Reserved && alone && notDelivered(rep, err):
 		a.giveBack(code, cl.OrderID)
 	case err != nil && !notDelivered(rep, err):
@@ -517,73 +525,6 @@ func (a *Admitter) setIfCurrent(epoch uint64, set func()) {
 	if a.epoch == epoch {
 		set()
 	}
-}
-
-// Voucher returns a voucher's terms: VOUCHER_NOT_FOUND for a code outside the
-// set of codes, else from the local cache, else from Redis's copy, else from
-// the ledger (under LEDGER_LOOKUPS). Concurrent misses for one code share one
-// lookup.
-func (a *Admitter) Voucher(ctx context.Context, code string) (voucher.Voucher, error) {
-	if !a.codes.Has(ctx, code) {
-		return voucher.Voucher{}, voucher.ErrVoucherNotFound
-	}
-	if cv, ok := a.vouchers.Get(code); ok {
-		if !cv.found {
-			return voucher.Voucher{}, voucher.ErrVoucherNotFound
-		}
-		return cv.v, nil
-	}
-	out, err, _ := a.metaFlight.Do(code, func() (any, error) {
-		epoch := a.currentEpoch()
-		if v, ok := a.metaFromRedis(ctx, code); ok {
-			a.cacheVoucher(epoch, code, cachedVoucher{v: v, found: true}, a.cfg.VoucherCacheTTL)
-			return v, nil
-		}
-		v, err := a.lookUp(ctx, code)
-		if voucher.ErrorCode(err) == voucher.CodeVoucherNotFound {
-			a.cacheVoucher(epoch, code, cachedVoucher{}, min(negativeTTL, a.cfg.VoucherCacheTTL))
-			return nil, err
-		}
-		if err != nil {
-			return nil, err
-		}
-		a.cacheVoucher(epoch, code, cachedVoucher{v: v, found: true}, a.cfg.VoucherCacheTTL)
-		return v, nil
-	})
-	if err != nil {
-		return voucher.Voucher{}, err
-	}
-	return out.(voucher.Voucher), nil
-}
-
-// cacheVoucher caches terms read since epoch, unless a change came since.
-func (a *Admitter) cacheVoucher(epoch uint64, code string, cv cachedVoucher, ttl time.Duration) {
-	a.setIfCurrent(epoch, func() {
-		a.vouchers.SetWithTTL(code, cv, 1, ttl)
-		a.vouchers.Wait()
-	})
-}
-
-// metaFromRedis reads the voucher's terms from Redis's copy; any failure just
-// sends the caller to the ledger.
-func (a *Admitter) metaFromRedis(ctx context.Context, code string) (voucher.Voucher, bool) {
-	ctx, cancel := context.WithTimeout(ctx, a.cfg.RedisTimeout)
-	defer cancel()
-	out, err := a.breaker.Execute(func() (any, error) {
-		v, _, ok, err := a.gate.Meta(ctx, code)
-		if err != nil || !ok {
-			return nil, err
-		}
-		return v, nil
-	})
-	if err != nil {
-		a.metrics.redisErrors.Inc()
-		return voucher.Voucher{}, false
-	}
-	if out == nil {
-		return voucher.Voucher{}, false
-	}
-	return out.(voucher.Voucher), true
 }
 
 // warmup asks the ledger to load a voucher into Redis, one call per voucher at

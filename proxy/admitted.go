@@ -8,9 +8,16 @@ import (
 
 // admittedTTL is how long an order answered 201 is remembered for
 // AdmittedHere: the ledger's hold (its RESERVATION_TTL, 15 minutes by
-// default), after which the order is expired and its retry is a new request
-// like any other.
+// default, or the voucher's holdTtl, admittedFor), after which the order is
+// expired and its retry is a new request like any other. The proxy does not
+// know RESERVATION_TTL: remembering longer than the hold only spares a retry
+// that is then answered from its row.
 const admittedTTL = 15 * time.Minute
+
+// admittedFor is how long an order of v answered 201 is remembered: the
+// voucher's holdTtl when it has one (as its terms were when the order was
+// admitted; a later PATCH moves only later reservations), else admittedTTL.
+func admittedFor(v voucher.Voucher) time.Duration { return v.Hold(admittedTTL) }
 
 // admittedMax bounds the orders remembered (one unit each): past it ristretto
 // evicts, and an evicted order's retry is only shed like a new one.
@@ -34,7 +41,7 @@ func (a *Admitter) AdmittedHere(code string, cl voucher.Claim) bool {
 // admittedKey is the key of an order in the admitted cache.
 func admittedKey(code, orderID string) string { return code + "/" + orderID }
 
-// remember records an order this proxy answered 201 (AdmittedHere).
-func (a *Admitter) remember(code string, cl voucher.Claim) {
-	a.admitted.SetWithTTL(admittedKey(code, cl.OrderID), cl.CustomerID, 1, admittedTTL)
+// remember records, for hold, an order this proxy answered 201 (AdmittedHere).
+func (a *Admitter) remember(code string, cl voucher.Claim, hold time.Duration) {
+	a.admitted.SetWithTTL(admittedKey(code, cl.OrderID), cl.CustomerID, 1, hold)
 }

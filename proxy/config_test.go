@@ -87,3 +87,32 @@ func TestConfigCodesAndLookups(t *testing.T) {
 	_, err = configFrom(env("LEDGER_LOOKUPS", "0"))
 	assert.ErrorContains(t, err, "LEDGER_LOOKUPS")
 }
+
+// TestConfigCheckoutSecret: CHECKOUT_TOKEN_SECRET is unset by default (no
+// keys: vouchers that require a token are refused), takes
+// keyId:secret[,keyId:secret...] in signing order, and a malformed list stops
+// the start naming the variable but never showing a secret.
+func TestConfigCheckoutSecret(t *testing.T) {
+	env := func(secret string) *envconf.Reader {
+		m := map[string]string{"REDIS_URL": "redis://127.0.0.1:1"}
+		if secret != "" {
+			m["CHECKOUT_TOKEN_SECRET"] = secret
+		}
+		return envconf.NewFrom(m)
+	}
+	c, err := configFrom(env(""))
+	assert.NoError(t, err)
+	assert.Empty(t, c.CheckoutKeys)
+	c, err = configFrom(env("k2:0123456789abcdef-new,k1:0123456789abcdef-old"))
+	if assert.NoError(t, err) && assert.Len(t, c.CheckoutKeys, 2) {
+		assert.Equal(t, "k2", c.CheckoutKeys[0].ID, "the first key signs")
+		assert.Equal(t, "k1", c.CheckoutKeys[1].ID)
+	}
+	for _, bad := range []string{"k1:short-secret", "0123456789abcdef-nokeyid", "k1:0123456789abcdef-a,k1:0123456789abcdef-b"} {
+		_, err := configFrom(env(bad))
+		if assert.Error(t, err, bad) {
+			assert.Contains(t, err.Error(), "CHECKOUT_TOKEN_SECRET")
+			assert.NotContains(t, err.Error(), "0123456789abcdef")
+		}
+	}
+}

@@ -18,6 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/flashgate/flashgate/shared/agreement/agreementtest"
+	"github.com/flashgate/flashgate/shared/checkout"
 	"github.com/flashgate/flashgate/shared/devstack"
 	"github.com/flashgate/flashgate/shared/devstack/devstacktest"
 	"github.com/flashgate/flashgate/shared/gate"
@@ -61,6 +62,8 @@ type stackOptions struct {
 	lookupURL       string           // where the proxy sends its ledger calls; "": the ledger
 	tap             bool             // newStack: the proxy calls the ledger through a ledgerTap
 	tapDelay        time.Duration    // the tap holds each voucher lookup this long
+	checkoutKeys    checkout.Keys
+	admitLog        *slog.Logger // the admitter's log; nil: discarded
 }
 
 func newStack(tb testing.TB, o stackOptions) *stack {
@@ -127,10 +130,14 @@ func startProxy(tb testing.TB, o stackOptions, ledgerURL string) *stack {
 		o.lookups = 8
 	}
 	lc := NewLedgerClient(o.lookupURL, "test-token", 10*time.Second)
+	if o.admitLog == nil {
+		o.admitLog = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
 	admit, err := NewAdmitter(ctx, g, lc, AdmitConfig{
 		SoldOutTTL: o.soldOutTTL, VoucherCacheTTL: 5 * time.Second, RedisTimeout: 250 * time.Millisecond,
 		Coalesce: o.coalesce, MaxBatch: 256, CodesRefresh: o.codesRefresh, Lookups: o.lookups,
-	}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+		CheckoutKeys: o.checkoutKeys,
+	}, o.admitLog)
 	require.NoError(tb, err)
 	if o.codesClock != nil {
 		admit.codes.now = o.codesClock

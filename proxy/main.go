@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/flashgate/flashgate/shared/api"
+	"github.com/flashgate/flashgate/shared/checkout"
 	"github.com/flashgate/flashgate/shared/envconf"
 	"github.com/flashgate/flashgate/shared/gate"
 	"github.com/flashgate/flashgate/shared/httpx"
@@ -44,6 +45,7 @@ type Config struct {
 	WarmRequests    int           // WARM_REQUESTS: reserves the proxy sends itself before it listens (warmUp)
 	CodesRefresh    time.Duration // LIVE_CODES_REFRESH: a code outside the set re-reads it at most this often
 	LedgerLookups   int           // LEDGER_LOOKUPS: lookups at the ledger in flight at once
+	CheckoutKeys    checkout.Keys // CHECKOUT_TOKEN_SECRET: keyId:secret[,keyId:secret...]
 	httpx.Serving                 // MAX_CONNS, MAX_INFLIGHT, DEBUG_ADDR, SHUTDOWN_DELAY, SHUTDOWN_TIMEOUT
 }
 
@@ -85,8 +87,14 @@ func configFrom(e *envconf.Reader) (Config, error) {
 			"lookups at the ledger (a voucher's terms, the set of codes) in flight at once; over it a request is answered 503 at once"),
 		Serving: httpx.ReadServing(e),
 	}
+	secret := e.String("CHECKOUT_TOKEN_SECRET", "",
+		"keyId:secret[,keyId:secret...] (secrets of 16 bytes or more) verifying the X-Checkout-Token of vouchers with requireCheckoutToken; every listed key verifies, shops sign with the first; unset: those vouchers' reserves are refused 403")
 	if err := e.Err(); err != nil {
 		return c, err
+	}
+	var err error
+	if c.CheckoutKeys, err = checkout.ParseKeys(secret); err != nil {
+		return c, fmt.Errorf("CHECKOUT_TOKEN_SECRET: %w", err)
 	}
 	if c.RedisURL == "" {
 		return c, errors.New("REDIS_URL is required")
@@ -142,7 +150,7 @@ func run(cfg Config, log *slog.Logger) error {
 		SoldOutTTL: cfg.SoldOutTTL, VoucherCacheTTL: cfg.VoucherCacheTTL, RedisTimeout: cfg.RedisTimeout,
 		Coalesce: cfg.Coalesce, MaxBatch: cfg.MaxBatch, Registerer: metrics.Registry,
 		WriteTarget: cfg.WriteTarget, WindowMax: windowMax(cfg.MaxInflight),
-		CodesRefresh: cfg.CodesRefresh, Lookups: cfg.LedgerLookups,
+		CodesRefresh: cfg.CodesRefresh, Lookups: cfg.LedgerLookups, CheckoutKeys: cfg.CheckoutKeys,
 	}, log)
 	if err != nil {
 		return err

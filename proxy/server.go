@@ -67,7 +67,7 @@ func (s *Server) reserve(c *gin.Context) {
 		httpx.WriteError(c, err)
 		return
 	}
-	rep, err := s.admit.Reserve(c, code, cl)
+	rep, err := s.admit.Reserve(c, code, cl, c.GetHeader(api.HeaderCheckoutToken))
 	if err != nil {
 		httpx.WriteError(c, err)
 		return

@@ -124,7 +124,7 @@ type side struct {
 // statement, so the three come from one snapshot.
 const dbSQL = `
 	SELECT v.discount_amount, v.min_order_amount, v.total_limit, v.used_count, v.per_user_limit,
-	       v.starts_at, v.ends_at, v.flash_sale, v.paused,
+	       v.starts_at, v.ends_at, v.flash_sale, v.paused, v.require_checkout_token,
 	       COALESCE((SELECT array_agg(r.order_id ORDER BY r.order_id) FROM voucher_redemption r
 	                 WHERE r.voucher_code = v.code AND r.status IN ('RESERVED', 'CONFIRMED')), '{}'),
 	       COALESCE((SELECT array_agg(r.customer_id ORDER BY r.order_id) FROM voucher_redemption r
@@ -141,7 +141,7 @@ func readDB(ctx context.Context, db Querier, code string) (side, error) {
 	var custs, usageCusts, usageCounts []int64
 	v := &s.terms
 	err := db.QueryRow(ctx, dbSQL, code).Scan(&v.DiscountAmount, &v.MinOrderAmount, &v.TotalLimit,
-		&v.UsedCount, &v.PerUserLimit, &v.StartsAt, &v.EndsAt, &v.FlashSale, &v.Paused,
+		&v.UsedCount, &v.PerUserLimit, &v.StartsAt, &v.EndsAt, &v.FlashSale, &v.Paused, &v.RequireCheckoutToken,
 		&ids, &custs, &usageCusts, &usageCounts)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return side{}, fmt.Errorf("agreement %s: no such voucher in the database", code)
@@ -266,6 +266,7 @@ func compareTerms(d *Diff, r, db voucher.Voucher) {
 		{"endsAt (unix ms)", ms(r.EndsAt), ms(db.EndsAt)},
 		{"flashSale", r.FlashSale, db.FlashSale},
 		{"paused", r.Paused, db.Paused},
+		{"requireCheckoutToken", r.RequireCheckoutToken, db.RequireCheckoutToken},
 	} {
 		if t.redis != t.db {
 			d.addf("terms: %s: redis %v, database %v", t.name, t.redis, t.db)

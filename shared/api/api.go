@@ -21,6 +21,9 @@ const (
 	HeaderRetryAfter = "Retry-After"
 	// HeaderAuthorization carries "Bearer <token>".
 	HeaderAuthorization = "Authorization"
+	// HeaderCheckoutToken carries a reserve's signed checkout token
+	// (shared/checkout), required by a voucher with requireCheckoutToken.
+	HeaderCheckoutToken = "X-Checkout-Token"
 	// HeaderLocation is a 201's new reservation path.
 	HeaderLocation = "Location"
 )

@@ -77,6 +77,15 @@ func WithRequestID(ctx context.Context, id string) context.Context {
 	return context.WithValue(ctx, requestIDKey{}, id)
 }
 
+type checkoutTokenKey struct{}
+
+// WithCheckoutToken returns ctx whose calls send token as X-Checkout-Token:
+// a reserve of a voucher that requires one (requireCheckoutToken) carries
+// the token the shop minted for it (checkout.Keys.Mint).
+func WithCheckoutToken(ctx context.Context, token string) context.Context {
+	return context.WithValue(ctx, checkoutTokenKey{}, token)
+}
+
 func requestID(ctx context.Context) string {
 	if id, ok := ctx.Value(requestIDKey{}).(string); ok && id != "" {
 		return id
@@ -151,6 +160,9 @@ func (c *Client) attempt(ctx context.Context, method, path, id string, payload [
 		req.Header.Set(api.HeaderAuthorization, api.Bearer(c.token))
 	}
 	req.Header.Set(api.HeaderRequestID, id)
+	if token, _ := ctx.Value(checkoutTokenKey{}).(string); token != "" {
+		req.Header.Set(api.HeaderCheckoutToken, token)
+	}
 	hr, err := c.http.Do(req)
 	if err != nil {
 		if ctx.Err() != nil {

@@ -14,6 +14,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/flashgate/flashgate/shared/api"
+	"github.com/flashgate/flashgate/shared/checkout"
 	"github.com/flashgate/flashgate/shared/client"
 	"github.com/flashgate/flashgate/shared/httpx/httpxtest"
 	"github.com/flashgate/flashgate/shared/voucher"
@@ -274,4 +276,30 @@ func TestRetryAcrossLedgerRestart(t *testing.T) {
 	v, err := admin.Voucher(ctx, code)
 	require.NoError(t, err)
 	assert.Equal(t, 1, v.UsedCount, "one use, however many attempts")
+}
+
+// TestCheckoutTokenHeader: a context from WithCheckoutToken sends the token
+// a shop minted as X-Checkout-Token; a context without one sends none.
+func TestCheckoutTokenHeader(t *testing.T) {
+	var mu sync.Mutex
+	var got []string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		got = append(got, r.Header.Get(api.HeaderCheckoutToken))
+		mu.Unlock()
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusCreated)
+		w.Write([]byte(`{"orderId":"o1","discountAmount":7}`))
+	}))
+	t.Cleanup(srv.Close)
+	keys, err := checkout.ParseKeys("k1:a-shared-secret-of-the-shop")
+	require.NoError(t, err)
+	token := keys.Mint("V1", 1, time.Now().Add(3*time.Minute))
+
+	c := client.New(srv.URL)
+	_, err = c.Reserve(client.WithCheckoutToken(t.Context(), token), "V1", voucher.Claim{CustomerID: 1, OrderID: "o1", OrderAmount: 9})
+	require.NoError(t, err)
+	_, err = c.Reserve(t.Context(), "V1", voucher.Claim{CustomerID: 1, OrderID: "o2", OrderAmount: 9})
+	require.NoError(t, err)
+	assert.Equal(t, []string{token, ""}, got)
 }

@@ -138,3 +138,35 @@ func TestMetaWithoutPaused(t *testing.T) {
 	_, _, err = g.Reserve(ctx, code, []Item{{2, "o2", testAmount}})
 	assert.Error(t, err, "a paused field that is not a number is still an error")
 }
+
+// TestMetaCheckoutToken: requireCheckoutToken rides in meta through a load
+// and an update, for the proxy to read; keys loaded before it existed have no
+// such field and read as not requiring one. No script refuses a reserve for it.
+func TestMetaCheckoutToken(t *testing.T) {
+	t.Parallel()
+	g, rdb := newGate(t)
+	ctx := context.Background()
+	code := testCode(t, g, "token")
+	v := testMeta(10, 1)
+	v.RequireCheckoutToken = true
+	loadVoucher(t, g, code, v)
+	m, _, _, err := g.Meta(ctx, code)
+	require.NoError(t, err)
+	assert.True(t, m.RequireCheckoutToken)
+	rs, _, err := g.Reserve(ctx, code, []Item{{1, "o1", testAmount}})
+	require.NoError(t, err)
+	assert.Equal(t, []Result{Reserved}, rs, "the gate does not check tokens: the proxy does, before it")
+
+	v.RequireCheckoutToken = false
+	_, err = g.Update(ctx, code, v)
+	require.NoError(t, err)
+	m, _, _, err = g.Meta(ctx, code)
+	require.NoError(t, err)
+	assert.False(t, m.RequireCheckoutToken)
+
+	require.NoError(t, rdb.HDel(ctx, Keys(code)[3], "checkoutToken").Err())
+	m, _, loaded, err := g.Meta(ctx, code)
+	require.NoError(t, err)
+	assert.True(t, loaded)
+	assert.False(t, m.RequireCheckoutToken)
+}

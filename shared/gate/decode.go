@@ -56,7 +56,7 @@ func decodeReserve(v any, n int) ([]Result, int64, error) {
 	return res, remaining, nil
 }
 
-// decodeMeta decodes meta.lua's reply: {} or {remaining, 8 meta fields}, the
+// decodeMeta decodes meta.lua's reply: {} or {remaining, 9 meta fields}, the
 // voucher's terms without its code.
 func decodeMeta(v any) (voucher.Voucher, int64, bool, error) {
 	arr, ok := v.([]any)
@@ -66,15 +66,15 @@ func decodeMeta(v any) (voucher.Voucher, int64, bool, error) {
 	if len(arr) == 0 {
 		return voucher.Voucher{}, 0, false, nil
 	}
-	if len(arr) != 9 {
-		return voucher.Voucher{}, 0, false, fmt.Errorf("decode meta reply: %d elements, want 9", len(arr))
+	if len(arr) != 10 {
+		return voucher.Voucher{}, 0, false, fmt.Errorf("decode meta reply: %d elements, want 10", len(arr))
 	}
 	remaining, ok := arr[0].(int64)
 	if !ok {
 		return voucher.Voucher{}, 0, false, fmt.Errorf("decode meta reply: remaining is %T, want integer", arr[0])
 	}
-	names := [...]string{"discountAmount", "minOrderAmount", "totalLimit", "perUserLimit", "startsAt", "endsAt", "flashSale", "paused"}
-	var f [8]int64
+	names := [...]string{"discountAmount", "minOrderAmount", "totalLimit", "perUserLimit", "startsAt", "endsAt", "flashSale", "paused", "checkoutToken"}
+	var f [9]int64
 	for i := range f {
 		s, ok := arr[i+1].(string)
 		if !ok {
@@ -86,8 +86,9 @@ func decodeMeta(v any) (voucher.Voucher, int64, bool, error) {
 		}
 		f[i] = n
 	}
-	if f[2] < 0 || f[2] > maxInt32 || f[3] < 1 || f[3] > maxInt32 || (f[6] != 0 && f[6] != 1) || (f[7] != 0 && f[7] != 1) {
-		return voucher.Voucher{}, 0, false, fmt.Errorf("decode meta reply: totalLimit %d, perUserLimit %d, flashSale %d, paused %d", f[2], f[3], f[6], f[7])
+	if f[2] < 0 || f[2] > maxInt32 || f[3] < 1 || f[3] > maxInt32 || (f[6] != 0 && f[6] != 1) || (f[7] != 0 && f[7] != 1) || (f[8] != 0 && f[8] != 1) {
+		return voucher.Voucher{}, 0, false, fmt.Errorf("decode meta reply: totalLimit %d, perUserLimit %d, flashSale %d, paused %d, checkoutToken %d",
+			f[2], f[3], f[6], f[7], f[8])
 	}
 	m := voucher.Voucher{
 		DiscountAmount: f[0],
@@ -98,6 +99,8 @@ func decodeMeta(v any) (voucher.Voucher, int64, bool, error) {
 		EndsAt:         fromMillis(f[5]),
 		FlashSale:      f[6] == 1,
 		Paused:         f[7] == 1,
+
+		RequireCheckoutToken: f[8] == 1,
 	}
 	return m, remaining, true, nil
 }

@@ -63,21 +63,23 @@ func TestDecodeReserve(t *testing.T) {
 }
 
 func TestDecodeReplies(t *testing.T) {
-	meta := []any{int64(7), "100", "5", "10", "2", "1700000000000", "1700003600000", "1", "1"}
+	meta := []any{int64(7), "100", "5", "10", "2", "1700000000000", "1700003600000", "1", "1", "1"}
 	m, remaining, ok, err := decodeMeta(meta)
 	require.NoError(t, err)
 	assert.True(t, ok)
 	assert.EqualValues(t, 7, remaining)
 	assert.Equal(t, voucher.Voucher{DiscountAmount: 100, MinOrderAmount: 5, TotalLimit: 10, PerUserLimit: 2,
-		StartsAt: time.UnixMilli(1700000000000).UTC(), EndsAt: time.UnixMilli(1700003600000).UTC(), FlashSale: true, Paused: true}, m)
+		StartsAt: time.UnixMilli(1700000000000).UTC(), EndsAt: time.UnixMilli(1700003600000).UTC(), FlashSale: true, Paused: true,
+		RequireCheckoutToken: true}, m)
 
 	_, _, ok, err = decodeMeta([]any{})
 	assert.NoError(t, err)
 	assert.False(t, ok)
-	for _, bad := range []any{nil, "x", meta[:8], []any{int64(7), "100", "5", "10", "2", "1", "2", "1", nil},
-		[]any{int64(7), "100", "5", "10", "0", "1", "2", "1", "0"}, []any{int64(7), "100", "5", "10", "1", "1", "2", "2", "0"},
-		[]any{int64(7), "100", "5", "10", "1", "1", "2", "1", "2"}, append(meta[:9:9], "0"),
-		[]any{"7", "100", "5", "10", "1", "1", "2", "1", "0"}, []any{int64(7), "1.5", "5", "10", "1", "1", "2", "1", "0"}} {
+	for _, bad := range []any{nil, "x", meta[:9], []any{int64(7), "100", "5", "10", "2", "1", "2", "1", nil, "0"},
+		[]any{int64(7), "100", "5", "10", "0", "1", "2", "1", "0", "0"}, []any{int64(7), "100", "5", "10", "1", "1", "2", "2", "0", "0"},
+		[]any{int64(7), "100", "5", "10", "1", "1", "2", "1", "2", "0"}, []any{int64(7), "100", "5", "10", "1", "1", "2", "1", "0", "2"},
+		[]any{int64(7), "100", "5", "10", "1", "1", "2", "1", "0", nil}, append(meta[:10:10], "0"),
+		[]any{"7", "100", "5", "10", "1", "1", "2", "1", "0", "0"}, []any{int64(7), "1.5", "5", "10", "1", "1", "2", "1", "0", "0"}} {
 		if _, _, _, err := decodeMeta(bad); err == nil {
 			t.Errorf("decodeMeta(%#v) succeeded, want error", bad)
 		}

@@ -10,19 +10,20 @@
 --                                   generation names this load (prelude)
 -- KEYS[5] voucher:{CODE}:done       rebuilt: orderId -> customerId, finished orders
 -- ARGV[1]    remaining
--- ARGV[2..9] the terms block (prelude's termsValid): expire-at (unix millis,
+-- ARGV[2..10] the terms block (prelude's termsValid): expire-at (unix millis,
 --            PEXPIREAT on all five keys), discountAmount, minOrderAmount,
---            totalLimit, perUserLimit, startsAt, endsAt (unix millis), paused
--- ARGV[10]   flashSale ("1"/"0")
--- ARGV[11]   n, the number of active orders
+--            totalLimit, perUserLimit, startsAt, endsAt (unix millis), paused,
+--            checkoutToken
+-- ARGV[11]   flashSale ("1"/"0")
+-- ARGV[12]   n, the number of active orders
 -- then n orderId, customerId, admittedAtMillis triples ("0" = Redis TIME now),
 -- then orderId, customerId pairs of finished orders
 --
 -- Returns 1 if it loaded, 0 if remaining already existed (nothing changed),
 -- -1 if expire-at has already passed (nothing changed: the keys would vanish at once).
 
-local n = tonumber(ARGV[11])
-if #ARGV < 11 or not termsValid(2) or not n or n < 0 or 11 + 3 * n > #ARGV or (#ARGV - 11 - 3 * n) % 2 ~= 0 then
+local n = tonumber(ARGV[12])
+if #ARGV < 12 or not termsValid(2) or not n or n < 0 or 12 + 3 * n > #ARGV or (#ARGV - 12 - 3 * n) % 2 ~= 0 then
   return redis.error_reply('ERR load: bad ARGV layout')
 end
 if redis.call('EXISTS', KEYS[1]) == 1 then
@@ -38,10 +39,10 @@ end
 redis.call('DEL', KEYS[2], KEYS[3], KEYS[4], KEYS[5])
 redis.call('SET', KEYS[1], ARGV[1])
 writeTerms(2)
-redis.call('HSET', KEYS[4], 'flashSale', ARGV[10])
+redis.call('HSET', KEYS[4], 'flashSale', ARGV[11])
 writeGeneration()
-local last = 11 + 3 * n
-for i = 12, last, 3 do
+local last = 12 + 3 * n
+for i = 13, last, 3 do
   local order, customer, at = ARGV[i], ARGV[i + 1], ARGV[i + 2]
   if at == '0' then at = now end
   -- HSETNX so a repeated order counts once toward its customer.

@@ -10,10 +10,13 @@
 -- nowMillis(): Redis's clock as exact unix millis, a string (seconds .. millis).
 -- followTTL(): gives users, orders and done the counter's expiry when they have
 --   none (they may have just been created), so a finished sale leaves nothing.
--- termsValid(from): whether ARGV[from .. from+7] is a terms block (gate's
+-- termsValid(from): whether ARGV[from .. from+8] is a terms block (gate's
 --   termsArgs: expire-at, discountAmount, minOrderAmount, totalLimit,
---   perUserLimit, startsAt, endsAt, paused), all integers, paused "0"/"1".
--- writeTerms(from): writes that block's seven terms into meta and returns
+--   perUserLimit, startsAt, endsAt, paused, checkoutToken), all integers,
+--   paused and checkoutToken "0"/"1". checkoutToken (the voucher requires a
+--   signed checkout token) is kept for the proxy, which reads its terms here
+--   and checks the token before the gate; no script reads it.
+-- writeTerms(from): writes that block's eight terms into meta and returns
 --   whether any of them changed.
 -- expireAll(at): PEXPIREAT at on every key.
 -- customerOf(value): the customer id in an orders value "customerId:millis".
@@ -64,15 +67,15 @@ local function followTTL()
 end
 
 local termFields = {'discountAmount', 'minOrderAmount', 'totalLimit',
-  'perUserLimit', 'startsAt', 'endsAt', 'paused'}
+  'perUserLimit', 'startsAt', 'endsAt', 'paused', 'checkoutToken'}
 
 local function termsValid(from)
-  for i = from, from + 7 do
+  for i = from, from + 8 do
     if not ARGV[i] or not string.match(ARGV[i], '^%-?%d+$') then
       return false
     end
   end
-  return ARGV[from + 7] == '0' or ARGV[from + 7] == '1'
+  return (ARGV[from + 7] == '0' or ARGV[from + 7] == '1') and (ARGV[from + 8] == '0' or ARGV[from + 8] == '1')
 end
 
 local function writeTerms(from)

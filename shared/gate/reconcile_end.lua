@@ -24,9 +24,9 @@
 -- ARGV[1]     owed: the uses the repair steps left out of remaining, the orders
 --             they freed minus those they restored while remaining was 0
 -- ARGV[2]     active: the database's active orders in the snapshot
--- ARGV[3..10] the terms block (prelude's termsValid): expire-at (unix millis,
+-- ARGV[3..11] the terms block (prelude's termsValid): expire-at (unix millis,
 --             PEXPIREAT on all five keys), discountAmount, minOrderAmount,
---             totalLimit, perUserLimit, startsAt, endsAt, paused
+--             totalLimit, perUserLimit, startsAt, endsAt, paused, checkoutToken
 --
 -- Returns {0} when not loaded (nothing changed), otherwise
 -- {1, remainingBefore, remainingAfter, counterRepaired (1/0), termsChanged (1/0)}.
@@ -35,7 +35,7 @@
 -- by hand, a total limit changed without its Update).
 -- Errors (before any write) on a bad ARGV layout or a corrupt remaining.
 
-if #ARGV ~= 10 or not string.match(ARGV[1], '^%-?%d+$') or not string.match(ARGV[2], '^%d+$') or not termsValid(3) then
+if #ARGV ~= 11 or not string.match(ARGV[1], '^%-?%d+$') or not string.match(ARGV[2], '^%d+$') or not termsValid(3) then
   return redis.error_reply('ERR reconcile end: bad ARGV layout')
 end
 local before, bad = remainingOf('reconcile end')

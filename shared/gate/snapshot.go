@@ -21,7 +21,8 @@ type Order struct {
 // reservation that holds a use (reserved or confirmed); a zero AdmittedAt means
 // "now" by Redis's clock. Finished holds the reservations whose row gave its use
 // back (RELEASED or REFUNDED; AdmittedAt unused), loaded into done. Of the
-// voucher, Redis keeps the terms (amounts, limits, window, FlashSale, Paused);
+// voucher, Redis keeps the terms (amounts, limits, window, FlashSale, Paused,
+// RequireCheckoutToken);
 // its code and counters are not stored.
 type Snapshot struct {
 	Voucher   voucher.Voucher
@@ -73,7 +74,7 @@ func (g *Gate) Load(ctx context.Context, code string, snap Snapshot) (bool, erro
 	}
 
 	expireAt := m.EndsAt.Add(24 * time.Hour).UnixMilli()
-	args := make([]any, 0, 11+3*len(snap.Orders)+2*len(snap.Finished))
+	args := make([]any, 0, 12+3*len(snap.Orders)+2*len(snap.Finished))
 	args = append(args, strconv.FormatInt(snap.Remaining, 10))
 	args = append(args, termsArgs(m)...)
 	args = append(args, flag(m.FlashSale), strconv.Itoa(len(snap.Orders)))
@@ -150,7 +151,9 @@ func checkTerms(v voucher.Voucher) error {
 
 // termsArgs is the ARGV block load.lua, update.lua and reconcile.lua share
 // (prelude.lua's writeTerms): expire-at (endsAt + 24h), discountAmount,
-// minOrderAmount, totalLimit, perUserLimit, startsAt, endsAt, paused.
+// minOrderAmount, totalLimit, perUserLimit, startsAt, endsAt, paused,
+// checkoutToken (RequireCheckoutToken: for the proxy, which reads the terms
+// from meta; no script checks it).
 func termsArgs(v voucher.Voucher) []any {
 	return []any{
 		strconv.FormatInt(v.EndsAt.Add(24*time.Hour).UnixMilli(), 10),
@@ -161,6 +164,7 @@ func termsArgs(v voucher.Voucher) []any {
 		millis(v.StartsAt),
 		millis(v.EndsAt),
 		flag(v.Paused),
+		flag(v.RequireCheckoutToken),
 	}
 }
 

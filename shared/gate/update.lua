@@ -7,9 +7,9 @@
 -- KEYS[3] voucher:{CODE}:orders     counted (the cap below); expiry
 -- KEYS[4] voucher:{CODE}:meta       reads the old totalLimit, rewritten from ARGV
 -- KEYS[5] voucher:{CODE}:done       expiry only
--- ARGV[1..8] the terms block (prelude's termsValid): expire-at (unix millis,
+-- ARGV[1..9] the terms block (prelude's termsValid): expire-at (unix millis,
 --            PEXPIREAT on all five keys), discountAmount, minOrderAmount,
---            totalLimit, perUserLimit, startsAt, endsAt, paused
+--            totalLimit, perUserLimit, startsAt, endsAt, paused, checkoutToken
 --
 -- remaining becomes remaining + (new totalLimit - meta's totalLimit), at least 0
 -- and at most new totalLimit - HLEN orders (the uses held never exceed the new
@@ -21,7 +21,7 @@
 -- database), otherwise {1, remainingBefore, remainingAfter}.
 -- Errors (before any write) on a bad ARGV layout or a corrupt remaining/meta.
 
-if #ARGV ~= 8 or not termsValid(1) then
+if #ARGV ~= 9 or not termsValid(1) then
   return redis.error_reply('ERR update: bad ARGV layout')
 end
 local before, bad = remainingOf('update')

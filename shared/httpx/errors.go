@@ -31,6 +31,10 @@ var statusOf = map[string]int{
 	voucher.CodeNotFound:            http.StatusNotFound,
 	voucher.CodeMethodNotAllowed:    http.StatusMethodNotAllowed,
 	voucher.CodeUnavailable:         http.StatusServiceUnavailable,
+
+	voucher.CodeCheckoutTokenRequired:     http.StatusForbidden,
+	voucher.CodeCheckoutTokenInvalid:      http.StatusForbidden,
+	voucher.CodeCheckoutTokenUnconfigured: http.StatusForbidden,
 }
 
 // Status returns the HTTP status for an error code; unknown codes are 503, since
@@ -68,6 +72,7 @@ var encodedErrors = encodeErrors(
 	voucher.ErrReservationExpired, voucher.ErrReservationNotFound, voucher.ErrAlreadyConfirmed,
 	voucher.ErrNotConfirmed, voucher.ErrReservationRefunded, voucher.ErrLimitBelowUsed,
 	voucher.ErrVoucherNotFound, voucher.ErrVoucherExists,
+	voucher.ErrCheckoutTokenRequired, voucher.ErrCheckoutTokenInvalid, voucher.ErrCheckoutTokenUnconfigured,
 )
 
 func encodeErrors(errs ...*voucher.Error) map[*voucher.Error][]byte {

@@ -156,6 +156,7 @@ var allCodes = []string{
 	voucher.CodeNotEligible, voucher.CodeReservationExpired, voucher.CodeReservationNotFound,
 	voucher.CodeAlreadyConfirmed, voucher.CodeNotConfirmed, voucher.CodeReservationRefunded, voucher.CodeLimitBelowUsed,
 	voucher.CodeNotFound, voucher.CodeMethodNotAllowed, voucher.CodeUnavailable,
+	voucher.CodeCheckoutTokenRequired, voucher.CodeCheckoutTokenInvalid, voucher.CodeCheckoutTokenUnconfigured,
 }
 
 // TestOpenAPIDocument checks openapi.yaml against itself and against the code:

@@ -26,6 +26,15 @@ const (
 	CodeNotFound            = "NOT_FOUND"
 	CodeMethodNotAllowed    = "METHOD_NOT_ALLOWED"
 	CodeUnavailable         = "UNAVAILABLE"
+
+	// A voucher with requireCheckoutToken: a reserve without X-Checkout-Token,
+	// one whose token does not verify (bad signature, expired, minted for
+	// another voucher or customer, unknown key id), and a proxy that has no
+	// CHECKOUT_TOKEN_SECRET to verify with. All three are 403: retrying the
+	// same request cannot succeed.
+	CodeCheckoutTokenRequired     = "CHECKOUT_TOKEN_REQUIRED"
+	CodeCheckoutTokenInvalid      = "CHECKOUT_TOKEN_INVALID"
+	CodeCheckoutTokenUnconfigured = "CHECKOUT_TOKEN_UNCONFIGURED"
 )
 
 // Reasons given with NOT_ELIGIBLE.
@@ -105,6 +114,10 @@ var (
 	ErrVoucherNotFound     = &Error{Code: CodeVoucherNotFound, Message: "no voucher with this code"}
 	ErrVoucherExists       = &Error{Code: CodeVoucherExists, Message: "a voucher with this code already exists"}
 	ErrUnavailable         = &Error{Code: CodeUnavailable, Message: "temporarily unavailable, retry with the same orderId"}
+
+	ErrCheckoutTokenRequired     = &Error{Code: CodeCheckoutTokenRequired, Message: "this voucher is reserved only with a checkout token (X-Checkout-Token)"}
+	ErrCheckoutTokenInvalid      = &Error{Code: CodeCheckoutTokenInvalid, Message: "the checkout token is not valid for this voucher and customer, or has expired"}
+	ErrCheckoutTokenUnconfigured = &Error{Code: CodeCheckoutTokenUnconfigured, Message: "this voucher requires a checkout token, which this service cannot verify"}
 )
 
 // IsFault reports whether err is a fault (answered 503, to be retried with the

@@ -14,6 +14,9 @@ type VoucherPatch struct {
 	DiscountAmount *int64     `json:"discountAmount"`
 	StartsAt       *time.Time `json:"startsAt"`
 	EndsAt         *time.Time `json:"endsAt"`
+
+	RequireCheckoutToken *bool   `json:"requireCheckoutToken"`
+	HoldTTL              *string `json:"holdTtl"` // affects reservations made after the change only
 }
 
 // Apply checks the patch and returns v with it applied (counters untouched).
@@ -26,9 +29,10 @@ func (p VoucherPatch) Apply(v Voucher) (Voucher, error) {
 	case p.FlashSale != nil:
 		return Voucher{}, invalid("flashSale cannot change")
 	case p.TotalLimit == nil && p.PerUserLimit == nil && p.MinOrderAmount == nil &&
-		p.DiscountAmount == nil && p.StartsAt == nil && p.EndsAt == nil:
+		p.DiscountAmount == nil && p.StartsAt == nil && p.EndsAt == nil &&
+		p.RequireCheckoutToken == nil && p.HoldTTL == nil:
 		return Voucher{}, invalid("the body must change at least one of totalLimit, perUserLimit, " +
-			"minOrderAmount, discountAmount, startsAt, endsAt")
+			"minOrderAmount, discountAmount, startsAt, endsAt, requireCheckoutToken, holdTtl")
 	case p.TotalLimit != nil && (*p.TotalLimit < 0 || *p.TotalLimit > MaxTotalLimit):
 		return Voucher{}, invalid("totalLimit must be between 0 and %d", MaxTotalLimit)
 	case p.PerUserLimit != nil && (*p.PerUserLimit < 1 || *p.PerUserLimit > MaxPerUserLimit):
@@ -38,6 +42,14 @@ func (p VoucherPatch) Apply(v Voucher) (Voucher, error) {
 	case p.DiscountAmount != nil && (*p.DiscountAmount <= 0 || *p.DiscountAmount > MaxAmount):
 		return Voucher{}, invalid("discountAmount must be a positive integer up to %d", MaxAmount)
 	}
+	if p.HoldTTL != nil {
+		hold, err := ParseHoldTTL(p.HoldTTL)
+		if err != nil {
+			return Voucher{}, err
+		}
+		v.HoldTTL = hold
+	}
+	set(&v.RequireCheckoutToken, p.RequireCheckoutToken)
 	set(&v.TotalLimit, p.TotalLimit)
 	set(&v.PerUserLimit, p.PerUserLimit)
 	set(&v.MinOrderAmount, p.MinOrderAmount)

@@ -97,12 +97,18 @@ type Voucher struct {
 	EndsAt         time.Time `json:"endsAt"`
 	FlashSale      bool      `json:"flashSale"`
 	Paused         bool      `json:"paused"`
-	State          string    `json:"state"` // by the database clock; see StateAt
-	UsedCount      int       `json:"usedCount"`
-	ReservedCount  int       `json:"reservedCount"`
-	ConfirmedCount int       `json:"confirmedCount"`
-	RefundedCount  int       `json:"refundedCount"`
-	Remaining      int       `json:"remaining"`
+	// RequireCheckoutToken refuses a reserve without a valid signed checkout
+	// token (shared/checkout), checked by the proxy before anything else.
+	RequireCheckoutToken bool `json:"requireCheckoutToken"`
+	// HoldTTL is how long this voucher's new reservations hold their use;
+	// zero: the ledger's RESERVATION_TTL. Answered as "holdTtl": "3m0s" when set.
+	HoldTTL        Duration `json:"holdTtl,omitempty"`
+	State          string   `json:"state"` // by the database clock; see StateAt
+	UsedCount      int      `json:"usedCount"`
+	ReservedCount  int      `json:"reservedCount"`
+	ConfirmedCount int      `json:"confirmedCount"`
+	RefundedCount  int      `json:"refundedCount"`
+	Remaining      int      `json:"remaining"`
 }
 
 // StateAt is the voucher's state at now: ended from endsAt on, else paused
@@ -153,10 +159,14 @@ type NewVoucher struct {
 	StartsAt       *time.Time `json:"startsAt"`
 	EndsAt         *time.Time `json:"endsAt"`
 	FlashSale      *bool      `json:"flashSale"`
+
+	RequireCheckoutToken *bool   `json:"requireCheckoutToken"`
+	HoldTTL              *string `json:"holdTtl"` // a Go duration, at least MinHoldTTL
 }
 
 // Validate checks the request and returns the voucher it describes, with defaults
-// applied (minOrderAmount 0, perUserLimit 1, flashSale false).
+// applied (minOrderAmount 0, perUserLimit 1, flashSale false,
+// requireCheckoutToken false, no holdTtl: the ledger's RESERVATION_TTL).
 func (n NewVoucher) Validate() (Voucher, error) {
 	switch {
 	case n.Code == nil:
@@ -185,6 +195,10 @@ func (n NewVoucher) Validate() (Voucher, error) {
 	case !n.StartsAt.Before(*n.EndsAt):
 		return Voucher{}, invalid("startsAt must be before endsAt")
 	}
+	hold, err := ParseHoldTTL(n.HoldTTL)
+	if err != nil {
+		return Voucher{}, err
+	}
 	v := Voucher{
 		Code:           *n.Code,
 		DiscountAmount: *n.DiscountAmount,
@@ -202,6 +216,10 @@ func (n NewVoucher) Validate() (Voucher, error) {
 	if n.FlashSale != nil {
 		v.FlashSale = *n.FlashSale
 	}
+	if n.RequireCheckoutToken != nil {
+		v.RequireCheckoutToken = *n.RequireCheckoutToken
+	}
+	v.HoldTTL = hold
 	v.Remaining = v.TotalLimit
 	return v, nil
 }

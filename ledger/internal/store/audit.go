@@ -45,6 +45,9 @@ type AuditTerms struct {
 	EndsAt         time.Time `json:"endsAt"`
 	FlashSale      bool      `json:"flashSale"`
 	Paused         bool      `json:"paused"`
+
+	RequireCheckoutToken bool             `json:"requireCheckoutToken"`
+	HoldTTL              voucher.Duration `json:"holdTtl,omitempty"` // absent: RESERVATION_TTL
 }
 
 // termsOf returns v's terms as an audit row keeps them; two vouchers with the
@@ -54,6 +57,7 @@ func TermsOf(v voucher.Voucher) AuditTerms {
 		DiscountAmount: v.DiscountAmount, MinOrderAmount: v.MinOrderAmount, TotalLimit: v.TotalLimit,
 		PerUserLimit: v.PerUserLimit, StartsAt: v.StartsAt.UTC(), EndsAt: v.EndsAt.UTC(),
 		FlashSale: v.FlashSale, Paused: v.Paused,
+		RequireCheckoutToken: v.RequireCheckoutToken, HoldTTL: v.HoldTTL,
 	}
 }
 

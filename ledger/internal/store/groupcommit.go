@@ -106,7 +106,7 @@ func (s *Store) GroupCommit(ctx context.Context, q querier, v voucher.Voucher, c
 		amounts[i], discounts[i] = cl.OrderAmount, v.DiscountFor(cl.OrderAmount)
 	}
 	rows, err := q.Query(ctx, GroupCommitSQL,
-		v.Code, customers, orders, s.ttl.Microseconds(), amounts, discounts, s.events)
+		v.Code, customers, orders, v.Hold(s.ttl).Microseconds(), amounts, discounts, s.events)
 	if err != nil {
 		return nil, err
 	}

@@ -239,7 +239,7 @@ func (s *Store) insert(ctx context.Context, v voucher.Voucher, cl voucher.Claim)
 			VALUES ($1, $2, $3, 'RESERVED', now() + $4 * interval '1 microsecond', $5, $6)
 			ON CONFLICT (order_id) DO NOTHING
 			RETURNING created_at, expires_at`,
-			v.Code, cl.CustomerID, cl.OrderID, s.ttl.Microseconds(), cl.OrderAmount, r.DiscountAmount,
+			v.Code, cl.CustomerID, cl.OrderID, v.Hold(s.ttl).Microseconds(), cl.OrderAmount, r.DiscountAmount,
 		).Scan(&r.CreatedAt, &r.ExpiresAt)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return errOrderTaken
@@ -250,7 +250,7 @@ func (s *Store) insert(ctx context.Context, v voucher.Voucher, cl voucher.Claim)
 		if err := takeCustomerUses(ctx, tx, v.Code, map[int64]int{cl.CustomerID: 1}); err != nil {
 			return err
 		}
-		return s.takeVoucherUses(ctx, tx, v.Code, 1, true, reservedEvents{}.add(cl, r.DiscountAmount))
+		return s.takeVoucherUses(ctx, tx, v.Code, 1, true, reservedEvents{hold: v.Hold(s.ttl)}.add(cl, r.DiscountAmount))
 	})
 	if err != nil {
 		return voucher.Reservation{}, Translate(fmt.Errorf("reserve %s/%s: %w", v.Code, cl.OrderID, err))
@@ -342,7 +342,7 @@ func (s *Store) takeVoucherUses(ctx context.Context, tx pgx.Tx, code string, n i
 			) x WHERE $4 ORDER BY x.k, x.i
 		)
 		SELECT NOT EXISTS (SELECT 1 FROM upd), paused, now() < starts_at, now() >= ends_at
-		FROM voucher WHERE code = $1`, code, n, open, s.events, s.ttl.Microseconds(),
+		FROM voucher WHERE code = $1`, code, n, open, s.events, reserved.hold.Microseconds(),
 		reserved.orders, reserved.customers, reserved.amounts, reserved.discounts,
 	).Scan(&outOfStock, &paused, &notStarted, &ended)
 	if errors.Is(err, pgx.ErrNoRows) {
@@ -365,8 +365,10 @@ func (s *Store) takeVoucherUses(ctx context.Context, tx pgx.Tx, code string, n i
 }
 
 // reservedEvents are the reservations a transaction wrote, as columns, for
-// their reservation.reserved events.
+// their reservation.reserved events, and the hold they were written with
+// (their expiresAt).
 type reservedEvents struct {
+	hold                          time.Duration
 	orders                        []string
 	customers, amounts, discounts []int64
 }

@@ -15,20 +15,38 @@ import (
 
 // termsColumns are the voucher columns scanTerms reads.
 const termsColumns = `code, discount_amount, min_order_amount, total_limit, per_user_limit,
-		       starts_at, ends_at, flash_sale, paused, used_count`
+		       starts_at, ends_at, flash_sale, paused, used_count, require_checkout_token, hold_ttl_us`
 
 // scanTerms reads one row of termsColumns: the one mapping from a voucher row
 // to a Voucher's terms (used_count included, the other counters not).
 func scanTerms(row pgx.Row) (voucher.Voucher, error) {
 	var v voucher.Voucher
+	var hold *int64
 	err := row.Scan(&v.Code, &v.DiscountAmount, &v.MinOrderAmount, &v.TotalLimit, &v.PerUserLimit,
-		&v.StartsAt, &v.EndsAt, &v.FlashSale, &v.Paused, &v.UsedCount)
+		&v.StartsAt, &v.EndsAt, &v.FlashSale, &v.Paused, &v.UsedCount, &v.RequireCheckoutToken, &hold)
 	if err != nil {
 		return voucher.Voucher{}, err
 	}
-	v.StartsAt, v.EndsAt = v.StartsAt.UTC(), v.EndsAt.UTC()
+	v.StartsAt, v.EndsAt, v.HoldTTL = v.StartsAt.UTC(), v.EndsAt.UTC(), holdFrom(hold)
 	v.Remaining = v.TotalLimit - v.UsedCount
 	return v, nil
+}
+
+// holdFrom reads hold_ttl_us: NULL is no hold of the voucher's own.
+func holdFrom(us *int64) voucher.Duration {
+	if us == nil {
+		return 0
+	}
+	return voucher.Duration(time.Duration(*us) * time.Microsecond)
+}
+
+// holdColumn is hold_ttl_us for a voucher's hold: NULL when it has none.
+func holdColumn(d voucher.Duration) *int64 {
+	if d <= 0 {
+		return nil
+	}
+	us := time.Duration(d).Microseconds()
+	return &us
 }
 
 // viewSelect reads vouchers as the admin routes show them: terms, counters, and
@@ -37,7 +55,7 @@ func scanTerms(row pgx.Row) (voucher.Voucher, error) {
 const viewSelect = `
 		SELECT v.code, v.discount_amount, v.min_order_amount, v.total_limit, v.per_user_limit,
 		       v.starts_at, v.ends_at, v.flash_sale, v.paused, v.used_count,
-		       c.reserved, c.confirmed, c.refunded, now()
+		       v.require_checkout_token, v.hold_ttl_us, c.reserved, c.confirmed, c.refunded, now()
 		FROM voucher v
 		CROSS JOIN LATERAL (
 			SELECT count(*) FILTER (WHERE r.status = 'RESERVED') AS reserved,
@@ -50,13 +68,14 @@ const viewSelect = `
 func scanView(row pgx.Row) (voucher.Voucher, error) {
 	var v voucher.Voucher
 	var now time.Time
+	var hold *int64
 	err := row.Scan(&v.Code, &v.DiscountAmount, &v.MinOrderAmount, &v.TotalLimit, &v.PerUserLimit,
-		&v.StartsAt, &v.EndsAt, &v.FlashSale, &v.Paused, &v.UsedCount,
+		&v.StartsAt, &v.EndsAt, &v.FlashSale, &v.Paused, &v.UsedCount, &v.RequireCheckoutToken, &hold,
 		&v.ReservedCount, &v.ConfirmedCount, &v.RefundedCount, &now)
 	if err != nil {
 		return voucher.Voucher{}, err
 	}
-	v.StartsAt, v.EndsAt = v.StartsAt.UTC(), v.EndsAt.UTC()
+	v.StartsAt, v.EndsAt, v.HoldTTL = v.StartsAt.UTC(), v.EndsAt.UTC(), holdFrom(hold)
 	v.Remaining = v.TotalLimit - v.UsedCount
 	v.State = v.StateAt(now)
 	return v, nil
@@ -67,10 +86,11 @@ func (s *Store) CreateVoucher(ctx context.Context, v voucher.Voucher, actor stri
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		_, err := tx.Exec(ctx, `
 			INSERT INTO voucher (code, discount_amount, min_order_amount, total_limit,
-			                     per_user_limit, starts_at, ends_at, flash_sale)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`,
+			                     per_user_limit, starts_at, ends_at, flash_sale,
+			                     require_checkout_token, hold_ttl_us)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)`,
 			v.Code, v.DiscountAmount, v.MinOrderAmount, v.TotalLimit,
-			v.PerUserLimit, v.StartsAt, v.EndsAt, v.FlashSale)
+			v.PerUserLimit, v.StartsAt, v.EndsAt, v.FlashSale, v.RequireCheckoutToken, holdColumn(v.HoldTTL))
 		if err != nil {
 			return err
 		}
@@ -211,10 +231,12 @@ func (s *Store) changeVoucher(ctx context.Context, code, actor, action string, l
 		}
 		if _, err := tx.Exec(ctx, `
 			UPDATE voucher SET discount_amount = $2, min_order_amount = $3, total_limit = $4,
-			       per_user_limit = $5, starts_at = $6, ends_at = $7, paused = $8, updated_at = now()
+			       per_user_limit = $5, starts_at = $6, ends_at = $7, paused = $8,
+			       require_checkout_token = $9, hold_ttl_us = $10, updated_at = now()
 			WHERE code = $1`,
 			code, after.DiscountAmount, after.MinOrderAmount, after.TotalLimit,
-			after.PerUserLimit, after.StartsAt, after.EndsAt, after.Paused); err != nil {
+			after.PerUserLimit, after.StartsAt, after.EndsAt, after.Paused,
+			after.RequireCheckoutToken, holdColumn(after.HoldTTL)); err != nil {
 			return err
 		}
 		if after.PerUserLimit != before.PerUserLimit {
