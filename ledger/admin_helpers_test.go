@@ -11,6 +11,7 @@ import (
 
 	"github.com/flashgate/flashgate/ledger/internal/store"
 	"github.com/flashgate/flashgate/ledger/internal/web"
+	"github.com/flashgate/flashgate/shared/envconf"
 	"github.com/flashgate/flashgate/shared/voucher"
 )
 
@@ -22,7 +23,12 @@ var adminTokens = map[string]string{"alice": "alice-token", "bob": "bob-token"}
 func newAdminLedger(tb testing.TB) *testLedger {
 	tb.Helper()
 	l := newTestLedger(tb, ledgerOptions{token: "default-token"})
-	hs := httptest.NewServer(l.handler(func(s *web.Server) { s.Tokens = adminTokens }))
+	hs := httptest.NewServer(l.handler(func(s *web.Server) {
+		s.Tokens = map[string]envconf.Credential{}
+		for name, token := range adminTokens {
+			s.Tokens[name] = envconf.Credential{Token: token} // every scope
+		}
+	}))
 	tb.Cleanup(hs.Close)
 	l.URL = hs.URL
 	return l

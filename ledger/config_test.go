@@ -19,13 +19,17 @@ func TestConfigTokens(t *testing.T) {
 		}
 		return envconf.NewFrom(m)
 	}
-	c, err := configFrom(env("LEDGER_TOKEN", "t0", "LEDGER_TOKENS", "alice:ta,bob:tb"))
+	c, err := configFrom(env("LEDGER_TOKEN", "t0", "LEDGER_TOKENS", "alice:ta,bob:tb,proxy:tp:internal,pay:tq:settle+reserve"))
 	assert.NoError(t, err)
 	assert.Equal(t, "t0", c.Token)
-	assert.Equal(t, map[string]string{"alice": "ta", "bob": "tb"}, c.Tokens)
+	assert.Equal(t, map[string]envconf.Credential{
+		"alice": {Token: "ta"}, "bob": {Token: "tb"},
+		"proxy": {Token: "tp", Scopes: []string{"internal"}},
+		"pay":   {Token: "tq", Scopes: []string{"settle", "reserve"}},
+	}, c.Tokens)
 	c, err = configFrom(env("LEDGER_TOKENS", "default:td"))
 	assert.NoError(t, err, "default may be named when LEDGER_TOKEN is unset")
-	assert.Equal(t, map[string]string{"default": "td"}, c.Tokens)
+	assert.Equal(t, map[string]envconf.Credential{"default": {Token: "td"}}, c.Tokens)
 
 	for _, bad := range [][]string{
 		{"LEDGER_TOKENS", "alice"},
@@ -33,6 +37,9 @@ func TestConfigTokens(t *testing.T) {
 		{"LEDGER_TOKENS", "alice:ta,bob:ta"},
 		{"LEDGER_TOKENS", "al ice:ta"},
 		{"LEDGER_TOKENS", "alice:ta,"},
+		{"LEDGER_TOKENS", "alice:ta:admin"},
+		{"LEDGER_TOKENS", "alice:ta:read+"},
+		{"LEDGER_TOKEN", "t0", "LEDGER_TOKENS", "alice:t0:read"},
 		{"LEDGER_TOKEN", "t0", "LEDGER_TOKENS", "default:td"},
 		{"LEDGER_TOKEN", "t0", "LEDGER_TOKENS", "alice:t0"},
 	} {

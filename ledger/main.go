@@ -29,25 +29,25 @@ import (
 
 // Config is everything the ledger reads from its environment, read once in main.
 type Config struct {
-	Addr              string            // LEDGER_ADDR
-	DatabaseURL       string            // DATABASE_URL
-	RedisURL          string            // REDIS_URL; empty: no flash vouchers
-	Token             string            // LEDGER_TOKEN, named "default"; with Tokens empty too: auth off
-	Tokens            map[string]string // LEDGER_TOKENS: "name:token,..." named admin tokens (audit actors)
-	ReservationTTL    time.Duration     // RESERVATION_TTL
-	ExpiryInterval    time.Duration     // EXPIRY_INTERVAL
-	ReconcileInterval time.Duration     // RECONCILE_INTERVAL
-	HangingGrace      time.Duration     // HANGING_GRACE
-	MaxConns          int               // DB_MAX_CONNS
-	MinConns          int               // DB_MIN_CONNS: opened at start and kept open
-	RedisWarm         int               // REDIS_WARM_CONNS: Redis connections opened at start
-	WriteBatch        int               // WRITE_MAX_BATCH: most admitted writes per transaction
-	MaxPerVoucher     int               // MAX_INFLIGHT_PER_VOUCHER: standard-path reserves of one voucher at once
-	VoucherWait       time.Duration     // VOUCHER_WAIT: longest wait for one of those slots
-	DBTimeout         time.Duration     // DB_TIMEOUT: deadline of each statement and connection wait
-	WriteTimeout      time.Duration     // WRITE_TIMEOUT, capped by writeTimeoutFor
-	httpx.Serving                       // MAX_CONNS, MAX_INFLIGHT, DEBUG_ADDR, SHUTDOWN_DELAY, SHUTDOWN_TIMEOUT
-	Events            outbox.Config     // EVENTS, WEBHOOK_*, KAFKA_*, EVENT_RETENTION
+	Addr              string                        // LEDGER_ADDR
+	DatabaseURL       string                        // DATABASE_URL
+	RedisURL          string                        // REDIS_URL; empty: no flash vouchers
+	Token             string                        // LEDGER_TOKEN, named "default", every scope; with Tokens empty too: auth off
+	Tokens            map[string]envconf.Credential // LEDGER_TOKENS: "name:token[:scope+scope...],..." (audit actors)
+	ReservationTTL    time.Duration                 // RESERVATION_TTL
+	ExpiryInterval    time.Duration                 // EXPIRY_INTERVAL
+	ReconcileInterval time.Duration                 // RECONCILE_INTERVAL
+	HangingGrace      time.Duration                 // HANGING_GRACE
+	MaxConns          int                           // DB_MAX_CONNS
+	MinConns          int                           // DB_MIN_CONNS: opened at start and kept open
+	RedisWarm         int                           // REDIS_WARM_CONNS: Redis connections opened at start
+	WriteBatch        int                           // WRITE_MAX_BATCH: most admitted writes per transaction
+	MaxPerVoucher     int                           // MAX_INFLIGHT_PER_VOUCHER: standard-path reserves of one voucher at once
+	VoucherWait       time.Duration                 // VOUCHER_WAIT: longest wait for one of those slots
+	DBTimeout         time.Duration                 // DB_TIMEOUT: deadline of each statement and connection wait
+	WriteTimeout      time.Duration                 // WRITE_TIMEOUT, capped by writeTimeoutFor
+	httpx.Serving                                   // MAX_CONNS, MAX_INFLIGHT, DEBUG_ADDR, SHUTDOWN_DELAY, SHUTDOWN_TIMEOUT
+	Events            outbox.Config                 // EVENTS, WEBHOOK_*, KAFKA_*, EVENT_RETENTION
 }
 
 // writeMargin is what writeTimeoutFor keeps between the longest time a write
@@ -84,8 +84,9 @@ func configFrom(e *envconf.Reader) (Config, error) {
 		RedisURL: e.String("REDIS_URL", "",
 			"Redis for flash vouchers, in the proxy's form; unset: flash vouchers answer 503"),
 		Token: e.String("LEDGER_TOKEN", "",
-			"bearer token (actor default) for every route but the open ones; unset with LEDGER_TOKENS: auth off"),
-		Tokens: e.Tokens("LEDGER_TOKENS", "more bearer tokens with the actor names the audit trail records: name:token,name2:token2"),
+			"bearer token (actor default) with every scope; unset with LEDGER_TOKENS: auth off"),
+		Tokens: e.Tokens("LEDGER_TOKENS", httpx.Scopes,
+			"more bearer tokens with the actor names the audit trail records and, optionally, their scopes: name:token[:scope+scope...],...; a token without a scope list has every scope; a proxy's needs only internal"),
 		ReservationTTL: e.Duration("RESERVATION_TTL", 15*time.Minute,
 			"how long a reservation holds its use before the sweeper releases it"),
 		ExpiryInterval:    e.Duration("EXPIRY_INTERVAL", time.Minute, "how often the expiry sweeper runs"),
@@ -134,21 +135,7 @@ func configFrom(e *envconf.Reader) (Config, error) {
 	if err := c.Shutdown.Check(c.WriteTimeout, "the group commit's deadline (WRITE_TIMEOUT)"); err != nil {
 		return c, err
 	}
-	return c, checkTokens(c)
-}
-
-// checkTokens refuses LEDGER_TOKENS that would make an actor ambiguous: a
-// second "default", or LEDGER_TOKEN's token under another name.
-func checkTokens(c Config) error {
-	if _, dup := c.Tokens[httpx.DefaultActor]; dup && c.Token != "" {
-		return errors.New("LEDGER_TOKENS must not name a token default while LEDGER_TOKEN (named default) is set")
-	}
-	for name, token := range c.Tokens {
-		if token == c.Token {
-			return fmt.Errorf("LEDGER_TOKENS: %s has the same token as LEDGER_TOKEN", name)
-		}
-	}
-	return nil
+	return c, httpx.CheckTokens("LEDGER_TOKEN", c.Token, "LEDGER_TOKENS", c.Tokens)
 }
 
 func main() {
@@ -218,7 +205,7 @@ func build(base context.Context, cfg Config, log *slog.Logger, alive func() erro
 	svc.operator = sale.NewOperator(svc.store, g, pub, svc.ledger.Warmup, log)
 	svc.outbox = outbox.NewMetrics(reg)
 	svc.server = &web.Server{Log: log, Ledger: svc.ledger, Operator: svc.operator, Store: svc.store, Jobs: svc.jobs,
-		Token: cfg.Token, Tokens: cfg.Tokens, Metrics: svc.metrics, MaxInflight: cfg.MaxInflight, LatencySLO: cfg.LatencySLO, HangingGrace: cfg.HangingGrace,
+		Token: cfg.Token, Tokens: cfg.Tokens, Metrics: svc.metrics, MetricsElsewhere: cfg.MetricsAddr != "", MaxInflight: cfg.MaxInflight, LatencySLO: cfg.LatencySLO, HangingGrace: cfg.HangingGrace,
 		Ready: func(c *gin.Context) error {
 			// Ready while Postgres answers: without Redis, standard vouchers,
 			// confirm and release still work (flash reserves get a fast 503).
@@ -260,6 +247,9 @@ func run(cfg Config, log *slog.Logger) error {
 		log.Warn("LEDGER_TOKEN and LEDGER_TOKENS are not set: authentication is off")
 	}
 	httpx.ServeDebug(cfg.DebugAddr, log)
+	if err := svc.metrics.ServeMetricsOn(cfg.MetricsAddr, log); err != nil {
+		return err
+	}
 	jobsDone, err := svc.startBackground(ctx, stopping.Done())
 	if err != nil {
 		return err

@@ -91,7 +91,7 @@ func runStack(ctx context.Context, args []string) error {
 	}
 	defer st.Stop()
 	fmt.Printf(`flashgate is up (Ctrl-C stops everything and removes the data)
-  proxy:    %s
+  proxy:    %s   (PROXY_AUTH=off: no client token, a local stack only)
   ledger:   %s   (LEDGER_TOKEN=%s)
   redis:    %s
   postgres: %s (%s)

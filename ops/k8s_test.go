@@ -173,8 +173,8 @@ func settingsOf(t *testing.T, service string) map[string]string {
 // service reads (its --help), probes on /readyz and /healthz on the port its
 // ADDR listens on, a preStop pause of SHUTDOWN_DELAY and a grace period
 // covering SHUTDOWN_DELAY + SHUTDOWN_TIMEOUT, resources, Services, PDBs, the
-// proxy's HPA, the Secret's keys, and Redis and Postgres as ExternalName
-// Services that the URLs name.
+// proxy's HPA, the secrets (checkSecretRefs), and Redis and Postgres as
+// ExternalName Services that the URLs name.
 func TestKubernetesBase(t *testing.T) {
 	k := checkKustomization(t, "k8s/base")
 	var files []string
@@ -202,8 +202,47 @@ func TestKubernetesBase(t *testing.T) {
 	}
 	assert.Contains(t, m.configMaps["flashgate-ledger"].Data["REDIS_URL"], "//flashgate-redis:")
 	assert.Contains(t, m.configMaps["flashgate-proxy"].Data["REDIS_URL"], "//flashgate-redis:")
-	assert.Contains(t, m.secrets["flashgate"].StringData["DATABASE_URL"], "@flashgate-postgres:")
 	assert.Contains(t, m.configMaps["flashgate-proxy"].Data["LEDGER_URL"], "//flashgate-ledger:")
+	checkSecretRefs(t, m)
+}
+
+// secretKeys are the keys of the Secret flashgate the deployments read, by
+// service and env name; the README's kubectl command creates each.
+var secretKeys = map[string]map[string]string{
+	"flashgate-ledger": {"LEDGER_TOKEN": "LEDGER_TOKEN", "LEDGER_TOKENS": "LEDGER_TOKENS", "DATABASE_URL": "DATABASE_URL"},
+	"flashgate-proxy":  {"LEDGER_TOKEN": "PROXY_LEDGER_TOKEN", "PROXY_TOKENS": "PROXY_TOKENS"},
+}
+
+// checkSecretRefs checks the secrets: no Secret ships in the manifests (no
+// placeholder token to forget), every token and DATABASE_URL comes from the
+// Secret flashgate that the operator creates, required (a pod without it
+// does not start), the proxy's edge is never opened (no PROXY_AUTH), and the
+// README's kubectl command creates every key the deployments read, the
+// proxy's ledger token scoped internal.
+func checkSecretRefs(t *testing.T, m manifests) {
+	t.Helper()
+	assert.Empty(t, m.secrets, "the base ships no Secret: the operator creates flashgate")
+	readme, err := os.ReadFile("../README.md")
+	require.NoError(t, err)
+	for deploy, want := range secretKeys {
+		d := m.deployments[deploy]
+		require.NotNil(t, d, deploy)
+		got := map[string]string{}
+		for _, e := range d.Spec.Template.Spec.Containers[0].Env {
+			ref := e.ValueFrom.SecretKeyRef
+			if ref == nil {
+				continue
+			}
+			assert.Equal(t, "flashgate", ref.Name, "%s %s", deploy, e.Name)
+			assert.False(t, ref.Optional != nil && *ref.Optional, "%s %s: the secret is required", deploy, e.Name)
+			got[e.Name] = ref.Key
+			assert.Contains(t, string(readme), "--from-literal="+ref.Key+"=", "the README creates the Secret's key %s", ref.Key)
+		}
+		assert.Equal(t, want, got, "%s's secrets", deploy)
+		assert.NotContains(t, m.configMaps[deploy].Data, "PROXY_AUTH", "the edge requires a token")
+	}
+	assert.Contains(t, string(readme), `LEDGER_TOKENS="proxy:$PLT:internal`, "the proxies' ledger token is scoped internal")
+	assert.Contains(t, string(readme), "@flashgate-postgres:", "DATABASE_URL names the ExternalName Service")
 }
 
 func checkService(t *testing.T, m manifests, service, addrVar string, settings map[string]string) {
@@ -223,12 +262,7 @@ func checkService(t *testing.T, m manifests, service, addrVar string, settings m
 	}
 	for _, e := range c.Env {
 		assert.Contains(t, settings, e.Name, "%s env %s", name, e.Name)
-		if ref := e.ValueFrom.SecretKeyRef; assert.NotNil(t, ref, e.Name) {
-			s := m.secrets[ref.Name]
-			if assert.NotNil(t, s, "Secret %s", ref.Name) {
-				assert.Contains(t, s.StringData, ref.Key, "Secret %s has no %s", ref.Name, ref.Key)
-			}
-		}
+		assert.NotNil(t, e.ValueFrom.SecretKeyRef, "%s %s: from the Secret (checkSecretRefs)", name, e.Name)
 	}
 	require.Len(t, c.EnvFrom, 1)
 	assert.Equal(t, name, c.EnvFrom[0].ConfigMapRef.Name)

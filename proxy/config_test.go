@@ -16,7 +16,7 @@ import (
 // is refused at start with a message naming both.
 func TestConfigWarmConns(t *testing.T) {
 	env := func(kv ...string) *envconf.Reader {
-		m := map[string]string{"REDIS_URL": "redis://127.0.0.1:1"}
+		m := map[string]string{"REDIS_URL": "redis://127.0.0.1:1", "PROXY_TOKEN": "edge-token"}
 		for i := 0; i < len(kv); i += 2 {
 			m[kv[i]] = kv[i+1]
 		}
@@ -47,12 +47,12 @@ func TestSettingsDocumented(t *testing.T) {
 // 1/0, and that anything else stops the start naming the variable.
 func TestConfigSwitch(t *testing.T) {
 	for v, want := range map[string]bool{"on": true, "true": true, "1": true, "TRUE": true, "off": false, "false": false, "0": false} {
-		c, err := configFrom(envconf.NewFrom(map[string]string{"REDIS_URL": "redis://x", "PROXY_COALESCE": v}))
+		c, err := configFrom(envconf.NewFrom(map[string]string{"REDIS_URL": "redis://x", "PROXY_AUTH": "off", "PROXY_COALESCE": v}))
 		if err != nil || c.Coalesce != want {
 			t.Errorf("configFrom(PROXY_COALESCE=%s) = %v, %v, want %v", v, c.Coalesce, err, want)
 		}
 	}
-	_, err := configFrom(envconf.NewFrom(map[string]string{"REDIS_URL": "redis://x", "PROXY_COALESCE": "yes please"}))
+	_, err := configFrom(envconf.NewFrom(map[string]string{"REDIS_URL": "redis://x", "PROXY_AUTH": "off", "PROXY_COALESCE": "yes please"}))
 	if err == nil || !strings.Contains(err.Error(), "PROXY_COALESCE") {
 		t.Errorf("configFrom(PROXY_COALESCE=yes please) = %v, want an error naming PROXY_COALESCE", err)
 	}
@@ -63,12 +63,59 @@ func TestCommandLine(t *testing.T) {
 	httpxtest.CheckCommandLine(t, proxyBinary(t), "proxy", configFrom)
 }
 
+// TestConfigEdgeAuth checks that the edge requires a token by default: no
+// PROXY_TOKEN nor PROXY_TOKENS stops the start unless PROXY_AUTH=off, which
+// beside a token is refused too; PROXY_TOKENS takes the scopes reserve and
+// settle (the edge's routes take no other), and a bad value is refused naming
+// the variable and never the token.
+func TestConfigEdgeAuth(t *testing.T) {
+	env := func(kv ...string) *envconf.Reader {
+		m := map[string]string{"REDIS_URL": "redis://x"}
+		for i := 0; i < len(kv); i += 2 {
+			m[kv[i]] = kv[i+1]
+		}
+		return envconf.NewFrom(m)
+	}
+	c, err := configFrom(env("PROXY_AUTH", "off"))
+	assert.NoError(t, err)
+	assert.True(t, c.OpenEdge)
+	c, err = configFrom(env("PROXY_TOKEN", "t0", "PROXY_TOKENS", "shop:ts:reserve,pay:tp:settle,ops:to"))
+	assert.NoError(t, err)
+	assert.False(t, c.OpenEdge)
+	assert.Equal(t, "t0", c.Token)
+	assert.Equal(t, map[string]envconf.Credential{
+		"shop": {Token: "ts", Scopes: []string{"reserve"}},
+		"pay":  {Token: "tp", Scopes: []string{"settle"}},
+		"ops":  {Token: "to"},
+	}, c.Tokens)
+	_, err = configFrom(env("PROXY_TOKENS", "shop:ts:reserve"))
+	assert.NoError(t, err, "PROXY_TOKENS alone is enough")
+
+	for _, bad := range [][]string{
+		{},
+		{"PROXY_AUTH", "on"},
+		{"PROXY_AUTH", "off", "PROXY_TOKEN", "t0"},
+		{"PROXY_AUTH", "off", "PROXY_TOKENS", "shop:ts"},
+		{"PROXY_TOKENS", "shop:ts:read"},
+		{"PROXY_TOKENS", "shop:ts:internal"},
+		{"PROXY_TOKENS", "shop:ts,pay:ts"},
+		{"PROXY_TOKEN", "ts", "PROXY_TOKENS", "shop:ts:reserve"},
+		{"PROXY_TOKEN", "t0", "PROXY_TOKENS", "default:ts"},
+	} {
+		_, err := configFrom(env(bad...))
+		if assert.Error(t, err, "%v", bad) {
+			assert.Contains(t, err.Error(), "PROXY_", "%v", bad)
+			assert.NotContains(t, err.Error(), ":ts", "%v: no token in the message", bad)
+		}
+	}
+}
+
 // TestConfigCodesAndLookups: LIVE_CODES_REFRESH and LEDGER_LOOKUPS have their
 // defaults, take 0s (every unknown code re-reads the set) and a positive
 // budget, and refuse a negative interval or a budget below 1 by name.
 func TestConfigCodesAndLookups(t *testing.T) {
 	env := func(kv ...string) *envconf.Reader {
-		m := map[string]string{"REDIS_URL": "redis://127.0.0.1:1"}
+		m := map[string]string{"REDIS_URL": "redis://127.0.0.1:1", "PROXY_AUTH": "off"}
 		for i := 0; i < len(kv); i += 2 {
 			m[kv[i]] = kv[i+1]
 		}
@@ -94,7 +141,7 @@ func TestConfigCodesAndLookups(t *testing.T) {
 // the start naming the variable but never showing a secret.
 func TestConfigCheckoutSecret(t *testing.T) {
 	env := func(secret string) *envconf.Reader {
-		m := map[string]string{"REDIS_URL": "redis://127.0.0.1:1"}
+		m := map[string]string{"REDIS_URL": "redis://127.0.0.1:1", "PROXY_AUTH": "off"}
 		if secret != "" {
 			m["CHECKOUT_TOKEN_SECRET"] = secret
 		}

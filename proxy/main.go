@@ -27,26 +27,28 @@ import (
 
 // Config is everything the proxy reads from its environment, read once in main.
 type Config struct {
-	Addr            string        // PROXY_ADDR
-	RedisURL        string        // REDIS_URL
-	LedgerURL       string        // LEDGER_URL
-	LedgerToken     string        // LEDGER_TOKEN: sent to the ledger
-	Token           string        // PROXY_TOKEN: required from clients when set
-	SoldOutTTL      time.Duration // SOLDOUT_TTL
-	VoucherCacheTTL time.Duration // VOUCHER_CACHE_TTL
-	RedisTimeout    time.Duration // REDIS_TIMEOUT
-	LedgerTimeout   time.Duration // LEDGER_TIMEOUT
-	Coalesce        bool          // PROXY_COALESCE (on|off)
-	MaxBatch        int           // PROXY_MAX_BATCH
-	RedisPool       int           // REDIS_POOL_SIZE; 0: go-redis's default
-	WriteTarget     time.Duration // ADMIT_WRITE_TARGET; 0: no admission window
-	RedisWarm       int           // REDIS_WARM_CONNS: Redis connections opened at start
-	LedgerWarm      int           // LEDGER_WARM_CONNS: ledger connections opened at start and kept warm
-	WarmRequests    int           // WARM_REQUESTS: reserves the proxy sends itself before it listens (warmUp)
-	CodesRefresh    time.Duration // LIVE_CODES_REFRESH: a code outside the set re-reads it at most this often
-	LedgerLookups   int           // LEDGER_LOOKUPS: lookups at the ledger in flight at once
-	CheckoutKeys    checkout.Keys // CHECKOUT_TOKEN_SECRET: keyId:secret[,keyId:secret...]
-	httpx.Serving                 // MAX_CONNS, MAX_INFLIGHT, DEBUG_ADDR, SHUTDOWN_DELAY, SHUTDOWN_TIMEOUT
+	Addr            string                        // PROXY_ADDR
+	RedisURL        string                        // REDIS_URL
+	LedgerURL       string                        // LEDGER_URL
+	LedgerToken     string                        // LEDGER_TOKEN: sent to the ledger (scope internal suffices)
+	Token           string                        // PROXY_TOKEN: named default, every scope
+	Tokens          map[string]envconf.Credential // PROXY_TOKENS: name:token[:scope+scope...],...
+	OpenEdge        bool                          // PROXY_AUTH=off: no token required (and none set)
+	SoldOutTTL      time.Duration                 // SOLDOUT_TTL
+	VoucherCacheTTL time.Duration                 // VOUCHER_CACHE_TTL
+	RedisTimeout    time.Duration                 // REDIS_TIMEOUT
+	LedgerTimeout   time.Duration                 // LEDGER_TIMEOUT
+	Coalesce        bool                          // PROXY_COALESCE (on|off)
+	MaxBatch        int                           // PROXY_MAX_BATCH
+	RedisPool       int                           // REDIS_POOL_SIZE; 0: go-redis's default
+	WriteTarget     time.Duration                 // ADMIT_WRITE_TARGET; 0: no admission window
+	RedisWarm       int                           // REDIS_WARM_CONNS: Redis connections opened at start
+	LedgerWarm      int                           // LEDGER_WARM_CONNS: ledger connections opened at start and kept warm
+	WarmRequests    int                           // WARM_REQUESTS: reserves the proxy sends itself before it listens (warmUp)
+	CodesRefresh    time.Duration                 // LIVE_CODES_REFRESH: a code outside the set re-reads it at most this often
+	LedgerLookups   int                           // LEDGER_LOOKUPS: lookups at the ledger in flight at once
+	CheckoutKeys    checkout.Keys                 // CHECKOUT_TOKEN_SECRET: keyId:secret[,keyId:secret...]
+	httpx.Serving                                 // MAX_CONNS, MAX_INFLIGHT, DEBUG_ADDR, SHUTDOWN_DELAY, SHUTDOWN_TIMEOUT
 }
 
 // doc heads the proxy's --help.
@@ -61,8 +63,13 @@ func configFrom(e *envconf.Reader) (Config, error) {
 		RedisURL: e.String("REDIS_URL", "", "required: redis://[user:pass@]host:port/db, or redis+cluster://host1:port,host2:port for a Redis Cluster"),
 		LedgerURL: e.String("LEDGER_URL", "http://127.0.0.1:8081",
 			"the ledger (one, or a balancer in front of several)"),
-		LedgerToken: e.String("LEDGER_TOKEN", "", "bearer token sent to the ledger"),
-		Token:       e.String("PROXY_TOKEN", "", "when set, clients must send Authorization: Bearer <token>"),
+		LedgerToken: e.String("LEDGER_TOKEN", "", "bearer token sent to the ledger; the scope internal is all it needs"),
+		Token: e.String("PROXY_TOKEN", "",
+			"bearer token clients send (Authorization: Bearer <token>), with every scope of the edge (reserve, settle)"),
+		Tokens: e.Tokens("PROXY_TOKENS", proxyScopes,
+			"more named client tokens, each with its scopes: name:token[:scope+scope...],...; a token without a scope list has both"),
+		OpenEdge: !e.Switch("PROXY_AUTH", true,
+			"off: the edge takes requests without a token (logged at WARN at start); on: PROXY_TOKEN or PROXY_TOKENS is required, the proxy refuses to start without one"),
 		SoldOutTTL: e.Duration("SOLDOUT_TTL", 2*time.Second,
 			"how long the local sold-out flag answers 409 without asking Redis"),
 		VoucherCacheTTL: e.Duration("VOUCHER_CACHE_TTL", 5*time.Second, "how long a voucher's terms are cached"),
@@ -99,6 +106,9 @@ func configFrom(e *envconf.Reader) (Config, error) {
 	if c.RedisURL == "" {
 		return c, errors.New("REDIS_URL is required")
 	}
+	if err := checkEdgeAuth(c); err != nil {
+		return c, err
+	}
 	if c.WriteTarget != 0 && (c.WriteTarget < time.Millisecond || c.WriteTarget >= c.LedgerTimeout) {
 		return c, fmt.Errorf("ADMIT_WRITE_TARGET=%s: want 0 (no admission window) or at least 1ms and below LEDGER_TIMEOUT (%s)",
 			c.WriteTarget, c.LedgerTimeout)
@@ -107,6 +117,24 @@ func configFrom(e *envconf.Reader) (Config, error) {
 		return c, fmt.Errorf("REDIS_WARM_CONNS (%d) must be at most REDIS_POOL_SIZE (%d)", c.RedisWarm, c.RedisPool)
 	}
 	return c, c.Shutdown.Check(c.LedgerTimeout, "LEDGER_TIMEOUT")
+}
+
+// proxyScopes are the scopes PROXY_TOKENS may give: the edge's routes take
+// no other (a read, write or internal token belongs to a ledger).
+var proxyScopes = []string{string(httpx.ScopeReserve), string(httpx.ScopeSettle)}
+
+// checkEdgeAuth refuses an edge without a token unless PROXY_AUTH=off says
+// so, PROXY_AUTH=off beside a token (which of the two was meant?), and
+// PROXY_TOKENS that make an actor ambiguous.
+func checkEdgeAuth(c Config) error {
+	hasToken := c.Token != "" || len(c.Tokens) > 0
+	switch {
+	case !hasToken && !c.OpenEdge:
+		return errors.New("PROXY_TOKEN or PROXY_TOKENS is required: without a token anyone can read, release, confirm or refund any reservation; PROXY_AUTH=off opens the edge on purpose")
+	case hasToken && c.OpenEdge:
+		return errors.New("PROXY_AUTH=off and PROXY_TOKEN or PROXY_TOKENS are both set: unset one")
+	}
+	return httpx.CheckTokens("PROXY_TOKEN", c.Token, "PROXY_TOKENS", c.Tokens)
 }
 
 // windowMax is the admission window's largest size: half of MAX_INFLIGHT, so
@@ -161,23 +189,30 @@ func run(cfg Config, log *slog.Logger) error {
 	// both is read again by the first miss for it. A failure is logged; the
 	// proxy then asks about every code, as before, and the next miss reads.
 	_ = admit.LoadCodes(stopping)
-	srv := &Server{log: log, admit: admit, ledger: ledger, token: cfg.Token, metrics: metrics, maxInflight: cfg.MaxInflight, latencySLO: cfg.LatencySLO, ready: func(c context.Context) error {
-		// Ready while a ledger answers: without Redis, standard vouchers,
-		// confirm and release still work (flash reserves get a fast 503).
-		if err := life.Err(); err != nil {
-			return err
-		}
-		rep, err := ledger.Do(c, "readyz", http.MethodGet, api.ReadyzPath, nil)
-		if err != nil {
-			return fmt.Errorf("ledger: %w", err)
-		}
-		if rep.Status != http.StatusOK {
-			return fmt.Errorf("ledger not ready: %d", rep.Status)
-		}
-		return nil
-	}}
+	srv := &Server{log: log, admit: admit, ledger: ledger, token: cfg.Token, tokens: cfg.Tokens, metrics: metrics,
+		metricsElsewhere: cfg.MetricsAddr != "", maxInflight: cfg.MaxInflight, latencySLO: cfg.LatencySLO, ready: func(c context.Context) error {
+			// Ready while a ledger answers: without Redis, standard vouchers,
+			// confirm and release still work (flash reserves get a fast 503).
+			if err := life.Err(); err != nil {
+				return err
+			}
+			rep, err := ledger.Do(c, "readyz", http.MethodGet, api.ReadyzPath, nil)
+			if err != nil {
+				return fmt.Errorf("ledger: %w", err)
+			}
+			if rep.Status != http.StatusOK {
+				return fmt.Errorf("ledger not ready: %d", rep.Status)
+			}
+			return nil
+		}}
 
+	if cfg.OpenEdge {
+		log.Warn("PROXY_AUTH=off: the edge takes requests without a token; anyone who reaches it can read, release, confirm or refund any reservation")
+	}
 	httpx.ServeDebug(cfg.DebugAddr, log)
+	if err := metrics.ServeMetricsOn(cfg.MetricsAddr, log); err != nil {
+		return err
+	}
 	warmUp(stopping, *srv, cfg, log)
 	log.Info("proxy listening", "addr", cfg.Addr, "ledger", cfg.LedgerURL, "coalesce", cfg.Coalesce)
 	err = life.Serve(httpx.NewServer(cfg.Addr, srv.Handler()), cfg.MaxClientConns)

@@ -32,7 +32,7 @@ func newProcStack(tb testing.TB, o stackOptions) procStack {
 	require.NoError(tb, err)
 	addr := fmt.Sprintf("127.0.0.1:%d", port)
 	bin := filepath.Join(devstacktest.Binaries(tb, "../proxy"), "proxy")
-	env := []string{"PROXY_ADDR=" + addr, "REDIS_URL=" + o.redisURL, "LEDGER_URL=" + s.LedgerURL, "LEDGER_TOKEN=test-token"}
+	env := []string{"PROXY_ADDR=" + addr, "REDIS_URL=" + o.redisURL, "LEDGER_URL=" + s.LedgerURL, "LEDGER_TOKEN=test-token", devstack.OpenEdge}
 	if o.redisURL == "" {
 		env[1] = "REDIS_URL=" + devstacktest.RedisURL(tb)
 	}

@@ -9,6 +9,7 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"github.com/flashgate/flashgate/shared/api"
+	"github.com/flashgate/flashgate/shared/envconf"
 	"github.com/flashgate/flashgate/shared/httpx"
 )
 
@@ -18,9 +19,12 @@ type Server struct {
 	log     *slog.Logger // faults answered 503; nil: not logged
 	admit   *Admitter
 	ledger  *LedgerClient
-	token   string // PROXY_TOKEN; empty: the edge is open
+	token   string                        // PROXY_TOKEN, every scope
+	tokens  map[string]envconf.Credential // PROXY_TOKENS; with token empty too: the edge is open (PROXY_AUTH=off)
 	ready   func(context.Context) error
 	metrics *httpx.Metrics // nil: no /metrics
+
+	metricsElsewhere bool // METRICS_ADDR: /metrics is on its own listener
 
 	maxInflight int           // MAX_INFLIGHT; 0: no bound
 	latencySLO  time.Duration // LATENCY_SLO: the excess waits for a slot up to half of it; 0: shed at once
@@ -44,8 +48,8 @@ func (s *Server) spare(c *gin.Context) bool {
 
 // Handler returns the gin engine with every route registered.
 func (s *Server) Handler() *gin.Engine {
-	r := httpx.NewServiceEngine(httpx.Service{Log: s.log, Metrics: s.metrics, Token: s.token,
-		Ready: func(c *gin.Context) error { return s.ready(c) }, MaxInflight: s.maxInflight, LatencySLO: s.latencySLO,
+	r := httpx.NewServiceEngine(httpx.Service{Log: s.log, Metrics: s.metrics, MetricsElsewhere: s.metricsElsewhere,
+		Token: s.token, Tokens: s.tokens, Scopes: scopes, Ready: func(c *gin.Context) error { return s.ready(c) }, MaxInflight: s.maxInflight, LatencySLO: s.latencySLO,
 		Spare: s.spare})
 
 	r.POST(api.RouteReservations, s.reserve)
@@ -54,6 +58,17 @@ func (s *Server) Handler() *gin.Engine {
 	r.POST(api.RouteRefund, s.forward("refund", api.RouteRefund, http.StatusOK))
 	r.DELETE(api.RouteReservation, s.forward("release", api.RouteReservation, http.StatusNoContent))
 	return r
+}
+
+// scopes are the scopes each of the edge's routes takes (PROXY_TOKENS'
+// name:token:scope+scope): a shop front holds reserve, a payment service
+// settle. The proxy checks them; its own LEDGER_TOKEN (internal) then relays.
+var scopes = httpx.RouteScopes{
+	httpx.RouteKey(http.MethodPost, api.RouteReservations):  {httpx.ScopeReserve},
+	httpx.RouteKey(http.MethodGet, api.RouteReservation):    {httpx.ScopeReserve},
+	httpx.RouteKey(http.MethodPost, api.RouteConfirm):       {httpx.ScopeSettle},
+	httpx.RouteKey(http.MethodPost, api.RouteRefund):        {httpx.ScopeSettle},
+	httpx.RouteKey(http.MethodDelete, api.RouteReservation): {httpx.ScopeSettle},
 }
 
 func (s *Server) reserve(c *gin.Context) {

@@ -31,6 +31,7 @@ func proxyBinary(tb testing.TB) string {
 func proxyEnv(addr, redisURL, ledgerURL string, env ...string) []string {
 	return append([]string{
 		"PROXY_ADDR=" + addr, "REDIS_URL=" + redisURL, "LEDGER_URL=" + ledgerURL, "LEDGER_TOKEN=test-token",
+		devstack.OpenEdge,
 	}, env...)
 }
 

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -85,10 +86,15 @@ const warmUpCode = "flashgate-warm-up"
 // warmUp runs the start-up warm-up (httpx.WarmUp, WARM_REQUESTS) on a copy of
 // srv whose metrics and log are its own: reserves refused by validation, on
 // MAX_INFLIGHT connections at once.
+// With auth on, the copy holds one token of its own, made for this start: the
+// warm-up never shows a client's.
 func warmUp(ctx context.Context, srv Server, cfg Config, log *slog.Logger) {
 	srv.log, srv.metrics = nil, httpx.NewMetrics("proxy")
+	if srv.token != "" || len(srv.tokens) > 0 {
+		srv.token, srv.tokens = rand.Text(), nil
+	}
 	httpx.WarmUp{
 		Path: api.ReservationsPath(warmUpCode), Body: []byte(`{"customerId":0,"orderId":"warm-up","orderAmount":1}`),
-		Token: cfg.Token, Want: http.StatusBadRequest, Requests: cfg.WarmRequests, Conns: cfg.MaxInflight,
+		Token: srv.token, Want: http.StatusBadRequest, Requests: cfg.WarmRequests, Conns: cfg.MaxInflight,
 	}.Run(ctx, srv.Handler(), log)
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/flashgate/flashgate/shared/devstack/devstacktest"
+	"github.com/flashgate/flashgate/shared/envconf"
 	"github.com/flashgate/flashgate/shared/httpx"
 )
 
@@ -78,11 +79,13 @@ func TestWarmUpServesItselfAndTouchesNothing(t *testing.T) {
 	require.NoError(t, err)
 	assert.Zero(t, n, "the warm-up's requests are in the proxy's metrics")
 
-	// With the wrong token every request is refused before validation: the
-	// warm-up fails, which is logged, and the proxy starts cold.
+	// With only scoped client tokens (PROXY_TOKENS), none of which may
+	// reserve, the warm-up still reaches validation: it shows a token of its
+	// own, made for this start, never a client's.
 	logged.Reset()
-	warmUp(context.Background(), srv, Config{Token: "wrong", WarmRequests: 10, Serving: httpx.Serving{MaxInflight: 2}},
+	srv.token, srv.tokens = "", map[string]envconf.Credential{"payments": {Token: "pay-token", Scopes: []string{"settle"}}}
+	warmUp(context.Background(), srv, Config{WarmRequests: 10, Serving: httpx.Serving{MaxInflight: 2}},
 		slog.New(slog.NewJSONHandler(&logged, nil)))
-	assert.Contains(t, logged.String(), "serving warm-up failed: starting cold")
-	assert.Contains(t, logged.String(), "answered 401, want 400")
+	assert.Contains(t, logged.String(), `"msg":"serving warm","requests":10,"conns":2`)
+	assert.NotContains(t, logged.String(), "failed")
 }

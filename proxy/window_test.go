@@ -170,7 +170,7 @@ func TestAdmitWriteTargetSetting(t *testing.T) {
 	for value, want := range map[string]string{
 		"0": "", "10ms": "", "500us": "at least 1ms", "1s": "below LEDGER_TIMEOUT (1s)", "-1s": "ADMIT_WRITE_TARGET",
 	} {
-		_, err := configFrom(envconf.NewFrom(map[string]string{"REDIS_URL": "redis://127.0.0.1:1/0", "ADMIT_WRITE_TARGET": value}))
+		_, err := configFrom(envconf.NewFrom(map[string]string{"REDIS_URL": "redis://127.0.0.1:1/0", "PROXY_AUTH": "off", "ADMIT_WRITE_TARGET": value}))
 		if want == "" {
 			require.NoError(t, err, value)
 			continue

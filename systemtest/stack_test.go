@@ -101,7 +101,7 @@ func (s *stack) startProxy(tb testing.TB) (*devstack.Service, string) {
 	}
 	return startService(tb, "proxy", "PROXY_ADDR", []string{
 		"REDIS_URL=" + s.opts.redisURL, "LEDGER_URL=" + s.LedgerURL, "LEDGER_TOKEN=" + ledgerToken,
-		"PROXY_TOKEN=", "SOLDOUT_TTL=" + s.opts.soldOutTTL.String(), "VOUCHER_CACHE_TTL=5s",
+		devstack.OpenEdge, "SOLDOUT_TTL=" + s.opts.soldOutTTL.String(), "VOUCHER_CACHE_TTL=5s",
 		"REDIS_TIMEOUT=" + redisTimeout.String(), "LEDGER_TIMEOUT=1s",
 		"PROXY_COALESCE=" + coalesce, "PROXY_MAX_BATCH=256",
 	})

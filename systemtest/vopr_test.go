@@ -160,7 +160,7 @@ func newVOPRStack(t *testing.T) *voprStack {
 	})
 	s.Proxy, s.ProxyURL = startVOPRService(t, "proxy", "PROXY_ADDR", logFile, []string{
 		"REDIS_URL=" + rs.URL(), "LEDGER_URL=" + s.LedgerURL, "LEDGER_TOKEN=" + ledgerToken,
-		"PROXY_TOKEN=", "SOLDOUT_TTL=" + linSoldOutTTL.String(), "VOUCHER_CACHE_TTL=5s",
+		devstack.OpenEdge, "SOLDOUT_TTL=" + linSoldOutTTL.String(), "VOUCHER_CACHE_TTL=5s",
 		"REDIS_TIMEOUT=" + redisTimeout.String(), "LEDGER_TIMEOUT=" + voprLedgerTimeout.String(),
 		"PROXY_COALESCE=on", "PROXY_MAX_BATCH=256",
 	})

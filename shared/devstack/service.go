@@ -20,6 +20,12 @@ const (
 	serviceTailLines    = 50
 )
 
+// OpenEdge is the environment entry that lets a throwaway stack's proxy start
+// without a client token (PROXY_AUTH=off; the proxy logs a WARN): the tests,
+// the demo and the load generators send none. A production proxy refuses to
+// start without PROXY_TOKEN or PROXY_TOKENS.
+const OpenEdge = "PROXY_AUTH=off"
+
 // Service is one of the project's own binaries (bin/ledger, bin/proxy) running as a
 // child process. Stop sends SIGTERM and kills it after 10s; Kill sends SIGKILL, as a
 // crash would; Restart runs it again with the same binary and environment.

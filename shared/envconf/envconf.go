@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"os"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -181,21 +182,31 @@ func (r *Reader) OneOf(name string, choices []string, help ...string) string {
 	return choices[0]
 }
 
-// Tokens returns named bearer tokens written "name:token,name2:token2", or
-// none when the variable is unset. Names match ^[A-Za-z0-9_.-]{1,64}$ (they
-// become the actor of audited changes) and are unique; tokens are non-empty,
-// without spaces, and unique, so that a token names exactly one actor.
-func (r *Reader) Tokens(name string, help ...string) map[string]string {
-	r.declare(name, "", "name:token,...", help)
+// Credential is one named bearer token and the scopes it holds.
+type Credential struct {
+	Token  string
+	Scopes []string // nil: every scope (a token written without a scope list)
+}
+
+// Tokens returns named bearer tokens written "name:token[:scope+scope...]",
+// comma-separated, or none when the variable is unset. Names match
+// ^[A-Za-z0-9_.-]{1,64}$ (they become the actor of audited changes) and are
+// unique; tokens are non-empty, without spaces, and unique, so that a token
+// names exactly one actor. A token written with a scope list holds those of
+// scopes only (each must be one of them); without one it holds every scope.
+// A token holding ':' must end with its scope list: the part after the last
+// ':' is always read as one.
+func (r *Reader) Tokens(name string, scopes []string, help ...string) map[string]Credential {
+	r.declare(name, "", "name:token[:scope+scope...],...; scopes "+strings.Join(scopes, ", "), help)
 	v, ok := r.get(name)
 	if !ok {
 		return nil
 	}
-	tokens, err := parseTokens(v)
+	tokens, err := parseTokens(v, scopes)
 	if err != nil {
 		if r.err == nil {
 			// The value holds secrets: the message says where, never what.
-			r.err = fmt.Errorf("%s must be name:token pairs separated by commas: %w", name, err)
+			r.err = fmt.Errorf("%s must be name:token[:scope+scope...] items separated by commas: %w", name, err)
 		}
 		return nil
 	}
@@ -204,11 +215,19 @@ func (r *Reader) Tokens(name string, help ...string) map[string]string {
 
 var tokenNamePattern = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,64}$`)
 
-func parseTokens(s string) (map[string]string, error) {
-	tokens := map[string]string{}
+func parseTokens(s string, known []string) (map[string]Credential, error) {
+	tokens := map[string]Credential{}
 	owner := map[string]string{} // token -> name
-	for i, pair := range strings.Split(s, ",") {
-		name, token, ok := strings.Cut(pair, ":")
+	for i, item := range strings.Split(s, ",") {
+		name, token, ok := strings.Cut(item, ":")
+		var scopes []string
+		if j := strings.LastIndexByte(token, ':'); ok && j >= 0 {
+			var err error
+			if scopes, err = parseScopes(token[j+1:], known); err != nil {
+				return nil, fmt.Errorf("item %d (%s): %w", i+1, name, err)
+			}
+			token = token[:j]
+		}
 		switch {
 		case !ok:
 			return nil, fmt.Errorf("item %d is not name:token", i+1)
@@ -216,12 +235,28 @@ func parseTokens(s string) (map[string]string, error) {
 			return nil, fmt.Errorf("item %d: the name must match %s", i+1, tokenNamePattern)
 		case token == "" || strings.ContainsAny(token, " \t\r\n"):
 			return nil, fmt.Errorf("item %d (%s): the token must be non-empty, without spaces", i+1, name)
-		case tokens[name] != "":
+		case tokens[name].Token != "":
 			return nil, fmt.Errorf("item %d: the name %s appears twice", i+1, name)
 		case owner[token] != "":
 			return nil, fmt.Errorf("item %d (%s): the same token as %s", i+1, name, owner[token])
 		}
-		tokens[name], owner[token] = token, name
+		tokens[name], owner[token] = Credential{Token: token, Scopes: scopes}, name
 	}
 	return tokens, nil
+}
+
+// parseScopes reads a scope list "a+b": each of known, at least one. The
+// error does not repeat what it read: an old token holding ':' would land here.
+func parseScopes(s string, known []string) ([]string, error) {
+	var scopes []string
+	for _, sc := range strings.Split(s, "+") {
+		if !slices.Contains(known, sc) {
+			return nil, fmt.Errorf("what follows the token's last ':' must be scopes among %s, joined by +",
+				strings.Join(known, ", "))
+		}
+		if !slices.Contains(scopes, sc) {
+			scopes = append(scopes, sc)
+		}
+	}
+	return scopes, nil
 }

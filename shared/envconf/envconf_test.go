@@ -34,18 +34,26 @@ func TestReader(t *testing.T) {
 }
 
 func TestTokens(t *testing.T) {
-	r := NewFrom(map[string]string{"T": "alice:ta,bob.ops:t:b"})
-	got := r.Tokens("T")
+	scopes := []string{"reserve", "settle", "read"}
+	r := NewFrom(map[string]string{"T": "alice:ta,bob.ops:t:b:read,pay:tp:settle+reserve+settle,ro:tr:read"})
+	got := r.Tokens("T", scopes)
 	assert.NoError(t, r.Err())
-	assert.Equal(t, map[string]string{"alice": "ta", "bob.ops": "t:b"}, got)
-	assert.Nil(t, r.Tokens("MISSING"))
+	assert.Equal(t, map[string]Credential{
+		"alice":   {Token: "ta"},
+		"bob.ops": {Token: "t:b", Scopes: []string{"read"}},
+		"pay":     {Token: "tp", Scopes: []string{"settle", "reserve"}},
+		"ro":      {Token: "tr", Scopes: []string{"read"}},
+	}, got)
+	assert.Nil(t, r.Tokens("MISSING", scopes))
 
 	for _, bad := range []string{
 		"alice", "alice:", ":ta", "alice:ta,", "al ice:ta", "alice:t a", "alice:ta,alice:tb",
 		"alice:ta,bob:ta", "a{b}:ta", "alice:ta,,bob:tb",
+		"alice:ta:", "alice:ta:write", "alice:ta:read+", "alice:ta:read+write", "alice:ta:b", ":ta:read",
+		"alice::read", "alice:ta:read,bob:ta:settle",
 	} {
 		r := NewFrom(map[string]string{"LEDGER_TOKENS": bad})
-		if got := r.Tokens("LEDGER_TOKENS"); got != nil || r.Err() == nil {
+		if got := r.Tokens("LEDGER_TOKENS", scopes); got != nil || r.Err() == nil {
 			t.Errorf("Tokens(%q) = %v, %v, want an error", bad, got, r.Err())
 			continue
 		}
@@ -104,7 +112,7 @@ func TestSettings(t *testing.T) {
 	r.DurationMin("C", 0, 0)
 	r.Int("D", 7, 1, "the d")
 	r.Switch("E", false, "the e")
-	r.Tokens("F", "the f")
+	r.Tokens("F", []string{"x", "y"}, "the f")
 	r.OneOf("G", []string{"info", "debug"}, "the g")
 	r.String("A", "other", "read twice")
 	want := []Setting{
@@ -113,7 +121,7 @@ func TestSettings(t *testing.T) {
 		{Name: "C", Default: "0s", Accepts: "at least 0s"},
 		{Name: "D", Default: "7", Help: "the d", Accepts: "at least 1"},
 		{Name: "E", Default: "off", Help: "the e", Accepts: "on/off, true/false, 1/0"},
-		{Name: "F", Help: "the f", Accepts: "name:token,..."},
+		{Name: "F", Help: "the f", Accepts: "name:token[:scope+scope...],...; scopes x, y"},
 		{Name: "G", Default: "info", Help: "the g", Accepts: "info, debug"},
 	}
 	assert.Equal(t, want, r.Settings())

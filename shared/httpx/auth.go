@@ -2,12 +2,15 @@ package httpx
 
 import (
 	"context"
+	"crypto/sha256"
 	"crypto/subtle"
 	"maps"
+	"strings"
 
 	"github.com/gin-gonic/gin"
 
 	"github.com/flashgate/flashgate/shared/api"
+	"github.com/flashgate/flashgate/shared/envconf"
 	"github.com/flashgate/flashgate/shared/voucher"
 )
 
@@ -19,30 +22,40 @@ const (
 
 const actorKey = "flashgate.actor"
 
-// tokens returns the service's tokens by name: Tokens, and Token as DefaultActor.
-func (s Service) tokens() map[string]string {
+// tokens returns the service's tokens by name: Tokens, and Token as
+// DefaultActor with every scope.
+func (s Service) tokens() map[string]envconf.Credential {
 	all := maps.Clone(s.Tokens)
 	if s.Token != "" {
 		if all == nil {
-			all = map[string]string{}
+			all = map[string]envconf.Credential{}
 		}
-		all[DefaultActor] = s.Token
+		all[DefaultActor] = envconf.Credential{Token: s.Token}
 	}
 	return all
 }
 
 // Auth requires "Authorization: Bearer <token>" with one of tokens (name ->
-// token) on every route but the open ones, and keeps the token's name on the
-// context as the request's actor (ActorFrom): admin changes are audited under
-// it. No tokens turns auth off; the actor is then AnonymousActor.
-func Auth(tokens map[string]string, open ...string) gin.HandlerFunc {
+// token and scopes) on every route but the open ones, and keeps the token's
+// name on the context as the request's actor (ActorFrom): admin changes are
+// audited under it. A missing or unknown token is 401 UNAUTHORIZED; a known
+// one without any of the scopes routes gives the matched route (none for a
+// route missing from routes) is 403 FORBIDDEN. A path that matches no route
+// goes on to the 404/405 once its token is known. No tokens turns auth off;
+// the actor is then AnonymousActor.
+func Auth(tokens map[string]envconf.Credential, routes RouteScopes, open ...string) gin.HandlerFunc {
 	type named struct {
-		name string
-		want []byte
+		name   string
+		want   [sha256.Size]byte // of "Bearer <token>": equal lengths, so the compare's time tells nothing
+		scopes []Scope           // nil: every scope
 	}
 	var known []named
-	for name, token := range tokens {
-		known = append(known, named{name: name, want: []byte("Bearer " + token)})
+	for name, t := range tokens {
+		k := named{name: name, want: sha256.Sum256([]byte("Bearer " + t.Token))}
+		for _, sc := range t.Scopes {
+			k.scopes = append(k.scopes, Scope(sc))
+		}
+		known = append(known, k)
 	}
 	return func(c *gin.Context) {
 		if len(known) == 0 {
@@ -54,20 +67,40 @@ func Auth(tokens map[string]string, open ...string) gin.HandlerFunc {
 				return
 			}
 		}
-		got := []byte(c.GetHeader(api.HeaderAuthorization))
-		actor := ""
-		for _, k := range known { // every token compared: the time taken does not tell which matched
-			if subtle.ConstantTimeCompare(got, k.want) == 1 {
-				actor = k.name
+		got := sha256.Sum256([]byte(c.GetHeader(api.HeaderAuthorization)))
+		match := -1
+		for i, k := range known { // every token compared: the time taken does not tell which matched
+			if subtle.ConstantTimeCompare(got[:], k.want[:]) == 1 {
+				match = i
 			}
 		}
-		if actor == "" {
+		if match < 0 {
 			c.Header("WWW-Authenticate", "Bearer") // RFC 6750: the scheme the 401 asks for
 			WriteError(c, voucher.Errorf(voucher.CodeUnauthorized, "a valid bearer token is required"))
 			return
 		}
-		c.Set(actorKey, actor)
+		k := known[match]
+		if route := c.FullPath(); route != "" {
+			want := routes[RouteKey(c.Request.Method, route)]
+			if !allows(k.scopes, want) {
+				WriteError(c, voucher.Errorf(voucher.CodeForbidden, "this token lacks the scope this route needs (%s)", scopeList(want)))
+				return
+			}
+		}
+		c.Set(actorKey, k.name)
 	}
+}
+
+// scopeList writes the scopes a route takes for a 403's message.
+func scopeList(want []Scope) string {
+	if len(want) == 0 {
+		return "none is given to this route"
+	}
+	s := make([]string, len(want))
+	for i, w := range want {
+		s[i] = string(w)
+	}
+	return "one of " + strings.Join(s, ", ")
 }
 
 // ActorFrom returns the name of the token the request showed (AnonymousActor

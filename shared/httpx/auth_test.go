@@ -3,34 +3,50 @@ package httpx_test
 import (
 	"net/http"
 	"net/http/httptest"
+	"regexp"
 	"testing"
 
 	"github.com/gin-gonic/gin"
 
+	"github.com/flashgate/flashgate/shared/envconf"
 	"github.com/flashgate/flashgate/shared/httpx"
 )
+
+// authRoutes are the scopes of the routes authEngine serves.
+var authRoutes = httpx.RouteScopes{
+	"GET /who":    {httpx.ScopeRead},
+	"POST /who":   {httpx.ScopeWrite, httpx.ScopeInternal},
+	"GET /settle": {httpx.ScopeSettle},
+}
+
+// authEngine serves /who (GET and POST), /settle, /unscoped (registered
+// without scopes) and /open, each answering the request's actor.
+func authEngine(tokens map[string]envconf.Credential) *gin.Engine {
+	r := httpx.NewEngine(nil)
+	r.Use(httpx.Auth(tokens, authRoutes, "/open"))
+	actor := func(c *gin.Context) { c.String(http.StatusOK, httpx.ActorFrom(c)) }
+	for _, p := range []string{"/who", "/settle", "/unscoped", "/open"} {
+		r.GET(p, actor)
+	}
+	r.POST("/who", actor)
+	return r
+}
+
+func call(r *gin.Engine, method, path, auth string) (int, string) {
+	req := httptest.NewRequest(method, path, nil)
+	if auth != "" {
+		req.Header.Set("Authorization", auth)
+	}
+	w := httptest.NewRecorder()
+	r.ServeHTTP(w, req)
+	return w.Code, w.Body.String()
+}
 
 // TestAuthNamesTheActor checks that each named token passes and puts its name
 // on the request, that a wrong or missing token is 401, that open paths need
 // none, and that without tokens every request passes as AnonymousActor.
 func TestAuthNamesTheActor(t *testing.T) {
-	serve := func(tokens map[string]string) *gin.Engine {
-		r := httpx.NewEngine(nil)
-		r.Use(httpx.Auth(tokens, "/open"))
-		r.GET("/who", func(c *gin.Context) { c.String(http.StatusOK, httpx.ActorFrom(c)) })
-		r.GET("/open", func(c *gin.Context) { c.String(http.StatusOK, httpx.ActorFrom(c)) })
-		return r
-	}
-	get := func(r *gin.Engine, path, auth string) (int, string) {
-		req := httptest.NewRequest(http.MethodGet, path, nil)
-		if auth != "" {
-			req.Header.Set("Authorization", auth)
-		}
-		w := httptest.NewRecorder()
-		r.ServeHTTP(w, req)
-		return w.Code, w.Body.String()
-	}
-	r := serve(map[string]string{httpx.DefaultActor: "t0", "alice": "ta", "bob": "tb"})
+	r := authEngine(map[string]envconf.Credential{httpx.DefaultActor: {Token: "t0"}, "alice": {Token: "ta"}, "bob": {Token: "tb"}})
 	for _, tt := range []struct {
 		path, auth string
 		status     int
@@ -45,7 +61,7 @@ func TestAuthNamesTheActor(t *testing.T) {
 		{"/who", "", 401, ""},
 		{"/open", "", 200, ""},
 	} {
-		st, body := get(r, tt.path, tt.auth)
+		st, body := call(r, http.MethodGet, tt.path, tt.auth)
 		if st != tt.status || (st == 200 && body != tt.actor) {
 			t.Errorf("GET %s with %q = %d %q, want %d %q", tt.path, tt.auth, st, body, tt.status, tt.actor)
 		}
@@ -56,7 +72,57 @@ func TestAuthNamesTheActor(t *testing.T) {
 	if got := w.Header().Get("WWW-Authenticate"); w.Code != 401 || got != "Bearer" {
 		t.Errorf("GET /who without a token = %d with WWW-Authenticate %q, want 401 with Bearer", w.Code, got)
 	}
-	if st, body := get(serve(nil), "/who", ""); st != 200 || body != httpx.AnonymousActor {
+	if st, body := call(authEngine(nil), http.MethodGet, "/who", ""); st != 200 || body != httpx.AnonymousActor {
 		t.Errorf("GET /who without auth = %d %q, want 200 %q", st, body, httpx.AnonymousActor)
 	}
 }
+
+// TestAuthScopes checks that a token with a scope list reaches only the
+// routes that take one of its scopes (403 FORBIDDEN elsewhere), that a token
+// without a list reaches every scoped route, that a route given no scopes is
+// refused to every token, that an unknown token stays 401 whatever the route,
+// and that a path matching no route is a 404 once the token is known.
+func TestAuthScopes(t *testing.T) {
+	r := authEngine(map[string]envconf.Credential{
+		"all":      {Token: "t-all"},
+		"reader":   {Token: "t-read", Scopes: []string{"read"}},
+		"proxy":    {Token: "t-int", Scopes: []string{"internal"}},
+		"payments": {Token: "t-pay", Scopes: []string{"settle", "reserve"}},
+	})
+	for _, tt := range []struct {
+		method, path, token string
+		status              int
+	}{
+		{"GET", "/who", "t-all", 200},
+		{"POST", "/who", "t-all", 200},
+		{"GET", "/settle", "t-all", 200},
+		{"GET", "/unscoped", "t-all", 403},
+		{"GET", "/who", "t-read", 200},
+		{"POST", "/who", "t-read", 403},
+		{"GET", "/settle", "t-read", 403},
+		{"GET", "/who", "t-int", 403},
+		{"POST", "/who", "t-int", 200},
+		{"GET", "/settle", "t-pay", 200},
+		{"GET", "/who", "t-pay", 403},
+		{"GET", "/unscoped", "t-pay", 403},
+		{"GET", "/who", "t-none", 401},
+		{"GET", "/unscoped", "", 401},
+		{"GET", "/nowhere", "t-pay", 404},
+		{"GET", "/nowhere", "", 401},
+		{"GET", "/open", "", 200},
+	} {
+		auth := ""
+		if tt.token != "" {
+			auth = "Bearer " + tt.token
+		}
+		st, body := call(r, tt.method, tt.path, auth)
+		if st != tt.status {
+			t.Errorf("%s %s with %q = %d %s, want %d", tt.method, tt.path, tt.token, st, body, tt.status)
+		}
+		if st == http.StatusForbidden && !regexpForbidden.MatchString(body) {
+			t.Errorf("%s %s with %q = 403 %s, want the code FORBIDDEN", tt.method, tt.path, tt.token, body)
+		}
+	}
+}
+
+var regexpForbidden = regexp.MustCompile(`"error":"FORBIDDEN"`)

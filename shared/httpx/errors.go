@@ -15,6 +15,7 @@ import (
 var statusOf = map[string]int{
 	voucher.CodeInvalidRequest:      http.StatusBadRequest,
 	voucher.CodeUnauthorized:        http.StatusUnauthorized,
+	voucher.CodeForbidden:           http.StatusForbidden,
 	voucher.CodeVoucherExists:       http.StatusConflict,
 	voucher.CodeVoucherNotFound:     http.StatusNotFound,
 	voucher.CodeOutOfStock:          http.StatusConflict,

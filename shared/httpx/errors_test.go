@@ -39,7 +39,8 @@ func TestWriteErrorLogsFaults(t *testing.T) {
 			var logs bytes.Buffer
 			r := httpx.NewServiceEngine(httpx.Service{
 				Log: slog.New(slog.NewJSONHandler(&logs, nil)), Token: token,
-				Ready: func(*gin.Context) error { return nil },
+				Scopes: httpx.RouteScopes{"POST /vouchers/:code/reservations": {httpx.ScopeReserve}},
+				Ready:  func(*gin.Context) error { return nil },
 			})
 			r.POST("/vouchers/:code/reservations", func(c *gin.Context) {
 				if tt.err == nil {

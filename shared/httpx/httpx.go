@@ -25,6 +25,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/flashgate/flashgate/shared/api"
+	"github.com/flashgate/flashgate/shared/envconf"
 	"github.com/flashgate/flashgate/shared/voucher"
 )
 
@@ -256,11 +257,15 @@ func NewEngine(log *slog.Logger) *gin.Engine {
 // Service is what both services' engines share beyond NewEngine's defaults:
 // metrics, the request id, bearer auth and the open routes.
 type Service struct {
-	Log     *slog.Logger             // where faults and readiness failures are logged
-	Metrics *Metrics                 // nil: no /metrics
-	Token   string                   // the token named DefaultActor; with Tokens empty too: auth off
-	Tokens  map[string]string        // more tokens by name (LEDGER_TOKENS), beside Token
-	Ready   func(*gin.Context) error // GET /readyz
+	Log     *slog.Logger                  // where faults and readiness failures are logged
+	Metrics *Metrics                      // nil: no /metrics
+	Token   string                        // the token named DefaultActor, with every scope; with Tokens empty too: auth off
+	Tokens  map[string]envconf.Credential // more tokens by name (LEDGER_TOKENS, PROXY_TOKENS), beside Token
+	Scopes  RouteScopes                   // the scopes each route takes; a route missing here is refused (403)
+	Ready   func(*gin.Context) error      // GET /readyz
+	// MetricsElsewhere leaves /metrics off this engine: it is served on its
+	// own listener (METRICS_ADDR, ServeMetricsOn).
+	MetricsElsewhere bool
 	// MaxInflight bounds the requests worked on at once (MAX_INFLIGHT); the
 	// excess is shed (Shedder). 0: no bound.
 	MaxInflight int
@@ -282,7 +287,9 @@ func NewServiceEngine(s Service) *gin.Engine {
 	r := NewEngine(s.Log)
 	if s.Metrics != nil {
 		r.Use(s.Metrics.Middleware())
-		s.Metrics.ServeMetrics(r)
+		if !s.MetricsElsewhere {
+			s.Metrics.ServeMetrics(r)
+		}
 	}
 	r.Use(RequestID())
 	if s.MaxInflight > 0 {
@@ -292,7 +299,7 @@ func NewServiceEngine(s Service) *gin.Engine {
 		}
 		r.Use(NewShedder(s.MaxInflight, s.LatencySLO, s.Spare, reg).Middleware())
 	}
-	r.Use(Auth(s.tokens(), api.OpenPaths...))
+	r.Use(Auth(s.tokens(), s.Scopes, api.OpenPaths...))
 	Health(r, s.Ready)
 	ServeOpenAPI(r)
 	return r

@@ -1,7 +1,10 @@
 package httpx
 
 import (
+	"fmt"
+	"log/slog"
 	"maps"
+	"net"
 	"net/http"
 	"strconv"
 	"sync"
@@ -172,4 +175,28 @@ func (g *BoundedGauge) Set(v float64, code string, extra ...string) {
 // ServeMetrics registers GET /metrics.
 func (m *Metrics) ServeMetrics(r gin.IRoutes) {
 	r.GET(api.MetricsPath, m.Handler())
+}
+
+// ServeMetricsOn serves GET /metrics alone on its own listener at addr
+// (METRICS_ADDR), so that the main listener need not expose it; it returns
+// at once when addr is empty (/metrics is then on the main listener). The
+// port is taken before it returns: a taken port fails the start.
+func (m *Metrics) ServeMetricsOn(addr string, log *slog.Logger) error {
+	if addr == "" {
+		return nil
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("METRICS_ADDR %s: %w", addr, err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("GET "+api.MetricsPath, promhttp.HandlerFor(m.Registry, promhttp.HandlerOpts{Registry: m.Registry}))
+	srv := NewServer(addr, mux)
+	go func() {
+		if err := srv.Serve(ln); err != nil {
+			log.Warn("metrics listener stopped", "addr", addr, "err", err)
+		}
+	}()
+	log.Info("metrics listening", "addr", addr)
+	return nil
 }

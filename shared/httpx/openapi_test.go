@@ -16,6 +16,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/flashgate/flashgate/shared/api"
+	"github.com/flashgate/flashgate/shared/envconf"
 	"github.com/flashgate/flashgate/shared/httpx"
 	"github.com/flashgate/flashgate/shared/httpx/httpxtest"
 	"github.com/flashgate/flashgate/shared/voucher"
@@ -151,7 +152,7 @@ func errorCodes(t *testing.T, doc map[string]any, schema any) (codes []string, c
 
 // allCodes are the error codes the services answer with.
 var allCodes = []string{
-	voucher.CodeInvalidRequest, voucher.CodeUnauthorized, voucher.CodeVoucherExists, voucher.CodeVoucherNotFound,
+	voucher.CodeInvalidRequest, voucher.CodeUnauthorized, voucher.CodeForbidden, voucher.CodeVoucherExists, voucher.CodeVoucherNotFound,
 	voucher.CodeOutOfStock, voucher.CodeAlreadyUsed, voucher.CodeOrderConflict, voucher.CodeReservationReleased,
 	voucher.CodeNotEligible, voucher.CodeReservationExpired, voucher.CodeReservationNotFound,
 	voucher.CodeAlreadyConfirmed, voucher.CodeNotConfirmed, voucher.CodeReservationRefunded, voucher.CodeLimitBelowUsed,
@@ -301,7 +302,7 @@ func sameSet(a, b []string) bool {
 func TestServeOpenAPI(t *testing.T) {
 	raw, _ := openAPIDoc(t)
 	r := httpx.NewEngine(nil)
-	r.Use(httpx.Auth(map[string]string{httpx.DefaultActor: "secret"}, api.OpenPaths...))
+	r.Use(httpx.Auth(map[string]envconf.Credential{httpx.DefaultActor: {Token: "secret"}}, nil, api.OpenPaths...))
 	httpx.ServeOpenAPI(r)
 	r.GET("/closed", func(c *gin.Context) { c.Status(http.StatusNoContent) })
 

@@ -13,6 +13,7 @@ type Serving struct {
 	MaxInflight    int           // MAX_INFLIGHT: requests worked on at once; the excess waits or is shed
 	LatencySLO     time.Duration // LATENCY_SLO: the excess waits for a slot up to half of it while its queue does not stand
 	DebugAddr      string        // DEBUG_ADDR: pprof listener, off when empty
+	MetricsAddr    string        // METRICS_ADDR: /metrics on its own listener; empty: on the main one
 	Shutdown       Shutdown      // SHUTDOWN_DELAY, SHUTDOWN_TIMEOUT
 }
 
@@ -26,6 +27,8 @@ func ReadServing(e *envconf.Reader) Serving {
 		LatencySLO: e.DurationMin("LATENCY_SLO", 100*time.Millisecond, 0,
 			"the answer time aimed for; a request over MAX_INFLIGHT waits for a slot up to half of it, unless the waits stood over a quarter of it for a whole LATENCY_SLO (CoDel: more arrive than are answered), then it gets 503 at once; 0: no wait, the excess gets 503 at once"),
 		DebugAddr: e.String("DEBUG_ADDR", "", "when set (e.g. 127.0.0.1:6061), serves net/http/pprof there"),
+		MetricsAddr: e.String("METRICS_ADDR", "",
+			"when set (e.g. 127.0.0.1:9090), serves /metrics there alone and no longer on the main listener; empty: /metrics stays on the main listener, open without a token"),
 		Shutdown: Shutdown{
 			Delay: e.DurationMin("SHUTDOWN_DELAY", 5*time.Second, 0,
 				"after SIGTERM, how long it keeps serving with /readyz answering 503 so that balancers move away"),

@@ -10,6 +10,7 @@ import (
 const (
 	CodeInvalidRequest      = "INVALID_REQUEST"
 	CodeUnauthorized        = "UNAUTHORIZED"
+	CodeForbidden           = "FORBIDDEN" // a known token without the scope the route needs
 	CodeVoucherExists       = "VOUCHER_EXISTS"
 	CodeVoucherNotFound     = "VOUCHER_NOT_FOUND"
 	CodeOutOfStock          = "OUT_OF_STOCK"

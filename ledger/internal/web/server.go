@@ -15,6 +15,7 @@ import (
 	"github.com/flashgate/flashgate/ledger/internal/sale"
 	"github.com/flashgate/flashgate/ledger/internal/store"
 	"github.com/flashgate/flashgate/shared/api"
+	"github.com/flashgate/flashgate/shared/envconf"
 	"github.com/flashgate/flashgate/shared/httpx"
 	"github.com/flashgate/flashgate/shared/voucher"
 )
@@ -28,9 +29,11 @@ type Server struct {
 	Store    *store.Store   // the admin routes' reads: listings, export, audit, events
 	Jobs     *jobs.Jobs     // nil in tests that do not run the background jobs
 	Ready    func(*gin.Context) error
-	Token    string
-	Tokens   map[string]string // LEDGER_TOKENS: named tokens beside token (named "default")
-	Metrics  *httpx.Metrics    // nil: no /metrics
+	Token    string                        // LEDGER_TOKEN, named "default", with every scope
+	Tokens   map[string]envconf.Credential // LEDGER_TOKENS: named tokens with their scopes, beside Token
+	Metrics  *httpx.Metrics                // nil: no /metrics
+	// MetricsElsewhere leaves /metrics off the main listener (METRICS_ADDR).
+	MetricsElsewhere bool
 
 	HangingGrace time.Duration // HANGING_GRACE, served on api.SettingsPath
 
@@ -40,8 +43,8 @@ type Server struct {
 
 // Handler returns the gin engine with every route registered.
 func (s *Server) Handler() *gin.Engine {
-	r := httpx.NewServiceEngine(httpx.Service{Log: s.Log, Metrics: s.Metrics, Token: s.Token, Tokens: s.Tokens, Ready: s.Ready,
-		MaxInflight: s.MaxInflight, LatencySLO: s.LatencySLO})
+	r := httpx.NewServiceEngine(httpx.Service{Log: s.Log, Metrics: s.Metrics, MetricsElsewhere: s.MetricsElsewhere,
+		Token: s.Token, Tokens: s.Tokens, Scopes: scopes, Ready: s.Ready, MaxInflight: s.MaxInflight, LatencySLO: s.LatencySLO})
 
 	s.adminRoutes(r)
 

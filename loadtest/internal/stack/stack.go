@@ -111,7 +111,7 @@ func Start(o Options) (s *Stack, err error) {
 		return s, err
 	}
 	env = append([]string{"PROXY_ADDR=" + s.ProxyAddr, "REDIS_URL=" + cmp.Or(o.ProxyRedisURL, s.RedisURL),
-		"LEDGER_URL=" + cmp.Or(o.ProxyLedgerURL, s.LedgerURL), "LEDGER_TOKEN=" + o.Token}, o.ProxyEnv...)
+		"LEDGER_URL=" + cmp.Or(o.ProxyLedgerURL, s.LedgerURL), "LEDGER_TOKEN=" + o.Token, devstack.OpenEdge}, o.ProxyEnv...)
 	s.proxyEnv = env
 	if s.Proxy, err = devstack.StartService("proxy", proxyBin, env, s.ProxyURL+api.HealthzPath, s.serviceLog); err != nil {
 		return s, err
@@ -128,7 +128,7 @@ func (s *Stack) StartProxy(name string, env ...string) (string, error) {
 		return "", err
 	}
 	env = append([]string{"PROXY_ADDR=" + addr, "REDIS_URL=" + s.RedisURL,
-		"LEDGER_URL=" + s.LedgerURL, "LEDGER_TOKEN=" + s.Token}, env...)
+		"LEDGER_URL=" + s.LedgerURL, "LEDGER_TOKEN=" + s.Token, devstack.OpenEdge}, env...)
 	svc, err := devstack.StartService(name, s.proxyBin, env, "http://"+addr+api.HealthzPath, s.serviceLog)
 	if err != nil {
 		return "", err

@@ -14,7 +14,7 @@ import (
 // FlashgateOptions configures StartFlashgate.
 type FlashgateOptions struct {
 	LedgerToken string   // LEDGER_TOKEN; the proxy sends it
-	ProxyToken  string   // PROXY_TOKEN: required from the proxy's clients when set
+	ProxyToken  string   // PROXY_TOKEN: required from the proxy's clients; empty: an open edge (devstack.OpenEdge)
 	LedgerEnv   []string // more of the ledger's environment
 	ProxyEnv    []string // more of the proxy's environment
 	Log         io.Writer
@@ -58,9 +58,12 @@ func StartFlashgate(o FlashgateOptions) (f *Flashgate, err error) {
 	if err != nil {
 		return f, err
 	}
+	edge := "PROXY_TOKEN=" + o.ProxyToken
+	if o.ProxyToken == "" {
+		edge = devstack.OpenEdge
+	}
 	f.Proxy, f.ProxyURL, err = startOnFreePort("proxy", filepath.Join(bin, "proxy"), "PROXY_ADDR", append([]string{
-		"REDIS_URL=" + f.redis.URL(), "LEDGER_URL=" + f.LedgerURL, "LEDGER_TOKEN=" + o.LedgerToken,
-		"PROXY_TOKEN=" + o.ProxyToken,
+		"REDIS_URL=" + f.redis.URL(), "LEDGER_URL=" + f.LedgerURL, "LEDGER_TOKEN=" + o.LedgerToken, edge,
 	}, o.ProxyEnv...), o.Log)
 	return f, err
 }
