@@ -39,6 +39,7 @@ var ledgerScopes = map[string][]httpx.Scope{
 	"POST /internal/vouchers/:code/reservations/batch": {httpx.ScopeInternal},
 	"POST /internal/vouchers/:code/unsettled":          {httpx.ScopeInternal},
 	"GET /internal/settings":                           {httpx.ScopeInternal},
+	"GET /internal/voucher-codes":                      {httpx.ScopeInternal},
 }
 
 // TestRouteScopes sends every route the ledger registers with a token of

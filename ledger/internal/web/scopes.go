@@ -40,4 +40,5 @@ var scopes = httpx.RouteScopes{
 	httpx.RouteKey(http.MethodPost, api.RouteAdmittedBatch): {httpx.ScopeInternal},
 	httpx.RouteKey(http.MethodPost, api.RouteUnsettled):     {httpx.ScopeInternal},
 	httpx.RouteKey(http.MethodGet, api.SettingsPath):        {httpx.ScopeInternal},
+	httpx.RouteKey(http.MethodGet, api.VoucherCodesPath):    {httpx.ScopeInternal}, // the proxy's set of codes
 }
