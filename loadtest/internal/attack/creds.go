@@ -159,12 +159,14 @@ func refusedOrStarted(err error) string {
 	return "refused: " + why(err)
 }
 
-// why is a failed start's reason: the line of the service's log that names
-// a setting, else the error's first line.
+// why is a failed start's reason: the first error a service logged, else
+// the error's first line.
 func why(err error) string {
+	const field = `"err":"`
 	for _, l := range strings.Split(err.Error(), "\n") {
-		if strings.Contains(l, "TOKEN") || strings.Contains(l, "METRICS_ADDR") {
-			return firstLine(err) + ": " + strings.TrimSpace(l)
+		if _, rest, ok := strings.Cut(l, field); ok {
+			reason, _, _ := strings.Cut(rest, `"`)
+			return firstLine(err) + ": " + reason
 		}
 	}
 	return firstLine(err)
