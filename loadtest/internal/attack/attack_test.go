@@ -14,7 +14,7 @@ import (
 func TestMain(m *testing.M) { os.Exit(devstacktest.RunTests(m)) }
 
 // Every attack of #25, short (the same wants with smaller counts: junk a 2 s
-// sale at 1,000/s alone and beside 32 flat-out junk clients; bot 2,000
+// sale at 1,000/s alone and beside 16 flat-out junk clients; bot 2,000
 // reserves at 1,000/s from one address with 20 real customers beside it;
 // hammer two groups of 800 orders at 400/s on 500 uses; creds and csv
 // whole), through the same code as `loadtest attack --short`, each on a
@@ -53,6 +53,8 @@ flashgate_http_request_duration_seconds_count{code="404",method="GET",route="/ad
 flashgate_http_request_duration_seconds_count{code="200",method="GET",route="/admin/vouchers/:code",service="ledger"} 3
 flashgate_http_request_duration_seconds_count{code="404",method="GET",route="/internal/vouchers/:code",service="ledger"} 2
 flashgate_http_request_duration_seconds_count{code="404",method="POST",route="/admin/vouchers/:code",service="ledger"} 100
+flashgate_http_request_duration_seconds_count{code="404",method="GET",route="/vouchers/:code/reservations/:orderId",service="ledger"} 50
+flashgate_http_request_duration_seconds_count{code="404",method="GET",route="/internal/vouchers/:code/terms",service="ledger"} 1
 flashgate_ledger_write_batch_size_count 12
 flashgate_ledger_write_batch_size_count_other 99
 `
@@ -62,15 +64,15 @@ flashgate_ledger_write_batch_size_count_other 99
 		want   float64
 	}{
 		{writeBatches, nil, 12},
-		{httpRequests, []string{`method="GET"`}, 12},
-		{httpRequests, []string{`code="404"`, `method="GET"`}, 9},
+		{httpRequests, []string{`method="GET"`}, 63},
+		{httpRequests, []string{`code="404"`, `method="GET"`, `route="/admin/vouchers/:code"`}, 7},
 	} {
 		if got := metricSum(page, tc.name, tc.labels...); got != tc.want {
 			t.Errorf("metricSum(%s, %v) = %v, want %v", tc.name, tc.labels, got, tc.want)
 		}
 	}
-	if got := codeLookups(page); got != 9 {
-		t.Errorf("codeLookups = %v, want 9", got)
+	if got := codeLookups(page); got != 10 {
+		t.Errorf("codeLookups = %v, want 10", got)
 	}
 }
 

@@ -40,10 +40,11 @@ func (a Auth) env() (ledger, proxy []string) {
 		ledger = append(ledger, "LEDGER_TOKENS="+a.LedgerTokens)
 	}
 	proxy = append(proxy, "LEDGER_TOKEN="+cmp.Or(a.ProxyLedgerToken, adminToken))
+	// An empty variable reads as unset: whatever token the stack gives its
+	// proxy, the edge has a's tokens or none.
+	proxy = append(proxy, "PROXY_TOKEN=", "PROXY_TOKENS="+a.ProxyTokens)
 	if a.ProxyTokens == "" {
 		proxy = append(proxy, "PROXY_AUTH=off")
-	} else {
-		proxy = append(proxy, "PROXY_TOKENS="+a.ProxyTokens)
 	}
 	return ledger, proxy
 }
@@ -108,23 +109,32 @@ func (r *rig) ledgerMetrics(ctx context.Context) (string, error) {
 // metricSum adds up the samples of metric name (a counter, or a histogram's
 // name_count) whose labels contain every one of labels (`route="..."`).
 func metricSum(page, name string, labels ...string) float64 {
+	return metricSumFunc(page, name, func(set string) bool {
+		for _, l := range labels {
+			if !strings.Contains(set, l) {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+// metricSumFunc adds up the samples of metric name whose label set (the
+// text between its braces) match accepts.
+func metricSumFunc(page, name string, match func(labels string) bool) float64 {
 	var sum float64
 	sc := bufio.NewScanner(strings.NewReader(page))
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	for sc.Scan() {
-		line := sc.Text()
-		rest, ok := strings.CutPrefix(line, name)
+		rest, ok := strings.CutPrefix(sc.Text(), name)
 		if !ok || rest == "" || (rest[0] != '{' && rest[0] != ' ') {
 			continue
 		}
-		matched := true
-		for _, l := range labels {
-			matched = matched && strings.Contains(rest, l)
-		}
-		if !matched {
+		end := strings.LastIndexByte(rest, '}')
+		if !match(rest[:end+1]) {
 			continue
 		}
-		fields := strings.Fields(rest[strings.LastIndexByte(rest, '}')+1:])
+		fields := strings.Fields(rest[end+1:])
 		if len(fields) == 0 {
 			continue
 		}
