@@ -13,13 +13,14 @@ import (
 
 func TestMain(m *testing.M) { os.Exit(devstacktest.RunTests(m)) }
 
-// Every attack of #25, short (the same wants with smaller counts: junk a 2 s
-// sale at 1,000/s alone and beside 16 flat-out junk clients; bot 2,000
+// Every attack of #25, short (the same wants with smaller counts: junk a
+// sale at 1,000/s in two 1 s rounds alone and two beside 16 flat-out junk
+// clients; bot 2,000
 // reserves at 1,000/s from one address with 20 real customers beside it;
 // hammer two groups of 800 orders at 400/s on 500 uses; creds and csv
 // whole), through the same code as `loadtest attack --short`, each on a
 // stack of its own: real Redis, Postgres, ledger and proxy processes. Every
-// want must pass.
+// want must pass (about a minute and a half).
 func TestAttacks(t *testing.T) {
 	load.RaiseOpenFiles()
 	cfg := Config{Short: true, ServiceLog: io.Discard,

@@ -13,20 +13,22 @@ import (
 	"github.com/flashgate/flashgate/loadtest/internal/load"
 )
 
-// junkSizes size the junk attack: a real sale at Rate for Duration on a
-// voucher of Stock uses, once alone and once beside a flood of Workers
+// junkSizes size the junk attack: a real sale at Rate on vouchers of Stock
+// uses, in Rounds rounds of Round alone and Round beside a flood of Workers
 // clients that each send a reserve to a random, never-created code as soon
-// as the last was answered.
+// as the last was answered. Alone and flooded alternate, so that what the
+// shared machine does meanwhile falls on both alike.
 type junkSizes struct {
-	Rate     float64
-	Duration time.Duration
-	Stock    int
-	Workers  int
+	Rate    float64
+	Round   time.Duration
+	Rounds  int
+	Stock   int
+	Workers int
 }
 
 var (
-	junkFull  = junkSizes{Rate: 1000, Duration: 5 * time.Second, Stock: 100_000, Workers: 64}
-	junkShort = junkSizes{Rate: 1000, Duration: 2 * time.Second, Stock: 100_000, Workers: 16}
+	junkFull  = junkSizes{Rate: 1000, Round: time.Second, Rounds: 5, Stock: 100_000, Workers: 64}
+	junkShort = junkSizes{Rate: 1000, Round: time.Second, Rounds: 2, Stock: 100_000, Workers: 16}
 )
 
 const (
@@ -41,23 +43,56 @@ const (
 	junkP99Ratio = 1.5
 	// writeBatches counts the ledger's group commits: the sale's own commits.
 	writeBatches = "flashgate_ledger_write_batch_size_count"
+	// junkDrain is the pause after a round beside the flood.
+	junkDrain = time.Second
 	// httpRequests counts each service's requests by route, method and status.
 	httpRequests = "flashgate_http_request_duration_seconds_count"
 )
 
-// junkPhase is what one phase of the junk attack measured.
-type junkPhase struct {
-	sale      load.Volley
-	flood     floodCount
-	commits   int64   // pg_stat_database xact_commit over the phase and its statsWait
-	batches   float64 // the ledger's group commits over it: the sale's own
-	lookups   float64 // the ledger's GETs of one voucher by code answered 404
-	took      time.Duration
-	p99, n503 float64
+// counters are what Postgres and the ledger had counted at one moment.
+type counters struct {
+	at      time.Time
+	commits int64   // pg_stat_database xact_commit
+	batches float64 // the ledger's group commits
+	lookups float64 // the ledger's GETs of one voucher by code answered 404
 }
 
-// runJunk measures a sale alone, then the same sale beside a flat-out junk
-// flood, on one stack.
+// counters reads Postgres's commits and the ledger's metrics.
+func (r *rig) counters(ctx context.Context) (counters, error) {
+	c := counters{at: time.Now()}
+	page, err := r.ledgerMetrics(ctx)
+	if err != nil {
+		return c, err
+	}
+	if c.commits, err = r.bench.Commits(ctx); err != nil {
+		return c, err
+	}
+	c.batches, c.lookups = metricSum(page, writeBatches), codeLookups(page)
+	return c, nil
+}
+
+// window is what happened between two readings of the counters: Postgres
+// commits other than the sale's group commits, and 404 lookups.
+type window struct {
+	others  float64 // less the harness's own read of xact_commit
+	lookups float64
+	took    time.Duration
+}
+
+func between(a, b counters) window {
+	return window{others: float64(b.commits-a.commits-1) - (b.batches - a.batches),
+		lookups: b.lookups - a.lookups, took: b.at.Sub(a.at)}
+}
+
+// junkRun is what the junk attack measured.
+type junkRun struct {
+	alone, flooded []load.Shot
+	flood          floodCount
+	quiet, traffic window // nothing sent (the background), and the rounds with their statsWait
+}
+
+// runJunk measures the background with nothing sent, then a sale in rounds
+// alone and beside a flat-out junk flood, on one stack.
 func runJunk(ctx context.Context, cfg Config) (*Result, error) {
 	z := junkFull
 	if cfg.Short {
@@ -68,76 +103,63 @@ func runJunk(ctx context.Context, cfg Config) (*Result, error) {
 		return nil, err
 	}
 	defer r.Close()
-	codes := make([]string, 3)
+	// A fresh voucher per round: a plan's orderIds are its code's.
+	codes := make([]string, 1+2*z.Rounds)
 	for i := range codes {
 		if codes[i], err = r.sale(ctx, "junk", z.Stock); err != nil {
 			return nil, err
 		}
 	}
-	// A short sale first, unmeasured: the first phase is not the stack's warm-up.
-	sendSale(ctx, r, codes[0], z.Rate, time.Second, 1)
-	alone, err := r.junkPhase(ctx, codes[1], z, 0)
+	// A short sale first, unmeasured, so that no round is the stack's
+	// warm-up (the ledger's pool connects, each connection's setup a few
+	// commits); then the wait that brings its commits into pg_stat_database.
+	sendSale(ctx, r, codes[0], z.Rate, time.Second)
+	load.Sleep(ctx, statsWait)
+	var run junkRun
+	c0, err := r.counters(ctx)
 	if err != nil {
 		return nil, err
 	}
-	flooded, err := r.junkPhase(ctx, codes[2], z, z.Workers)
+	load.Sleep(ctx, statsWait)
+	c1, err := r.counters(ctx)
 	if err != nil {
 		return nil, err
 	}
-	return judgeJunk(z, alone, flooded), nil
-}
-
-// junkPhase sells code at z's rate beside a flood of workers (none: alone),
-// then waits statsWait and reads what Postgres and the ledger counted.
-func (r *rig) junkPhase(ctx context.Context, code string, z junkSizes, workers int) (junkPhase, error) {
-	var p junkPhase
-	m0, err := r.ledgerMetrics(ctx)
-	if err != nil {
-		return p, err
+	for i := range z.Rounds {
+		run.alone = append(run.alone, sendSale(ctx, r, codes[1+2*i], z.Rate, z.Round).Shots...)
+		shots, fc := saleBesideFlood(ctx, r, codes[2+2*i], z)
+		run.flooded = append(run.flooded, shots...)
+		run.flood.add(fc)
+		// What the flood left queued drains before the next round alone.
+		load.Sleep(ctx, junkDrain)
 	}
-	x0, err := r.bench.Commits(ctx)
-	if err != nil {
-		return p, err
-	}
-	start := time.Now()
-	floodCtx, stop := context.WithCancel(ctx)
-	var wg sync.WaitGroup
-	if workers > 0 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			p.flood = flood(floodCtx, r.st.ProxyURL, workers)
-		}()
-		load.Sleep(ctx, 200*time.Millisecond) // the flood is at full speed when the sale starts
-	}
-	p.sale = sendSale(ctx, r, code, z.Rate, z.Duration, 2)
-	stop()
-	wg.Wait()
 	load.Sleep(ctx, statsWait)
 	if err := ctx.Err(); err != nil {
-		return p, err
+		return nil, err
 	}
-	m1, err := r.ledgerMetrics(ctx)
+	c2, err := r.counters(ctx)
 	if err != nil {
-		return p, err
+		return nil, err
 	}
-	x1, err := r.bench.Commits(ctx)
-	if err != nil {
-		return p, err
-	}
-	p.took = time.Since(start)
-	p.commits = x1 - x0 - 1 // less the harness's own first read
-	p.batches = metricSum(m1, writeBatches) - metricSum(m0, writeBatches)
-	p.lookups = codeLookups(m1) - codeLookups(m0)
-	lat := make([]time.Duration, 0, len(p.sale.Shots))
-	for _, s := range p.sale.Shots {
-		lat = append(lat, s.Latency)
-		if s.Status == http.StatusServiceUnavailable {
-			p.n503++
-		}
-	}
-	p.p99 = load.LatencyOf(lat).P99
-	return p, nil
+	run.quiet, run.traffic = between(c0, c1), between(c1, c2)
+	return judgeJunk(z, run), nil
+}
+
+// saleBesideFlood sells code for one round while z.Workers junk clients
+// send flat out, from a moment before the sale to its end.
+func saleBesideFlood(ctx context.Context, r *rig, code string, z junkSizes) ([]load.Shot, floodCount) {
+	floodCtx, stop := context.WithCancel(ctx)
+	var fc floodCount
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		fc = flood(floodCtx, r.st.ProxyURL, z.Workers)
+	}()
+	load.Sleep(ctx, 200*time.Millisecond) // the flood is at full speed when the sale starts
+	v := sendSale(ctx, r, code, z.Rate, z.Round)
+	stop()
+	<-done
+	return v.Shots, fc
 }
 
 // codeLookups counts the ledger's GETs of one voucher by code that found no
@@ -154,9 +176,9 @@ func codeLookups(page string) float64 {
 }
 
 // sendSale sells code to a crowd of distinct customers at rate for d.
-func sendSale(ctx context.Context, r *rig, code string, rate float64, d time.Duration, seed uint64) load.Volley {
+func sendSale(ctx context.Context, r *rig, code string, rate float64, d time.Duration) load.Volley {
 	n := load.RequestCount(rate, d)
-	plan := load.NewPlan(code, load.Crowd{Requests: n, Customers: n, Seed: seed})
+	plan := load.NewPlan(code, load.Crowd{Requests: n, Customers: n, Seed: 1})
 	o := load.DefaultAttack
 	o.Timeout = 5 * time.Second
 	return load.Fire(ctx, load.ReserveURL(r.st.ProxyURL, code), plan, load.OrderAmount, rate, o)
@@ -167,6 +189,18 @@ type floodCount struct {
 	sent     int
 	statuses statusCount
 	took     time.Duration
+}
+
+// add counts another flood's requests and time in f.
+func (f *floodCount) add(g floodCount) {
+	if f.statuses == nil {
+		f.statuses = statusCount{}
+	}
+	f.sent += g.sent
+	f.took += g.took
+	for k, n := range g.statuses {
+		f.statuses[k] += n
+	}
 }
 
 // flood sends reserves of random, never-created codes from workers clients,
@@ -209,28 +243,50 @@ func flood(ctx context.Context, proxyURL string, workers int) floodCount {
 }
 
 // judgeJunk compares the sale beside the flood with the sale alone.
-func judgeJunk(z junkSizes, alone, flooded junkPhase) *Result {
+func judgeJunk(z junkSizes, run junkRun) *Result {
 	res := &Result{Scenario: "junk"}
-	fl := flooded.flood
-	res.figure("sale alone: %d requests at %.0f/s for %s: p99 %.1f ms, 503 x %.0f", len(alone.sale.Shots), z.Rate, z.Duration, alone.p99, alone.n503)
-	res.figure("sale beside the flood: p99 %.1f ms, 503 x %.0f", flooded.p99, flooded.n503)
-	res.figure("flood: %d workers flat out, %d requests (%.0f/s): %s", z.Workers, fl.sent, float64(fl.sent)/fl.took.Seconds(), fl.statuses)
+	alone, flooded := saleFigures(run.alone), saleFigures(run.flooded)
+	fl := run.flood
+	res.figure("sale alone: %d requests at %.0f/s in %d rounds of %s: p99 %.1f ms, 503 x %d; %s",
+		len(run.alone), z.Rate, z.Rounds, z.Round, alone.p99, alone.n503, alone.statuses)
+	res.figure("sale beside the flood, the rounds between: p99 %.1f ms, 503 x %d; %s", flooded.p99, flooded.n503, flooded.statuses)
+	res.figure("flood: %d workers flat out, %d requests (%.0f/s): %s", z.Workers, fl.sent, float64(fl.sent)/max(fl.took.Seconds(), 0.001), fl.statuses)
 	// Postgres commits that are neither the sale's group commits nor the
 	// background's (the outbox's polls, the jobs), at the rate measured
-	// while the sale ran alone.
-	background := (float64(alone.commits) - alone.batches) / alone.took.Seconds()
-	junkCommits := float64(flooded.commits) - flooded.batches - background*flooded.took.Seconds()
-	res.figure("Postgres commits: alone %d (group commits %.0f), beside the flood %d (group commits %.0f); background %.1f/s",
-		alone.commits, alone.batches, flooded.commits, flooded.batches, background)
-	res.figure("ledger lookups by code answered 404: alone %.0f, beside the flood %.0f", alone.lookups, flooded.lookups)
+	// with nothing sent.
+	background := run.quiet.others / run.quiet.took.Seconds()
+	junkCommits := run.traffic.others - background*run.traffic.took.Seconds()
+	res.figure("Postgres commits besides the sale's group commits: %.0f over %.1f s of rounds (background %.1f/s, measured over %.1f s with nothing sent)",
+		run.traffic.others, run.traffic.took.Seconds(), background, run.quiet.took.Seconds())
 
-	res.want("sale's 503s beside the flood = 0", flooded.n503 == 0, "%.0f x 503 of %d", flooded.n503, len(flooded.sale.Shots))
+	res.want("sale's 503s beside the flood = 0", flooded.n503 == 0, "%d x 503 of %d", flooded.n503, len(run.flooded))
 	res.want("sale's p99 beside the flood <= 1.5x alone", flooded.p99 <= junkP99Ratio*alone.p99,
 		"%.1f ms vs %.1f ms alone (%.2fx)", flooded.p99, alone.p99, flooded.p99/max(alone.p99, 0.001))
 	res.want("Postgres commits of the flood near 0", junkCommits <= junkCommitShare*float64(fl.sent),
 		"%.0f commits for %d junk requests (want <= %.0f%% of them)", junkCommits, fl.sent, 100*junkCommitShare)
-	res.want("ledger lookups of unknown codes = 0", flooded.lookups == 0, "%.0f lookups answered 404 during the flood", flooded.lookups)
+	res.want("ledger lookups of unknown codes = 0", run.traffic.lookups == 0, "%.0f lookups answered 404 during the rounds", run.traffic.lookups)
 	answered := fl.sent - fl.statuses["transport error"]
 	res.want("the flood was answered", fl.sent > 0 && answered >= fl.sent*9/10, "%d of %d junk requests answered", answered, fl.sent)
 	return res.finish()
+}
+
+// saleAnswers sums up one kind of round's answers.
+type saleAnswers struct {
+	p99      float64
+	n503     int
+	statuses statusCount
+}
+
+func saleFigures(shots []load.Shot) saleAnswers {
+	a := saleAnswers{statuses: statusCount{}}
+	lat := make([]time.Duration, 0, len(shots))
+	for _, s := range shots {
+		lat = append(lat, s.Latency)
+		a.statuses[load.StatusKey(s)]++
+		if s.Status == http.StatusServiceUnavailable {
+			a.n503++
+		}
+	}
+	a.p99 = load.LatencyOf(lat).P99
+	return a
 }
