@@ -96,7 +96,7 @@ func (r *rig) sale(ctx context.Context, label string, stock int) (string, error)
 
 // ledgerMetrics reads the ledger's metrics page.
 func (r *rig) ledgerMetrics(ctx context.Context) (string, error) {
-	ans, err := call(ctx, http.DefaultClient, http.MethodGet, r.metricsURL, adminToken, nil)
+	ans, err := call(ctx, &http.Client{Timeout: 10 * time.Second}, http.MethodGet, r.metricsURL, adminToken, nil)
 	if err != nil {
 		return "", err
 	}
