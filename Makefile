@@ -32,7 +32,7 @@ build:
 # rolling-restart's ledgers answered past LEDGER_TIMEOUT; a 300/s standard
 # burst got 503s from database timeouts; 1,000 concurrent reserves on a
 # standard voucher took 2.25 s at p99).
-SOLO_PKGS := ./proxy ./systemtest ./loadtest/internal/burst ./loadtest/internal/chaos
+SOLO_PKGS := ./proxy ./systemtest ./loadtest/internal/burst ./loadtest/internal/chaos ./loadtest/internal/attack
 test: deps
 	$(GO) vet ./...
 	@if docker compose version >/dev/null 2>&1; then docker compose config -q && echo "docker-compose.yml: valid"; \

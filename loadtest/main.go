@@ -4,6 +4,7 @@
 // the invariants against the database and Redis; `chaos` injects faults
 // (toxiproxy between the services and Redis and Postgres, kill -9 of every
 // process) under such bursts and checks the invariants and the recovery;
+// `attack` reproduces a hostile crowd's attacks and judges each want;
 // `ceiling` is the bare HTTP server that compare measures the proxy against.
 package main
 
@@ -15,6 +16,7 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/flashgate/flashgate/loadtest/internal/attack"
 	"github.com/flashgate/flashgate/loadtest/internal/burst"
 	"github.com/flashgate/flashgate/loadtest/internal/chaos"
 	"github.com/flashgate/flashgate/loadtest/internal/compare"
@@ -33,6 +35,8 @@ commands:
             voucher, checked as a burst is
   compare   each path's maximum sustainable rate and its latency at one fixed rate, side by side
   chaos     faults under bursts (Redis, Postgres, ledger, proxy): invariants and recovery time per scenario
+  attack    hostile traffic, each attack on a stack of its own (--scenario junk|bot|hammer|creds|csv|all):
+            the measured figures and PASS/FAIL per want (--short: the test's smaller counts)
   ceiling   a bare gin server answering every reserve 409 (the HTTP ceiling compare measures)
   solution1 the article's one-transaction-per-reservation guarded UPDATE as a server (compare's solution1 path)
 
@@ -48,7 +52,7 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	commands := map[string]func(context.Context, []string) error{
-		"run": runStack, "demo": burst.RunDemo, "burst": burst.Run, "replay": burst.RunReplay, "compare": compare.Run, "chaos": chaos.Run, "ceiling": compare.RunCeiling,
+		"run": runStack, "demo": burst.RunDemo, "burst": burst.Run, "replay": burst.RunReplay, "compare": compare.Run, "chaos": chaos.Run, "attack": attack.Run, "ceiling": compare.RunCeiling,
 		"solution1": compare.RunSolution1,
 	}
 	cmd, args := os.Args[1], os.Args[2:]

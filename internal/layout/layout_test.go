@@ -22,7 +22,7 @@ const module = "github.com/flashgate/flashgate/"
 // A new package gets a place here (the test fails until it has one).
 var layers = map[string][]string{
 	"ledger/internal/":   {"store", "sale", "jobs", "outbox", "web"},
-	"loadtest/internal/": {"stack", "load", "verify", "burst", "compare", "chaos"},
+	"loadtest/internal/": {"stack", "load", "verify", "burst", "compare", "chaos", "attack"},
 }
 
 // pkg is what `go list -json` says of one package.

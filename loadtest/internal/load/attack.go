@@ -34,6 +34,10 @@ type AttackOptions struct {
 	// a fraction of the generator's CPU per request. The generator shares
 	// the stack's CPUs, so it is the default (--lean); off only to compare.
 	Lean bool
+	// LocalIP, when set, is the address requests are sent from (on loopback
+	// any of 127.0.0.0/8): a client at an address of its own, as the edge's
+	// per-client limits see it. Empty: the system's choice.
+	LocalIP string
 
 	// Schedule, when set (a replay), is when each request leaves, from the
 	// start, instead of the constant rate.
@@ -178,12 +182,22 @@ func Fire(ctx context.Context, url string, plan Plan, orderAmount int64, rate fl
 // o.Connections idle connections per host.
 func newNetTransport(o AttackOptions) *http.Transport {
 	return &http.Transport{
-		DialContext:         (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		DialContext:         (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second, LocalAddr: LocalTCPAddr(o.LocalIP)}).DialContext,
 		MaxIdleConns:        o.Connections,
 		MaxIdleConnsPerHost: o.Connections,
 		IdleConnTimeout:     30 * time.Second,
 		DisableCompression:  true,
 	}
+}
+
+// LocalTCPAddr is a dialer's LocalAddr for sending from ip (any port); nil
+// for "" (the system's choice). An address that does not parse is nil too,
+// and the send then shows where it came from in the server's view.
+func LocalTCPAddr(ip string) net.Addr {
+	if parsed := net.ParseIP(ip); parsed != nil {
+		return &net.TCPAddr{IP: parsed}
+	}
+	return nil
 }
 
 // ReserveURL is where a reserve of voucher code is POSTed on base, the URL of

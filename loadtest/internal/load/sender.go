@@ -33,7 +33,7 @@ func sendLean(ctx context.Context, target string, bodies [][]byte, plan Plan, ra
 	}
 	s := &leanSender{host: u.Host, head: []byte("POST " + u.RequestURI() + " HTTP/1.1\r\nHost: " + u.Host +
 		"\r\nContent-Type: application/json\r\nContent-Length: "), bodies: bodies, plan: plan, timeout: o.Timeout,
-		jobs: make(chan leanJob)}
+		jobs: make(chan leanJob), dialer: net.Dialer{Timeout: o.Timeout, LocalAddr: LocalTCPAddr(o.LocalIP)}}
 	n := len(plan.Requests)
 	at := func(i int) time.Duration { return time.Duration(float64(i) / max(rate, 1) * float64(time.Second)) }
 	if o.Schedule != nil {
@@ -90,6 +90,7 @@ type leanSender struct {
 	bodies  [][]byte
 	plan    Plan
 	timeout time.Duration
+	dialer  net.Dialer // o.Timeout, from o.LocalIP when set
 	jobs    chan leanJob
 	replays atomic.Int64
 
@@ -136,7 +137,7 @@ func (s *leanSender) send(lc *leanConn, j leanJob) (Shot, *leanConn) {
 	for attempt := 0; ; attempt++ {
 		reused := lc != nil
 		if lc == nil {
-			c, err := net.DialTimeout("tcp", s.host, s.timeout)
+			c, err := s.dialer.Dial("tcp", s.host)
 			if err != nil {
 				sh.Req, sh.Err, sh.Latency = -1, err.Error(), time.Since(sh.At)
 				return sh, nil

@@ -4,8 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -74,5 +76,35 @@ func TestSendLean(t *testing.T) {
 	}
 	if len(seen) != 300 {
 		t.Errorf("%d distinct requests answered, want 300", len(seen))
+	}
+}
+
+// With LocalIP set, every request leaves from that address: the server sees
+// it as the peer, as the edge's per-client limits do.
+func TestSendLeanLocalIP(t *testing.T) {
+	var mu sync.Mutex
+	peers := map[string]int{}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		host, _, _ := net.SplitHostPort(r.RemoteAddr)
+		mu.Lock()
+		peers[host]++
+		mu.Unlock()
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusConflict)
+		_, _ = w.Write([]byte(`{"error":"OUT_OF_STOCK"}`))
+	}))
+	defer srv.Close()
+	plan := NewPlan("LOCAL", Crowd{Requests: 40, Customers: 40, Seed: 1})
+	bodies := make([][]byte, len(plan.Orders))
+	for i, o := range plan.Orders {
+		bodies[i] = reserveBody(o, 5000)
+	}
+	v, err := sendLean(context.Background(), srv.URL+"/vouchers/LOCAL/reservations", bodies, plan, 2000,
+		AttackOptions{MaxWorkers: 8, Timeout: 5 * time.Second, LocalIP: "127.0.0.2"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(v.Shots) != 40 || peers["127.0.0.2"] != 40 || len(peers) != 1 {
+		t.Errorf("sendLean from 127.0.0.2: %d shots, peers %v; want 40 shots, all from 127.0.0.2", len(v.Shots), peers)
 	}
 }

@@ -1,0 +1,162 @@
+// Package attack is the `attack` command: it reproduces the attacks a hostile
+// crowd makes on a flash sale (a flood of junk codes, a bot behind one
+// address, clients that hammer 503s, flat credentials, formulas in the CSV
+// export), each on a throwaway stack of its own, and judges each want of
+// issue #25 with the figures it measured: PASS or FAIL per want.
+package attack
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"github.com/flashgate/flashgate/loadtest/internal/load"
+	"github.com/flashgate/flashgate/loadtest/internal/verify"
+)
+
+// Config is what every scenario of a run shares.
+type Config struct {
+	BinDir     string    // where bin/ledger and bin/proxy are
+	Short      bool      // the test's smaller counts: the same wants, fewer requests
+	ServiceLog io.Writer // where the services write their output; nil: stderr
+}
+
+// Scenario is one attack: what it does and how it is run and judged.
+type Scenario struct {
+	Name     string
+	Describe string
+	Run      func(ctx context.Context, cfg Config) (*Result, error)
+}
+
+// Result is one attack's figures and its verdict on each want.
+type Result struct {
+	Scenario string
+	Figures  []string // what was measured, as printed
+	Checks   []verify.Check
+	Pass     bool
+}
+
+// figure adds a measured figure to r.
+func (r *Result) figure(format string, args ...any) {
+	r.Figures = append(r.Figures, fmt.Sprintf(format, args...))
+}
+
+// want adds the verdict on one want to r.
+func (r *Result) want(name string, pass bool, format string, args ...any) {
+	r.Checks = append(r.Checks, verify.NewCheck(name, pass, format, args...))
+}
+
+// finish sets the verdict from the checks: a scenario without any fails.
+func (r *Result) finish() *Result {
+	r.Pass = len(r.Checks) > 0 && verify.Passed(r.Checks)
+	return r
+}
+
+// Scenarios are the attacks in the order `--scenario all` runs them.
+func Scenarios() []Scenario {
+	return []Scenario{
+		{Name: "junk", Describe: "a flat-out flood of reserves to never-created codes beside a real sale", Run: runJunk},
+		{Name: "bot", Describe: "one address with thousands of made-up customerIds, real customers beside it", Run: runBot},
+		{Name: "hammer", Describe: "two groups behind a shedding proxy: one retries 503s at once, one waits Retry-After", Run: runHammer},
+		{Name: "creds", Describe: "scoped tokens: each token only what its scopes allow, the edge closed by default", Run: runCreds},
+		{Name: "csv", Describe: "orderIds that spreadsheets evaluate, exported as CSV", Run: runCSV},
+	}
+}
+
+// ScenarioNames lists the scenarios' names.
+func ScenarioNames() []string {
+	var names []string
+	for _, s := range Scenarios() {
+		names = append(names, s.Name)
+	}
+	return names
+}
+
+// pickScenarios returns the named scenarios; none or "all" is every one.
+func pickScenarios(names []string) ([]Scenario, error) {
+	all := Scenarios()
+	if len(names) == 0 {
+		return all, nil
+	}
+	var out []Scenario
+	for _, n := range names {
+		if n == "all" {
+			return all, nil
+		}
+		found := false
+		for _, s := range all {
+			if s.Name == n {
+				out, found = append(out, s), true
+			}
+		}
+		if !found {
+			return nil, fmt.Errorf("unknown scenario %q (want %s or all)", n, strings.Join(ScenarioNames(), ", "))
+		}
+	}
+	return out, nil
+}
+
+// Run is `loadtest attack`.
+func Run(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("attack", flag.ExitOnError)
+	var picked load.MultiFlag
+	fs.Var(&picked, "scenario", "run this attack (repeatable; default all): "+strings.Join(ScenarioNames(), ", ")+", all")
+	var cfg Config
+	fs.BoolVar(&cfg.Short, "short", false, "the test's smaller counts (the same wants)")
+	fs.StringVar(&cfg.BinDir, "bin", "", "directory holding ledger and proxy (default: beside loadtest)")
+	logPath := fs.String("log", "", "write the services' output to this file (default: discarded)")
+	_ = fs.Parse(args)
+	scenarios, err := pickScenarios(picked)
+	if err != nil {
+		return err
+	}
+	cfg.ServiceLog = io.Discard
+	if *logPath != "" {
+		f, err := os.Create(*logPath)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		cfg.ServiceLog = f
+	}
+	load.RaiseOpenFiles()
+	failed := 0
+	for _, sc := range scenarios {
+		fmt.Printf("%s: %s\n", sc.Name, sc.Describe)
+		res, err := sc.Run(ctx, cfg)
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if err != nil {
+			fmt.Printf("  ERROR %v\n", err)
+			failed++
+			continue
+		}
+		PrintResult(os.Stdout, res)
+		if !res.Pass {
+			failed++
+		}
+	}
+	if failed > 0 {
+		return fmt.Errorf("%d of %d attacks failed a want", failed, len(scenarios))
+	}
+	return nil
+}
+
+// PrintResult writes res's figures and a PASS or FAIL line per want.
+func PrintResult(w io.Writer, res *Result) {
+	for _, f := range res.Figures {
+		fmt.Fprintf(w, "  %s\n", f)
+	}
+	for _, c := range res.Checks {
+		fmt.Fprintf(w, "  %s %s: %s\n", verify.Verdict(c.Pass), c.Name, c.Detail)
+	}
+	fmt.Fprintf(w, "  => %s %s\n", res.Scenario, verify.Verdict(res.Pass))
+}
+
+// errNotUp is a scenario's stack that would not start.
+var errNotUp = errors.New("the stack did not start")

@@ -1,0 +1,292 @@
+package attack
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/flashgate/flashgate/loadtest/internal/load"
+)
+
+// junkSizes size the junk attack: a real sale at Rate on vouchers of Stock
+// uses, in Rounds rounds of Round alone and Round beside a flood of Workers
+// clients that each send a reserve to a random, never-created code as soon
+// as the last was answered. Alone and flooded alternate, so that what the
+// shared machine does meanwhile falls on both alike.
+type junkSizes struct {
+	Rate    float64
+	Round   time.Duration
+	Rounds  int
+	Stock   int
+	Workers int
+}
+
+var (
+	junkFull  = junkSizes{Rate: 1000, Round: time.Second, Rounds: 5, Stock: 100_000, Workers: 64}
+	junkShort = junkSizes{Rate: 1000, Round: time.Second, Rounds: 2, Stock: 100_000, Workers: 16}
+)
+
+const (
+	// statsWait is how long Postgres 15+ may hold an idle backend's counters
+	// before pg_stat_database shows them (PGSTAT_IDLE_INTERVAL is 10 s).
+	statsWait = 11 * time.Second
+	// junkCommitShare is "near 0": the flood's own commits, at most this
+	// share of its requests (before item 1 of #25, about 94% of them).
+	junkCommitShare = 0.01
+	// junkP99Ratio bounds the sale's p99 beside the flood, as a multiple of
+	// its p99 alone in the same run.
+	junkP99Ratio = 1.5
+	// writeBatches counts the ledger's group commits: the sale's own commits.
+	writeBatches = "flashgate_ledger_write_batch_size_count"
+	// junkDrain is the pause after a round beside the flood.
+	junkDrain = time.Second
+	// httpRequests counts each service's requests by route, method and status.
+	httpRequests = "flashgate_http_request_duration_seconds_count"
+)
+
+// counters are what Postgres and the ledger had counted at one moment.
+type counters struct {
+	at      time.Time
+	commits int64   // pg_stat_database xact_commit
+	batches float64 // the ledger's group commits
+	lookups float64 // the ledger's GETs of one voucher by code answered 404
+}
+
+// counters reads Postgres's commits and the ledger's metrics.
+func (r *rig) counters(ctx context.Context) (counters, error) {
+	c := counters{at: time.Now()}
+	page, err := r.ledgerMetrics(ctx)
+	if err != nil {
+		return c, err
+	}
+	if c.commits, err = r.bench.Commits(ctx); err != nil {
+		return c, err
+	}
+	c.batches, c.lookups = metricSum(page, writeBatches), codeLookups(page)
+	return c, nil
+}
+
+// window is what happened between two readings of the counters: Postgres
+// commits other than the sale's group commits, and 404 lookups.
+type window struct {
+	others  float64 // less the harness's own read of xact_commit
+	lookups float64
+	took    time.Duration
+}
+
+func between(a, b counters) window {
+	return window{others: float64(b.commits-a.commits-1) - (b.batches - a.batches),
+		lookups: b.lookups - a.lookups, took: b.at.Sub(a.at)}
+}
+
+// junkRun is what the junk attack measured.
+type junkRun struct {
+	alone, flooded []load.Shot
+	flood          floodCount
+	quiet, traffic window // nothing sent (the background), and the rounds with their statsWait
+}
+
+// runJunk measures the background with nothing sent, then a sale in rounds
+// alone and beside a flat-out junk flood, on one stack.
+func runJunk(ctx context.Context, cfg Config) (*Result, error) {
+	z := junkFull
+	if cfg.Short {
+		z = junkShort
+	}
+	r, err := startRig(ctx, cfg, Auth{}, nil, nil)
+	if err != nil {
+		return nil, err
+	}
+	defer r.Close()
+	// A fresh voucher per round: a plan's orderIds are its code's.
+	codes := make([]string, 1+2*z.Rounds)
+	for i := range codes {
+		if codes[i], err = r.sale(ctx, "junk", z.Stock); err != nil {
+			return nil, err
+		}
+	}
+	// A short sale first, unmeasured, so that no round is the stack's
+	// warm-up (the ledger's pool connects, each connection's setup a few
+	// commits); then the wait that brings its commits into pg_stat_database.
+	sendSale(ctx, r, codes[0], z.Rate, time.Second)
+	load.Sleep(ctx, statsWait)
+	var run junkRun
+	c0, err := r.counters(ctx)
+	if err != nil {
+		return nil, err
+	}
+	load.Sleep(ctx, statsWait)
+	c1, err := r.counters(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for i := range z.Rounds {
+		run.alone = append(run.alone, sendSale(ctx, r, codes[1+2*i], z.Rate, z.Round).Shots...)
+		shots, fc := saleBesideFlood(ctx, r, codes[2+2*i], z)
+		run.flooded = append(run.flooded, shots...)
+		run.flood.add(fc)
+		// What the flood left queued drains before the next round alone.
+		load.Sleep(ctx, junkDrain)
+	}
+	load.Sleep(ctx, statsWait)
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	c2, err := r.counters(ctx)
+	if err != nil {
+		return nil, err
+	}
+	run.quiet, run.traffic = between(c0, c1), between(c1, c2)
+	return judgeJunk(z, run), nil
+}
+
+// saleBesideFlood sells code for one round while z.Workers junk clients
+// send flat out, from a moment before the sale to its end.
+func saleBesideFlood(ctx context.Context, r *rig, code string, z junkSizes) ([]load.Shot, floodCount) {
+	floodCtx, stop := context.WithCancel(ctx)
+	var fc floodCount
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		fc = flood(floodCtx, r.st.ProxyURL, z.Workers)
+	}()
+	load.Sleep(ctx, 200*time.Millisecond) // the flood is at full speed when the sale starts
+	v := sendSale(ctx, r, code, z.Rate, z.Round)
+	stop()
+	<-done
+	return v.Shots, fc
+}
+
+// codeLookups counts the ledger's GETs of one voucher by code that found no
+// voucher: a proxy asking about a code it does not know, whatever the route
+// (the admin view, or an internal one), its reservations aside.
+func codeLookups(page string) float64 {
+	return metricSumFunc(page, httpRequests, func(labels string) bool {
+		_, route, _ := strings.Cut(labels, `route="`)
+		route, _, _ = strings.Cut(route, `"`)
+		return strings.Contains(labels, `service="ledger"`) && strings.Contains(labels, `method="GET"`) &&
+			strings.Contains(labels, `code="404"`) && strings.Contains(route, "/vouchers/:code") &&
+			!strings.Contains(route, "reservations")
+	})
+}
+
+// sendSale sells code to a crowd of distinct customers at rate for d.
+func sendSale(ctx context.Context, r *rig, code string, rate float64, d time.Duration) load.Volley {
+	n := load.RequestCount(rate, d)
+	plan := load.NewPlan(code, load.Crowd{Requests: n, Customers: n, Seed: 1})
+	o := load.DefaultAttack
+	o.Timeout = 5 * time.Second
+	return load.Fire(ctx, load.ReserveURL(r.st.ProxyURL, code), plan, load.OrderAmount, rate, o)
+}
+
+// floodCount is what a junk flood sent and was answered.
+type floodCount struct {
+	sent     int
+	statuses statusCount
+	took     time.Duration
+}
+
+// add counts another flood's requests and time in f.
+func (f *floodCount) add(g floodCount) {
+	if f.statuses == nil {
+		f.statuses = statusCount{}
+	}
+	f.sent += g.sent
+	f.took += g.took
+	for k, n := range g.statuses {
+		f.statuses[k] += n
+	}
+}
+
+// flood sends reserves of random, never-created codes from workers clients,
+// each as soon as its last was answered, until ctx ends.
+func flood(ctx context.Context, proxyURL string, workers int) floodCount {
+	client := clientFrom("", workers)
+	defer client.CloseIdleConnections()
+	start := time.Now()
+	counts := make([]statusCount, workers)
+	var wg sync.WaitGroup
+	for w := range workers {
+		counts[w] = statusCount{}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(uint64(w), uint64(start.UnixNano())))
+			for i := 0; ctx.Err() == nil; i++ {
+				code := "junk" + strconv.FormatUint(rng.Uint64(), 36)
+				body := reserveBody(fmt.Sprintf("%s-%d", code, i), rng.Int64N(1_000_000)+1)
+				a, err := call(ctx, client, http.MethodPost, load.ReserveURL(proxyURL, code), "", body)
+				switch {
+				case ctx.Err() != nil:
+				case err != nil:
+					counts[w]["transport error"]++
+				default:
+					counts[w][a.String()]++
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	fc := floodCount{statuses: statusCount{}, took: time.Since(start)}
+	for _, c := range counts {
+		for k, n := range c {
+			fc.statuses[k] += n
+			fc.sent += n
+		}
+	}
+	return fc
+}
+
+// judgeJunk compares the sale beside the flood with the sale alone.
+func judgeJunk(z junkSizes, run junkRun) *Result {
+	res := &Result{Scenario: "junk"}
+	alone, flooded := saleFigures(run.alone), saleFigures(run.flooded)
+	fl := run.flood
+	res.figure("sale alone: %d requests at %.0f/s in %d rounds of %s: p99 %.1f ms, 503 x %d; %s",
+		len(run.alone), z.Rate, z.Rounds, z.Round, alone.p99, alone.n503, alone.statuses)
+	res.figure("sale beside the flood, the rounds between: p99 %.1f ms, 503 x %d; %s", flooded.p99, flooded.n503, flooded.statuses)
+	res.figure("flood: %d workers flat out, %d requests (%.0f/s): %s", z.Workers, fl.sent, float64(fl.sent)/max(fl.took.Seconds(), 0.001), fl.statuses)
+	// Postgres commits that are neither the sale's group commits nor the
+	// background's (the outbox's polls, the jobs), at the rate measured
+	// with nothing sent.
+	background := run.quiet.others / run.quiet.took.Seconds()
+	junkCommits := run.traffic.others - background*run.traffic.took.Seconds()
+	res.figure("Postgres commits besides the sale's group commits: %.0f over %.1f s of rounds (background %.1f/s, measured over %.1f s with nothing sent)",
+		run.traffic.others, run.traffic.took.Seconds(), background, run.quiet.took.Seconds())
+
+	res.want("sale's 503s beside the flood = 0", flooded.n503 == 0, "%d x 503 of %d", flooded.n503, len(run.flooded))
+	res.want("sale's p99 beside the flood <= 1.5x alone", flooded.p99 <= junkP99Ratio*alone.p99,
+		"%.1f ms vs %.1f ms alone (%.2fx)", flooded.p99, alone.p99, flooded.p99/max(alone.p99, 0.001))
+	res.want("Postgres commits of the flood near 0", junkCommits <= junkCommitShare*float64(fl.sent),
+		"%.0f commits for %d junk requests (want <= %.0f%% of them)", junkCommits, fl.sent, 100*junkCommitShare)
+	res.want("ledger lookups of unknown codes = 0", run.traffic.lookups == 0, "%.0f lookups answered 404 during the rounds", run.traffic.lookups)
+	answered := fl.sent - fl.statuses["transport error"]
+	res.want("the flood was answered", fl.sent > 0 && answered >= fl.sent*9/10, "%d of %d junk requests answered", answered, fl.sent)
+	return res.finish()
+}
+
+// saleAnswers sums up one kind of round's answers.
+type saleAnswers struct {
+	p99      float64
+	n503     int
+	statuses statusCount
+}
+
+func saleFigures(shots []load.Shot) saleAnswers {
+	a := saleAnswers{statuses: statusCount{}}
+	lat := make([]time.Duration, 0, len(shots))
+	for _, s := range shots {
+		lat = append(lat, s.Latency)
+		a.statuses[load.StatusKey(s)]++
+		if s.Status == http.StatusServiceUnavailable {
+			a.n503++
+		}
+	}
+	a.p99 = load.LatencyOf(lat).P99
+	return a
+}
