@@ -106,7 +106,7 @@ func (s *Server) forward(call, route string, givesBack int) gin.HandlerFunc {
 // relay writes the ledger's answer as it is, with its replay mark.
 func relay(c *gin.Context, rep Reply) {
 	if rep.Status == http.StatusServiceUnavailable {
-		c.Header(api.HeaderRetryAfter, api.RetryAfter)
+		httpx.SetRetryAfter(c, 0)
 	}
 	if rep.Replayed {
 		c.Header(api.HeaderReplayed, "true")

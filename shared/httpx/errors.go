@@ -31,6 +31,7 @@ var statusOf = map[string]int{
 	voucher.CodeNotFound:            http.StatusNotFound,
 	voucher.CodeMethodNotAllowed:    http.StatusMethodNotAllowed,
 	voucher.CodeUnavailable:         http.StatusServiceUnavailable,
+	voucher.CodeRateLimited:         http.StatusTooManyRequests,
 }
 
 // Status returns the HTTP status for an error code; unknown codes are 503, since
@@ -53,8 +54,8 @@ func WriteError(c *gin.Context, err error) {
 		}
 	}
 	status, body := AnswerError(c, err)
-	if status == http.StatusServiceUnavailable {
-		c.Header(api.HeaderRetryAfter, api.RetryAfter)
+	if status == http.StatusServiceUnavailable || status == http.StatusTooManyRequests {
+		SetRetryAfter(c, 0)
 	}
 	c.AbortWithStatusJSON(status, body)
 }

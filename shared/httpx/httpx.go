@@ -201,7 +201,7 @@ func Health(r gin.IRoutes, ready func(*gin.Context) error) {
 	r.GET(api.ReadyzPath, func(c *gin.Context) {
 		if err := checkReady(c, ready); err != nil {
 			LoggerFrom(c).Warn("not ready", "err", err)
-			c.Header(api.HeaderRetryAfter, api.RetryAfter)
+			SetRetryAfter(c, 0)
 			c.JSON(http.StatusServiceUnavailable, api.ErrorBody{Error: voucher.CodeUnavailable, Message: "not ready"})
 			return
 		}

@@ -26,6 +26,10 @@ const (
 	CodeNotFound            = "NOT_FOUND"
 	CodeMethodNotAllowed    = "METHOD_NOT_ALLOWED"
 	CodeUnavailable         = "UNAVAILABLE"
+	// CodeRateLimited (429) refuses a reserve over its client's or its
+	// customer's rate (CLIENT_RATE, CUSTOMER_RATE), or one sent again before
+	// the Retry-After it was given: nothing was decided, retry after Retry-After.
+	CodeRateLimited = "RATE_LIMITED"
 )
 
 // Reasons given with NOT_ELIGIBLE.
