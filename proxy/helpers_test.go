@@ -46,6 +46,7 @@ type stack struct {
 	rdb       redis.UniversalClient
 	pool      *pgxpool.Pool
 	checks    *agreementtest.Checks
+	limits    *limits // nil: the stack was started without
 }
 
 type stackOptions struct {
@@ -54,6 +55,8 @@ type stackOptions struct {
 	coalesce        bool
 	log             *slog.Logger // the proxy's server log; nil: discarded
 	redisHook       redis.Hook   // added to the proxy's Redis client: a seam to inject faults at
+	limits          *LimitConfig // per-client limits and early retries; nil: none
+	maxInflight     int          // MAX_INFLIGHT, shed at once over it (no LATENCY_SLO); 0: no bound
 }
 
 func newStack(tb testing.TB, o stackOptions) *stack {
@@ -115,10 +118,14 @@ func startProxy(tb testing.TB, o stackOptions, ledgerURL string) *stack {
 	require.NoError(tb, err)
 	tb.Cleanup(admit.Close)
 	tb.Cleanup(watchChanges(ctx, rdb, admit, slog.New(slog.NewTextHandler(io.Discard, nil))))
-	srv := &Server{log: o.log, admit: admit, ledger: lc, ready: func(context.Context) error { return nil }}
+	srv := &Server{log: o.log, admit: admit, ledger: lc, maxInflight: o.maxInflight, ready: func(context.Context) error { return nil }}
+	if o.limits != nil {
+		srv.limits = newLimits(*o.limits, rdb, nil)
+	}
 	hs := httptest.NewServer(srv.Handler())
 	tb.Cleanup(hs.Close)
-	return &stack{ProxyURL: hs.URL, LedgerURL: ledgerURL, admit: admit, gate: g, rdb: rdb, checks: &agreementtest.Checks{}}
+	return &stack{ProxyURL: hs.URL, LedgerURL: ledgerURL, admit: admit, gate: g, rdb: rdb, checks: &agreementtest.Checks{},
+		limits: srv.limits}
 }
 
 // newCode returns a voucher code unique to this test run.

@@ -40,6 +40,7 @@ type Config struct {
 	RedisWarm       int           // REDIS_WARM_CONNS: Redis connections opened at start
 	LedgerWarm      int           // LEDGER_WARM_CONNS: ledger connections opened at start and kept warm
 	WarmRequests    int           // WARM_REQUESTS: reserves the proxy sends itself before it listens (warmUp)
+	Limits          LimitConfig   // CLIENT_RATE, CLIENT_BURST, CUSTOMER_RATE, CUSTOMER_BURST, TRUSTED_PROXIES, REFUSE_EARLY_RETRIES
 	httpx.Serving                 // MAX_CONNS, MAX_INFLIGHT, DEBUG_ADDR, SHUTDOWN_DELAY, SHUTDOWN_TIMEOUT
 }
 
@@ -77,7 +78,14 @@ func configFrom(e *envconf.Reader) (Config, error) {
 			"reserves the proxy sends itself before it listens, MAX_INFLIGHT at a time on loopback connections, each refused by validation (nothing reaches Redis or the ledger), so that a sale's first requests find its heap, stacks and pools grown; 0: none"),
 		Serving: httpx.ReadServing(e),
 	}
+	trusted := e.String("TRUSTED_PROXIES", "",
+		"CIDRs (or addresses), comma-separated, of the proxies in front whose X-Forwarded-For is believed: a request from one is keyed by the first address in it, from the right, outside them; empty: every request is keyed by its peer address (or its named token)")
+	c.Limits = readLimits(e, c.RedisTimeout)
 	if err := e.Err(); err != nil {
+		return c, err
+	}
+	var err error
+	if c.Limits.Trusted, err = parseTrustedProxies(trusted); err != nil {
 		return c, err
 	}
 	if c.RedisURL == "" {
@@ -91,6 +99,21 @@ func configFrom(e *envconf.Reader) (Config, error) {
 		return c, fmt.Errorf("REDIS_WARM_CONNS (%d) must be at most REDIS_POOL_SIZE (%d)", c.RedisWarm, c.RedisPool)
 	}
 	return c, c.Shutdown.Check(c.LedgerTimeout, "LEDGER_TIMEOUT")
+}
+
+// readLimits reads the per-client limits' settings (TRUSTED_PROXIES aside).
+func readLimits(e *envconf.Reader, redisTimeout time.Duration) LimitConfig {
+	return LimitConfig{
+		ClientRate: e.Int("CLIENT_RATE", 0, 0,
+			"reserves a second per client key (its named token, else its address: see TRUSTED_PROXIES), in a token bucket in each proxy; over it: 429 RATE_LIMITED with Retry-After, before the gate; 0: off"),
+		ClientBurst: e.Int("CLIENT_BURST", 0, 0, "the client bucket's size: reserves a client key may send at once; 0: CLIENT_RATE"),
+		CustomerRate: e.Int("CUSTOMER_RATE", 0, 0,
+			"reserves a second per customerId per voucher, in a bucket in Redis shared by every proxy (one Redis call per reserve); over it: 429 RATE_LIMITED with Retry-After, before the gate; 0: off"),
+		CustomerBurst: e.Int("CUSTOMER_BURST", 0, 0, "the customer bucket's size; 0: CUSTOMER_RATE"),
+		EarlyRetries: e.Switch("REFUSE_EARLY_RETRIES", true,
+			"on: an order sent again before the Retry-After of its last 503 or 429, or a client key back before that of its last 429, is answered 429 RATE_LIMITED without being decided, and told to wait anew (a retry of an order this proxy answered 201 always passes)"),
+		RedisTimeout: redisTimeout,
+	}
 }
 
 // windowMax is the admission window's largest size: half of MAX_INFLIGHT, so
@@ -140,7 +163,8 @@ func run(cfg Config, log *slog.Logger) error {
 	}
 	defer admit.Close()
 	defer watchChanges(ctx, rdb, admit, log)()
-	srv := &Server{log: log, admit: admit, ledger: ledger, token: cfg.Token, metrics: metrics, maxInflight: cfg.MaxInflight, latencySLO: cfg.LatencySLO, ready: func(c context.Context) error {
+	lim := newLimits(cfg.Limits, rdb, metrics.Registry)
+	srv := &Server{log: log, admit: admit, ledger: ledger, limits: lim, token: cfg.Token, metrics: metrics, maxInflight: cfg.MaxInflight, latencySLO: cfg.LatencySLO, ready: func(c context.Context) error {
 		// Ready while a ledger answers: without Redis, standard vouchers,
 		// confirm and release still work (flash reserves get a fast 503).
 		if err := life.Err(); err != nil {

@@ -18,7 +18,8 @@ type Server struct {
 	log     *slog.Logger // faults answered 503; nil: not logged
 	admit   *Admitter
 	ledger  *LedgerClient
-	token   string // PROXY_TOKEN; empty: the edge is open
+	limits  *limits // per-client limits and early retries; nil: none
+	token   string  // PROXY_TOKEN; empty: the edge is open
 	ready   func(context.Context) error
 	metrics *httpx.Metrics // nil: no /metrics
 
@@ -44,9 +45,13 @@ func (s *Server) spare(c *gin.Context) bool {
 
 // Handler returns the gin engine with every route registered.
 func (s *Server) Handler() *gin.Engine {
+	var guard gin.HandlerFunc
+	if s.limits != nil {
+		guard = s.limits.guard(s.admit.AdmittedHere)
+	}
 	r := httpx.NewServiceEngine(httpx.Service{Log: s.log, Metrics: s.metrics, Token: s.token,
 		Ready: func(c *gin.Context) error { return s.ready(c) }, MaxInflight: s.maxInflight, LatencySLO: s.latencySLO,
-		Spare: s.spare})
+		Spare: s.spare, Guard: guard})
 
 	r.POST(api.RouteReservations, s.reserve)
 	r.GET(api.RouteReservation, s.forward("get", api.RouteReservation, 0))
@@ -65,6 +70,9 @@ func (s *Server) reserve(c *gin.Context) {
 	cl, err := httpx.BindClaim(c)
 	if err != nil {
 		httpx.WriteError(c, err)
+		return
+	}
+	if s.limits != nil && !s.admit.AdmittedHere(code, cl) && !s.limits.customer(c, code, cl) {
 		return
 	}
 	rep, err := s.admit.Reserve(c, code, cl)

@@ -273,10 +273,15 @@ type Service struct {
 	// holds its use). It must be cheap, and may read the body if it puts it
 	// back.
 	Spare func(*gin.Context) bool
+	// Guard, when set, runs on every request after auth (so ClientName is
+	// known) and before the shedder: a refusal it writes (a client over its
+	// rate, a retry before its Retry-After) takes no slot of MAX_INFLIGHT, and
+	// after c.Next it sees every answer, the shedder's 503s included.
+	Guard gin.HandlerFunc
 }
 
 // NewServiceEngine returns NewEngine with the metrics middleware and
-// /metrics, request ids, auth, /healthz, /readyz and /openapi.yaml; the
+// /metrics, request ids, auth, the service's guard, the shedder, /healthz, /readyz and /openapi.yaml; the
 // service adds its own routes.
 func NewServiceEngine(s Service) *gin.Engine {
 	r := NewEngine(s.Log)
@@ -285,6 +290,12 @@ func NewServiceEngine(s Service) *gin.Engine {
 		s.Metrics.ServeMetrics(r)
 	}
 	r.Use(RequestID())
+	// Auth before the shedder: a request without a valid token never takes
+	// a slot, and the guard knows the token's name.
+	r.Use(Auth(s.tokens(), api.OpenPaths...))
+	if s.Guard != nil {
+		r.Use(s.Guard)
+	}
 	if s.MaxInflight > 0 {
 		var reg prometheus.Registerer
 		if s.Metrics != nil {
@@ -292,7 +303,6 @@ func NewServiceEngine(s Service) *gin.Engine {
 		}
 		r.Use(NewShedder(s.MaxInflight, s.LatencySLO, s.Spare, reg).Middleware())
 	}
-	r.Use(Auth(s.tokens(), api.OpenPaths...))
 	Health(r, s.Ready)
 	ServeOpenAPI(r)
 	return r
