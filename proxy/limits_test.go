@@ -29,7 +29,7 @@ func TestClientKey(t *testing.T) {
 		want            string
 	}{
 		{peer: "192.0.2.7:5555", want: "192.0.2.7"},
-		{peer: "192.0.2.7:5555", xff: "198.51.100.1", want: "192.0.2.7"}, // no trusted proxies
+		{peer: "192.0.2.7:5555", xff: "198.51.100.1", want: "192.0.2.7"},                // no trusted proxies
 		{peer: "192.0.2.7:5555", xff: "198.51.100.1", trusted: true, want: "192.0.2.7"}, // the peer is not trusted
 		{peer: "127.0.0.1:5555", xff: "198.51.100.1", trusted: true, want: "198.51.100.1"},
 		{peer: "127.0.0.1:5555", xff: "6.6.6.6, 198.51.100.1, 10.1.2.3", trusted: true, want: "198.51.100.1"},
