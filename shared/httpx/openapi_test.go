@@ -155,7 +155,7 @@ var allCodes = []string{
 	voucher.CodeOutOfStock, voucher.CodeAlreadyUsed, voucher.CodeOrderConflict, voucher.CodeReservationReleased,
 	voucher.CodeNotEligible, voucher.CodeReservationExpired, voucher.CodeReservationNotFound,
 	voucher.CodeAlreadyConfirmed, voucher.CodeNotConfirmed, voucher.CodeReservationRefunded, voucher.CodeLimitBelowUsed,
-	voucher.CodeNotFound, voucher.CodeMethodNotAllowed, voucher.CodeUnavailable,
+	voucher.CodeNotFound, voucher.CodeMethodNotAllowed, voucher.CodeUnavailable, voucher.CodeRateLimited,
 }
 
 // TestOpenAPIDocument checks openapi.yaml against itself and against the code:
