@@ -93,7 +93,7 @@ func burstOr(burst, rate int) int {
 // guard is the reserve route's gate before the gate (httpx.Service.Guard):
 // an order this proxy answered 201 passes untouched (its retry takes nothing
 // new and is answered 201 from its row); an order or client key back before
-// its Retry-After is refused again, and told to wait anew; a client key over
+// its Retry-After is refused again (refuseEarly); a client key over
 // CLIENT_RATE is refused. Every 503 or 429 the reserve gets, here or further
 // on (the shedder, the window, a fault), is remembered with its Retry-After.
 func (l *limits) guard(admittedHere func(code string, cl voucher.Claim) bool) gin.HandlerFunc {
@@ -131,29 +131,24 @@ func (l *limits) guard(admittedHere func(code string, cl voucher.Claim) bool) gi
 }
 
 // refuseEarly refuses a reserve whose client key or order is back before
-// its Retry-After, and tells both to wait anew.
+// its Retry-After, and puts its time off once by a new Retry-After
+// (comebacks): a retry loop is decided less often than a client that waits.
 func (l *limits) refuseEarly(c *gin.Context, client, order string) bool {
 	if l.comebacks == nil {
 		return false
 	}
 	now := l.now()
-	cause := ""
-	until, early := l.comebacks.early(client, now)
-	if early {
-		cause = causeEarlyClient
-	} else if order != "" {
-		if until, early = l.comebacks.early(order, now); early {
-			cause = causeEarlyOrder
-		}
+	penalty := time.Duration(httpx.RetryAfterSeconds(0)) * time.Second
+	cause := causeEarlyClient
+	until, early := l.comebacks.early(client, now, penalty)
+	if !early && order != "" {
+		cause = causeEarlyOrder
+		until, early = l.comebacks.early(order, now, penalty)
 	}
 	if !early {
 		return false
 	}
-	keep := order
-	if cause == causeEarlyClient {
-		keep = client
-	}
-	l.refuse(c, cause, until.Sub(now), "sent again before its Retry-After; wait as long as Retry-After says", keep, "")
+	l.refuse(c, cause, until.Sub(now), "sent again before its Retry-After; wait as long as Retry-After says")
 	return true
 }
 

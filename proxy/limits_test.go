@@ -142,18 +142,21 @@ func TestBucketsBounded(t *testing.T) {
 	assert.False(t, ok, "the steady key's bucket was kept: still empty")
 }
 
-// TestComebacksBoundedAndExpire: an entry answers until its time and is
-// forgotten after; the store never holds more than its bound, sweeping passed
+// TestComebacksBoundedAndExpire: an entry answers until its time, put off
+// once by the penalty of its first early comeback, and is forgotten after; the store never holds more than its bound, sweeping passed
 // entries first.
 func TestComebacksBoundedAndExpire(t *testing.T) {
 	const most = 160 // 10 a shard
 	cb := newComebacks(most)
 	now := time.Now()
 	cb.set("order:a", now.Add(2*time.Second), now)
-	until, early := cb.early("order:a", now.Add(time.Second))
+	until, early := cb.early("order:a", now.Add(time.Second), 3*time.Second)
 	assert.True(t, early)
-	assert.Equal(t, now.Add(2*time.Second), until)
-	_, early = cb.early("order:a", now.Add(2*time.Second))
+	assert.Equal(t, now.Add(5*time.Second), until, "put off by the penalty")
+	until, early = cb.early("order:a", now.Add(2*time.Second), 3*time.Second)
+	assert.True(t, early)
+	assert.Equal(t, now.Add(5*time.Second), until, "put off once only")
+	_, early = cb.early("order:a", now.Add(5*time.Second), 3*time.Second)
 	assert.False(t, early, "at its time it may come back")
 	assert.Equal(t, 0, cb.len(), "and it is forgotten")
 

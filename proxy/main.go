@@ -111,7 +111,7 @@ func readLimits(e *envconf.Reader, redisTimeout time.Duration) LimitConfig {
 			"reserves a second per customerId per voucher, in a bucket in Redis shared by every proxy (one Redis call per reserve); over it: 429 RATE_LIMITED with Retry-After, before the gate; 0: off"),
 		CustomerBurst: e.Int("CUSTOMER_BURST", 0, 0, "the customer bucket's size; 0: CUSTOMER_RATE"),
 		EarlyRetries: e.Switch("REFUSE_EARLY_RETRIES", true,
-			"on: an order sent again before the Retry-After of its last 503 or 429, or a client key back before that of its last 429, is answered 429 RATE_LIMITED without being decided, and told to wait anew (a retry of an order this proxy answered 201 always passes)"),
+			"on: an order sent again before the Retry-After of its last 503 or 429, or a client key back before that of its last 429, is answered 429 RATE_LIMITED without being decided, with the time left as its Retry-After (a retry of an order this proxy answered 201 always passes)"),
 		RedisTimeout: redisTimeout,
 	}
 }
