@@ -80,6 +80,9 @@ func newLimits(cfg LimitConfig, rdb redis.UniversalClient, reg prometheus.Regist
 		reg.MustRegister(vec)
 	}
 	l.refused = httpx.NewResolved(func(cause string) prometheus.Counter { return vec.WithLabelValues(cause) })
+	for _, cause := range []string{causeClient, causeCustomer, causeEarlyOrder, causeEarlyClient} {
+		l.refused.Get(cause) // every cause scraped from the start, at 0: a rate is drawn from the first refusal
+	}
 	return l
 }
 
