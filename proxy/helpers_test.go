@@ -48,6 +48,7 @@ type stack struct {
 	pool      *pgxpool.Pool
 	checks    *agreementtest.Checks
 	tap       *ledgerTap // the proxy's ledger calls, when stackOptions.tap
+	limits    *limits    // nil: the stack was started without
 }
 
 type stackOptions struct {
@@ -64,6 +65,8 @@ type stackOptions struct {
 	tapDelay        time.Duration    // the tap holds each voucher lookup this long
 	checkoutKeys    checkout.Keys
 	admitLog        *slog.Logger // the admitter's log; nil: discarded
+	limits          *LimitConfig // per-client limits and early retries; nil: none
+	maxInflight     int          // MAX_INFLIGHT, shed at once over it (no LATENCY_SLO); 0: no bound
 }
 
 func newStack(tb testing.TB, o stackOptions) *stack {
@@ -145,10 +148,14 @@ func startProxy(tb testing.TB, o stackOptions, ledgerURL string) *stack {
 	tb.Cleanup(admit.Close)
 	tb.Cleanup(watchChanges(ctx, rdb, admit, slog.New(slog.NewTextHandler(io.Discard, nil))))
 	_ = admit.LoadCodes(ctx) // as main: a ledger that does not answer leaves every code asked
-	srv := &Server{log: o.log, admit: admit, ledger: lc, ready: func(context.Context) error { return nil }}
+	srv := &Server{log: o.log, admit: admit, ledger: lc, maxInflight: o.maxInflight, ready: func(context.Context) error { return nil }}
+	if o.limits != nil {
+		srv.limits = newLimits(*o.limits, rdb, nil)
+	}
 	hs := httptest.NewServer(srv.Handler())
 	tb.Cleanup(hs.Close)
-	return &stack{ProxyURL: hs.URL, LedgerURL: ledgerURL, admit: admit, gate: g, rdb: rdb, checks: &agreementtest.Checks{}}
+	return &stack{ProxyURL: hs.URL, LedgerURL: ledgerURL, admit: admit, gate: g, rdb: rdb, checks: &agreementtest.Checks{},
+		limits: srv.limits}
 }
 
 // newCode returns a voucher code unique to this test run.

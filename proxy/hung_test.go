@@ -46,7 +46,7 @@ func TestLedgerStoppedAnswers503Fast(t *testing.T) {
 		len(as), counts, p99, slowest(as), ready.status, ready.took)
 	require.Equal(t, map[int]int{503: len(as)}, counts, "every request answered 503 (-1: no answer)")
 	for _, a := range as {
-		require.Equal(t, "1", a.retryAfter, "a 503 carries Retry-After")
+		require.Contains(t, []string{"1", "2", "3"}, a.retryAfter, "a 503 carries Retry-After, 1-3 s")
 	}
 	require.Less(t, p99, 2*time.Second, "p99 with the ledger stopped")
 	require.Equal(t, 503, ready.status)

@@ -48,6 +48,7 @@ type Config struct {
 	CodesRefresh    time.Duration                 // LIVE_CODES_REFRESH: a code outside the set re-reads it at most this often
 	LedgerLookups   int                           // LEDGER_LOOKUPS: lookups at the ledger in flight at once
 	CheckoutKeys    checkout.Keys                 // CHECKOUT_TOKEN_SECRET: keyId:secret[,keyId:secret...]
+	Limits          LimitConfig                   // CLIENT_RATE, CLIENT_BURST, CUSTOMER_RATE, CUSTOMER_BURST, TRUSTED_PROXIES, REFUSE_EARLY_RETRIES
 	httpx.Serving                                 // MAX_CONNS, MAX_INFLIGHT, DEBUG_ADDR, SHUTDOWN_DELAY, SHUTDOWN_TIMEOUT
 }
 
@@ -96,12 +97,18 @@ func configFrom(e *envconf.Reader) (Config, error) {
 	}
 	secret := e.String("CHECKOUT_TOKEN_SECRET", "",
 		"keyId:secret[,keyId:secret...] (secrets of 16 bytes or more) verifying the X-Checkout-Token of vouchers with requireCheckoutToken; every listed key verifies, shops sign with the first; unset: those vouchers' reserves are refused 403")
+	trusted := e.String("TRUSTED_PROXIES", "",
+		"CIDRs (or addresses), comma-separated, of the proxies in front whose X-Forwarded-For is believed: a request from one is keyed by the first address in it, from the right, outside them; empty: every request is keyed by its peer address (or its named token)")
+	c.Limits = readLimits(e, c.RedisTimeout)
 	if err := e.Err(); err != nil {
 		return c, err
 	}
 	var err error
 	if c.CheckoutKeys, err = checkout.ParseKeys(secret); err != nil {
 		return c, fmt.Errorf("CHECKOUT_TOKEN_SECRET: %w", err)
+	}
+	if c.Limits.Trusted, err = parseTrustedProxies(trusted); err != nil {
+		return c, err
 	}
 	if c.RedisURL == "" {
 		return c, errors.New("REDIS_URL is required")
@@ -135,6 +142,21 @@ func checkEdgeAuth(c Config) error {
 		return errors.New("PROXY_AUTH=off and PROXY_TOKEN or PROXY_TOKENS are both set: unset one")
 	}
 	return httpx.CheckTokens("PROXY_TOKEN", c.Token, "PROXY_TOKENS", c.Tokens)
+}
+
+// readLimits reads the per-client limits' settings (TRUSTED_PROXIES aside).
+func readLimits(e *envconf.Reader, redisTimeout time.Duration) LimitConfig {
+	return LimitConfig{
+		ClientRate: e.Int("CLIENT_RATE", 0, 0,
+			"reserves a second per client key (its named token, else its address: see TRUSTED_PROXIES), in a token bucket in each proxy; over it: 429 RATE_LIMITED with Retry-After, before the gate; 0: off"),
+		ClientBurst: e.Int("CLIENT_BURST", 0, 0, "the client bucket's size: reserves a client key may send at once; 0: CLIENT_RATE"),
+		CustomerRate: e.Int("CUSTOMER_RATE", 0, 0,
+			"reserves a second per customerId per voucher, in a bucket in Redis shared by every proxy (one Redis call per reserve); over it: 429 RATE_LIMITED with Retry-After, before the gate; 0: off"),
+		CustomerBurst: e.Int("CUSTOMER_BURST", 0, 0, "the customer bucket's size; 0: CUSTOMER_RATE"),
+		EarlyRetries: e.Switch("REFUSE_EARLY_RETRIES", true,
+			"on: an order sent again before the Retry-After of its last 503 or 429, or a client key back before that of its last 429, is answered 429 RATE_LIMITED without being decided, with the time left as its Retry-After (a retry of an order this proxy answered 201 always passes)"),
+		RedisTimeout: redisTimeout,
+	}
 }
 
 // windowMax is the admission window's largest size: half of MAX_INFLIGHT, so
@@ -189,7 +211,8 @@ func run(cfg Config, log *slog.Logger) error {
 	// both is read again by the first miss for it. A failure is logged; the
 	// proxy then asks about every code, as before, and the next miss reads.
 	_ = admit.LoadCodes(stopping)
-	srv := &Server{log: log, admit: admit, ledger: ledger, token: cfg.Token, tokens: cfg.Tokens, metrics: metrics,
+	lim := newLimits(cfg.Limits, rdb, metrics.Registry)
+	srv := &Server{log: log, admit: admit, ledger: ledger, limits: lim, token: cfg.Token, tokens: cfg.Tokens, metrics: metrics,
 		metricsElsewhere: cfg.MetricsAddr != "", maxInflight: cfg.MaxInflight, latencySLO: cfg.LatencySLO, ready: func(c context.Context) error {
 			// Ready while a ledger answers: without Redis, standard vouchers,
 			// confirm and release still work (flash reserves get a fast 503).

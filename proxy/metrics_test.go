@@ -37,7 +37,8 @@ func TestMetricsDocumented(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(admit.Close)
 	const edgeToken = "edge-token"
-	srv := &Server{admit: admit, ledger: lc, token: edgeToken, metrics: m, maxInflight: 256, latencySLO: 100 * time.Millisecond, ready: func(context.Context) error { return nil }}
+	srv := &Server{admit: admit, ledger: lc, token: edgeToken, metrics: m, maxInflight: 256, latencySLO: 100 * time.Millisecond, ready: func(context.Context) error { return nil },
+		limits: newLimits(LimitConfig{EarlyRetries: true}, s.rdb, m.Registry)}
 	h := srv.Handler()
 
 	code := newCode(t)

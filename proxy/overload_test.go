@@ -152,7 +152,7 @@ func TestThousandOnOneStandardVoucher(t *testing.T) {
 	require.Equal(t, 1000, counts[201]+counts[503], "every request answered 201 or 503: %v", counts)
 	for _, a := range as {
 		if a.status == 503 {
-			require.Equal(t, "1", a.retryAfter, "a 503 carries Retry-After")
+			require.Contains(t, []string{"1", "2", "3"}, a.retryAfter, "a 503 carries Retry-After, 1-3 s")
 		}
 	}
 	// Every 201 has its row. A 503 the proxy gave at LEDGER_TIMEOUT (a loaded

@@ -19,6 +19,7 @@ type Server struct {
 	log     *slog.Logger // faults answered 503; nil: not logged
 	admit   *Admitter
 	ledger  *LedgerClient
+	limits  *limits                       // per-client limits and early retries; nil: none
 	token   string                        // PROXY_TOKEN, every scope
 	tokens  map[string]envconf.Credential // PROXY_TOKENS; with token empty too: the edge is open (PROXY_AUTH=off)
 	ready   func(context.Context) error
@@ -48,9 +49,13 @@ func (s *Server) spare(c *gin.Context) bool {
 
 // Handler returns the gin engine with every route registered.
 func (s *Server) Handler() *gin.Engine {
+	var guard gin.HandlerFunc
+	if s.limits != nil {
+		guard = s.limits.guard(s.admit.AdmittedHere)
+	}
 	r := httpx.NewServiceEngine(httpx.Service{Log: s.log, Metrics: s.metrics, MetricsElsewhere: s.metricsElsewhere,
 		Token: s.token, Tokens: s.tokens, Scopes: scopes, Ready: func(c *gin.Context) error { return s.ready(c) }, MaxInflight: s.maxInflight, LatencySLO: s.latencySLO,
-		Spare: s.spare})
+		Spare: s.spare, Guard: guard})
 
 	r.POST(api.RouteReservations, s.reserve)
 	r.GET(api.RouteReservation, s.forward("get", api.RouteReservation, 0))
@@ -80,6 +85,9 @@ func (s *Server) reserve(c *gin.Context) {
 	cl, err := httpx.BindClaim(c)
 	if err != nil {
 		httpx.WriteError(c, err)
+		return
+	}
+	if s.limits != nil && !s.admit.AdmittedHere(code, cl) && !s.limits.customer(c, code, cl) {
 		return
 	}
 	rep, err := s.admit.Reserve(c, code, cl, c.GetHeader(api.HeaderCheckoutToken))
@@ -121,7 +129,7 @@ func (s *Server) forward(call, route string, givesBack int) gin.HandlerFunc {
 // relay writes the ledger's answer as it is, with its replay mark.
 func relay(c *gin.Context, rep Reply) {
 	if rep.Status == http.StatusServiceUnavailable {
-		c.Header(api.HeaderRetryAfter, api.RetryAfter)
+		httpx.SetRetryAfter(c, 0)
 	}
 	if rep.Replayed {
 		c.Header(api.HeaderReplayed, "true")

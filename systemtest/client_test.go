@@ -48,7 +48,9 @@ func (c linClient) do(op linOp) (linResult, string) {
 	defer resp.Body.Close()
 	raw, err := io.ReadAll(resp.Body)
 	note := fmt.Sprintf("%d %s", resp.StatusCode, bytes.TrimSpace(raw))
-	if err != nil || resp.StatusCode >= 500 {
+	// A 429 RATE_LIMITED (a retry sent before its Retry-After) decided
+	// nothing; like a 5xx, the history takes it as unknown, which is sound.
+	if err != nil || resp.StatusCode >= 500 || resp.StatusCode == http.StatusTooManyRequests {
 		return linResult{}, note
 	}
 	var b struct {

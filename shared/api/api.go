@@ -17,7 +17,8 @@ const (
 	// HeaderShed ("1") marks a 503 the shedder (MAX_INFLIGHT) gave before any
 	// handler ran: the request did nothing.
 	HeaderShed = "Flashgate-Shed"
-	// HeaderRetryAfter is the standard delay, in seconds, on a 503.
+	// HeaderRetryAfter is the standard delay, in seconds, on a 503 or a
+	// 429: 1-3 s, drawn per answer (httpx.SetRetryAfter).
 	HeaderRetryAfter = "Retry-After"
 	// HeaderAuthorization carries "Bearer <token>".
 	HeaderAuthorization = "Authorization"
@@ -27,9 +28,6 @@ const (
 	// HeaderLocation is a 201's new reservation path.
 	HeaderLocation = "Location"
 )
-
-// RetryAfter is the Retry-After a 503 carries, in seconds.
-const RetryAfter = "1"
 
 // Bearer is the Authorization value for a token.
 func Bearer(token string) string { return "Bearer " + token }

@@ -4,8 +4,10 @@
 //
 // Every error the service answered with a code is a *voucher.Error, so a
 // caller switches on its Code (voucher.CodeOutOfStock, CodeAlreadyUsed, ...);
-// a 503 (or no answer at all) is retried with the same orderId after the
-// answer's Retry-After until the context's deadline (or the client's retry
+// a 503 or a 429 RATE_LIMITED (or no answer at all) is retried with the same
+// orderId after the answer's Retry-After, plus a jitter of its own (up to half
+// as long again, so that clients told the same second do not come back in the
+// same instant), until the context's deadline (or the client's retry
 // window when the context has none), and the last failure is returned wrapped
 // around voucher.ErrUnavailable. Every request carries an X-Request-ID: the
 // one put on the context with WithRequestID, or a new one per call, kept for
@@ -20,6 +22,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	mrand "math/rand/v2"
 	"net/http"
 	"strconv"
 	"strings"
@@ -139,7 +142,7 @@ func (c *Client) do(ctx context.Context, method, path string, body, out any) (Re
 		if wait < 0 || !retry {
 			return resp, err
 		}
-		if !sleepWithin(ctx, wait) {
+		if !sleepWithin(ctx, jitter(wait)) {
 			return resp, fmt.Errorf("%s %s: no answer but 503 until the deadline after %d attempts: %w", method, path, attempt, err)
 		}
 	}
@@ -190,7 +193,7 @@ func (c *Client) attempt(ctx context.Context, method, path, id string, payload [
 			}
 		}
 		return resp, -1, nil
-	case hr.StatusCode == http.StatusServiceUnavailable:
+	case hr.StatusCode == http.StatusServiceUnavailable || hr.StatusCode == http.StatusTooManyRequests:
 		return resp, retryAfter(hr.Header), fmt.Errorf("%s %s: %w", method, path, decodeError(hr.StatusCode, raw))
 	}
 	return resp, -1, decodeError(hr.StatusCode, raw)
@@ -213,6 +216,12 @@ func retryAfter(h http.Header) time.Duration {
 		return time.Second
 	}
 	return min(time.Duration(n)*time.Second, maxRetryAfter)
+}
+
+// jitter returns d plus a uniform 0 to d/2: the client's own spread on top of
+// the service's (Retry-After is drawn per answer, but in whole seconds).
+func jitter(d time.Duration) time.Duration {
+	return d + mrand.N(d/2+1)
 }
 
 // sleepWithin waits d unless the context ends first, or would end before the

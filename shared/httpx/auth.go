@@ -109,3 +109,17 @@ func ActorFrom(ctx context.Context) string {
 	actor, _ := ctx.Value(actorKey).(string)
 	return actor
 }
+
+// ClientName returns the name of the named token the request showed (one of
+// the service's Tokens: PROXY_TOKENS, LEDGER_TOKENS), or "" when it showed
+// none, or the single shared token (DefaultActor: every client holds it), or
+// auth is off. Where it is set, it names the client better than its address:
+// the proxy's per-client limits key on it (proxy/clientkey.go).
+func ClientName(c *gin.Context) string {
+	switch actor := ActorFrom(c); actor {
+	case DefaultActor, AnonymousActor:
+		return ""
+	default:
+		return actor
+	}
+}

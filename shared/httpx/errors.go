@@ -36,6 +36,7 @@ var statusOf = map[string]int{
 	voucher.CodeCheckoutTokenRequired:     http.StatusForbidden,
 	voucher.CodeCheckoutTokenInvalid:      http.StatusForbidden,
 	voucher.CodeCheckoutTokenUnconfigured: http.StatusForbidden,
+	voucher.CodeRateLimited:         http.StatusTooManyRequests,
 }
 
 // Status returns the HTTP status for an error code; unknown codes are 503, since
@@ -58,8 +59,8 @@ func WriteError(c *gin.Context, err error) {
 		}
 	}
 	status, body := AnswerError(c, err)
-	if status == http.StatusServiceUnavailable {
-		c.Header(api.HeaderRetryAfter, api.RetryAfter)
+	if status == http.StatusServiceUnavailable || status == http.StatusTooManyRequests {
+		SetRetryAfter(c, 0)
 	}
 	c.AbortWithStatusJSON(status, body)
 }

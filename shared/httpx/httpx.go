@@ -202,7 +202,7 @@ func Health(r gin.IRoutes, ready func(*gin.Context) error) {
 	r.GET(api.ReadyzPath, func(c *gin.Context) {
 		if err := checkReady(c, ready); err != nil {
 			LoggerFrom(c).Warn("not ready", "err", err)
-			c.Header(api.HeaderRetryAfter, api.RetryAfter)
+			SetRetryAfter(c, 0)
 			c.JSON(http.StatusServiceUnavailable, api.ErrorBody{Error: voucher.CodeUnavailable, Message: "not ready"})
 			return
 		}
@@ -278,10 +278,15 @@ type Service struct {
 	// holds its use). It must be cheap, and may read the body if it puts it
 	// back.
 	Spare func(*gin.Context) bool
+	// Guard, when set, runs on every request after auth (so ClientName is
+	// known) and before the shedder: a refusal it writes (a client over its
+	// rate, a retry before its Retry-After) takes no slot of MAX_INFLIGHT, and
+	// after c.Next it sees every answer, the shedder's 503s included.
+	Guard gin.HandlerFunc
 }
 
 // NewServiceEngine returns NewEngine with the metrics middleware and
-// /metrics, request ids, auth, /healthz, /readyz and /openapi.yaml; the
+// /metrics, request ids, auth, the service's guard, the shedder, /healthz, /readyz and /openapi.yaml; the
 // service adds its own routes.
 func NewServiceEngine(s Service) *gin.Engine {
 	r := NewEngine(s.Log)
@@ -292,6 +297,12 @@ func NewServiceEngine(s Service) *gin.Engine {
 		}
 	}
 	r.Use(RequestID())
+	// Auth before the shedder: a request without a valid token never takes
+	// a slot, and the guard knows the token's name.
+	r.Use(Auth(s.tokens(), s.Scopes, api.OpenPaths...))
+	if s.Guard != nil {
+		r.Use(s.Guard)
+	}
 	if s.MaxInflight > 0 {
 		var reg prometheus.Registerer
 		if s.Metrics != nil {
@@ -299,7 +310,6 @@ func NewServiceEngine(s Service) *gin.Engine {
 		}
 		r.Use(NewShedder(s.MaxInflight, s.LatencySLO, s.Spare, reg).Middleware())
 	}
-	r.Use(Auth(s.tokens(), s.Scopes, api.OpenPaths...))
 	Health(r, s.Ready)
 	ServeOpenAPI(r)
 	return r

@@ -185,7 +185,7 @@ func TestReadyzDeadline(t *testing.T) {
 	require.NoError(t, err)
 	resp.Body.Close()
 	assert.Equal(t, http.StatusServiceUnavailable, resp.StatusCode)
-	assert.Equal(t, api.RetryAfter, resp.Header.Get(api.HeaderRetryAfter))
+	assert.Contains(t, []string{"1", "2", "3"}, resp.Header.Get(api.HeaderRetryAfter))
 	took := time.Since(start)
 	assert.GreaterOrEqual(t, took, httpx.ReadyTimeout-50*time.Millisecond)
 	assert.Less(t, took, httpx.ReadyTimeout+time.Second, "/readyz waited for the hung check")

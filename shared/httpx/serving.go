@@ -23,7 +23,7 @@ func ReadServing(e *envconf.Reader) Serving {
 		MaxClientConns: e.Int("MAX_CONNS", 10_000, 1,
 			"most client connections open at once; at the cap the one idle the longest is closed to make room"),
 		MaxInflight: e.Int("MAX_INFLIGHT", 256, 1,
-			"most requests worked on at once; the excess waits for a slot (LATENCY_SLO), else gets 503 UNAVAILABLE with Retry-After: 1"),
+			"most requests worked on at once; the excess waits for a slot (LATENCY_SLO), else gets 503 UNAVAILABLE with Retry-After (1-3 s)"),
 		LatencySLO: e.DurationMin("LATENCY_SLO", 100*time.Millisecond, 0,
 			"the answer time aimed for; a request over MAX_INFLIGHT waits for a slot up to half of it, unless the waits stood over a quarter of it for a whole LATENCY_SLO (CoDel: more arrive than are answered), then it gets 503 at once; 0: no wait, the excess gets 503 at once"),
 		DebugAddr: e.String("DEBUG_ADDR", "", "when set (e.g. 127.0.0.1:6061), serves net/http/pprof there"),

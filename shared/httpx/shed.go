@@ -16,8 +16,8 @@ import (
 // Shedder bounds the requests a service works on at once (MAX_INFLIGHT). A
 // request that finds every slot taken waits for one in a queue, first come
 // first served, for at most half of LATENCY_SLO, while the queue does not
-// stand (slotQueue); otherwise it is answered 503 UNAVAILABLE with Retry-After:
-// past its maximum a service only gets slower for everyone, so the excess is
+// stand (slotQueue); otherwise it is answered 503 UNAVAILABLE with Retry-After
+// (1-3 s, SetRetryAfter): past its maximum a service only gets slower for everyone, so the excess is
 // better told to come back than queued for long. /healthz, /readyz and
 // /metrics are never shed, so that probes and scrapes see the truth. A
 // request that the service's spare lets through a full bound (a retry that
@@ -168,7 +168,7 @@ const (
 // reject answers a shed request, logged as a Storm.
 func (s *Shedder) reject(c *gin.Context, why string) {
 	s.shed.Add(1)
-	c.Header(api.HeaderRetryAfter, api.RetryAfter)
+	SetRetryAfter(c, 0)
 	c.Header(api.HeaderShed, "1")
 	c.AbortWithStatusJSON(http.StatusServiceUnavailable, api.ErrorBody{
 		Error: voucher.CodeUnavailable, Message: "the service is at its limit of requests in flight; retry shortly",

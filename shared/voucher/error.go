@@ -36,6 +36,10 @@ const (
 	CodeCheckoutTokenRequired     = "CHECKOUT_TOKEN_REQUIRED"
 	CodeCheckoutTokenInvalid      = "CHECKOUT_TOKEN_INVALID"
 	CodeCheckoutTokenUnconfigured = "CHECKOUT_TOKEN_UNCONFIGURED"
+	// CodeRateLimited (429) refuses a reserve over its client's or its
+	// customer's rate (CLIENT_RATE, CUSTOMER_RATE), or one sent again before
+	// the Retry-After it was given: nothing was decided, retry after Retry-After.
+	CodeRateLimited = "RATE_LIMITED"
 )
 
 // Reasons given with NOT_ELIGIBLE.

@@ -1,0 +1,176 @@
+package main
+
+import (
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/gin-gonic/gin"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/flashgate/flashgate/shared/envconf"
+)
+
+// TestClientKey: the peer address keys a request unless the peer is a
+// trusted proxy; then X-Forwarded-For is read from the right, past the
+// trusted addresses, so that what a client writes into the header itself
+// (to the left) is never believed; a named token's name beats any address.
+func TestClientKey(t *testing.T) {
+	trusted, err := parseTrustedProxies("127.0.0.1/32, 10.0.0.0/8,::1")
+	require.NoError(t, err)
+	for _, tc := range []struct {
+		peer, xff, name string
+		trusted         bool
+		want            string
+	}{
+		{peer: "192.0.2.7:5555", want: "192.0.2.7"},
+		{peer: "192.0.2.7:5555", xff: "198.51.100.1", want: "192.0.2.7"},                // no trusted proxies
+		{peer: "192.0.2.7:5555", xff: "198.51.100.1", trusted: true, want: "192.0.2.7"}, // the peer is not trusted
+		{peer: "127.0.0.1:5555", xff: "198.51.100.1", trusted: true, want: "198.51.100.1"},
+		{peer: "127.0.0.1:5555", xff: "6.6.6.6, 198.51.100.1, 10.1.2.3", trusted: true, want: "198.51.100.1"},
+		{peer: "127.0.0.1:5555", xff: "10.9.9.9, 10.1.2.3", trusted: true, want: "10.9.9.9"}, // all trusted: the left-most
+		{peer: "127.0.0.1:5555", trusted: true, want: "127.0.0.1"},
+		{peer: "[::1]:5555", xff: "2001:db8::1", trusted: true, want: "2001:db8::1"},
+		{peer: "127.0.0.1:5555", xff: "198.51.100.1", trusted: true, name: "shop-a", want: "token:shop-a"},
+		{peer: "192.0.2.7:5555", name: "default", want: "192.0.2.7"}, // the one shared PROXY_TOKEN names nobody
+	} {
+		k := clientKeys{}
+		if tc.trusted {
+			k.trusted = trusted
+		}
+		c, _ := gin.CreateTestContext(httptest.NewRecorder())
+		c.Request = httptest.NewRequest(http.MethodPost, "/", nil)
+		c.Request.RemoteAddr = tc.peer
+		if tc.xff != "" {
+			c.Request.Header.Set(headerForwardedFor, tc.xff)
+		}
+		if tc.name != "" {
+			c.Set("flashgate.actor", tc.name)
+		}
+		if got := k.key(c); got != tc.want {
+			t.Errorf("key(peer %s, X-Forwarded-For %q, trusted %v, token %q) = %q, want %q",
+				tc.peer, tc.xff, tc.trusted, tc.name, got, tc.want)
+		}
+	}
+	for _, bad := range []string{"10.0.0.0/33", "not-an-address", "1.2.3"} {
+		if _, err := parseTrustedProxies(bad); err == nil {
+			t.Errorf("parseTrustedProxies(%q) = nil error, want one", bad)
+		}
+	}
+}
+
+// TestConfigLimits: the limits are off by default, early retries are
+// refused, and a TRUSTED_PROXIES that is not a list of CIDRs stops the start
+// naming it.
+func TestConfigLimits(t *testing.T) {
+	c, err := configFrom(envconf.NewFrom(map[string]string{"REDIS_URL": "redis://x"}))
+	require.NoError(t, err)
+	assert.Equal(t, 0, c.Limits.ClientRate)
+	assert.Equal(t, 0, c.Limits.CustomerRate)
+	assert.True(t, c.Limits.EarlyRetries)
+	assert.Empty(t, c.Limits.Trusted)
+	c, err = configFrom(envconf.NewFrom(map[string]string{"REDIS_URL": "redis://x", "CLIENT_RATE": "20",
+		"CLIENT_BURST": "40", "CUSTOMER_RATE": "1", "TRUSTED_PROXIES": "10.0.0.0/8,127.0.0.1"}))
+	require.NoError(t, err)
+	assert.Equal(t, LimitConfig{ClientRate: 20, ClientBurst: 40, CustomerRate: 1, EarlyRetries: true,
+		Trusted: c.Limits.Trusted, RedisTimeout: c.RedisTimeout}, c.Limits)
+	assert.Len(t, c.Limits.Trusted, 2)
+	_, err = configFrom(envconf.NewFrom(map[string]string{"REDIS_URL": "redis://x", "TRUSTED_PROXIES": "10.0.0.0/99"}))
+	assert.ErrorContains(t, err, "TRUSTED_PROXIES")
+	_, err = configFrom(envconf.NewFrom(map[string]string{"REDIS_URL": "redis://x", "CLIENT_RATE": "-1"}))
+	assert.ErrorContains(t, err, "CLIENT_RATE")
+}
+
+// TestBucketsHoldTheRate: many goroutines of one key at one instant get
+// exactly the burst, and a second later exactly the rate more, whatever other
+// keys do meanwhile.
+func TestBucketsHoldTheRate(t *testing.T) {
+	b := newBuckets(20, 30, 1_000)
+	now := time.Now()
+	take := func(at time.Time, key string, n int) int {
+		var ok atomic.Int64
+		var wg sync.WaitGroup
+		for range n {
+			wg.Go(func() {
+				if got, _ := b.take(key, at); got {
+					ok.Add(1)
+				}
+			})
+		}
+		wg.Wait()
+		return int(ok.Load())
+	}
+	assert.Equal(t, 30, take(now, "bot", 500), "the burst")
+	assert.Equal(t, 30, take(now, "other", 100), "another key has its own bucket")
+	ok, wait := b.take("bot", now)
+	assert.False(t, ok)
+	assert.Equal(t, 50*time.Millisecond, wait, "one token at 20 a second")
+	assert.Equal(t, 20, take(now.Add(time.Second), "bot", 500), "a second's rate")
+}
+
+// TestBucketsBounded: past its bound of keys the store drops the least
+// recently used, never holds more, and a key in steady use keeps its bucket
+// (its limit holds) while a flood of new keys churns through.
+func TestBucketsBounded(t *testing.T) {
+	const most = 1_600 // 100 a shard
+	b := newBuckets(1, 5, most)
+	now := time.Now()
+	for range 5 {
+		ok, _ := b.take("steady", now)
+		require.True(t, ok)
+	}
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Go(func() {
+			for i := range 5_000 {
+				b.take(fmt.Sprintf("flood-%d-%d", g, i), now)
+				if i%50 == 0 {
+					b.take("steady", now) // in use: never the least recently used of its shard
+				}
+			}
+		})
+	}
+	wg.Wait()
+	assert.LessOrEqual(t, b.len(), most)
+	assert.Equal(t, most, b.len(), "full")
+	ok, _ := b.take("steady", now)
+	assert.False(t, ok, "the steady key's bucket was kept: still empty")
+}
+
+// TestComebacksBoundedAndExpire: an entry answers until its time, put off
+// once by the penalty of its first early comeback, and is forgotten after; the store never holds more than its bound, sweeping passed
+// entries first.
+func TestComebacksBoundedAndExpire(t *testing.T) {
+	const most = 160 // 10 a shard
+	cb := newComebacks(most)
+	now := time.Now()
+	cb.set("order:a", now.Add(2*time.Second), now)
+	until, early := cb.early("order:a", now.Add(time.Second), 3*time.Second)
+	assert.True(t, early)
+	assert.Equal(t, now.Add(5*time.Second), until, "put off by the penalty")
+	until, early = cb.early("order:a", now.Add(2*time.Second), 3*time.Second)
+	assert.True(t, early)
+	assert.Equal(t, now.Add(5*time.Second), until, "put off once only")
+	_, early = cb.early("order:a", now.Add(5*time.Second), 3*time.Second)
+	assert.False(t, early, "at its time it may come back")
+	assert.Equal(t, 0, cb.len(), "and it is forgotten")
+
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Go(func() {
+			for i := range 2_000 {
+				cb.set(fmt.Sprintf("order:%d-%d", g, i), now.Add(time.Second), now)
+			}
+		})
+	}
+	wg.Wait()
+	assert.Equal(t, most, cb.len())
+	later := now.Add(2 * time.Second) // every entry passed: the full shard's sweep clears its own
+	cb.set("order:new", later.Add(time.Second), later)
+	assert.Equal(t, most-most/comebackShards+1, cb.len())
+}
