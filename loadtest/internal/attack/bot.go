@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/flashgate/flashgate/loadtest/internal/load"
+	"github.com/flashgate/flashgate/shared/voucher"
 )
 
 // botSizes size the bot attack: a bot at one address sends Requests
@@ -29,11 +30,8 @@ var (
 )
 
 const (
-	// codeRateLimited is the error code of a request over its client's
-	// limit: the contract of #25 (a constant in shared/voucher once the
-	// limits land; spelled here so that the harness measures the code
-	// before them).
-	codeRateLimited = "RATE_LIMITED"
+	// codeRateLimited is the error code of a request over its client's limit.
+	codeRateLimited = voucher.CodeRateLimited
 	// The proxy's per-client limit in this attack: CLIENT_RATE, CLIENT_BURST.
 	botClientRate  = 20
 	botClientBurst = 20

@@ -21,9 +21,8 @@ const (
 	edgeToken     = "attack-edge"
 	shopToken     = "attack-shop"
 	payEdgeToken  = "attack-pay"
-	// codeForbidden is the error code of a call without the scope it needs
-	// (a constant in shared/voucher once scoped credentials land).
-	codeForbidden = "FORBIDDEN"
+	// codeForbidden is the error code of a call without the scope it needs.
+	codeForbidden = voucher.CodeForbidden
 )
 
 var credsAuth = Auth{

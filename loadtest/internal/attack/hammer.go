@@ -23,7 +23,7 @@ type hammerSizes struct {
 
 var (
 	hammerFull  = hammerSizes{Orders: 1600, Rate: 400, Stock: 1000}
-	hammerShort = hammerSizes{Orders: 800, Rate: 400, Stock: 500}
+	hammerShort = hammerFull // a shorter sale is decided by first attempts, and by their noise
 )
 
 const (

@@ -45,6 +45,8 @@ func (a Auth) env() (ledger, proxy []string) {
 	proxy = append(proxy, "PROXY_TOKEN=", "PROXY_TOKENS="+a.ProxyTokens)
 	if a.ProxyTokens == "" {
 		proxy = append(proxy, "PROXY_AUTH=off")
+	} else {
+		proxy = append(proxy, "PROXY_AUTH=") // the stack opens its edge; tokens close it (on beside them)
 	}
 	return ledger, proxy
 }

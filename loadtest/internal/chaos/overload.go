@@ -9,6 +9,7 @@ import (
 
 	"github.com/flashgate/flashgate/loadtest/internal/burst"
 	"github.com/flashgate/flashgate/loadtest/internal/load"
+	"github.com/flashgate/flashgate/loadtest/internal/stack"
 	"github.com/flashgate/flashgate/loadtest/internal/verify"
 	"github.com/flashgate/flashgate/shared/devstack"
 )
@@ -99,14 +100,14 @@ func measureFlashMax(ctx context.Context, r *rig, cfg Config) (float64, []string
 // with a fast 503, every request answered, p99 of all answers within
 // overloadP99, and every invariant hold. The maximum is measured first on the
 // same rig (unless --flash-max gives it), with the stack and the generator
-// each on CPUs of their own (cpuSplit).
+// each on CPUs of their own (stack.CPUSplit).
 func runOverload(ctx context.Context, pg *devstack.Postgres, sc Scenario, cfg Config) (*Result, error) {
 	r, err := startRig(ctx, pg, sc, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("%s: start the system: %w", sc.Name, err)
 	}
 	defer r.Close(ctx)
-	split, err := splitCPUs()
+	split, err := stack.SplitCPUs()
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", sc.Name, err)
 	}

@@ -1,4 +1,4 @@
-package chaos
+package stack
 
 import (
 	"fmt"
@@ -10,23 +10,23 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// cpuSplit gives the system under test and the load generator CPUs of their
+// CPUSplit gives the system under test and the load generator CPUs of their
 // own, as two machines would: every process this one started (the services,
 // Redis, Postgres and the children they fork later) runs on the first CPU this
 // process may use, and this process, the generator, on the others. On a
 // machine where both share every CPU, a generator sending more than the stack
 // can take starves the stack and its own clock alike, and what it measures is
 // the run queue, not the service. Without two CPUs it splits nothing.
-type cpuSplit struct {
+type CPUSplit struct {
 	all, stack, gen unix.CPUSet
 	pinned          []int // thread ids moved to stack
 	Split           bool
 }
 
-// splitCPUs pins as described on cpuSplit; Undo gives every thread it moved
+// SplitCPUs pins as described on CPUSplit; Undo gives every thread it moved
 // the whole set back.
-func splitCPUs() (*cpuSplit, error) {
-	s := &cpuSplit{}
+func SplitCPUs() (*CPUSplit, error) {
+	s := &CPUSplit{}
 	if err := unix.SchedGetaffinity(0, &s.all); err != nil {
 		return nil, fmt.Errorf("cpu split: %w", err)
 	}
@@ -53,7 +53,7 @@ func splitCPUs() (*cpuSplit, error) {
 	return s, nil
 }
 
-func (s *cpuSplit) cpus() []int {
+func (s *CPUSplit) cpus() []int {
 	var out []int
 	for c := 0; c < 1024 && len(out) < s.all.Count(); c++ {
 		if s.all.IsSet(c) {
@@ -64,7 +64,7 @@ func (s *cpuSplit) cpus() []int {
 }
 
 // String says how the CPUs were split, for the report.
-func (s *cpuSplit) String() string {
+func (s *CPUSplit) String() string {
 	if !s.Split {
 		return "one CPU: the generator and the stack share it"
 	}
@@ -82,7 +82,7 @@ func cpuList(c []int) string {
 
 // Undo gives this process's threads and every process it started (their
 // children included) every CPU again.
-func (s *cpuSplit) Undo() {
+func (s *CPUSplit) Undo() {
 	if !s.Split {
 		return
 	}
