@@ -78,7 +78,9 @@ func (res *Result) tally(burst, probes []load.Shot, faultStart, faultEnd time.Ti
 			res.Created++
 		case s.Status == http.StatusConflict || s.Status == http.StatusUnprocessableEntity:
 			res.Refused++
-		case s.Status == http.StatusServiceUnavailable:
+		case s.Status == http.StatusServiceUnavailable || s.Status == http.StatusTooManyRequests:
+			// A 429 (an order sent again before its Retry-After) decided
+			// nothing either: a refusal to serve now, not a wrong answer.
 			res.Unavailable++
 		case s.Failed():
 			res.Errors++
