@@ -68,13 +68,13 @@ func TestClientKey(t *testing.T) {
 // refused, and a TRUSTED_PROXIES that is not a list of CIDRs stops the start
 // naming it.
 func TestConfigLimits(t *testing.T) {
-	c, err := configFrom(envconf.NewFrom(map[string]string{"REDIS_URL": "redis://x"}))
+	c, err := configFrom(envconf.NewFrom(map[string]string{"REDIS_URL": "redis://x", "PROXY_AUTH": "off"}))
 	require.NoError(t, err)
 	assert.Equal(t, 0, c.Limits.ClientRate)
 	assert.Equal(t, 0, c.Limits.CustomerRate)
 	assert.True(t, c.Limits.EarlyRetries)
 	assert.Empty(t, c.Limits.Trusted)
-	c, err = configFrom(envconf.NewFrom(map[string]string{"REDIS_URL": "redis://x", "CLIENT_RATE": "20",
+	c, err = configFrom(envconf.NewFrom(map[string]string{"REDIS_URL": "redis://x", "PROXY_AUTH": "off", "CLIENT_RATE": "20",
 		"CLIENT_BURST": "40", "CUSTOMER_RATE": "1", "TRUSTED_PROXIES": "10.0.0.0/8,127.0.0.1"}))
 	require.NoError(t, err)
 	assert.Equal(t, LimitConfig{ClientRate: 20, ClientBurst: 40, CustomerRate: 1, EarlyRetries: true,

@@ -104,6 +104,10 @@ func (s *stack) startProxy(tb testing.TB) (*devstack.Service, string) {
 		devstack.OpenEdge, "SOLDOUT_TTL=" + s.opts.soldOutTTL.String(), "VOUCHER_CACHE_TTL=5s",
 		"REDIS_TIMEOUT=" + redisTimeout.String(), "LEDGER_TIMEOUT=1s",
 		"PROXY_COALESCE=" + coalesce, "PROXY_MAX_BATCH=256",
+		// The histories' clients retry an unknown answer within 20-200 ms,
+		// well before Retry-After: refused early, every retry would be one
+		// more unknown operation, and the history's bound on them stalls it.
+		"REFUSE_EARLY_RETRIES=off",
 	})
 }
 

@@ -163,6 +163,10 @@ func newVOPRStack(t *testing.T) *voprStack {
 		devstack.OpenEdge, "SOLDOUT_TTL=" + linSoldOutTTL.String(), "VOUCHER_CACHE_TTL=5s",
 		"REDIS_TIMEOUT=" + redisTimeout.String(), "LEDGER_TIMEOUT=" + voprLedgerTimeout.String(),
 		"PROXY_COALESCE=on", "PROXY_MAX_BATCH=256",
+		// The histories' clients retry an unknown answer within 20-200 ms,
+		// well before Retry-After: refused early, every retry would be one
+		// more unknown operation, and the history's bound on them stalls it.
+		"REFUSE_EARLY_RETRIES=off",
 	})
 	rdb, err := gate.NewClient(rs.URL(), gate.ClientOptions{Timeout: 2 * time.Second})
 	require.NoError(t, err)
