@@ -245,6 +245,7 @@ func TestRetryAnsweredAlike(t *testing.T) {
 				t.Parallel()
 				r := retryRig{s: s, code: newCode(t), proxy: s.ProxyURL, other: other}
 				s.createVoucher(t, r.code, c.limit, 1, flash)
+				knownAt(t, r.code, other)
 				c.run(t, r)
 			})
 		}

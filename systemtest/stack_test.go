@@ -143,6 +143,29 @@ func (s *stack) createVoucher(tb testing.TB, code string, limit, perUser int, fl
 	if flash {
 		s.trackFlash(code)
 	}
+	knownAt(tb, code, s.ProxyURL)
+}
+
+// knownAt waits until each proxy knows the voucher code: a proxy answers a
+// code outside its set of codes 404 without asking the ledger, and a created
+// voucher joins the set when its creation's message arrives on the change
+// channel, a few milliseconds after the ledger's 201 (LIVE_CODES_REFRESH, 1 s,
+// when that message is lost). The probe is below minOrderAmount: NOT_ELIGIBLE,
+// decided without writing anything.
+func knownAt(tb testing.TB, code string, proxies ...string) {
+	tb.Helper()
+	for _, p := range proxies {
+		deadline := time.Now().Add(3 * time.Second)
+		for {
+			r := call(tb, "POST", p+"/vouchers/"+code+"/reservations", "",
+				map[string]any{"customerId": 1, "orderId": code + "-probe", "orderAmount": 1})
+			if r.Status != http.StatusNotFound {
+				break
+			}
+			require.True(tb, time.Now().Before(deadline), "proxy %s still answers %s 404 three seconds after its creation: %s", p, code, r.Raw)
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
 }
 
 var client = &http.Client{
