@@ -145,7 +145,7 @@ func NewAdmitter(base context.Context, g *gate.Gate, ledger *LedgerClient, cfg A
 		a.window = newAdmitWindow(cfg.WriteTarget, cfg.WindowMax, log)
 	}
 	a.lookups = newLookupBudget(cfg.Lookups)
-	a.codes = newVoucherCodes(a.loadCodes, cfg.CodesRefresh, log)
+	a.codes = newVoucherCodes(a.loadCodes, cfg.CodesRefresh, cfg.RedisTimeout, log)
 	a.breaker = gobreaker.NewCircuitBreaker[any](gobreaker.Settings{
 		Name:        "redis",
 		MaxRequests: 1,

@@ -28,6 +28,12 @@ type voucherCodes struct {
 	now   func() time.Time
 	log   *slog.Logger
 
+	// sync, when set, waits until the changes published before it was
+	// called reached Add (gate.Watcher.Sync), for at most syncWait: a miss
+	// between two re-reads still finds a code created a moment ago.
+	sync     atomic.Pointer[func(ctx context.Context) error]
+	syncWait time.Duration
+
 	next   atomic.Int64 // unix nanos before which a miss does not re-read
 	flight singleflight.Group
 
@@ -38,14 +44,21 @@ type voucherCodes struct {
 	unknown, loads, loadErrors atomic.Int64 // for the metrics
 }
 
-func newVoucherCodes(load func(ctx context.Context) ([]string, error), every time.Duration, log *slog.Logger) *voucherCodes {
-	return &voucherCodes{load: load, every: every, now: time.Now, log: log}
+func newVoucherCodes(load func(ctx context.Context) ([]string, error), every, syncWait time.Duration, log *slog.Logger) *voucherCodes {
+	return &voucherCodes{load: load, every: every, syncWait: syncWait, now: time.Now, log: log}
 }
+
+// SyncWith makes a miss between two re-reads wait for sync first (see the
+// field).
+func (s *voucherCodes) SyncWith(sync func(ctx context.Context) error) { s.sync.Store(&sync) }
 
 // Has reports whether code may be a voucher: it is in the set, or the set is
 // not loaded (then the caller asks as before). A code outside the set re-reads
-// it when a re-read is due, waiting for that read; other misses are answered
-// at once. Has counts the codes it refuses.
+// it when a re-read is due, waiting for that read; other misses wait for the
+// change channel to deliver what was published before them (one Redis ping on
+// the subscription, shared by the misses of that moment), so a voucher whose
+// creation was answered before this request was sent is found. Has counts the
+// codes it refuses.
 func (s *voucherCodes) Has(ctx context.Context, code string) bool {
 	set := s.set.Load()
 	if set != nil {
@@ -56,6 +69,13 @@ func (s *voucherCodes) Has(ctx context.Context, code string) bool {
 	if s.due() {
 		_ = s.Load(ctx)
 		set = s.set.Load()
+	} else if sync := s.sync.Load(); sync != nil && set != nil {
+		sctx, cancel := context.WithTimeout(ctx, s.syncWait)
+		err := (*sync)(sctx)
+		cancel()
+		if err == nil {
+			set = s.set.Load()
+		}
 	}
 	if set == nil {
 		return true

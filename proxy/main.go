@@ -246,13 +246,16 @@ func run(cfg Config, log *slog.Logger) error {
 // watchChanges makes the admitter forget a voucher's terms and sold-out flag
 // as soon as the ledger publishes that it changed (new terms, a pause, stock
 // coming back), until the returned stop is called; stop waits for the watcher
-// to end. A watcher that missed messages falls back to the caches' TTLs.
+// to end. A watcher that missed messages falls back to the caches' TTLs. The
+// set of voucher codes syncs with it on a miss (voucherCodes.Has).
 func watchChanges(ctx context.Context, sub gate.Subscriber, a *Admitter, log *slog.Logger) (stop func()) {
 	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
+	w := gate.NewWatcher(sub, a.Forget, log)
+	a.codes.SyncWith(w.Sync)
 	go func() {
 		defer close(done)
-		gate.WatchChanges(ctx, sub, a.Forget, log)
+		w.Run(ctx)
 	}()
 	return func() {
 		cancel()

@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"log/slog"
 	"regexp"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -147,6 +149,79 @@ func TestChangesSurviveReconnect(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("WatchChanges did not return when its context ended")
 	}
+}
+
+// TestWatcherSync: a Sync called after a publish returns only once that
+// publish was delivered, however slow the delivery: 20 codes published, each
+// taking the watcher 5 ms to handle, are all handled when a Sync started
+// right after them returns; 64 concurrent Syncs all return, sharing pings
+// (fewer rounds than callers). After the subscription's connection is killed,
+// Sync still works once go-redis has resubscribed.
+func TestWatcherSync(t *testing.T) {
+	t.Parallel()
+	rdb := newClient(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	opt, err := redis.ParseURL(devstacktest.RedisURL(t))
+	require.NoError(t, err)
+	name := fmt.Sprintf("sync-%d", time.Now().UnixNano())
+	opt.ClientName = name
+	sub := redis.NewClient(opt)
+	t.Cleanup(func() { _ = sub.Close() })
+	var seen atomic.Int64 // of this test's codes: other tests publish on the channel too
+	prefix := fmt.Sprintf("SYNC%d-", time.Now().UnixNano()%1e9)
+	w := NewWatcher(sub, func(code string) {
+		time.Sleep(5 * time.Millisecond)
+		if strings.HasPrefix(code, prefix) {
+			seen.Add(1)
+		}
+	}, slog.New(slog.DiscardHandler))
+	done := make(chan struct{})
+	go func() { defer close(done); w.Run(ctx) }()
+	require.Eventually(t, func() bool { return w.Sync(ctx) == nil }, 5*time.Second, 10*time.Millisecond, "subscribed")
+
+	for i := range 20 {
+		require.NoError(t, PublishChange(ctx, rdb, fmt.Sprintf("%s%d", prefix, i)))
+	}
+	assert.Less(t, seen.Load(), int64(20), "the watcher is slower than the publishes (else this test proves nothing)")
+	require.NoError(t, w.Sync(ctx))
+	assert.Equal(t, int64(20), seen.Load(), "every code published before Sync was handled when it returned")
+
+	before := w.rounds.Load()
+	var wg sync.WaitGroup
+	var failed atomic.Int64
+	for range 64 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sctx, scancel := context.WithTimeout(ctx, 5*time.Second)
+			defer scancel()
+			if w.Sync(sctx) != nil {
+				failed.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	assert.Zero(t, failed.Load())
+	assert.Less(t, w.rounds.Load()-before, uint64(64), "concurrent callers share pings")
+
+	list, err := rdb.ClientList(ctx).Result()
+	require.NoError(t, err)
+	m := regexp.MustCompile(`(?m)^id=(\d+) .*name=` + name + ` `).FindStringSubmatch(list)
+	require.NotNil(t, m, "no connection named %s", name)
+	require.NoError(t, rdb.Do(ctx, "CLIENT", "KILL", "ID", m[1]).Err())
+	require.Eventually(t, func() bool {
+		sctx, scancel := context.WithTimeout(ctx, 200*time.Millisecond)
+		defer scancel()
+		if w.Sync(sctx) != nil {
+			return false
+		}
+		n := seen.Load()
+		require.NoError(t, PublishChange(ctx, rdb, prefix+"after"))
+		return w.Sync(sctx) == nil && seen.Load() == n+1
+	}, 10*time.Second, 50*time.Millisecond, "Sync after a reconnect")
+	cancel()
+	<-done
 }
 
 // PublishChange takes the Publish method alone and WatchChanges the Subscribe
