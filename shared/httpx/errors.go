@@ -36,7 +36,7 @@ var statusOf = map[string]int{
 	voucher.CodeCheckoutTokenRequired:     http.StatusForbidden,
 	voucher.CodeCheckoutTokenInvalid:      http.StatusForbidden,
 	voucher.CodeCheckoutTokenUnconfigured: http.StatusForbidden,
-	voucher.CodeRateLimited:         http.StatusTooManyRequests,
+	voucher.CodeRateLimited:               http.StatusTooManyRequests,
 }
 
 // Status returns the HTTP status for an error code; unknown codes are 503, since
