@@ -179,7 +179,7 @@ func (l *Ledger) Reserve(ctx context.Context, code string, cl voucher.Claim) (r 
 	}
 	if !v.FlashSale {
 		err = l.limiter.Do(ctx, code, func() (err error) {
-			r, replayed, err = l.store.Reserve(ctx, code, cl)
+			r, replayed, err = l.writer.Reserve(ctx, code, cl)
 			return err
 		})
 		return r, replayed, err
