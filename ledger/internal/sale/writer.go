@@ -2,6 +2,7 @@ package sale
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -116,6 +117,13 @@ func (w *Writer) writeBatch(ctx context.Context, code string, claims []voucher.C
 	if err != nil {
 		return nil, err
 	}
+	if !flash {
+		// A standard voucher's too-small order is answered as the guarded
+		// UPDATE alone answers it: a paused or closed voucher says so first.
+		for i := range small {
+			small[i] = w.one(ctx, v, claims[i])
+		}
+	}
 	var fresh []int           // indexes of claims to insert, one per new orderId
 	first := map[string]int{} // orderId -> index of its first claim in this batch
 	var followers []int       // later claims of an orderId already in fresh
@@ -212,6 +220,15 @@ func (w *Writer) writeGroup(ctx context.Context, v voucher.Voucher, claims []vou
 	if err != nil {
 		return nil, err
 	}
+	if shut != nil && !v.FlashSale && errors.Is(shut, voucher.ErrOutOfStock) {
+		// No gate decided these: each is answered as the guarded UPDATE
+		// alone answers it, the customer's limit before the stock.
+		out := make([]store.Written, len(claims))
+		for i, cl := range claims {
+			out[i] = w.one(ctx, v, cl)
+		}
+		return out, nil
+	}
 	if shut != nil {
 		// No new order can be written; a retry of one already written is
 		// answered with its row, as always.
@@ -238,8 +255,14 @@ func (w *Writer) writeGroup(ctx context.Context, v voucher.Voucher, claims []vou
 	return append(first, second...), nil
 }
 
-// one writes a single claim on its own.
+// one writes a single claim on its own: an admitted one as admitted, a
+// standard voucher's as the article's guarded UPDATE alone answers it
+// (eligibility, then the customer's limit, then the stock).
 func (w *Writer) one(ctx context.Context, v voucher.Voucher, cl voucher.Claim) store.Written {
+	if !v.FlashSale {
+		r, replayed, err := w.store.Reserve(ctx, v.Code, cl)
+		return store.Written{Reservation: r, Err: err, Replayed: replayed}
+	}
 	r, replayed, err := w.store.InsertAdmitted(ctx, v, cl)
 	return store.Written{Reservation: r, Err: err, Replayed: replayed}
 }

@@ -176,6 +176,24 @@ func (s *Store) ActiveOf(ctx context.Context, code string, orderIDs []string) ([
 	return out, nil
 }
 
+// Reserve is the article's first solution, for standard vouchers: the guarded
+// UPDATE and the INSERT in one transaction, the constraints as the last guard.
+// A retry with the same orderId gets the same answer (replayed true), decided
+// before eligibility, and consumes nothing.
+func (s *Store) Reserve(ctx context.Context, code string, cl voucher.Claim) (r voucher.Reservation, replayed bool, err error) {
+	return s.insertWithRetry(ctx, code, cl, func() (voucher.Voucher, error) {
+		v, err := s.Terms(ctx, code)
+		if err != nil {
+			return voucher.Voucher{}, err
+		}
+		now, err := s.Now(ctx)
+		if err != nil {
+			return voucher.Voucher{}, err
+		}
+		return v, v.Eligible(now, cl.OrderAmount)
+	})
+}
+
 // InsertAdmitted writes one claim of v that the gate admitted (see insert for
 // what it checks), answering as Existing does if its orderId has a row.
 func (s *Store) InsertAdmitted(ctx context.Context, v voucher.Voucher, cl voucher.Claim) (r voucher.Reservation, replayed bool, err error) {
