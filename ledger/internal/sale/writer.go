@@ -28,8 +28,8 @@ type Writer struct {
 	store    *store.Store
 	batcher  *batch.Batcher[string, voucher.Claim, store.Written]
 	standard *batch.Batcher[string, voucher.Claim, store.Written]
-	timeout time.Duration
-	commit  func(time.Duration) // observes each group transaction; may be nil
+	timeout  time.Duration
+	commit   func(time.Duration) // observes each group transaction; may be nil
 }
 
 // NewWriter returns a Writer over store. base is the service's lifetime;
