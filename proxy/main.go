@@ -83,7 +83,7 @@ func configFrom(e *envconf.Reader) (Config, error) {
 		RedisPool: e.Int("REDIS_POOL_SIZE", 0, 0,
 			"Redis connections per proxy; 0: go-redis's default (10 per CPU)"),
 		WriteTarget: e.DurationMin("ADMIT_WRITE_TARGET", 10*time.Millisecond, 0,
-			"the admission window's least target: admitted flash reserves on their way to the ledger are bounded by a window that shrinks while it is full, the writes' mean is above its target (3 x the fastest write of the last 10-20s, at least this and at least half of LATENCY_SLO) and they queue (the fastest write of 100ms at twice that floor); 0: no window"),
+			"the admission window's least target: admitted flash reserves on their way to the ledger are bounded by a window that shrinks while it is full, the writes' mean is above its target (3 x the fastest write of the last 10-20s, at least this) and they queue (the fastest write of 100ms at twice that floor); 0: no window"),
 		RedisWarm: e.Int("REDIS_WARM_CONNS", 4, 0, "Redis connections opened as the service starts, with every gate script loaded"),
 		LedgerWarm: e.Int("LEDGER_WARM_CONNS", 4, 0,
 			"connections to the ledger opened at start and kept warm"),
@@ -170,18 +170,6 @@ func windowMax(maxInflight int) int {
 	return max(maxInflight/2, windowLeast)
 }
 
-// windowTarget is the admission window's least target: ADMIT_WRITE_TARGET,
-// raised to half of LATENCY_SLO, so that the window never sheds while the
-// admitted writes' mean leaves their answers within the SLO (an admitted
-// reserve's answer is its write plus the edge's own work, a small part of
-// it); 0 (no window) stays 0.
-func windowTarget(writeTarget, slo time.Duration) time.Duration {
-	if writeTarget == 0 {
-		return 0
-	}
-	return max(writeTarget, slo/2)
-}
-
 func main() {
 	gin.SetMode(gin.ReleaseMode)
 	envconf.Main("proxy", doc, configFrom, run)
@@ -211,7 +199,7 @@ func run(cfg Config, log *slog.Logger) error {
 	admit, err := NewAdmitter(ctx, gate.New(rdb), ledger, AdmitConfig{
 		SoldOutTTL: cfg.SoldOutTTL, VoucherCacheTTL: cfg.VoucherCacheTTL, RedisTimeout: cfg.RedisTimeout,
 		Coalesce: cfg.Coalesce, MaxBatch: cfg.MaxBatch, Registerer: metrics.Registry,
-		WriteTarget: windowTarget(cfg.WriteTarget, cfg.LatencySLO), WindowMax: windowMax(cfg.MaxInflight),
+		WriteTarget: cfg.WriteTarget, WindowMax: windowMax(cfg.MaxInflight),
 		CodesRefresh: cfg.CodesRefresh, Lookups: cfg.LedgerLookups, CheckoutKeys: cfg.CheckoutKeys,
 	}, log)
 	if err != nil {

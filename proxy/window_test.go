@@ -205,13 +205,3 @@ func TestFullWindowLetsHeldRetriesThrough(t *testing.T) {
 	assert.EqualValues(t, 1, w.spared.Load())
 	assert.EqualValues(t, 2, w.shed.Load())
 }
-
-// The window's least target is ADMIT_WRITE_TARGET raised to half of
-// LATENCY_SLO: writes within half the SLO are never shed; no window stays
-// none.
-func TestWindowTargetFromSLO(t *testing.T) {
-	assert.Equal(t, 50*time.Millisecond, windowTarget(10*time.Millisecond, 100*time.Millisecond))
-	assert.Equal(t, 80*time.Millisecond, windowTarget(80*time.Millisecond, 100*time.Millisecond))
-	assert.Equal(t, 10*time.Millisecond, windowTarget(10*time.Millisecond, 0), "LATENCY_SLO=0: the setting alone")
-	assert.Equal(t, time.Duration(0), windowTarget(0, 100*time.Millisecond), "no window")
-}
