@@ -45,6 +45,16 @@ func NewClient(url string, o ClientOptions) (redis.UniversalClient, error) {
 	return redis.NewClient(opt), nil
 }
 
+// CheckURL refuses a REDIS_URL that NewClient would refuse, naming it,
+// without connecting.
+func CheckURL(url string) error {
+	c, err := NewClient(url, ClientOptions{})
+	if err != nil {
+		return err
+	}
+	return c.Close()
+}
+
 // newClusterClient parses "host1:port,host2:port[/]" (an optional user:pass@
 // before the first host applies to all).
 func newClusterClient(hosts string, o ClientOptions) (redis.UniversalClient, error) {
