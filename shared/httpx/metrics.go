@@ -18,6 +18,7 @@ import (
 
 	"github.com/flashgate/flashgate/shared/api"
 	"github.com/flashgate/flashgate/shared/buildinfo"
+	"github.com/flashgate/flashgate/shared/envconf"
 )
 
 // Metrics is one service's Prometheus registry with the HTTP metrics both
@@ -187,7 +188,7 @@ func (m *Metrics) ServeMetricsOn(addr string, log *slog.Logger) error {
 	}
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
-		return fmt.Errorf("METRICS_ADDR %s: %w", addr, err)
+		return fmt.Errorf("METRICS_ADDR=%s: %w: %w", addr, err, envconf.ErrBadSetting)
 	}
 	mux := http.NewServeMux()
 	mux.Handle("GET "+api.MetricsPath, promhttp.HandlerFor(m.Registry, promhttp.HandlerOpts{Registry: m.Registry}))
