@@ -31,7 +31,7 @@ func NewClient(url string, o ClientOptions) (redis.UniversalClient, error) {
 	}
 	opt, err := redis.ParseURL(url)
 	if err != nil {
-		return nil, fmt.Errorf("REDIS_URL: %w", err)
+		return nil, fmt.Errorf("REDIS_URL must be redis://[user:pass@]host:port/db or %shost:port,...: %w", ClusterScheme, err)
 	}
 	opt.DialTimeout = o.Timeout
 	opt.ReadTimeout = o.Timeout
