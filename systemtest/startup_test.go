@@ -218,6 +218,51 @@ func TestStartWithoutRedis(t *testing.T) {
 	checkRedisWarning(t, "ledger", jsonLines(t, "ledger", ledger.Logs()))
 }
 
+// TestProxyWaitsForItsLedger starts a proxy before its ledger, as a
+// deployment that starts both together does: it waits (one WARN line per
+// 5 s, not one per attempt) and serves once the ledger answers.
+func TestProxyWaitsForItsLedger(t *testing.T) {
+	ledgerAddr, proxyAddr := freeAddr(t), freeAddr(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	type result struct {
+		code  int
+		lines []logLine
+	}
+	serviceBinary(t, "proxy") // built here: the goroutine below must not fail the test
+	done := make(chan result, 1)
+	go func() {
+		code, lines := startOutput(t, ctx, "proxy", []string{"PROXY_ADDR=" + proxyAddr, "REDIS_URL=" + devstacktest.RedisURL(t),
+			"LEDGER_URL=http://" + ledgerAddr, "LEDGER_TOKEN=" + ledgerToken, devstack.OpenEdge, "WARM_REQUESTS=0"})
+		done <- result{code, lines}
+	}()
+	time.Sleep(2 * time.Second) // the proxy asks a port nothing listens on
+	ledger, err := devstack.StartService("ledger", serviceBinary(t, "ledger"), []string{
+		"LEDGER_ADDR=" + ledgerAddr, "DATABASE_URL=" + devstacktest.PostgresURL(t), "REDIS_URL=" + devstacktest.RedisURL(t),
+		"LEDGER_TOKEN=" + ledgerToken, "EXPIRY_INTERVAL=1h", "RECONCILE_INTERVAL=1h", "SHUTDOWN_DELAY=0s",
+	}, "http://"+ledgerAddr+"/healthz", os.Stderr)
+	require.NoError(t, err)
+	t.Cleanup(func() { ledger.Stop() })
+	require.Eventually(t, func() bool {
+		c, err := net.Dial("tcp", proxyAddr)
+		if err == nil {
+			c.Close()
+		}
+		return err == nil
+	}, 15*time.Second, 50*time.Millisecond, "the proxy never listened once its ledger answered")
+	cancel()
+	r := <-done
+	warns := 0
+	for _, l := range r.lines {
+		if strings.HasPrefix(l.Msg, "waiting for the ledger") {
+			warns++
+		}
+	}
+	if warns < 1 || warns > 2 {
+		t.Errorf("%d lines waiting for the ledger in about 2s, want 1 (2 at most):\n%s", warns, raw(r.lines))
+	}
+}
+
 // checkRedisWarning checks a service's log after a start with Redis refusing
 // connections: one warm-up failure naming REDIS_URL and its cause, no line
 // that calls Redis warm, and the service listening.
