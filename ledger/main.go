@@ -247,6 +247,13 @@ func run(cfg Config, log *slog.Logger) error {
 		return err
 	}
 	defer ln.Close()
+	metricsLn, err := httpx.Listen("METRICS_ADDR", cfg.MetricsAddr)
+	if err != nil {
+		return err
+	}
+	if err := httpx.ServeDebug(cfg.DebugAddr, log); err != nil {
+		return err
+	}
 	svc, closeAll, err := build(ctx, cfg, log, life.Err)
 	if err != nil {
 		return databaseErr(err)
@@ -264,10 +271,7 @@ func run(cfg Config, log *slog.Logger) error {
 	if cfg.Token == "" && len(cfg.Tokens) == 0 {
 		log.Warn("LEDGER_TOKEN and LEDGER_TOKENS are not set: authentication is off")
 	}
-	httpx.ServeDebug(cfg.DebugAddr, log)
-	if err := svc.metrics.ServeMetricsOn(cfg.MetricsAddr, log); err != nil {
-		return err
-	}
+	svc.metrics.ServeMetricsOn(metricsLn, log)
 	jobsDone, err := svc.startBackground(ctx, stopping.Done())
 	if err != nil {
 		return err

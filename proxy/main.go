@@ -209,10 +209,14 @@ func run(cfg Config, log *slog.Logger) error {
 		return err
 	}
 	defer ln.Close()
-	metrics := httpx.NewMetrics("proxy")
-	if err := metrics.ServeMetricsOn(cfg.MetricsAddr, log); err != nil {
+	metricsLn, err := httpx.Listen("METRICS_ADDR", cfg.MetricsAddr)
+	if err != nil {
 		return err
 	}
+	if err := httpx.ServeDebug(cfg.DebugAddr, log); err != nil {
+		return err
+	}
+	metrics := httpx.NewMetrics("proxy")
 	rdb, err := gate.NewClient(cfg.RedisURL, gate.ClientOptions{Timeout: cfg.RedisTimeout, PoolSize: cfg.RedisPool})
 	if err != nil {
 		return err
@@ -262,7 +266,7 @@ func run(cfg Config, log *slog.Logger) error {
 	if cfg.OpenEdge {
 		log.Warn("PROXY_AUTH=off: the edge takes requests without a token; anyone who reaches it can read, release, confirm or refund any reservation")
 	}
-	httpx.ServeDebug(cfg.DebugAddr, log)
+	metrics.ServeMetricsOn(metricsLn, log)
 	warmUp(stopping, *srv, cfg, log)
 	log.Info("proxy listening", "addr", cfg.Addr, "ledger", cfg.LedgerURL, "coalesce", cfg.Coalesce)
 	err = life.Serve(ln, httpx.NewServer(cfg.Addr, srv.Handler()), cfg.MaxClientConns)

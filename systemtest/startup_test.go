@@ -131,6 +131,8 @@ func TestStartupErrors(t *testing.T) {
 			[]string{"PROXY_ADDR=127.0.0.1:", "address already in use"}, 5 * time.Second},
 		{"proxy METRICS_ADDR taken", "proxy", proxy("METRICS_ADDR="+takenAddr(t), "LEDGER_URL="+deadLedger, "LEDGER_START_WAIT=1m"),
 			[]string{"METRICS_ADDR=127.0.0.1:", "address already in use"}, 5 * time.Second},
+		{"proxy DEBUG_ADDR taken", "proxy", proxy("DEBUG_ADDR="+takenAddr(t), "LEDGER_URL="+deadLedger, "LEDGER_START_WAIT=1m"),
+			[]string{"DEBUG_ADDR=127.0.0.1:", "address already in use"}, 5 * time.Second},
 		{"proxy REDIS_URL without a scheme", "proxy", proxy("REDIS_URL=localhost:6379"),
 			[]string{"REDIS_URL", "redis://", "scheme"}, 5 * time.Second},
 		{"proxy REDIS_URL missing", "proxy", proxy("REDIS_URL="),
@@ -146,6 +148,10 @@ func TestStartupErrors(t *testing.T) {
 		// Before the database is contacted: none answers here.
 		{"ledger LEDGER_ADDR taken", "ledger", ledger("LEDGER_ADDR="+takenAddr(t), "DATABASE_URL=postgres://flashgate@"+freeAddr(t)+"/flashgate"),
 			[]string{"LEDGER_ADDR=127.0.0.1:", "address already in use"}, 5 * time.Second},
+		{"ledger DEBUG_ADDR taken", "ledger", ledger("DEBUG_ADDR="+takenAddr(t), "DATABASE_URL=postgres://flashgate@"+freeAddr(t)+"/flashgate"),
+			[]string{"DEBUG_ADDR=127.0.0.1:", "address already in use"}, 5 * time.Second},
+		{"ledger METRICS_ADDR taken", "ledger", ledger("METRICS_ADDR=" + takenAddr(t)),
+			[]string{"METRICS_ADDR=127.0.0.1:", "address already in use"}, 10 * time.Second},
 		{"ledger REDIS_URL without a scheme", "ledger", ledger("REDIS_URL=127.0.0.1:6379"),
 			[]string{"REDIS_URL", "redis://"}, 5 * time.Second},
 	} {

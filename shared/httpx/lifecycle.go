@@ -81,8 +81,12 @@ func (l *Lifecycle) shutdownMargin() time.Duration { return min(time.Second, l.c
 // Listen opens a service's listener on addr, read from addrVar, before the
 // service contacts anything: a taken or foreign address stops the start at
 // once (envconf.ErrBadSetting: exit 2), naming the variable, and before any
-// line says the service listens.
+// line says the service listens. An empty addr (an optional listener left
+// unset) gives no listener and no error.
 func Listen(addrVar, addr string) (net.Listener, error) {
+	if addr == "" {
+		return nil, nil
+	}
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("%s=%s: %w: %w", addrVar, addr, err, envconf.ErrBadSetting)
