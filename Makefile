@@ -22,7 +22,7 @@ LDFLAGS := -X $(BUILDINFO).version=$(VERSION) -X $(BUILDINFO).revision=$(REVISIO
 build:
 	$(GO) build -buildvcs=auto -ldflags "$(LDFLAGS)" -o bin/ledger ./ledger
 	$(GO) build -buildvcs=auto -ldflags "$(LDFLAGS)" -o bin/proxy ./proxy
-	$(GO) build -o bin/loadtest ./loadtest
+	$(GO) build -buildvcs=auto -ldflags "$(LDFLAGS)" -o bin/loadtest ./loadtest
 
 # The whole suite against real redis-server and PostgreSQL processes that the
 # tests start on free ports (or REDIS_URL / DATABASE_URL when set). The
@@ -69,8 +69,11 @@ vopr: deps
 	VOPR_SEED=$(VOPR_SEED) $(GO) test -count=1 -timeout $(VOPR_TIMEOUT) ./systemtest/ -run 'TestVOPR$$' -v -vopr.duration $(VOPR_DURATION)
 
 # The stack in the foreground on throwaway servers: Ctrl-C stops and cleans up.
+# make run PROXY_ADDR=127.0.0.1:9080 LEDGER_ADDR=127.0.0.1:9081 for other ports.
+PROXY_ADDR ?= 127.0.0.1:8080
+LEDGER_ADDR ?= 127.0.0.1:8081
 run: deps build
-	bin/loadtest run
+	bin/loadtest run --proxy-addr '$(PROXY_ADDR)' --ledger-addr '$(LEDGER_ADDR)'
 
 # A flash sale on throwaway servers: 20,000 requests at 5,000/s for 1,000 uses,
 # checked against Postgres and Redis; prints the figures and the report's path.

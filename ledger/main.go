@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/gin-gonic/gin"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/flashgate/flashgate/ledger/internal/jobs"
@@ -79,7 +81,7 @@ releases them, expires abandoned ones and keeps Redis in step with the database.
 // each read's last argument is the setting's line in --help.
 func configFrom(e *envconf.Reader) (Config, error) {
 	c := Config{
-		Addr:        e.String("LEDGER_ADDR", "127.0.0.1:8081", "listen address"),
+		Addr:        e.Addr("LEDGER_ADDR", "127.0.0.1:8081", "listen address"),
 		DatabaseURL: e.String("DATABASE_URL", "", "required: Postgres; the ledger applies its migrations at start"),
 		RedisURL: e.String("REDIS_URL", "",
 			"Redis for flash vouchers, in the proxy's form; unset: flash vouchers answer 503"),
@@ -117,6 +119,14 @@ func configFrom(e *envconf.Reader) (Config, error) {
 	}
 	if c.DatabaseURL == "" {
 		return c, errors.New("DATABASE_URL is required")
+	}
+	if _, err := pgx.ParseConfig(c.DatabaseURL); err != nil {
+		return c, fmt.Errorf("DATABASE_URL: %w", err)
+	}
+	if c.RedisURL != "" {
+		if err := gate.CheckURL(c.RedisURL); err != nil {
+			return c, err
+		}
 	}
 	if c.MinConns > c.MaxConns {
 		return c, fmt.Errorf("DB_MIN_CONNS (%d) must be at most DB_MAX_CONNS (%d)", c.MinConns, c.MaxConns)
@@ -228,10 +238,25 @@ func run(cfg Config, log *slog.Logger) error {
 	life := httpx.NewLifecycle(stopping, cfg.Shutdown, log)
 	defer life.End()
 	ctx := life.Context() // what requests wait on outlives the drain
+	redis.SetLogger(gate.NewLogger(log))
 
-	svc, closeAll, err := build(ctx, cfg, log, life.Err)
+	// The address first: a taken port stops the start before anything is
+	// contacted or said to listen.
+	ln, err := httpx.Listen("LEDGER_ADDR", cfg.Addr)
 	if err != nil {
 		return err
+	}
+	defer ln.Close()
+	metricsLn, err := httpx.Listen("METRICS_ADDR", cfg.MetricsAddr)
+	if err != nil {
+		return err
+	}
+	if err := httpx.ServeDebug(cfg.DebugAddr, log); err != nil {
+		return err
+	}
+	svc, closeAll, err := build(ctx, cfg, log, life.Err)
+	if err != nil {
+		return databaseErr(err)
 	}
 	defer closeAll()
 	// Beside serving: a slow dependency never delays the start.
@@ -246,16 +271,13 @@ func run(cfg Config, log *slog.Logger) error {
 	if cfg.Token == "" && len(cfg.Tokens) == 0 {
 		log.Warn("LEDGER_TOKEN and LEDGER_TOKENS are not set: authentication is off")
 	}
-	httpx.ServeDebug(cfg.DebugAddr, log)
-	if err := svc.metrics.ServeMetricsOn(cfg.MetricsAddr, log); err != nil {
-		return err
-	}
+	svc.metrics.ServeMetricsOn(metricsLn, log)
 	jobsDone, err := svc.startBackground(ctx, stopping.Done())
 	if err != nil {
 		return err
 	}
 	log.Info("ledger listening", "addr", cfg.Addr, "reservation_ttl", cfg.ReservationTTL.String())
-	err = life.Serve(httpx.NewServer(cfg.Addr, svc.server.Handler()), cfg.MaxClientConns)
+	err = life.Serve(ln, httpx.NewServer(cfg.Addr, svc.server.Handler()), cfg.MaxClientConns)
 	stop() // when serving failed, the jobs stop too
 	<-jobsDone
 	// The drained requests may have parked writes that failed on a fault:
@@ -264,6 +286,17 @@ func run(cfg Config, log *slog.Logger) error {
 		log.Info("settled writes that failed on a fault before stopping", "orders", n)
 	}
 	log.Info("ledger stopped")
+	return err
+}
+
+// databaseErr names DATABASE_URL in a start that could not connect to
+// Postgres (refused, unknown host, password or database refused): a setting
+// to fix, exit 2. Other errors (a migration that failed) are returned as they are.
+func databaseErr(err error) error {
+	var connect *pgconn.ConnectError
+	if errors.As(err, &connect) {
+		return fmt.Errorf("DATABASE_URL: %w: %w", err, envconf.ErrBadSetting)
+	}
 	return err
 }
 
@@ -305,7 +338,7 @@ func warmRedis(ctx context.Context, rdb redis.UniversalClient, n int, log *slog.
 	defer cancel()
 	start := time.Now()
 	if err := gate.Warm(ctx, rdb, n); err != nil {
-		log.Warn("redis warm-up failed: connections open on demand", "conns", n, "err", err)
+		log.Warn("redis warm-up failed (REDIS_URL): its connections open on demand", "conns", n, "err", err)
 		return
 	}
 	log.Info("redis connections warm", "conns", n, "took", time.Since(start).String())

@@ -12,6 +12,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"syscall"
@@ -21,10 +22,14 @@ import (
 	"github.com/flashgate/flashgate/loadtest/internal/chaos"
 	"github.com/flashgate/flashgate/loadtest/internal/compare"
 	"github.com/flashgate/flashgate/loadtest/internal/stack"
+	"github.com/flashgate/flashgate/shared/buildinfo"
 )
 
-func usage() {
-	fmt.Fprint(os.Stderr, `usage: loadtest <command> [flags]
+// usage writes the commands to w: stdout when asked for (--help), stderr
+// beside an error.
+func usage(w io.Writer) {
+	fmt.Fprint(w, `usage: loadtest <command> [flags]
+       loadtest --help | --version
 
 commands:
   run       start Redis, Postgres, the ledger and the proxy on throwaway servers; Ctrl-C stops all
@@ -46,7 +51,7 @@ Run "loadtest <command> -h" for a command's flags.
 
 func main() {
 	if len(os.Args) < 2 {
-		usage()
+		usage(os.Stderr)
 		os.Exit(2)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
@@ -58,12 +63,15 @@ func main() {
 	cmd, args := os.Args[1], os.Args[2:]
 	run, ok := commands[cmd]
 	switch {
-	case cmd == "-h" || cmd == "--help" || cmd == "help":
-		usage()
+	case cmd == "-h" || cmd == "-help" || cmd == "--help" || cmd == "help":
+		usage(os.Stdout)
+		return
+	case cmd == "-version" || cmd == "--version" || cmd == "version":
+		fmt.Printf("loadtest %s (revision %s)\n", buildinfo.Version(), buildinfo.Revision())
 		return
 	case !ok:
 		fmt.Fprintf(os.Stderr, "loadtest: unknown command %q\n", cmd)
-		usage()
+		usage(os.Stderr)
 		os.Exit(2)
 	}
 	err := run(ctx, args)

@@ -127,17 +127,50 @@ func (l *LedgerClient) Do(ctx context.Context, call, method, path string, body a
 			l.latency.Get(call).Observe(time.Since(start).Seconds())
 		}(time.Now())
 	}
+	req, err := l.newRequest(ctx, method, path, body)
+	if err != nil {
+		return Reply{}, err
+	}
+	resp, err := l.breaker.Execute(func() (*http.Response, error) { return l.http.Do(req) })
+	if err != nil {
+		return Reply{}, fmt.Errorf("ledger %s %s: %w: %w", method, path, err, voucher.ErrUnavailable)
+	}
+	return readReply(method, path, resp)
+}
+
+// Probe sends one GET to the ledger past the circuit breaker: the start's
+// check, whose failures say nothing yet about a serving ledger (they would
+// open the breaker and hide their cause behind it) and keep that cause
+// (connection refused, no such host) as it is.
+func (l *LedgerClient) Probe(ctx context.Context, path string) (Reply, error) {
+	req, err := l.newRequest(ctx, http.MethodGet, path, nil)
+	if err != nil {
+		return Reply{}, err
+	}
+	resp, err := l.http.Do(req)
+	if err != nil {
+		var uerr *url.Error
+		if errors.As(err, &uerr) {
+			err = uerr.Err // the cause without the URL, which the caller names
+		}
+		return Reply{}, err
+	}
+	return readReply(http.MethodGet, path, resp)
+}
+
+// newRequest is a request to the ledger with its token and the request id.
+func (l *LedgerClient) newRequest(ctx context.Context, method, path string, body any) (*http.Request, error) {
 	var rd io.Reader
 	if body != nil {
 		buf, err := json.Marshal(body)
 		if err != nil {
-			return Reply{}, fmt.Errorf("encode %s: %w", path, err)
+			return nil, fmt.Errorf("encode %s: %w", path, err)
 		}
 		rd = bytes.NewReader(buf)
 	}
 	req, err := http.NewRequestWithContext(ctx, method, l.base+path, rd)
 	if err != nil {
-		return Reply{}, fmt.Errorf("ledger request %s: %w", path, err)
+		return nil, fmt.Errorf("ledger request %s: %w", path, err)
 	}
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
@@ -148,10 +181,11 @@ func (l *LedgerClient) Do(ctx context.Context, call, method, path string, body a
 	if id := httpx.RequestIDFrom(ctx); id != "" {
 		req.Header.Set(api.HeaderRequestID, id)
 	}
-	resp, err := l.breaker.Execute(func() (*http.Response, error) { return l.http.Do(req) })
-	if err != nil {
-		return Reply{}, fmt.Errorf("ledger %s %s: %w: %w", method, path, err, voucher.ErrUnavailable)
-	}
+	return req, nil
+}
+
+// readReply reads resp, the ledger's answer to method path, and closes it.
+func readReply(method, path string, resp *http.Response) (Reply, error) {
 	defer resp.Body.Close()
 	raw, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 	if err != nil {

@@ -23,6 +23,7 @@ import (
 	"github.com/flashgate/flashgate/shared/gate"
 	"github.com/flashgate/flashgate/shared/httpx"
 	"github.com/gin-gonic/gin"
+	"github.com/redis/go-redis/v9"
 )
 
 // Config is everything the proxy reads from its environment, read once in main.
@@ -30,6 +31,7 @@ type Config struct {
 	Addr            string                        // PROXY_ADDR
 	RedisURL        string                        // REDIS_URL
 	LedgerURL       string                        // LEDGER_URL
+	LedgerWait      time.Duration                 // LEDGER_START_WAIT: how long the start waits for the ledger
 	LedgerToken     string                        // LEDGER_TOKEN: sent to the ledger (scope internal suffices)
 	Token           string                        // PROXY_TOKEN: named default, every scope
 	Tokens          map[string]envconf.Credential // PROXY_TOKENS: name:token[:scope+scope...],...
@@ -60,10 +62,12 @@ without touching Postgres and forwards the admitted ones to the ledger.`
 // each read's last argument is the setting's line in --help.
 func configFrom(e *envconf.Reader) (Config, error) {
 	c := Config{
-		Addr:     e.String("PROXY_ADDR", "127.0.0.1:8080", "listen address"),
+		Addr:     e.Addr("PROXY_ADDR", "127.0.0.1:8080", "listen address"),
 		RedisURL: e.String("REDIS_URL", "", "required: redis://[user:pass@]host:port/db, or redis+cluster://host1:port,host2:port for a Redis Cluster"),
-		LedgerURL: e.String("LEDGER_URL", "http://127.0.0.1:8081",
+		LedgerURL: e.URL("LEDGER_URL", "http://127.0.0.1:8081", []string{"http", "https"},
 			"the ledger (one, or a balancer in front of several)"),
+		LedgerWait: e.Duration("LEDGER_START_WAIT", 15*time.Second,
+			"how long the proxy waits at start for the ledger to answer (a ledger starting beside it); then it stops, naming the cause (exit 2)"),
 		LedgerToken: e.String("LEDGER_TOKEN", "", "bearer token sent to the ledger; the scope internal is all it needs"),
 		Token: e.String("PROXY_TOKEN", "",
 			"bearer token clients send (Authorization: Bearer <token>), with every scope of the edge (reserve, settle)"),
@@ -112,6 +116,9 @@ func configFrom(e *envconf.Reader) (Config, error) {
 	}
 	if c.RedisURL == "" {
 		return c, errors.New("REDIS_URL is required")
+	}
+	if err := gate.CheckURL(c.RedisURL); err != nil {
+		return c, err
 	}
 	if err := checkEdgeAuth(c); err != nil {
 		return c, err
@@ -181,17 +188,32 @@ func run(cfg Config, log *slog.Logger) error {
 	life := httpx.NewLifecycle(stopping, cfg.Shutdown, log)
 	defer life.End()
 	ctx := life.Context() // batches and forwarded writes outlive the drain
+	redis.SetLogger(gate.NewLogger(log))
 
+	// The address first: a taken port stops the start before anything is
+	// contacted or said to listen.
+	ln, err := httpx.Listen("PROXY_ADDR", cfg.Addr)
+	if err != nil {
+		return err
+	}
+	defer ln.Close()
+	metricsLn, err := httpx.Listen("METRICS_ADDR", cfg.MetricsAddr)
+	if err != nil {
+		return err
+	}
+	if err := httpx.ServeDebug(cfg.DebugAddr, log); err != nil {
+		return err
+	}
+	metrics := httpx.NewMetrics("proxy")
 	rdb, err := gate.NewClient(cfg.RedisURL, gate.ClientOptions{Timeout: cfg.RedisTimeout, PoolSize: cfg.RedisPool})
 	if err != nil {
 		return err
 	}
 	defer rdb.Close()
-	metrics := httpx.NewMetrics("proxy")
 	ledger := NewLedgerClient(cfg.LedgerURL, cfg.LedgerToken, cfg.LedgerTimeout)
 	ledger.ObserveLatency(newLedgerLatency(metrics.Registry))
 	ledger.ObserveBreaker(metrics.Registry, log)
-	if err := checkLedgerSettings(stopping, ledger, cfg.LedgerTimeout, log); err != nil {
+	if err := checkLedgerSettings(stopping, ledger, cfg.LedgerTimeout, cfg.LedgerWait, log); err != nil {
 		return err
 	}
 	go warm(stopping, rdb, ledger, cfg, log) // beside serving: a slow dependency never delays the start
@@ -232,13 +254,10 @@ func run(cfg Config, log *slog.Logger) error {
 	if cfg.OpenEdge {
 		log.Warn("PROXY_AUTH=off: the edge takes requests without a token; anyone who reaches it can read, release, confirm or refund any reservation")
 	}
-	httpx.ServeDebug(cfg.DebugAddr, log)
-	if err := metrics.ServeMetricsOn(cfg.MetricsAddr, log); err != nil {
-		return err
-	}
+	metrics.ServeMetricsOn(metricsLn, log)
 	warmUp(stopping, *srv, cfg, log)
 	log.Info("proxy listening", "addr", cfg.Addr, "ledger", cfg.LedgerURL, "coalesce", cfg.Coalesce)
-	err = life.Serve(httpx.NewServer(cfg.Addr, srv.Handler()), cfg.MaxClientConns)
+	err = life.Serve(ln, httpx.NewServer(cfg.Addr, srv.Handler()), cfg.MaxClientConns)
 	log.Info("proxy stopped")
 	return err
 }

@@ -12,18 +12,18 @@ import (
 	"github.com/flashgate/flashgate/shared/envconf"
 )
 
-// settingsWait bounds how long the proxy waits at start for a ledger to tell
-// it its settings (a ledger starting beside it, a balancer between ledgers).
-const settingsWait = 15 * time.Second
+// settingsWarnEvery spaces the WARN lines of a start that waits for its
+// ledger: one every few seconds says it waits and why, not one per attempt.
+const settingsWarnEvery = 5 * time.Second
 
 // checkLedgerSettings reads the ledger's settings at start and refuses (an
 // envconf.ErrBadSetting: exit 2) a LEDGER_TIMEOUT at or above the ledger's
 // HANGING_GRACE: a write the proxy still waits for could have its use freed
 // by the ledger's reconciler, which takes an admission older than the grace
-// for one whose write was lost. A ledger that answers nothing within
-// settingsWait is an error too: the check cannot be skipped.
-func checkLedgerSettings(ctx context.Context, l *LedgerClient, ledgerTimeout time.Duration, log *slog.Logger) error {
-	grace, err := readLedgerSettings(ctx, l, log)
+// for one whose write was lost. A ledger that answers nothing within wait
+// (LEDGER_START_WAIT) stops the start too: the check cannot be skipped.
+func checkLedgerSettings(ctx context.Context, l *LedgerClient, ledgerTimeout, wait time.Duration, log *slog.Logger) error {
+	grace, err := readLedgerSettings(ctx, l, wait, log)
 	if err != nil {
 		return err
 	}
@@ -36,13 +36,18 @@ func checkLedgerSettings(ctx context.Context, l *LedgerClient, ledgerTimeout tim
 	return nil
 }
 
-// readLedgerSettings asks the ledger for its HANGING_GRACE until it answers
-// (up to settingsWait).
-func readLedgerSettings(ctx context.Context, l *LedgerClient, log *slog.Logger) (time.Duration, error) {
-	ctx, cancel := context.WithTimeout(ctx, settingsWait)
+// readLedgerSettings asks the ledger for its HANGING_GRACE until it answers,
+// for up to wait (a ledger starting beside the proxy). Each error names the
+// setting to look at: LEDGER_TOKEN when the ledger refuses it (not retried),
+// LEDGER_URL with the last cause when no ledger answered.
+func readLedgerSettings(ctx context.Context, l *LedgerClient, wait time.Duration, log *slog.Logger) (time.Duration, error) {
+	waiting, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
+	start := time.Now()
+	var lastErr error
+	var warned time.Time
 	for {
-		rep, err := l.Do(ctx, "settings", http.MethodGet, api.SettingsPath, nil)
+		rep, err := l.Probe(waiting, api.SettingsPath)
 		switch {
 		case err == nil && rep.Status == http.StatusOK:
 			var s api.LedgerSettings
@@ -50,18 +55,30 @@ func readLedgerSettings(ctx context.Context, l *LedgerClient, log *slog.Logger) 
 				return 0, fmt.Errorf("ledger settings: %w", err)
 			}
 			return s.Grace()
-		case err == nil && (rep.Status == http.StatusUnauthorized || rep.Status == http.StatusNotFound):
-			// Not a passing fault: the token is wrong, or the ledger predates
-			// the route (upgrade the ledgers before the proxies).
-			return 0, fmt.Errorf("GET %s%s answered %d: the proxy cannot check LEDGER_TIMEOUT against the ledger's HANGING_GRACE: %w",
+		case err == nil && (rep.Status == http.StatusUnauthorized || rep.Status == http.StatusForbidden):
+			return 0, fmt.Errorf("LEDGER_TOKEN is refused by the ledger at LEDGER_URL=%s (GET %s answered %d): %w",
 				l.base, api.SettingsPath, rep.Status, envconf.ErrBadSetting)
+		case err == nil && rep.Status == http.StatusNotFound:
+			return 0, fmt.Errorf("LEDGER_URL=%s answered GET %s 404: not a ledger, or one older than the proxy (upgrade the ledgers first): %w",
+				l.base, api.SettingsPath, envconf.ErrBadSetting)
 		case err == nil:
-			err = fmt.Errorf("answered %d", rep.Status)
+			err = fmt.Errorf("GET %s answered %d", api.SettingsPath, rep.Status)
 		}
-		log.Warn("waiting for the ledger's settings", "ledger", l.base, "err", err)
+		if waiting.Err() == nil || lastErr == nil {
+			lastErr = err // not the deadline that cut the last attempt
+		}
+		if ctx.Err() != nil {
+			return 0, fmt.Errorf("stopped while waiting for the ledger at LEDGER_URL=%s: %w", l.base, lastErr)
+		}
+		if time.Since(warned) >= settingsWarnEvery {
+			log.Warn("waiting for the ledger at LEDGER_URL", "ledger", l.base, "err", err,
+				"gives_up_in", (wait - time.Since(start)).Round(time.Second).String())
+			warned = time.Now()
+		}
 		select {
-		case <-ctx.Done():
-			return 0, fmt.Errorf("read the ledger's settings from %s within %s: %w", l.base, settingsWait, err)
+		case <-waiting.Done():
+			return 0, fmt.Errorf("LEDGER_URL=%s: no ledger answered within LEDGER_START_WAIT (%s): %w: %w",
+				l.base, wait, lastErr, envconf.ErrBadSetting)
 		case <-time.After(500 * time.Millisecond):
 		}
 	}

@@ -34,13 +34,20 @@ func warm(ctx context.Context, rdb redis.UniversalClient, l *LedgerClient, cfg C
 	ctx, cancel := context.WithTimeout(ctx, warmTimeout)
 	defer cancel()
 	start := time.Now()
+	var warmed []any // what did warm, for the one line that says so
 	if err := gate.Warm(ctx, rdb, cfg.RedisWarm); err != nil {
-		log.Warn("redis warm-up failed: connections open on demand", "conns", cfg.RedisWarm, "err", err)
+		log.Warn("redis warm-up failed (REDIS_URL): its connections open on demand", "conns", cfg.RedisWarm, "err", err)
+	} else {
+		warmed = append(warmed, "redis", cfg.RedisWarm)
 	}
 	if err := l.Warm(ctx, cfg.LedgerWarm); err != nil {
-		log.Warn("ledger warm-up failed: connections open on demand", "conns", cfg.LedgerWarm, "err", err)
+		log.Warn("ledger warm-up failed (LEDGER_URL): its connections open on demand", "conns", cfg.LedgerWarm, "err", err)
+	} else {
+		warmed = append(warmed, "ledger", cfg.LedgerWarm)
 	}
-	log.Info("connections warm", "redis", cfg.RedisWarm, "ledger", cfg.LedgerWarm, "took", time.Since(start).String())
+	if warmed != nil {
+		log.Info("connections warm", append(warmed, "took", time.Since(start).String())...)
+	}
 }
 
 // Warm opens n connections to the ledger at once (n health checks in

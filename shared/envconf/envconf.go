@@ -11,6 +11,8 @@ package envconf
 import (
 	"errors"
 	"fmt"
+	"net"
+	"net/url"
 	"os"
 	"regexp"
 	"slices"
@@ -82,6 +84,42 @@ func (r *Reader) String(name, def string, help ...string) string {
 		return v
 	}
 	return def
+}
+
+// Addr returns a listen address host:port (the host may be empty: every
+// interface; the port a number, 0 for any free one), or def; an empty def
+// leaves the setting optional.
+func (r *Reader) Addr(name, def string, help ...string) string {
+	r.declare(name, def, "host:port", help)
+	v, ok := r.get(name)
+	if !ok {
+		return def
+	}
+	if _, port, err := net.SplitHostPort(v); err != nil || !validPort(port) {
+		r.fail(name, "host:port such as 127.0.0.1:8080", v)
+		return def
+	}
+	return v
+}
+
+func validPort(s string) bool {
+	n, err := strconv.Atoi(s)
+	return err == nil && n >= 0 && n <= 65535
+}
+
+// URL returns an absolute URL with one of schemes and a host, or def.
+func (r *Reader) URL(name, def string, schemes []string, help ...string) string {
+	r.declare(name, def, "a URL: "+strings.Join(schemes, ":// or ")+"://", help)
+	v, ok := r.get(name)
+	if !ok {
+		return def
+	}
+	u, err := url.Parse(v)
+	if err != nil || !slices.Contains(schemes, u.Scheme) || u.Host == "" {
+		r.fail(name, "a URL such as "+schemes[0]+"://127.0.0.1:8081", v)
+		return def
+	}
+	return v
 }
 
 // Duration returns a positive duration such as 15m or 250ms, or def.

@@ -201,3 +201,39 @@ func TestGCPercent(t *testing.T) {
 		}
 	}
 }
+
+// TestAddrAndURL checks that a listen address and a URL are refused at
+// once, naming the variable and the form wanted, when they are malformed.
+func TestAddrAndURL(t *testing.T) {
+	for v, ok := range map[string]bool{
+		"127.0.0.1:8080": true, ":8080": true, "localhost:0": true, "[::1]:9090": true,
+		"nonsense": false, "127.0.0.1": false, "127.0.0.1:http": false, "127.0.0.1:70000": false, "http://127.0.0.1:8080": false,
+	} {
+		r := NewFrom(map[string]string{"PROXY_ADDR": v})
+		got := r.Addr("PROXY_ADDR", "127.0.0.1:8080")
+		switch err := r.Err(); {
+		case ok && (err != nil || got != v):
+			t.Errorf("Addr(PROXY_ADDR=%q) = %q, %v, want it", v, got, err)
+		case !ok && (err == nil || !strings.Contains(err.Error(), "PROXY_ADDR") || !strings.Contains(err.Error(), "host:port")):
+			t.Errorf("Addr(PROXY_ADDR=%q) err = %v, want one naming PROXY_ADDR and host:port", v, err)
+		}
+	}
+	schemes := []string{"http", "https"}
+	for v, ok := range map[string]bool{
+		"http://127.0.0.1:8081": true, "https://ledger.internal": true, "http://ledger:8081/base": true,
+		"localhost:8081": false, "127.0.0.1:8081": false, "ledger": false, "ftp://ledger": false, "http://": false, "http:///x": false,
+	} {
+		r := NewFrom(map[string]string{"LEDGER_URL": v})
+		got := r.URL("LEDGER_URL", "http://127.0.0.1:8081", schemes)
+		switch err := r.Err(); {
+		case ok && (err != nil || got != v):
+			t.Errorf("URL(LEDGER_URL=%q) = %q, %v, want it", v, got, err)
+		case !ok && (err == nil || !strings.Contains(err.Error(), "LEDGER_URL") || !strings.Contains(err.Error(), "http://")):
+			t.Errorf("URL(LEDGER_URL=%q) err = %v, want one naming LEDGER_URL and http://", v, err)
+		}
+	}
+	r := NewFrom(nil)
+	if got := r.Addr("DEBUG_ADDR", ""); got != "" || r.Err() != nil {
+		t.Errorf("Addr(DEBUG_ADDR unset) = %q, %v, want it unset", got, r.Err())
+	}
+}

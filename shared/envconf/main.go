@@ -42,7 +42,8 @@ func Main[C any](name, doc string, config func(*Reader) (C, error), run func(C, 
 	log.Info("starting", "service", name, "version", buildinfo.Version(), "revision", buildinfo.Revision())
 	if err := run(cfg, log); err != nil {
 		if errors.Is(err, ErrBadSetting) {
-			log.Error("bad configuration", "err", err)
+			// The line says it already: the message ends with the cause.
+			log.Error("bad configuration", "err", strings.TrimSuffix(err.Error(), ": "+ErrBadSetting.Error()))
 			os.Exit(2)
 		}
 		log.Error(name+" stopped", "err", err)

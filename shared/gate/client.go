@@ -31,7 +31,7 @@ func NewClient(url string, o ClientOptions) (redis.UniversalClient, error) {
 	}
 	opt, err := redis.ParseURL(url)
 	if err != nil {
-		return nil, fmt.Errorf("REDIS_URL: %w", err)
+		return nil, fmt.Errorf("REDIS_URL must be redis://[user:pass@]host:port/db or %shost:port,...: %w", ClusterScheme, err)
 	}
 	opt.DialTimeout = o.Timeout
 	opt.ReadTimeout = o.Timeout
@@ -43,6 +43,16 @@ func NewClient(url string, o ClientOptions) (redis.UniversalClient, error) {
 		opt.PoolSize = o.PoolSize
 	}
 	return redis.NewClient(opt), nil
+}
+
+// CheckURL refuses a REDIS_URL that NewClient would refuse, naming it,
+// without connecting.
+func CheckURL(url string) error {
+	c, err := NewClient(url, ClientOptions{})
+	if err != nil {
+		return err
+	}
+	return c.Close()
 }
 
 // newClusterClient parses "host1:port,host2:port[/]" (an optional user:pass@

@@ -383,10 +383,15 @@ func validRequestID(id string) bool {
 }
 
 // ServeDebug serves net/http/pprof on addr (loopback only, for profiling under
-// load); it returns at once when addr is empty.
-func ServeDebug(addr string, log *slog.Logger) {
+// load); it returns at once when addr is empty. A taken or foreign address
+// stops the start (Listen), naming DEBUG_ADDR.
+func ServeDebug(addr string, log *slog.Logger) error {
 	if addr == "" {
-		return
+		return nil
+	}
+	ln, err := Listen("DEBUG_ADDR", addr)
+	if err != nil {
+		return err
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("/debug/pprof/", pprof.Index)
@@ -396,8 +401,9 @@ func ServeDebug(addr string, log *slog.Logger) {
 	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	srv := &http.Server{Addr: addr, Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	go func() {
-		if err := srv.ListenAndServe(); err != nil {
+		if err := srv.Serve(ln); err != nil {
 			log.Warn("pprof listener stopped", "addr", addr, "err", err)
 		}
 	}()
+	return nil
 }

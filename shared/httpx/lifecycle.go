@@ -8,6 +8,8 @@ import (
 	"net"
 	"net/http"
 	"time"
+
+	"github.com/flashgate/flashgate/shared/envconf"
 )
 
 // Shutdown is how a service stops when told to (SIGTERM, SIGINT).
@@ -76,18 +78,30 @@ func (l *Lifecycle) Err() error {
 // drain (background jobs returning, pools closing).
 func (l *Lifecycle) shutdownMargin() time.Duration { return min(time.Second, l.cfg.Timeout/10) }
 
-// Serve listens on srv.Addr with at most maxConns client connections open at
+// Listen opens a service's listener on addr, read from addrVar, before the
+// service contacts anything: a taken or foreign address stops the start at
+// once (envconf.ErrBadSetting: exit 2), naming the variable, and before any
+// line says the service listens. An empty addr (an optional listener left
+// unset) gives no listener and no error.
+func Listen(addrVar, addr string) (net.Listener, error) {
+	if addr == "" {
+		return nil, nil
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("%s=%s: %w: %w", addrVar, addr, err, envconf.ErrBadSetting)
+	}
+	return ln, nil
+}
+
+// Serve serves srv on ln (Listen) with at most maxConns client connections open at
 // once (idle keep-alive ones are closed to make room; see limitConns) and
 // serves until told to stop, then runs the shutdown sequence: not ready at
 // once, serving for Delay (answers say Connection: close, so clients and load
 // balancers reconnect elsewhere), then no new connections while requests in
 // flight finish, all within Timeout of the signal. A failure to listen or serve
 // is returned at once.
-func (l *Lifecycle) Serve(srv *http.Server, maxConns int) error {
-	ln, err := net.Listen("tcp", srv.Addr)
-	if err != nil {
-		return err
-	}
+func (l *Lifecycle) Serve(ln net.Listener, srv *http.Server, maxConns int) error {
 	if maxConns > 0 {
 		ln = limitConns(ln, maxConns, srv)
 	}

@@ -41,7 +41,9 @@ func serve(tb testing.TB, cfg httpx.Shutdown, maxConns int, h func(life *httpx.L
 	stopping, stop := context.WithCancel(context.Background())
 	life := httpx.NewLifecycle(stopping, cfg, quiet)
 	s := &served{url: "http://" + addr, life: life, stop: stop, done: make(chan error, 1), start: time.Now()}
-	go func() { s.done <- life.Serve(httpx.NewServer(addr, h(life)), maxConns) }()
+	ln, err := httpx.Listen("ADDR", addr)
+	require.NoError(tb, err)
+	go func() { s.done <- life.Serve(ln, httpx.NewServer(addr, h(life)), maxConns) }()
 	tb.Cleanup(func() {
 		stop()
 		life.End()

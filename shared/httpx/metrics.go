@@ -1,7 +1,6 @@
 package httpx
 
 import (
-	"fmt"
 	"log/slog"
 	"maps"
 	"net"
@@ -177,20 +176,17 @@ func (m *Metrics) ServeMetrics(r gin.IRoutes) {
 	r.GET(api.MetricsPath, m.Handler())
 }
 
-// ServeMetricsOn serves GET /metrics alone on its own listener at addr
-// (METRICS_ADDR), so that the main listener need not expose it; it returns
-// at once when addr is empty (/metrics is then on the main listener). The
-// port is taken before it returns: a taken port fails the start.
-func (m *Metrics) ServeMetricsOn(addr string, log *slog.Logger) error {
-	if addr == "" {
-		return nil
-	}
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return fmt.Errorf("METRICS_ADDR %s: %w", addr, err)
+// ServeMetricsOn serves GET /metrics alone on ln, its own listener
+// (METRICS_ADDR, opened by Listen as the start began, so that a taken port
+// failed it first), so that the main listener need not expose it; a nil ln
+// (METRICS_ADDR empty) serves nothing: /metrics is then on the main listener.
+func (m *Metrics) ServeMetricsOn(ln net.Listener, log *slog.Logger) {
+	if ln == nil {
+		return
 	}
 	mux := http.NewServeMux()
 	mux.Handle("GET "+api.MetricsPath, promhttp.HandlerFor(m.Registry, promhttp.HandlerOpts{Registry: m.Registry}))
+	addr := ln.Addr().String()
 	srv := NewServer(addr, mux)
 	go func() {
 		if err := srv.Serve(ln); err != nil {
@@ -198,5 +194,4 @@ func (m *Metrics) ServeMetricsOn(addr string, log *slog.Logger) error {
 		}
 	}()
 	log.Info("metrics listening", "addr", addr)
-	return nil
 }

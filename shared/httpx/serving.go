@@ -26,8 +26,8 @@ func ReadServing(e *envconf.Reader) Serving {
 			"most requests worked on at once; the excess waits for a slot (LATENCY_SLO), else gets 503 UNAVAILABLE with Retry-After (1-3 s)"),
 		LatencySLO: e.DurationMin("LATENCY_SLO", 100*time.Millisecond, 0,
 			"the answer time aimed for; a request over MAX_INFLIGHT waits for a slot up to half of it, unless the waits stood over a quarter of it for a whole LATENCY_SLO (CoDel: more arrive than are answered), then it gets 503 at once; 0: no wait, the excess gets 503 at once"),
-		DebugAddr: e.String("DEBUG_ADDR", "", "when set (e.g. 127.0.0.1:6061), serves net/http/pprof there"),
-		MetricsAddr: e.String("METRICS_ADDR", "",
+		DebugAddr: e.Addr("DEBUG_ADDR", "", "when set (e.g. 127.0.0.1:6061), serves net/http/pprof there"),
+		MetricsAddr: e.Addr("METRICS_ADDR", "",
 			"when set (e.g. 127.0.0.1:9090), serves /metrics there alone and no longer on the main listener; empty: /metrics stays on the main listener, open without a token"),
 		Shutdown: Shutdown{
 			Delay: e.DurationMin("SHUTDOWN_DELAY", 5*time.Second, 0,
