@@ -173,6 +173,9 @@ func Summarize(cfg Config, spec verify.VoucherSpec, plan load.Plan, v load.Volle
 			lastDone = end
 		}
 		s.Statuses[load.StatusKey(sh)]++
+		if sh.Status == http.StatusServiceUnavailable {
+			s.Unavailable++
+		}
 		if sh.Failed() {
 			s.Errors++
 			msg := sh.Err
@@ -318,17 +321,20 @@ func burstOn(ctx context.Context, e stack.Endpoints, cfg Config, warmup time.Dur
 	return Send(ctx, b, cfg)
 }
 
-// reportBurst writes the burst's report into dir and prints it. It fails
-// when an invariant did.
+// reportBurst judges the burst, writes its report into dir and prints it.
+// It fails when an invariant did or more than verify.MaxUnavailable of the
+// answers were 503 (verify.Judge).
 func reportBurst(s *verify.Summary, dir string) error {
+	j := verify.Judge(s)
+	s.Verdict = &j
 	html, js, err := verify.WriteReport(dir, s)
 	if err != nil {
 		return err
 	}
 	verify.PrintSummary(os.Stdout, s)
 	fmt.Printf("report:  %s\nsummary: %s\n", html, js)
-	if !s.Pass {
-		return fmt.Errorf("%d invariant(s) failed", failed(s.Checks))
+	if !j.Pass {
+		return errors.New(strings.Join(j.Reasons, "; "))
 	}
 	return nil
 }

@@ -44,8 +44,9 @@ type Summary struct {
 	DrainSeconds    float64 `json:"drainSeconds"` // last request sent to last answer read
 
 	CPU          *load.CPUUse   `json:"cpu,omitempty"`
-	Statuses     map[string]int `json:"statuses"` // "201", "409 OUT_OF_STOCK", "transport error"
-	Errors       int            `json:"errors"`   // no answer, or not 2xx/409/422
+	Statuses     map[string]int `json:"statuses"`    // "201", "409 OUT_OF_STOCK", "transport error"
+	Errors       int            `json:"errors"`      // no answer, or not 2xx/409/422
+	Unavailable  int            `json:"unavailable"` // answers 503 (shed or unavailable), among Errors
 	ErrorRate    float64        `json:"errorRate"`
 	ErrorSamples []string       `json:"errorSamples,omitempty"`
 	All          load.Latency   `json:"latencyAll"`
@@ -59,7 +60,8 @@ type Summary struct {
 	RedisRemaining *int64     `json:"redisRemaining,omitempty"`
 	Commits        *Commits   `json:"commits,omitempty"`
 	Checks         []Check    `json:"checks,omitempty"`
-	Pass           bool       `json:"pass"`
+	Pass           bool       `json:"pass"`              // every invariant held
+	Verdict        *Judgement `json:"verdict,omitempty"` // the whole burst's (Judge), when judged
 
 	Shots []load.Shot `json:"-"` // for the plot (not in the JSON)
 }
@@ -99,7 +101,7 @@ func PrintSummary(w io.Writer, s *Summary) {
 			100*c.MachineBusy, c.CPUs, c.GeneratorCores, c.GeneratorMicros, c.StackCores, c.OtherCores, c.LoadAvg)
 	}
 	fmt.Fprintf(w, "answers   %s\n", StatusLine(s.Statuses))
-	fmt.Fprintf(w, "errors    %d (%.2f%%)", s.Errors, 100*s.ErrorRate)
+	fmt.Fprintf(w, "errors    %d (%.2f%%), %d of them 503 shed/unavailable", s.Errors, 100*s.ErrorRate, s.Unavailable)
 	if len(s.ErrorSamples) > 0 {
 		fmt.Fprintf(w, ": %s", strings.Join(s.ErrorSamples, "; "))
 	}
@@ -128,6 +130,9 @@ func PrintSummary(w io.Writer, s *Summary) {
 		for _, c := range s.Checks {
 			fmt.Fprintf(w, "  %s  %-32s %s\n", Verdict(c.Pass), c.Name, c.Detail)
 		}
+	}
+	if v := s.Verdict; v != nil {
+		fmt.Fprintf(w, "verdict   %s\n", v.Line(s))
 	}
 }
 
@@ -267,7 +272,9 @@ th{background:#f4f4f4} td.l,th.l{text-align:left}
 .bar{height:10px;background:#4a7fb5;display:inline-block}.bar.ok{background:#3c9a4a}
 iframe{width:100%;height:520px;border:1px solid #ccc}
 </style></head><body>
-<h1>{{.S.Label}}: voucher {{.S.Code}} <span class="{{verdict .S.Pass}}">{{if .S.Checks}}{{verdict .S.Pass}}{{end}}</span></h1>
+{{with .S.Verdict}}<h1>{{$.S.Label}}: voucher {{$.S.Code}} <span class="{{verdict .Pass}}">{{verdict .Pass}}</span></h1>
+{{range .Reasons}}<p class="FAIL">{{.}}</p>{{end}}
+{{else}}<h1>{{.S.Label}}: voucher {{.S.Code}} <span class="{{verdict .S.Pass}}">{{if .S.Checks}}{{verdict .S.Pass}}{{end}}</span></h1>{{end}}
 <p>{{if .S.Flash}}Flash{{else}}Standard{{end}} voucher, stock {{.S.Stock}}, per-user limit {{.S.PerUser}}.
 {{.S.Requests}} requests ({{.S.Orders}} orders from {{.S.DistinctCustomers}} customers, {{.S.Retries}} retries) to <code>{{.S.URL}}</code>.</p>
 <table>
@@ -276,7 +283,7 @@ iframe{width:100%;height:520px;border:1px solid #ccc}
 <tr><th class="l">sent over / drain</th><td>{{f .S.SendSeconds}} s / {{f .S.DrainSeconds}} s</td></tr>
 {{with .S.CPU}}<tr><th class="l">CPU while sending</th><td>{{pct .MachineBusy}} of {{.CPUs}} CPUs busy: load generator {{f .GeneratorCores}} ({{f0 .GeneratorMicros}} µs of CPU per request), flashgate stack {{f .StackCores}}, other processes {{f .OtherCores}} CPUs; load average {{f .LoadAvg}}</td></tr>{{end}}
 <tr><th class="l">answers</th><td>{{.Statuses}}</td></tr>
-<tr><th class="l">errors</th><td>{{.S.Errors}} ({{pct .S.ErrorRate}}) {{range .S.ErrorSamples}}<br>{{.}}{{end}}</td></tr>
+<tr><th class="l">errors</th><td>{{.S.Errors}} ({{pct .S.ErrorRate}}), {{.S.Unavailable}} of them 503 shed/unavailable {{range .S.ErrorSamples}}<br>{{.}}{{end}}</td></tr>
 <tr><th class="l">orders admitted (201)</th><td>{{.S.AdmittedOrders}} (expected {{.S.Expected}})</td></tr>
 {{with .S.DB}}<tr><th class="l">database</th><td>used_count {{.Used}} / {{.TotalLimit}}, {{.Active}} active rows</td></tr>{{end}}
 {{with .S.RedisRemaining}}<tr><th class="l">Redis remaining</th><td>{{.}}</td></tr>{{end}}
