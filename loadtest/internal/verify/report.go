@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"html/template"
 	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -195,20 +196,11 @@ func WriteReportFiles(dir, pageName string, page []byte, jsonName string, v any)
 }
 
 // latencyPlot renders vegeta's latency-over-time plot (a whole HTML page) of
-// the shots, one series per kind of answer.
+// the shots, one series per kind of answer (plotLabel), with its legend moved
+// above the plot, where the report's frame shows it.
 func latencyPlot(s *Summary) (string, error) {
 	p := plot.New(plot.Title(s.Label+" "+s.Code+": latency over time"), plot.Downsample(4000),
-		plot.Label(func(r *vegeta.Result) string {
-			switch {
-			case r.Code == 0:
-				return "transport error"
-			case r.Code == 201:
-				return "201"
-			case r.Code == 409 || r.Code == 422:
-				return strconv.Itoa(int(r.Code))
-			}
-			return "other error"
-		}))
+		plot.Label(func(r *vegeta.Result) string { return plotLabel(r.Code) }))
 	// The plot wants every result, in sequence order.
 	shots := slices.Clone(s.Shots)
 	slices.SortFunc(shots, func(a, b load.Shot) int { return cmp.Compare(a.Seq, b.Seq) })
@@ -223,8 +215,35 @@ func latencyPlot(s *Summary) (string, error) {
 	if _, err := p.WriteTo(&b); err != nil {
 		return "", err
 	}
-	return b.String(), nil
+	return strings.Replace(b.String(), "</head>", plotLegendOnTop+"</head>", 1), nil
 }
+
+// plotLabel names the series of an answer's status. vegeta draws a series
+// whose label holds "ERROR" in red and the others in its success colours, so
+// each failure says ERROR; 503s, the answers a service sheds or gives when a
+// dependency is down, are a series of their own, apart from other failures.
+func plotLabel(status uint16) string {
+	switch status {
+	case 0:
+		return "ERROR no answer (transport)"
+	case http.StatusCreated:
+		return "201 admitted"
+	case http.StatusConflict, http.StatusUnprocessableEntity:
+		return strconv.Itoa(int(status)) + " refused"
+	case http.StatusServiceUnavailable:
+		return "ERROR 503 shed/unavailable"
+	}
+	return "ERROR " + strconv.Itoa(int(status))
+}
+
+// plotLegendOnTop puts uPlot's legend (which series is which colour) above
+// the plot instead of below its 500 px, and trims the page's margins, so
+// that the report's frame shows it without scrolling.
+const plotLegendOnTop = `<style>
+body{padding:8px}.header{margin-bottom:8px}.chart-container{padding:8px}
+.uplot{display:flex;flex-direction:column}.uplot .u-legend{order:-1;margin:0 0 8px}
+</style>
+`
 
 type bar struct {
 	Range     string
@@ -270,7 +289,7 @@ td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}
 th{background:#f4f4f4} td.l,th.l{text-align:left}
 .PASS{color:#176b1c;font-weight:bold}.FAIL{color:#b00020;font-weight:bold}
 .bar{height:10px;background:#4a7fb5;display:inline-block}.bar.ok{background:#3c9a4a}
-iframe{width:100%;height:520px;border:1px solid #ccc}
+iframe{width:100%;height:680px;border:1px solid #ccc}
 </style></head><body>
 {{with .S.Verdict}}<h1>{{$.S.Label}}: voucher {{$.S.Code}} <span class="{{verdict .Pass}}">{{verdict .Pass}}</span></h1>
 {{range .Reasons}}<p class="FAIL">{{.}}</p>{{end}}
@@ -304,6 +323,8 @@ iframe{width:100%;height:520px;border:1px solid #ccc}
 <td>{{.OK}}</td><td class="l" style="width:300px"><span class="bar ok" style="width:{{printf "%.1f" .OKW}}%"></span></td></tr>
 {{end}}</table>
 <h2>Latency over time</h2>
+<p>One line per kind of answer, its legend at the top of the plot: 201 admitted, 409 and 422 refused, and in red the failures:
+503 shed/unavailable (a service at its bound, or a dependency down), other statuses by code, and no answer at all.</p>
 <iframe srcdoc="{{.Plot}}"></iframe>
 <h2>summary.json</h2>
 <pre>{{.JSON}}</pre>
