@@ -267,8 +267,32 @@ func commonBurstFlags(fs *flag.FlagSet, c *burstCmd, name string) (check func() 
 		if c.Target.ProxyURL != "" && len(env) > 0 {
 			return errors.New("--env applies to the local stack only; set it on the running proxy instead")
 		}
+		if err := targetComplete(c.Target); err != nil {
+			return err
+		}
 		return os.MkdirAll(filepath.Dir(c.Config.Results), 0o755)
 	}
+}
+
+// targetComplete checks that a --target comes with what checking a burst
+// against it needs (verify.OpenBench), and names the flags missing.
+func targetComplete(e stack.Endpoints) error {
+	if e.ProxyURL == "" {
+		return nil
+	}
+	var missing []string
+	for _, f := range []struct{ flag, value string }{
+		{"--ledger", e.LedgerURL}, {"--database-url", e.DBURL}, {"--redis-url", e.RedisURL},
+	} {
+		if f.value == "" {
+			missing = append(missing, f.flag)
+		}
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("--target %s also needs %s: the burst creates its voucher through the ledger and checks the outcome in the database and Redis",
+			e.ProxyURL, strings.Join(missing, ", "))
+	}
+	return nil
 }
 
 // Run is `loadtest burst`.

@@ -15,6 +15,7 @@ type CPUReading struct {
 	busy, total uint64        // machine, clock ticks; 0 when /proc/stat is unreadable
 	self        time.Duration // this process, user + system
 	children    uint64        // clock ticks of every process started by this one (the stack)
+	descendants int           // how many such processes run: none when the stack is another's
 	at          time.Time
 }
 
@@ -23,7 +24,8 @@ const clockTick = 10 * time.Millisecond
 
 // ReadCPU reads the machine's, this process's and its children's CPU time now.
 func ReadCPU() CPUReading {
-	r := CPUReading{at: time.Now(), children: descendantTicks(os.Getpid())}
+	r := CPUReading{at: time.Now()}
+	r.children, r.descendants = descendantTicks(os.Getpid())
 	var ru syscall.Rusage
 	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) == nil {
 		r.self = time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
@@ -40,7 +42,7 @@ func ReadCPU() CPUReading {
 	for i, f := range fields[1:] {
 		n, err := strconv.ParseUint(f, 10, 64)
 		if err != nil {
-			return CPUReading{self: r.self, children: r.children, at: r.at}
+			return CPUReading{self: r.self, children: r.children, descendants: r.descendants, at: r.at}
 		}
 		if i >= 8 { // guest time is already counted in user
 			break
@@ -54,11 +56,11 @@ func ReadCPU() CPUReading {
 }
 
 // descendantTicks sums the CPU time (user + system, plus that of their reaped
-// children) of every process below pid, from /proc/*/stat.
-func descendantTicks(pid int) uint64 {
+// children) of every process below pid, from /proc/*/stat, and counts them.
+func descendantTicks(pid int) (sum uint64, n int) {
 	entries, err := os.ReadDir("/proc")
 	if err != nil {
-		return 0
+		return 0, 0
 	}
 	parent := map[int]int{}
 	ticks := map[int]uint64{}
@@ -88,16 +90,16 @@ func descendantTicks(pid int) uint64 {
 			ticks[p] += n
 		}
 	}
-	var sum uint64
 	for p, t := range ticks {
 		for q := parent[p]; q > 1; q = parent[q] {
 			if q == pid {
 				sum += t
+				n++
 				break
 			}
 		}
 	}
-	return sum
+	return sum, n
 }
 
 // CPUUse is how the CPUs were used between two readings, in CPUs' worth
@@ -111,8 +113,12 @@ type CPUUse struct {
 	// stack shares.
 	GeneratorMicros float64 `json:"generatorMicrosPerRequest,omitempty"`
 	StackCores      float64 `json:"stackCores"` // processes this one started: proxy, ledger, Redis, Postgres, ceiling
-	OtherCores      float64 `json:"otherCores"` // everything else on the machine
-	LoadAvg         float64 `json:"loadAvg1"`   // 1-minute load average at the start
+	// StackMeasured is false when this process started none (a burst on
+	// --target): the stack's CPU is then in OtherCores, and StackCores 0
+	// says nothing.
+	StackMeasured bool    `json:"stackMeasured"`
+	OtherCores    float64 `json:"otherCores"` // everything else on the machine
+	LoadAvg       float64 `json:"loadAvg1"`   // 1-minute load average at the start
 
 	generator time.Duration // this process's CPU time between the readings
 }
@@ -127,7 +133,7 @@ func (u *CPUUse) PerRequest(n int) {
 // CPUBetween is the CPU use from a to b on cpus CPUs, load the load average at
 // the start.
 func CPUBetween(a, b CPUReading, cpus int, load float64) *CPUUse {
-	u := &CPUUse{CPUs: cpus, LoadAvg: load}
+	u := &CPUUse{CPUs: cpus, LoadAvg: load, StackMeasured: a.descendants > 0 && b.descendants > 0}
 	wall := b.at.Sub(a.at)
 	if wall <= 0 {
 		return u
@@ -178,4 +184,13 @@ func RaiseOpenFiles() uint64 {
 		}
 	}
 	return want.Cur
+}
+
+// Stack is the stack's CPUs as a report shows it: "0.85", or "not measured"
+// when this process started none of it.
+func (u *CPUUse) Stack() string {
+	if !u.StackMeasured {
+		return "not measured (not started by this process; counted in other processes)"
+	}
+	return strconv.FormatFloat(u.StackCores, 'f', 2, 64)
 }

@@ -2,10 +2,10 @@ package verify
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -36,8 +36,14 @@ type Bench struct {
 
 // OpenBench connects to e's database and Redis.
 func OpenBench(ctx context.Context, e stack.Endpoints) (*Bench, error) {
-	if e.ProxyURL == "" || e.LedgerURL == "" || e.DBURL == "" || e.RedisURL == "" {
-		return nil, errors.New("the proxy, ledger, database and Redis URLs are all needed to check a burst")
+	var missing []string
+	for _, u := range []struct{ what, url string }{{"proxy", e.ProxyURL}, {"ledger", e.LedgerURL}, {"database", e.DBURL}, {"Redis", e.RedisURL}} {
+		if u.url == "" {
+			missing = append(missing, u.what)
+		}
+	}
+	if len(missing) > 0 {
+		return nil, fmt.Errorf("the proxy, ledger, database and Redis URLs are all needed to check a burst; missing: %s", strings.Join(missing, ", "))
 	}
 	db, err := pgxpool.New(ctx, e.DBURL)
 	if err != nil {
