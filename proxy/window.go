@@ -184,14 +184,12 @@ var windowFullBody = func() []byte {
 }()
 
 // refuse counts a refused request and returns its answer (503, Retry-After by
-// relay). Like the shedder, it logs a storm once a second with its count, not
-// a line per request.
+// relay). Like the shedder, it logs a storm (httpx.Storm): a WARN line a
+// second at most, with the count, not a line per request.
 func (w *admitWindow) refuse(requestID string) Reply {
 	w.shed.Add(1)
-	if n, log := w.storm.Add(w.now()); log && w.log != nil {
-		w.log.Error("request failed", "request_id", requestID, "route", api.RouteReservations,
-			"method", http.MethodPost, "err", "shed: admitted writes behind (ADMIT_WRITE_TARGET)", "shed", n,
-			"window", w.limitObserved.Load())
-	}
+	w.storm.Add(w.now(), w.log, httpx.Refusal{RequestID: requestID, Route: api.RouteReservations,
+		Method: http.MethodPost, Cause: "shed: admitted writes behind (ADMIT_WRITE_TARGET)",
+		Attrs: []any{"window", w.limitObserved.Load()}})
 	return Reply{Status: http.StatusServiceUnavailable, Body: windowFullBody, Err: voucher.ErrUnavailable}
 }

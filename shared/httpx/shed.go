@@ -2,7 +2,6 @@ package httpx
 
 import (
 	"net/http"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -32,33 +31,6 @@ type Shedder struct {
 
 	storm Storm // the log lines of its sheds
 	now   func() time.Time
-}
-
-// Storm counts the requests of a storm of refusals (shed, window full) and
-// says when one should be logged: like every 503 they are, but at most once a
-// second, with the count since the line before, so that thousands a second
-// do not become thousands of log lines.
-type Storm struct {
-	mu       sync.Mutex
-	lastLog  time.Time
-	unlogged uint64
-}
-
-// stormLogEvery is how often a storm is logged.
-const stormLogEvery = time.Second
-
-// Add counts one refusal at now and reports whether to log it, with the
-// refusals since the last line (this one included).
-func (st *Storm) Add(now time.Time) (n uint64, log bool) {
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	st.unlogged++
-	if now.Sub(st.lastLog) < stormLogEvery {
-		return 0, false
-	}
-	n = st.unlogged
-	st.lastLog, st.unlogged = now, 0
-	return n, true
 }
 
 // neverShed are the routes a full service still answers.
@@ -173,10 +145,6 @@ func (s *Shedder) reject(c *gin.Context, why string) {
 	c.AbortWithStatusJSON(http.StatusServiceUnavailable, api.ErrorBody{
 		Error: voucher.CodeUnavailable, Message: "the service is at its limit of requests in flight; retry shortly",
 	})
-	n, log := s.storm.Add(s.now())
-	if !log {
-		return
-	}
-	LoggerFrom(c).Error("request failed", "request_id", RequestIDFrom(c), "route", c.FullPath(),
-		"method", c.Request.Method, "err", why, "shed", n, "max_inflight", s.most)
+	s.storm.Add(s.now(), LoggerFrom(c), Refusal{RequestID: RequestIDFrom(c), Route: c.FullPath(),
+		Method: c.Request.Method, Cause: why, Attrs: []any{"max_inflight", s.most}})
 }
