@@ -283,10 +283,15 @@ func TestStartServiceUnhealthy(t *testing.T) {
 	t.Parallel()
 	bin, err := os.Executable()
 	require.NoError(t, err)
-	// The helper cannot bind a bad address, so it exits and the error shows its output.
-	_, err = StartService("broken", bin, []string{serviceAddrEnv + "=bad:address:x"}, "http://127.0.0.1:1/healthz", os.Stderr)
+	// The helper cannot bind a bad address, so it exits and the error shows
+	// its output, and names the file that holds all of it.
+	log, err := os.Create(filepath.Join(t.TempDir(), "broken.log"))
+	require.NoError(t, err)
+	defer log.Close()
+	_, err = StartService("broken", bin, []string{serviceAddrEnv + "=bad:address:x"}, "http://127.0.0.1:1/healthz", log)
 	require.ErrorContains(t, err, "exited before it was ready")
 	require.ErrorContains(t, err, "bad:address:x")
+	require.ErrorContains(t, err, "all of it in "+log.Name())
 }
 
 // TestStartServicePortTaken checks that a start fails, with the service's

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
@@ -80,7 +81,7 @@ func (s *Service) start() (*proc, error) {
 	client := &http.Client{Timeout: time.Second}
 	if err := waitReady(p, serviceReadyTimeout, func() error { return checkHealth(client, s.healthURL, p.pid()) }); err != nil {
 		p.kill()
-		return nil, fmt.Errorf("start %s (%s): %w\noutput:\n%s", s.Name, s.binary, err, s.out.tail())
+		return nil, fmt.Errorf("start %s (%s): %w\n%s:\n%s", s.Name, s.binary, err, s.out.what(), s.out.tail())
 	}
 	return p, nil
 }
@@ -147,6 +148,15 @@ func (pw *prefixWriter) Write(b []byte) (int, error) {
 		_, _ = pw.w.Write(buf.Bytes())
 	}
 	return len(b), nil
+}
+
+// what names the tail for an error: "output", and the file that holds all
+// of it when w is one.
+func (pw *prefixWriter) what() string {
+	if f, ok := pw.w.(interface{ Name() string }); ok && filepath.IsAbs(f.Name()) && !strings.HasPrefix(f.Name(), "/dev/") {
+		return "output (all of it in " + f.Name() + ")"
+	}
+	return "output"
 }
 
 func (pw *prefixWriter) tail() string {

@@ -125,8 +125,8 @@ func stopAtCleanup[S interface{ Stop() error }](tb testing.TB, server S, err err
 	return server
 }
 
-// RunTests runs m and then stops the servers shared by the test binary and removes what
-// Binaries built. Use it as
+// RunTests runs m and then stops the servers shared by the test binary, removes what
+// Binaries built, and the directory of ServiceLog files when no failed test kept one. Use it as
 //
 //	func TestMain(m *testing.M) { os.Exit(devstacktest.RunTests(m)) }
 func RunTests(m *testing.M) int {
@@ -134,5 +134,6 @@ func RunTests(m *testing.M) int {
 	sharedRedis.stop()
 	sharedPostgres.stop()
 	removeBinaries()
+	removeServiceLogRoot()
 	return code
 }
