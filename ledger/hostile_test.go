@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"os"
 	"strings"
 	"testing"
 
@@ -150,7 +149,7 @@ func TestLedgerTokenNeverLogged(t *testing.T) {
 	led, err := devstack.StartService("ledger-logs", bin, []string{
 		"LEDGER_ADDR=" + addr, "DATABASE_URL=" + devstacktest.PostgresURL(t), "REDIS_URL=",
 		"LEDGER_TOKEN=" + token, "EXPIRY_INTERVAL=1h", "RECONCILE_INTERVAL=1h",
-	}, "http://"+addr+"/healthz", os.Stderr)
+	}, "http://"+addr+"/healthz", devstacktest.ServiceLog(t, "ledger-logs"))
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = led.Stop() })
 	base := "http://" + addr

@@ -3,7 +3,6 @@ package main
 import (
 	"fmt"
 	"net/http"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -30,7 +29,7 @@ func TestPostgresStoppedAnswers503Fast(t *testing.T) {
 	base := fmt.Sprintf("http://127.0.0.1:%d", port)
 	env := []string{"LEDGER_ADDR=" + base[len("http://"):], "DATABASE_URL=" + pg.URL(),
 		"REDIS_URL=" + devstacktest.RedisURL(t), "EXPIRY_INTERVAL=1h", "RECONCILE_INTERVAL=1h"}
-	led, err := devstack.StartService("ledger", filepath.Join(devstacktest.Binaries(t, "."), "ledger"), env, base+"/healthz", os.Stderr)
+	led, err := devstack.StartService("ledger", filepath.Join(devstacktest.Binaries(t, "."), "ledger"), env, base+"/healthz", devstacktest.ServiceLog(t, "ledger"))
 	require.NoError(t, err)
 	t.Cleanup(func() { led.Stop() })
 	l := &testLedger{URL: base}

@@ -8,7 +8,6 @@ import (
 	"io"
 	"math/rand/v2"
 	"net/http"
-	"os"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
@@ -50,7 +49,7 @@ func startLedger(tb testing.TB, db, redis string, env ...string) *ledgerProcess 
 		"EXPIRY_INTERVAL=1h", "RECONCILE_INTERVAL=1h", "HANGING_GRACE=1s", "DB_MAX_CONNS=16",
 		"SHUTDOWN_DELAY=0s", // no load balancer to wait for: a test's stop is immediate
 	}, env...)
-	svc, err := devstack.StartService("ledger", ledgerBinary(tb), env, "http://"+addr+"/healthz", os.Stderr)
+	svc, err := devstack.StartService("ledger", ledgerBinary(tb), env, "http://"+addr+"/healthz", devstacktest.ServiceLog(tb, "ledger"))
 	require.NoError(tb, err)
 	tb.Cleanup(func() { svc.Stop() })
 	return &ledgerProcess{Service: svc, URL: "http://" + addr}

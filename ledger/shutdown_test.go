@@ -118,7 +118,7 @@ func TestLedgerSettingsRoute(t *testing.T) {
 	led, err := devstack.StartService("ledger-settings", ledgerBinary(t), []string{
 		"LEDGER_ADDR=" + addr, "DATABASE_URL=" + devstacktest.PostgresURL(t), "REDIS_URL=" + devstacktest.RedisURL(t),
 		"LEDGER_TOKEN=settings-token", "HANGING_GRACE=2s", "SHUTDOWN_DELAY=0s",
-	}, "http://"+addr+"/healthz", os.Stderr)
+	}, "http://"+addr+"/healthz", devstacktest.ServiceLog(t, "ledger-settings"))
 	require.NoError(t, err)
 	t.Cleanup(func() { led.Stop() })
 	r := call(t, http.MethodGet, "http://"+addr+api.SettingsPath, "", nil)

@@ -59,7 +59,7 @@ func TestEdgeWithScopedTokens(t *testing.T) {
 		"PROXY_ADDR=" + addr, "REDIS_URL=" + o.redisURL, "LEDGER_URL=" + ledgerURL, "LEDGER_TOKEN=" + internal,
 		"PROXY_TOKENS=shop:" + shop + ":reserve,payments:" + pay + ":settle", "METRICS_ADDR=" + metricsAddr,
 		"SHUTDOWN_DELAY=0s",
-	}, "http://"+addr+"/healthz", os.Stderr)
+	}, "http://"+addr+"/healthz", devstacktest.ServiceLog(t, "proxy"))
 	require.NoError(t, err)
 	t.Cleanup(func() { svc.Stop() })
 	proxyURL := "http://" + addr

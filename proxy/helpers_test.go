@@ -104,7 +104,7 @@ func startLedger(tb testing.TB, o stackOptions) (*devstack.Service, string) {
 		"LEDGER_TOKEN=test-token", "EXPIRY_INTERVAL=1h", "RECONCILE_INTERVAL=1h",
 		"SHUTDOWN_DELAY=0s", // no load balancer to wait for: a test's stop is immediate
 	}
-	led, err := devstack.StartService("ledger", ledgerBinary(tb), env, "http://"+addr+"/healthz", os.Stderr)
+	led, err := devstack.StartService("ledger", ledgerBinary(tb), env, "http://"+addr+"/healthz", devstacktest.ServiceLog(tb, "ledger"))
 	require.NoError(tb, err)
 	tb.Cleanup(func() { led.Stop() })
 	return led, "http://" + addr

@@ -3,7 +3,6 @@ package main
 import (
 	"fmt"
 	"net/http"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -36,7 +35,7 @@ func newProcStack(tb testing.TB, o stackOptions) procStack {
 	if o.redisURL == "" {
 		env[1] = "REDIS_URL=" + devstacktest.RedisURL(tb)
 	}
-	p, err := devstack.StartService("proxy", bin, env, "http://"+addr+"/healthz", os.Stderr)
+	p, err := devstack.StartService("proxy", bin, env, "http://"+addr+"/healthz", devstacktest.ServiceLog(tb, "proxy"))
 	require.NoError(tb, err)
 	tb.Cleanup(func() { p.Stop() })
 	s.ProxyURL = "http://" + addr

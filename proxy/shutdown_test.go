@@ -43,7 +43,7 @@ func startProxyProcess(tb testing.TB, redisURL, ledgerURL string, env ...string)
 	require.NoError(tb, err)
 	addr := fmt.Sprintf("127.0.0.1:%d", port)
 	svc, err := devstack.StartService("proxy", proxyBinary(tb), proxyEnv(addr, redisURL, ledgerURL, env...),
-		"http://"+addr+"/healthz", os.Stderr)
+		"http://"+addr+"/healthz", devstacktest.ServiceLog(tb, "proxy"))
 	require.NoError(tb, err)
 	tb.Cleanup(func() { svc.Stop() })
 	return svc, "http://" + addr
@@ -59,7 +59,7 @@ func startLedgerEnv(tb testing.TB, o stackOptions, env ...string) (*devstack.Ser
 		"LEDGER_ADDR=" + addr, "DATABASE_URL=" + o.dbURL, "REDIS_URL=" + o.redisURL,
 		"LEDGER_TOKEN=test-token", "EXPIRY_INTERVAL=1h", "RECONCILE_INTERVAL=1h",
 	}, env...)
-	led, err := devstack.StartService("ledger", ledgerBinary(tb), env, "http://"+addr+"/healthz", os.Stderr)
+	led, err := devstack.StartService("ledger", ledgerBinary(tb), env, "http://"+addr+"/healthz", devstacktest.ServiceLog(tb, "ledger"))
 	require.NoError(tb, err)
 	tb.Cleanup(func() { led.Stop() })
 	return led, "http://" + addr

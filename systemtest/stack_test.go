@@ -119,7 +119,7 @@ func startService(tb testing.TB, name, addrVar string, env []string) (*devstack.
 	require.NoError(tb, err)
 	addr := "127.0.0.1:" + strconv.Itoa(port)
 	env = append(env, addrVar+"="+addr, "SHUTDOWN_DELAY=0s") // no load balancer to wait for
-	svc, err := devstack.StartService(name, serviceBinary(tb, name), env, "http://"+addr+"/healthz", os.Stderr)
+	svc, err := devstack.StartService(name, serviceBinary(tb, name), env, "http://"+addr+"/healthz", devstacktest.ServiceLog(tb, name))
 	require.NoError(tb, err)
 	tb.Cleanup(func() { svc.Stop() })
 	return svc, "http://" + addr

@@ -34,7 +34,7 @@ func TestBurstInvariants(t *testing.T) {
 	// no repair by the ledger.
 	st, err := stack.Start(stack.Options{BinDir: buildServices(t), Token: "test-token",
 		ExternalDB: devstacktest.PostgresURL(t), ExternalRDB: devstacktest.RedisURL(t),
-		LedgerEnv: []string{"RECONCILE_INTERVAL=1h"}})
+		LedgerEnv: []string{"RECONCILE_INTERVAL=1h"}, ServiceLog: devstacktest.ServiceLog(t, "services")})
 	require.NoError(t, err)
 	t.Cleanup(st.Stop)
 	rdb, db := agreementClients(t, st)

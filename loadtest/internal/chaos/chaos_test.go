@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"net"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -79,11 +78,8 @@ func TestChaosSoak(t *testing.T) {
 
 // runChaosTest runs one scenario and asserts every check.
 func runChaosTest(t *testing.T, pg *devstack.Postgres, sc Scenario, cfg Config) *Result {
-	logPath := filepath.Join(t.TempDir(), "services.log")
-	f, err := os.Create(logPath)
-	require.NoError(t, err)
-	defer f.Close()
-	cfg.ServiceLog = f
+	// A failed scenario names the file and shows its last WARN and ERROR lines.
+	cfg.ServiceLog = devstacktest.ServiceLog(t, "services")
 
 	res, err := RunScenario(t.Context(), pg, sc, cfg)
 	require.NoError(t, err)
@@ -98,33 +94,7 @@ func runChaosTest(t *testing.T, pg *devstack.Postgres, sc Scenario, cfg Config) 
 	t.Logf("%s: fault %.2fs; %d requests: 201 %d, 409 %d, 503 %d, errors %d; recovered %s, Redis = DB %s after the last request",
 		sc.Name, res.FaultSeconds, res.Requests, res.Created, res.Refused, res.Unavailable, res.Errors,
 		seconds(res.RecoverySeconds), seconds(res.SettleSeconds))
-	if t.Failed() {
-		t.Logf("warnings and errors the services logged:\n%s", notableLines(t, logPath, 40))
-	}
 	return res
-}
-
-// notableLines returns up to n WARN and ERROR lines of a services log.
-func notableLines(t *testing.T, path string, n int) string {
-	f, err := os.Open(path)
-	if err != nil {
-		return err.Error()
-	}
-	defer f.Close()
-	var lines []string
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		// A stopping service logs every /readyz it answers 503: not news.
-		if l := sc.Text(); (strings.Contains(l, `"level":"WARN"`) || strings.Contains(l, `"level":"ERROR"`)) &&
-			!strings.Contains(l, `"msg":"not ready"`) {
-			lines = append(lines, l)
-		}
-	}
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
 }
 
 func TestRecoveredAt(t *testing.T) {

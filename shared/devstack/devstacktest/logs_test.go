@@ -3,6 +3,7 @@ package devstacktest
 import (
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -60,7 +61,7 @@ func TestServiceLog(t *testing.T) {
 	write(f)
 	failed.failed = true
 	failed.end()
-	t.Cleanup(func() { os.Remove(f.Name()); os.Remove(again.Name()) })
+	t.Cleanup(func() { os.Remove(f.Name()); os.Remove(again.Name()); os.Remove(filepath.Dir(f.Name())) })
 	require.FileExists(t, f.Name(), "a failed test's log is kept")
 	require.Len(t, failed.logs, 2)
 	msg := failed.logs[1] // the first service's, cleaned up last
