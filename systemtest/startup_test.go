@@ -249,7 +249,7 @@ func TestProxyWaitsForItsLedger(t *testing.T) {
 	ledger, err := devstack.StartService("ledger", serviceBinary(t, "ledger"), []string{
 		"LEDGER_ADDR=" + ledgerAddr, "DATABASE_URL=" + devstacktest.PostgresURL(t), "REDIS_URL=" + devstacktest.RedisURL(t),
 		"LEDGER_TOKEN=" + ledgerToken, "EXPIRY_INTERVAL=1h", "RECONCILE_INTERVAL=1h", "SHUTDOWN_DELAY=0s",
-	}, "http://"+ledgerAddr+"/healthz", os.Stderr)
+	}, "http://"+ledgerAddr+"/healthz", devstacktest.ServiceLog(t, "ledger"))
 	require.NoError(t, err)
 	t.Cleanup(func() { ledger.Stop() })
 	require.Eventually(t, func() bool {
