@@ -14,8 +14,6 @@ import (
 	"time"
 
 	"github.com/gin-gonic/gin"
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/flashgate/flashgate/ledger/internal/jobs"
@@ -120,7 +118,7 @@ func configFrom(e *envconf.Reader) (Config, error) {
 	if c.DatabaseURL == "" {
 		return c, errors.New("DATABASE_URL is required")
 	}
-	if _, err := pgx.ParseConfig(c.DatabaseURL); err != nil {
+	if err := store.CheckURL(c.DatabaseURL); err != nil {
 		return c, fmt.Errorf("DATABASE_URL: %w", err)
 	}
 	if c.RedisURL != "" {
@@ -293,8 +291,7 @@ func run(cfg Config, log *slog.Logger) error {
 // Postgres (refused, unknown host, password or database refused): a setting
 // to fix, exit 2. Other errors (a migration that failed) are returned as they are.
 func databaseErr(err error) error {
-	var connect *pgconn.ConnectError
-	if errors.As(err, &connect) {
+	if store.IsConnectError(err) {
 		return fmt.Errorf("DATABASE_URL: %w: %w", err, envconf.ErrBadSetting)
 	}
 	return err

@@ -2,11 +2,13 @@ package store
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -131,3 +133,18 @@ func Open(ctx context.Context, c PoolConfig, ttl time.Duration) (*Store, error) 
 
 // Close closes the store's connections.
 func (s *Store) Close() { s.pool.Close() }
+
+// CheckURL reports whether url is a Postgres connection string pgx accepts,
+// without connecting (the start-up check of DATABASE_URL).
+func CheckURL(url string) error {
+	_, err := pgx.ParseConfig(url)
+	return err
+}
+
+// IsConnectError reports whether err is a failure to connect to Postgres
+// (refused, unknown host, password or database refused), as opposed to an
+// error of a connected session.
+func IsConnectError(err error) bool {
+	var connect *pgconn.ConnectError
+	return errors.As(err, &connect)
+}
