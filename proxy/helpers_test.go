@@ -27,6 +27,9 @@ import (
 
 func TestMain(m *testing.M) {
 	gin.SetMode(gin.TestMode) // as main sets release mode: no route listing on stdout
+	// go-redis's own lines (the failed dials of tests that stop Redis) go
+	// where main sends them, the JSON log: here, nowhere.
+	redis.SetLogger(gate.NewLogger(slog.New(slog.DiscardHandler)))
 	os.Exit(devstacktest.RunTests(m))
 }
 
