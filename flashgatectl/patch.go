@@ -89,6 +89,7 @@ to type yes. --dry-run shows the change and sends nothing.`,
 	f.BoolVarP(&yes, "yes", "y", false, "do it without asking")
 	cmd.PreRunE = func(cmd *cobra.Command, _ []string) error {
 		// Only the flags given are sent: the others' pointers are dropped.
+		given := cmd.Flags().Changed("starts-at") || cmd.Flags().Changed("ends-at")
 		for name, drop := range map[string]func(){
 			"discount": func() { p.DiscountAmount = nil }, "min-order": func() { p.MinOrderAmount = nil },
 			"total": func() { p.TotalLimit = nil }, "per-user": func() { p.PerUserLimit = nil },
@@ -96,7 +97,13 @@ to type yes. --dry-run shows the change and sends nothing.`,
 		} {
 			if !cmd.Flags().Changed(name) {
 				drop()
+			} else {
+				given = true
 			}
+		}
+		if !given {
+			return usagef("patch changes nothing without a term to change: --total, --per-user, --discount, " +
+				"--min-order, --starts-at, --ends-at, --require-checkout-token or --hold-ttl")
 		}
 		return nil
 	}
