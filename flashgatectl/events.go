@@ -41,8 +41,7 @@ can be piped to jq.`,
 			if limit < 0 || after < 0 || pollInterval <= 0 {
 				return usagef("--after and --limit must be 0 or more, --interval above 0")
 			}
-			c, _, cancel := a.client(cmd.Context())
-			cancel() // each poll gets its own --timeout: a follow runs for as long as it is left to
+			c := a.ledgerClient() // each poll gets its own --timeout: a follow runs for as long as it is left to
 			printed, header := 0, true
 			for {
 				ctx, cancel := context.WithTimeout(cmd.Context(), a.timeout)

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -28,11 +29,8 @@ type dryRun struct {
 }
 
 func (a *app) vouchersPatch() *cobra.Command {
-	var (
-		p                voucher.VoucherPatch
-		startsAt, endsAt string
-		yes, dry         bool
-	)
+	var pf patchFlags
+	var yes, dry bool
 	cmd := &cobra.Command{
 		Use:   "patch CODE",
 		Short: "Change a voucher's terms (only the flags given); --dry-run shows what would change",
@@ -48,7 +46,8 @@ to type yes. --dry-run shows the change and sends nothing.`,
 		ValidArgsFunction: a.completeCode,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			code := args[0]
-			if err := a.patchTimes(cmd, &p, startsAt, endsAt); err != nil {
+			p, err := pf.patch(cmd, a.now())
+			if err != nil {
 				return err
 			}
 			c, ctx, cancel := a.client(cmd.Context())
@@ -76,58 +75,73 @@ to type yes. --dry-run shows the change and sends nothing.`,
 			return a.emit(v, func(w io.Writer) { voucherFields(w, v) })
 		},
 	}
-	f := cmd.Flags()
-	p.DiscountAmount = f.Int64("discount", 0, "discountAmount, for new reservations")
-	p.MinOrderAmount = f.Int64("min-order", 0, "minOrderAmount")
-	p.TotalLimit = f.Int("total", 0, "totalLimit (not below the uses held)")
-	p.PerUserLimit = f.Int("per-user", 0, "perUserLimit")
-	f.StringVar(&startsAt, "starts-at", "", "startsAt: now, an offset such as +1h, or an RFC 3339 time")
-	f.StringVar(&endsAt, "ends-at", "", "endsAt: now, an offset such as +7d, or an RFC 3339 time")
-	p.RequireCheckoutToken = f.Bool("require-checkout-token", false, "reserves must carry a checkout token")
-	p.HoldTTL = f.String("hold-ttl", "", "how long new reservations hold their use, e.g. 3m")
-	f.BoolVar(&dry, "dry-run", false, "show what would change and send nothing")
-	f.BoolVarP(&yes, "yes", "y", false, "do it without asking")
-	cmd.PreRunE = func(cmd *cobra.Command, _ []string) error {
-		// Only the flags given are sent: the others' pointers are dropped.
-		given := cmd.Flags().Changed("starts-at") || cmd.Flags().Changed("ends-at")
-		for name, drop := range map[string]func(){
-			"discount": func() { p.DiscountAmount = nil }, "min-order": func() { p.MinOrderAmount = nil },
-			"total": func() { p.TotalLimit = nil }, "per-user": func() { p.PerUserLimit = nil },
-			"require-checkout-token": func() { p.RequireCheckoutToken = nil }, "hold-ttl": func() { p.HoldTTL = nil },
-		} {
-			if !cmd.Flags().Changed(name) {
-				drop()
-			} else {
-				given = true
-			}
-		}
-		if !given {
-			return usagef("patch changes nothing without a term to change: --total, --per-user, --discount, " +
-				"--min-order, --starts-at, --ends-at, --require-checkout-token or --hold-ttl")
-		}
-		return nil
-	}
+	pf.register(cmd)
+	cmd.Flags().BoolVar(&dry, "dry-run", false, "show what would change and send nothing")
+	cmd.Flags().BoolVarP(&yes, "yes", "y", false, "do it without asking")
 	return cmd
 }
 
-// patchTimes sets the patch's window from the flags given.
-func (a *app) patchTimes(cmd *cobra.Command, p *voucher.VoucherPatch, startsAt, endsAt string) error {
-	now := a.now()
-	if cmd.Flags().Changed("starts-at") {
-		t, err := parseWhen(startsAt, now)
-		if err != nil {
-			return fmt.Errorf("--starts-at: %w", err)
-		}
-		p.StartsAt = &t
+// patchFlags are the terms patch may change, as typed.
+type patchFlags struct {
+	discount, minOrder     int64
+	total, perUser         int
+	startsAt, endsAt, hold string
+	checkoutToken          bool
+}
+
+func (pf *patchFlags) register(cmd *cobra.Command) {
+	f := cmd.Flags()
+	f.Int64Var(&pf.discount, "discount", 0, "discountAmount, for new reservations")
+	f.Int64Var(&pf.minOrder, "min-order", 0, "minOrderAmount")
+	f.IntVar(&pf.total, "total", 0, "totalLimit (not below the uses held)")
+	f.IntVar(&pf.perUser, "per-user", 0, "perUserLimit")
+	f.StringVar(&pf.startsAt, "starts-at", "", "startsAt: now, an offset such as +1h, or an RFC 3339 time")
+	f.StringVar(&pf.endsAt, "ends-at", "", "endsAt: now, an offset such as +7d, or an RFC 3339 time")
+	f.BoolVar(&pf.checkoutToken, "require-checkout-token", false, "reserves must carry a checkout token")
+	f.StringVar(&pf.hold, "hold-ttl", "", "how long new reservations hold their use, e.g. 3m")
+}
+
+// patch is the PATCH body of the flags given, and only those; times relative
+// to now.
+func (pf *patchFlags) patch(cmd *cobra.Command, now time.Time) (voucher.VoucherPatch, error) {
+	var p voucher.VoucherPatch
+	given := func(name string) bool { return cmd.Flags().Changed(name) }
+	if given("discount") {
+		p.DiscountAmount = &pf.discount
 	}
-	if cmd.Flags().Changed("ends-at") {
-		t, err := parseWhen(endsAt, now)
-		if err != nil {
-			return fmt.Errorf("--ends-at: %w", err)
-		}
-		p.EndsAt = &t
+	if given("min-order") {
+		p.MinOrderAmount = &pf.minOrder
 	}
-	return nil
+	if given("total") {
+		p.TotalLimit = &pf.total
+	}
+	if given("per-user") {
+		p.PerUserLimit = &pf.perUser
+	}
+	if given("require-checkout-token") {
+		p.RequireCheckoutToken = &pf.checkoutToken
+	}
+	if given("hold-ttl") {
+		p.HoldTTL = &pf.hold
+	}
+	for _, w := range []struct {
+		flag, value string
+		dst         **time.Time
+	}{{"starts-at", pf.startsAt, &p.StartsAt}, {"ends-at", pf.endsAt, &p.EndsAt}} {
+		if !given(w.flag) {
+			continue
+		}
+		t, err := parseWhen(w.value, now)
+		if err != nil {
+			return p, fmt.Errorf("--%s: %w", w.flag, err)
+		}
+		*w.dst = &t
+	}
+	if p == (voucher.VoucherPatch{}) {
+		return p, usagef("patch changes nothing without a term to change: --total, --per-user, --discount, " +
+			"--min-order, --starts-at, --ends-at, --require-checkout-token or --hold-ttl")
+	}
+	return p, nil
 }
 
 // preview applies p to before as the ledger would (the same checks, and the

@@ -91,9 +91,14 @@ func (a *app) settle(cmd *cobra.Command) error {
 // Each attempt is bounded by the context alone: an export of a big sale
 // streams for as long as --timeout allows.
 func (a *app) client(ctx context.Context) (*client.Client, context.Context, context.CancelFunc) {
-	c := client.New(a.ledger, client.WithToken(a.token), client.WithHTTPClient(&http.Client{}))
 	ctx, cancel := context.WithTimeout(ctx, a.timeout)
-	return c, ctx, cancel
+	return a.ledgerClient(), ctx, cancel
+}
+
+// ledgerClient is a client of the ledger whose attempts only the caller's
+// context bounds.
+func (a *app) ledgerClient() *client.Client {
+	return client.New(a.ledger, client.WithToken(a.token), client.WithHTTPClient(&http.Client{}))
 }
 
 // group is a command that only holds subcommands: run bare it prints its
