@@ -180,7 +180,7 @@ gone, or parked again after its attempts. An id no sink parked is NOT_FOUND.`,
 			if err != nil || id <= 0 {
 				return usagef("ID must be a positive event id, not %q", args[0])
 			}
-			if err := a.confirm(yes, fmt.Sprintf("Send event %d again to every sink that parked it.", id)); err != nil {
+			if err := a.confirm(cmd.Context(), yes, fmt.Sprintf("Send event %d again to every sink that parked it.", id)); err != nil {
 				return err
 			}
 			c, ctx, cancel := a.client(cmd.Context())

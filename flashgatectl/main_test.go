@@ -76,20 +76,24 @@ func ctl(t *testing.T, args ...string) result {
 // ctlAt is ctl on a terminal where the operator types *tty at the question.
 func ctlAt(t *testing.T, tty terminal, args ...string) result {
 	t.Helper()
-	var stdout, stderr strings.Builder
-	stdin := ""
-	if tty != nil {
-		stdin = *tty + "\n"
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	if tty == nil {
+		return runCtl(ctx, strings.NewReader(""), false, args...)
 	}
+	return runCtl(ctx, strings.NewReader(*tty+"\n"), true, args...)
+}
+
+// runCtl runs the command tree with stdin, on a terminal or not, until ctx ends.
+func runCtl(ctx context.Context, stdin io.Reader, onTerminal bool, args ...string) result {
+	var stdout, stderr strings.Builder
 	a := &app{
-		stdin: strings.NewReader(stdin), stdout: &stdout, stderr: &stderr, now: time.Now,
+		stdin: stdin, stdout: &stdout, stderr: &stderr, now: time.Now,
 		getenv: func(k string) string {
 			return map[string]string{envLedger: stack.LedgerURL, envToken: ledgerToken}[k]
 		},
-		interactive: func() bool { return tty != nil },
+		interactive: func() bool { return onTerminal },
 	}
-	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
-	defer cancel()
 	code := a.run(ctx, args)
 	return result{code, stdout.String(), stderr.String()}
 }

@@ -65,7 +65,7 @@ to type yes. --dry-run shows the change and sends nothing.`,
 				d := dryRun{DryRun: true, Before: before, After: after, Changes: changes}
 				return a.emit(d, func(w io.Writer) { changeRows(w, changes) })
 			}
-			if err := a.confirm(yes, fmt.Sprintf("Change %s: %s.", code, describe(changes))); err != nil {
+			if err := a.confirm(cmd.Context(), yes, fmt.Sprintf("Change %s: %s.", code, describe(changes))); err != nil {
 				return err
 			}
 			v, err := c.UpdateVoucher(ctx, code, p)

@@ -176,7 +176,7 @@ func (a *app) vouchersResume() *cobra.Command {
 
 // change confirms, calls do and prints the voucher it answers.
 func (a *app) change(cmd *cobra.Command, yes bool, what string, do func(*client.Client, context.Context) (voucher.Voucher, error)) error {
-	if err := a.confirm(yes, what); err != nil {
+	if err := a.confirm(cmd.Context(), yes, what); err != nil {
 		return err
 	}
 	c, ctx, cancel := a.client(cmd.Context())

@@ -1,7 +1,9 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
+	"io"
 	"strconv"
 	"strings"
 	"testing"
@@ -77,6 +79,11 @@ func TestVoucherCommands(t *testing.T) {
 
 	r = ctl(t, "vouchers", "resume", code)
 	assert.Equal(t, exitUsage, r.code)
+	// Ctrl-C at the question (the signal cancels the run's context) aborts it.
+	unanswered, _ := io.Pipe()
+	ctx, cancel := context.WithTimeout(t.Context(), 200*time.Millisecond)
+	defer cancel()
+	assert.Equal(t, exitAborted, runCtl(ctx, unanswered, true, "vouchers", "resume", code).code)
 	assert.True(t, getVoucher(t, code).Paused)
 	v = decode[voucher.Voucher](t, requireOK(t, ctl(t, "vouchers", "resume", code, "--yes", "-o", "json")))
 	assert.False(t, v.Paused)
