@@ -22,6 +22,7 @@ LDFLAGS := -X $(BUILDINFO).version=$(VERSION) -X $(BUILDINFO).revision=$(REVISIO
 build:
 	$(GO) build -buildvcs=auto -ldflags "$(LDFLAGS)" -o bin/ledger ./ledger
 	$(GO) build -buildvcs=auto -ldflags "$(LDFLAGS)" -o bin/proxy ./proxy
+	$(GO) build -buildvcs=auto -ldflags "$(LDFLAGS)" -o bin/flashgatectl ./flashgatectl
 	$(GO) build -buildvcs=auto -ldflags "$(LDFLAGS)" -o bin/loadtest ./loadtest
 
 # The whole suite against real redis-server and PostgreSQL processes that the
