@@ -29,6 +29,8 @@ type Ledger struct {
 	log     *slog.Logger
 	limiter *Limiter // bounds the standard path per voucher; nil: unbounded
 
+	admissions AdmissionLog // writes of writePath log vouchers; nil: they answer 503
+
 	warming singleflight.Group
 }
 
@@ -235,6 +237,11 @@ func (l *Ledger) WriteAdmitted(ctx context.Context, code string, cl voucher.Clai
 // WriteAdmittedMany is WriteAdmitted for claims that arrived together; they
 // are written in one transaction when no guard fires.
 func (l *Ledger) WriteAdmittedMany(ctx context.Context, code string, claims []voucher.Claim) []store.Written {
+	// The terms are cached (store.TermsTTL): a failed read goes on to the
+	// group commit, which reads them again and answers the failure.
+	if v, err := l.store.Terms(ctx, code); err == nil && v.FlashSale && v.WritePath == voucher.WritePathLog {
+		return l.appendAdmitted(ctx, v, claims)
+	}
 	ids := make([]string, len(claims))
 	for i, cl := range claims {
 		ids[i] = cl.OrderID
