@@ -2,12 +2,14 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"net/http"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kfake"
@@ -107,4 +109,67 @@ func TestLogPathSale(t *testing.T) {
 	st := redisState(t, l.gate, code)
 	assert.EqualValues(t, 0, st.Remaining, "Redis remaining")
 	assert.Len(t, st.Orders, total, "Redis orders")
+}
+
+// TestLogPathDeadLetter: admissions the database refuses when the consumer
+// writes them (here: totalLimit lowered in the database behind Redis's back,
+// so the CHECK fires) go to the dead-letter topic and the failed list with
+// their reason, their Redis uses are dropped (the database has none), and an
+// operator replays one (once the limit is back) and discards another.
+func TestLogPathDeadLetter(t *testing.T) {
+	t.Parallel()
+	k := newKafka(t, 2)
+	l := newTestLedger(t, ledgerOptions{kafka: k.ListenAddrs()})
+	code := newCode(t)
+	r := l.call(t, http.MethodPost, "/admin/vouchers", pathSpec{spec(code, 10, 1, true), "log"})
+	require.Equal(t, http.StatusCreated, r.Status, r.Raw)
+	l.checks.addFlash(code)
+	cs := claims(code, 10, 1, "dlt")
+	reserveAll(t, l.URL, code, cs) // 201 from the broker's ack: nothing is written yet
+	assert.Equal(t, 0, l.counts(t, code).Used)
+
+	l.exec(t, `UPDATE voucher SET total_limit = 6 WHERE code = $1`, code)
+	l.store.ForgetTerms(code)
+	l.consume(t)
+	l.waitUsed(t, code, 6)
+	var page struct {
+		Admissions []map[string]any `json:"admissions"`
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for len(page.Admissions) < 4 && time.Now().Before(deadline) {
+		r = l.call(t, http.MethodGet, "/admin/admissions/failed", nil)
+		require.Equal(t, http.StatusOK, r.Status, r.Raw)
+		require.NoError(t, json.Unmarshal([]byte(r.Raw), &page))
+		time.Sleep(20 * time.Millisecond)
+	}
+	require.Len(t, page.Admissions, 4, "failed admissions %s", r.Raw)
+	for _, f := range page.Admissions {
+		assert.Equal(t, "OUT_OF_STOCK", f["reason"])
+	}
+	assert.EqualValues(t, 4, testutil.ToFloat64(l.svc.admitted.DeadLetter))
+	st := redisState(t, l.gate, code)
+	assert.EqualValues(t, 0, st.Remaining)
+	assert.Len(t, st.Orders, 6, "Redis holds the written orders only")
+
+	replay, discard := page.Admissions[0]["orderId"].(string), page.Admissions[1]["orderId"].(string)
+	r = l.call(t, http.MethodPost, "/admin/admissions/failed/"+code+"/"+replay+"/replay", nil)
+	assert.Equal(t, http.StatusConflict, r.Status, "replay before the limit is raised: %s", r.Raw)
+	// Undo the tampering, in the database and (the reconciler) in Redis: a
+	// PATCH moves Redis by the change it knows of, and Redis never knew.
+	l.allowRepairs("the test lowers total_limit in the database behind Redis's back")
+	l.exec(t, `UPDATE voucher SET total_limit = 10 WHERE code = $1`, code)
+	l.store.ForgetTerms(code)
+	r = l.call(t, http.MethodPost, "/admin/vouchers/"+code+"/reconcile", nil)
+	require.Equal(t, http.StatusOK, r.Status, r.Raw)
+	require.EqualValues(t, 4, redisState(t, l.gate, code).Remaining)
+	r = l.call(t, http.MethodPost, "/admin/admissions/failed/"+code+"/"+replay+"/replay", nil)
+	assert.Equal(t, http.StatusCreated, r.Status, "replay: %s", r.Raw)
+	r = l.call(t, http.MethodPost, "/admin/admissions/failed/"+code+"/"+discard+"/discard", nil)
+	assert.Equal(t, http.StatusOK, r.Status, "discard: %s", r.Raw)
+	r = l.call(t, http.MethodPost, "/admin/admissions/failed/"+code+"/"+discard+"/discard", nil)
+	assert.Equal(t, http.StatusNotFound, r.Status, "discard again: %s", r.Raw)
+	l.waitUsed(t, code, 7)
+	r = l.call(t, http.MethodGet, "/admin/admissions/failed", nil)
+	require.NoError(t, json.Unmarshal([]byte(r.Raw), &page))
+	assert.Len(t, page.Admissions, 2, "open failed admissions after a replay and a discard")
 }

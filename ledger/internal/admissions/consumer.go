@@ -219,7 +219,7 @@ func (c *Consumer) writeRecords(ctx context.Context, recs []*kgo.Record) error {
 	if err := c.failed.InsertFailedAdmissions(ctx, failed); err != nil {
 		return err
 	}
-	c.cfg.Metrics.deadLetter.Add(float64(len(dead)))
+	c.cfg.Metrics.DeadLetter.Add(float64(len(dead)))
 	for _, f := range failed {
 		c.log.Error("admission refused by the database: dead-lettered, its use given back",
 			"code", f.Code, "order", f.OrderID, "reason", f.Reason, "partition", f.Partition, "offset", f.Offset)

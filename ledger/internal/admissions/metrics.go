@@ -7,7 +7,7 @@ import "github.com/prometheus/client_golang/prometheus"
 // owns it.
 type Metrics struct {
 	written    prometheus.Counter
-	deadLetter prometheus.Counter
+	DeadLetter prometheus.Counter   // read by the tests
 	lagRecords *prometheus.GaugeVec // by partition
 	lagSeconds *prometheus.GaugeVec // by partition
 	faults     prometheus.Counter
@@ -24,7 +24,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "flashgate_admissions_consumed_total",
 			Help: "Admission records the consumer wrote or found written (redeliveries included).",
 		}),
-		deadLetter: prometheus.NewCounter(prometheus.CounterOpts{
+		DeadLetter: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "flashgate_admissions_dead_letter_total",
 			Help: "Admission records the database refused, sent to the dead-letter topic with their uses given back.",
 		}),
@@ -41,6 +41,6 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Batches of admissions the database could not decide (written again after a pause).",
 		}),
 	}
-	reg.MustRegister(m.written, m.deadLetter, m.lagRecords, m.lagSeconds, m.faults)
+	reg.MustRegister(m.written, m.DeadLetter, m.lagRecords, m.lagSeconds, m.faults)
 	return m
 }
