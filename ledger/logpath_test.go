@@ -15,6 +15,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 
 	"github.com/flashgate/flashgate/ledger/internal/admissions"
+	"github.com/flashgate/flashgate/ledger/internal/sale"
 )
 
 // newKafka starts franz-go's in-process Kafka with the admissions topic and
@@ -172,4 +173,47 @@ func TestLogPathDeadLetter(t *testing.T) {
 	r = l.call(t, http.MethodGet, "/admin/admissions/failed", nil)
 	require.NoError(t, json.Unmarshal([]byte(r.Raw), &page))
 	assert.Len(t, page.Admissions, 2, "open failed admissions after a replay and a discard")
+}
+
+// TestLogPathWaits: an order answered 201 whose record is still in the log is
+// never a 404: GET waits for its row and, with no consumer, answers 503 with
+// Retry-After after sale.LogWait; confirm and release sent while it waits
+// succeed once a consumer writes the row. An order never admitted is a 404
+// at once.
+func TestLogPathWaits(t *testing.T) {
+	t.Parallel()
+	k := newKafka(t, 2)
+	l := newTestLedger(t, ledgerOptions{kafka: k.ListenAddrs()})
+	code := newCode(t)
+	r := l.call(t, http.MethodPost, "/admin/vouchers", pathSpec{spec(code, 10, 1, true), "log"})
+	require.Equal(t, http.StatusCreated, r.Status, r.Raw)
+	l.checks.addFlash(code)
+	for i, order := range []string{"o-get", "o-confirm", "o-release"} {
+		require.Equal(t, http.StatusCreated, l.reserve(t, code, int64(i+1), order, 5_000).Status)
+	}
+	base := "/vouchers/" + code + "/reservations/"
+
+	start := time.Now()
+	r = l.call(t, http.MethodGet, base+"o-get", nil)
+	assert.Equal(t, http.StatusServiceUnavailable, r.Status, "GET with no consumer: %s", r.Raw)
+	assert.NotEmpty(t, r.Header.Get("Retry-After"))
+	assert.GreaterOrEqual(t, time.Since(start), sale.LogWait)
+
+	start = time.Now()
+	r = l.call(t, http.MethodGet, base+"never-admitted", nil)
+	assert.Equal(t, http.StatusNotFound, r.Status, "GET of an order never admitted: %s", r.Raw)
+	assert.Less(t, time.Since(start), sale.LogWait)
+
+	var wg sync.WaitGroup
+	var confirmed, released reply
+	wg.Go(func() { confirmed = l.call(t, http.MethodPost, base+"o-confirm/confirm", nil) })
+	wg.Go(func() { released = l.call(t, http.MethodDelete, base+"o-release", nil) })
+	time.Sleep(200 * time.Millisecond) // both wait for their rows
+	l.consume(t)
+	wg.Wait()
+	assert.Equal(t, http.StatusOK, confirmed.Status, "confirm: %s", confirmed.Raw)
+	assert.Contains(t, []int{http.StatusOK, http.StatusNoContent}, released.Status, "release: %s", released.Raw)
+	r = l.call(t, http.MethodGet, base+"o-get", nil)
+	assert.Equal(t, http.StatusOK, r.Status, "GET once written: %s", r.Raw)
+	l.waitUsed(t, code, 2)
 }

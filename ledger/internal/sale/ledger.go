@@ -54,8 +54,12 @@ func (l *Ledger) Voucher(ctx context.Context, code string) (voucher.Voucher, err
 }
 
 // Reservation returns one reservation.
-func (l *Ledger) Reservation(ctx context.Context, code, orderID string) (voucher.Reservation, error) {
-	return l.store.Reservation(ctx, code, orderID)
+func (l *Ledger) Reservation(ctx context.Context, code, orderID string) (r voucher.Reservation, err error) {
+	err = l.awaitLogged(ctx, code, orderID, func() error {
+		r, err = l.store.Reservation(ctx, code, orderID)
+		return err
+	})
+	return r, err
 }
 
 // Warmup loads a flash voucher into Redis from a database snapshot: remaining =
@@ -318,7 +322,12 @@ func (l *Ledger) Unsettled(code string, orderIDs []string, wait time.Duration) {
 // taken in Redis first when the gate can take it, and given back there if the
 // database then refuses. A refunded or cancelled reservation is refused.
 func (l *Ledger) Confirm(ctx context.Context, code, orderID string) (voucher.Reservation, error) {
-	r, late, err := l.store.Confirm(ctx, code, orderID)
+	var r voucher.Reservation
+	var late bool
+	err := l.awaitLogged(ctx, code, orderID, func() (err error) {
+		r, late, err = l.store.Confirm(ctx, code, orderID)
+		return err
+	})
 	if err != nil || !late {
 		return r, err
 	}
@@ -392,7 +401,12 @@ func amountOf(r voucher.Reservation) int64 {
 // and then in Redis. Releasing twice, or releasing a refunded one, is fine; a
 // confirmed reservation cannot be released.
 func (l *Ledger) Release(ctx context.Context, code, orderID string) error {
-	r, released, err := l.store.Release(ctx, code, orderID)
+	var r voucher.Reservation
+	var released bool
+	err := l.awaitLogged(ctx, code, orderID, func() (err error) {
+		r, released, err = l.store.Release(ctx, code, orderID)
+		return err
+	})
 	if err != nil || !released {
 		return err
 	}
@@ -403,7 +417,12 @@ func (l *Ledger) Release(ctx context.Context, code, orderID string) error {
 // voucher and the customer, in Postgres and then in Redis. A refunded one is
 // answered as it is (idempotent); anything else not confirmed is NOT_CONFIRMED.
 func (l *Ledger) Refund(ctx context.Context, code, orderID string) (voucher.Reservation, error) {
-	r, refunded, err := l.store.Refund(ctx, code, orderID)
+	var r voucher.Reservation
+	var refunded bool
+	err := l.awaitLogged(ctx, code, orderID, func() (err error) {
+		r, refunded, err = l.store.Refund(ctx, code, orderID)
+		return err
+	})
 	if err != nil || !refunded {
 		return r, err
 	}

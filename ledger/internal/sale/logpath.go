@@ -3,6 +3,7 @@ package sale
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/flashgate/flashgate/ledger/internal/store"
 	"github.com/flashgate/flashgate/shared/gate"
@@ -165,4 +166,55 @@ func (l *Ledger) WriteLogged(ctx context.Context, code string, claims []voucher.
 		return nil, fmt.Errorf("drop %d admissions of %s refused as out of stock: %w", len(dropped), code, err)
 	}
 	return refused, nil
+}
+
+// LogWait bounds how long a read or a change of one order waits for its
+// row while the order's admission is still in the admissions log.
+const LogWait = 3 * time.Second
+
+// logPoll is how often such a wait reads again.
+const logPoll = 20 * time.Millisecond
+
+// errStillInLog answers an order answered 201 whose row the consumer has not
+// written within LogWait: a 503 with Retry-After, never a 404.
+var errStillInLog = voucher.Errorf(voucher.CodeUnavailable,
+	"the reservation is still being written (the admissions log is behind): retry shortly")
+
+// awaitLogged runs op (a read or a change of orderID) and, while it finds no
+// row of the order of a log voucher whose use Redis holds (its admission
+// was answered 201 and its record is still in the log), runs it again until
+// the row appears, LogWait has passed (errStillInLog) or ctx ends. Any other
+// answer is op's own.
+func (l *Ledger) awaitLogged(ctx context.Context, code, orderID string, op func() error) error {
+	err := op()
+	if voucher.ErrorCode(err) != voucher.CodeReservationNotFound || l.gate == nil {
+		return err
+	}
+	v, terr := l.store.Terms(ctx, code)
+	if terr != nil || v.WritePath != voucher.WritePathLog {
+		return err
+	}
+	deadline := time.Now().Add(LogWait)
+	for {
+		_, held, herr := l.gate.Holder(ctx, code, orderID)
+		if herr != nil {
+			return fmt.Errorf("is order %s/%s in the log: %w: %w", code, orderID, herr, voucher.ErrUnavailable)
+		}
+		if !held {
+			// Not admitted, or given back: no row is coming, unless it
+			// committed between the two reads (then this read finds it).
+			return op()
+		}
+		if time.Now().After(deadline) {
+			return errStillInLog
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("wait for order %s/%s in the log: %w: %w", code, orderID, ctx.Err(), voucher.ErrUnavailable)
+		case <-time.After(logPoll):
+		}
+		if err = op(); voucher.ErrorCode(err) != voucher.CodeReservationNotFound {
+			return err
+		}
+	}
 }
