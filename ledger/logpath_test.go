@@ -37,7 +37,7 @@ func (l *testLedger) consume(tb testing.TB) (stop func()) {
 	require.NoError(tb, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	go func() { defer close(done); c.Run(ctx) }()
+	go func() { defer close(done); assert.NoError(tb, c.Run(ctx)) }()
 	var once sync.Once
 	stop = func() { once.Do(func() { cancel(); <-done }) }
 	tb.Cleanup(stop)
@@ -216,4 +216,26 @@ func TestLogPathWaits(t *testing.T) {
 	r = l.call(t, http.MethodGet, base+"o-get", nil)
 	assert.Equal(t, http.StatusOK, r.Status, "GET once written: %s", r.Raw)
 	l.waitUsed(t, code, 2)
+}
+
+// TestLogPathReconcileHolds: the reconciler counts a log voucher's records
+// still in the log as held: past HANGING_GRACE, with no consumer that has
+// measured its lag, it frees none of their Redis holds, and the consumer
+// then writes every one (Postgres = Redis = the 201s).
+func TestLogPathReconcileHolds(t *testing.T) {
+	t.Parallel()
+	k := newKafka(t, 2)
+	l := newTestLedger(t, ledgerOptions{kafka: k.ListenAddrs(), grace: time.Second})
+	code := newCode(t)
+	r := l.call(t, http.MethodPost, "/admin/vouchers", pathSpec{spec(code, 10, 1, true), "log"})
+	require.Equal(t, http.StatusCreated, r.Status, r.Raw)
+	l.checks.addFlash(code)
+	reserveAll(t, l.URL, code, claims(code, 5, 1, "held"))
+	time.Sleep(1500 * time.Millisecond) // past the grace
+	r = l.call(t, http.MethodPost, "/admin/vouchers/"+code+"/reconcile", nil)
+	require.Equal(t, http.StatusOK, r.Status, r.Raw)
+	st := redisState(t, l.gate, code)
+	assert.Len(t, st.Orders, 5, "Redis holds after a reconcile past the grace: %s", r.Raw)
+	l.consume(t)
+	l.waitUsed(t, code, 5)
 }

@@ -164,6 +164,7 @@ type service struct {
 	metrics  *httpx.Metrics
 	outbox   *outbox.Metrics
 	admitted *admissions.Metrics
+	consumer *admissions.Consumer // nil without an admissions log
 }
 
 // build migrates the database and wires the ledger from cfg; it starts
@@ -214,10 +215,18 @@ func build(base context.Context, cfg Config, log *slog.Logger, alive func() erro
 		svc.ledger.UseLog(producer)
 		closeStores := closeAll
 		closeAll = func() { producer.Close(); closeStores() }
+		if svc.consumer, err = svc.newConsumer(); err != nil {
+			closeAll()
+			return nil, nil, err
+		}
+	}
+	var logLag func() (time.Duration, bool)
+	if svc.consumer != nil {
+		logLag = svc.consumer.Lag
 	}
 	svc.jobs = jobs.New(svc.store, g, pub, svc.settler, svc.ledger.Warmup, log, jobs.Config{
 		ExpiryInterval: cfg.ExpiryInterval, ReconcileInterval: cfg.ReconcileInterval, HangingGrace: cfg.HangingGrace,
-		Metrics: jobs.NewMetrics(reg),
+		Metrics: jobs.NewMetrics(reg), LogLag: logLag,
 	})
 	svc.operator = sale.NewOperator(svc.store, g, pub, svc.ledger.Warmup, log)
 	svc.outbox = outbox.NewMetrics(reg)
@@ -293,13 +302,7 @@ func (svc *service) startBackground(ctx context.Context, stop <-chan struct{}) (
 	if err != nil {
 		return nil, err
 	}
-	var consumer *admissions.Consumer
-	if cfg.Admissions.On() {
-		if consumer, err = svc.newConsumer(); err != nil {
-			closeSinks()
-			return nil, err
-		}
-	}
+	consumer := svc.consumer
 	done := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Add(3)
@@ -312,7 +315,9 @@ func (svc *service) startBackground(ctx context.Context, stop <-chan struct{}) (
 		// that takes its partition writes it again, idempotently.
 		cctx, cancel := context.WithCancel(ctx)
 		go func() { <-stop; cancel() }()
-		consumer.Run(cctx)
+		if err := consumer.Run(cctx); err != nil {
+			svc.log.Error("admissions consumer did not start: log vouchers' admissions are not written", "err", err)
+		}
 	}()
 	go func() {
 		defer wg.Done()

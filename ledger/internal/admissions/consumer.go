@@ -46,14 +46,20 @@ type ConsumerConfig struct {
 // redelivers records whose rows exist: the group commit finds them and
 // writes nothing (at least once in, exactly once in effect).
 type Consumer struct {
-	client *kgo.Client
+	opts   []kgo.Opt
+	client *kgo.Client // from Run on
 	w      Writer
 	failed FailedStore
 	cfg    ConsumerConfig
 	log    *slog.Logger
+
+	mu     sync.Mutex
+	oldest map[int32]time.Time // per partition: the admission time of its oldest record not written yet
+	polled bool                // a poll came back since Run started
 }
 
-// NewConsumer returns a consumer that joins cfg.Group once Run starts.
+// NewConsumer returns a consumer that joins cfg.Group once Run starts (a
+// member that joined but did not poll would hold partitions unread).
 func NewConsumer(cfg ConsumerConfig, w Writer, failed FailedStore, log *slog.Logger) (*Consumer, error) {
 	if cfg.Metrics == nil {
 		cfg.Metrics = NewMetrics(nil)
@@ -83,17 +89,18 @@ func NewConsumer(cfg ConsumerConfig, w Writer, failed FailedStore, log *slog.Log
 	if cfg.ClientID != "" {
 		opts = append(opts, kgo.ClientID(cfg.ClientID))
 	}
-	cl, err := kgo.NewClient(opts...)
-	if err != nil {
-		return nil, fmt.Errorf("kafka admissions consumer: %w", err)
-	}
-	return &Consumer{client: cl, w: w, failed: failed, cfg: cfg, log: log}, nil
+	return &Consumer{opts: opts, w: w, failed: failed, cfg: cfg, log: log, oldest: map[int32]time.Time{}}, nil
 }
 
-// Run consumes until ctx is done, then leaves the group and closes the
-// client. A batch in progress when ctx ends is abandoned uncommitted: it is
-// redelivered to whichever member takes its partition.
-func (c *Consumer) Run(ctx context.Context) {
+// Run joins the group and consumes until ctx is done, then leaves the group.
+// A batch in progress when ctx ends is abandoned uncommitted: it is
+// redelivered to whichever member takes its partition. Run once.
+func (c *Consumer) Run(ctx context.Context) error {
+	cl, err := kgo.NewClient(c.opts...)
+	if err != nil {
+		return fmt.Errorf("kafka admissions consumer: %w", err)
+	}
+	c.client = cl
 	defer func() {
 		// A poll blocks rebalances until AllowRebalance: leaving the group
 		// (Close) would wait for it forever.
@@ -103,8 +110,11 @@ func (c *Consumer) Run(ctx context.Context) {
 	for {
 		fetches := c.client.PollRecords(ctx, c.cfg.MaxPoll)
 		if ctx.Err() != nil || fetches.IsClientClosed() {
-			return
+			return nil
 		}
+		c.mu.Lock()
+		c.polled = true
+		c.mu.Unlock()
 		fetches.EachError(func(topic string, p int32, err error) {
 			c.log.Warn("admissions fetch failed", "topic", topic, "partition", p, "err", err)
 		})
@@ -141,6 +151,11 @@ func (c *Consumer) Run(ctx context.Context) {
 // while the database cannot decide, until they are all written or
 // dead-lettered (true) or ctx ends (false: nothing may be committed).
 func (c *Consumer) writePartition(ctx context.Context, p kgo.FetchTopicPartition) bool {
+	c.mu.Lock()
+	if _, ok := c.oldest[p.Partition]; !ok || c.oldest[p.Partition].IsZero() {
+		c.oldest[p.Partition] = p.Records[0].Timestamp
+	}
+	c.mu.Unlock()
 	for {
 		err := c.writeRecords(ctx, p.Records)
 		if err == nil {
@@ -164,6 +179,13 @@ func (c *Consumer) writePartition(ctx context.Context, p kgo.FetchTopicPartition
 		secs = c.cfg.Clock().Sub(last.Timestamp).Seconds()
 	}
 	c.cfg.Metrics.lagSeconds.WithLabelValues(label).Set(secs)
+	c.mu.Lock()
+	if lag > 0 {
+		c.oldest[p.Partition] = last.Timestamp // the records behind it are younger
+	} else {
+		c.oldest[p.Partition] = time.Time{}
+	}
+	c.mu.Unlock()
 	c.cfg.Metrics.written.Add(float64(len(p.Records)))
 	return true
 }
@@ -258,4 +280,20 @@ func deadLetter(r *kgo.Record, reason string, err error) *kgo.Record {
 		{Key: "message", Value: []byte(messageOf(err))},
 		{Key: "source", Value: []byte(fmt.Sprintf("%s/%d@%d", r.Topic, r.Partition, r.Offset))},
 	}}
+}
+
+// Lag is the age of the oldest admission this member has not written yet,
+// over the partitions it consumes (0: caught up), measured from the records
+// it polled; known is false until its first poll came back, when it cannot
+// tell.
+func (c *Consumer) Lag() (lag time.Duration, known bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	now := c.cfg.Clock()
+	for _, t := range c.oldest {
+		if !t.IsZero() {
+			lag = max(lag, now.Sub(t))
+		}
+	}
+	return lag, c.polled
 }
