@@ -171,14 +171,12 @@ func (c *Consumer) writePartition(ctx context.Context, p kgo.FetchTopicPartition
 		}
 	}
 	last := p.Records[len(p.Records)-1]
-	label := strconv.Itoa(int(p.Partition))
 	lag := max(p.HighWatermark-(last.Offset+1), 0)
-	c.cfg.Metrics.lagRecords.WithLabelValues(label).Set(float64(lag))
 	secs := 0.0
 	if lag > 0 {
 		secs = c.cfg.Clock().Sub(last.Timestamp).Seconds()
 	}
-	c.cfg.Metrics.lagSeconds.WithLabelValues(label).Set(secs)
+	c.cfg.Metrics.ObserveLag(p.Partition, lag, secs)
 	c.mu.Lock()
 	if lag > 0 {
 		c.oldest[p.Partition] = last.Timestamp // the records behind it are younger

@@ -1,6 +1,10 @@
 package admissions
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"strconv"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
 
 // Metrics are the admissions log's metrics, on the consuming ledgers: sum
 // the counters over them; a partition's lag is reported by the ledger that
@@ -43,4 +47,13 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	}
 	reg.MustRegister(m.written, m.DeadLetter, m.lagRecords, m.lagSeconds, m.faults)
 	return m
+}
+
+// ObserveLag records a partition's lag after a batch of it was written:
+// records not written yet and the age of the newest written while records
+// wait behind it.
+func (m *Metrics) ObserveLag(partition int32, records int64, seconds float64) {
+	label := strconv.Itoa(int(partition))
+	m.lagRecords.WithLabelValues(label).Set(float64(records))
+	m.lagSeconds.WithLabelValues(label).Set(seconds)
 }
