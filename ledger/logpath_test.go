@@ -239,3 +239,26 @@ func TestLogPathReconcileHolds(t *testing.T) {
 	l.consume(t)
 	l.waitUsed(t, code, 5)
 }
+
+// TestLogPathProduceFails: with no broker to take the admission, the reserve
+// answers 503 with Retry-After once the producer gives up on the record, and
+// its use is back in Redis: never a 201 without a durable record, and no use
+// held for a record that is not in the log.
+func TestLogPathProduceFails(t *testing.T) {
+	t.Parallel()
+	k := newKafka(t, 2)
+	l := newTestLedger(t, ledgerOptions{kafka: k.ListenAddrs()})
+	code := newCode(t)
+	r := l.call(t, http.MethodPost, "/admin/vouchers", pathSpec{spec(code, 10, 1, true), "log"})
+	require.Equal(t, http.StatusCreated, r.Status, r.Raw)
+	l.checks.addFlash(code)
+	k.Close() // every broker gone
+
+	r = l.reserve(t, code, 1, code+"-lost", 5_000)
+	assert.Equal(t, http.StatusServiceUnavailable, r.Status, "reserve with no broker: %s", r.Raw)
+	assert.NotEmpty(t, r.Header.Get("Retry-After"))
+	st := redisState(t, l.gate, code)
+	assert.EqualValues(t, 10, st.Remaining, "Redis remaining after the failed produce")
+	assert.Empty(t, st.Orders)
+	assert.Equal(t, 0, l.counts(t, code).Rows)
+}
