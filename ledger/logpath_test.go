@@ -3,7 +3,9 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"net"
 	"net/http"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -261,4 +263,70 @@ func TestLogPathProduceFails(t *testing.T) {
 	assert.EqualValues(t, 10, st.Remaining, "Redis remaining after the failed produce")
 	assert.Empty(t, st.Orders)
 	assert.Equal(t, 0, l.counts(t, code).Rows)
+}
+
+// TestLogPathBrokerRestart: the broker (kfake, persisted to disk) stops and
+// starts again mid-sale of a 300-use log voucher sold to 450 orders; clients
+// retry a 503 with the same orderId. Once the consumer caught up, Postgres =
+// Redis = the 201s exactly.
+func TestLogPathBrokerRestart(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	topics := kfake.SeedTopics(4, admissions.DefaultTopic, admissions.DeadLetterTopic(admissions.DefaultTopic))
+	k, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.DataDir(dir), kfake.SyncWrites(), topics)
+	require.NoError(t, err)
+	addr := k.ListenAddrs()[0]
+	_, portText, err := net.SplitHostPort(addr)
+	require.NoError(t, err)
+	port, err := strconv.Atoi(portText)
+	require.NoError(t, err)
+	var mu sync.Mutex
+	t.Cleanup(func() { mu.Lock(); defer mu.Unlock(); k.Close() })
+
+	l := newTestLedger(t, ledgerOptions{kafka: []string{addr}})
+	code := newCode(t)
+	const total = 300
+	r := l.call(t, http.MethodPost, "/admin/vouchers", pathSpec{spec(code, total, 2, true), "log"})
+	require.Equal(t, http.StatusCreated, r.Status, r.Raw)
+	l.checks.addFlash(code)
+	l.consume(t)
+
+	cs := claims(code, 225, 2, "restart")
+	var created atomic.Int64
+	var started atomic.Int64
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 32)
+	for _, c := range cs {
+		sem <- struct{}{}
+		if started.Add(1) == int64(len(cs)/3) {
+			mu.Lock()
+			k.Close()
+			k, err = kfake.NewCluster(kfake.NumBrokers(1), kfake.Ports(port), kfake.DataDir(dir), kfake.SyncWrites(), topics)
+			mu.Unlock()
+			require.NoError(t, err, "restart the broker")
+		}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			deadline := time.Now().Add(60 * time.Second)
+			for {
+				r := l.reserve(t, code, c.customer, c.order, 5_000)
+				if r.Status == http.StatusCreated {
+					created.Add(1)
+					return
+				}
+				if r.Status == http.StatusConflict || time.Now().After(deadline) {
+					return
+				}
+				time.Sleep(50 * time.Millisecond)
+			}
+		})
+	}
+	wg.Wait()
+	require.EqualValues(t, total, created.Load(), "201s")
+	l.waitUsed(t, code, total)
+	c := l.counts(t, code)
+	assert.Equal(t, total, c.Active)
+	st := redisState(t, l.gate, code)
+	assert.EqualValues(t, 0, st.Remaining)
+	assert.Len(t, st.Orders, total)
 }
