@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strconv"
 	"sync"
 	"time"
 
@@ -203,7 +202,11 @@ func (c *Consumer) writeRecords(ctx context.Context, recs []*kgo.Record) error {
 	for _, r := range recs {
 		a, err := decode(r)
 		if err != nil {
-			failed = append(failed, store.FailedAdmission{Code: string(r.Key), OrderID: strconv.FormatInt(r.Offset, 10),
+			code := string(r.Key)
+			if !voucher.ValidCode(code) {
+				code = ReasonUnreadable // the record's own key is in the dead-letter topic
+			}
+			failed = append(failed, store.FailedAdmission{Code: code, OrderID: fmt.Sprintf("p%d:%d", r.Partition, r.Offset),
 				Reason: ReasonUnreadable, Message: err.Error(), Partition: r.Partition, Offset: r.Offset, AdmittedAt: r.Timestamp})
 			dead = append(dead, deadLetter(r, ReasonUnreadable, err))
 			continue

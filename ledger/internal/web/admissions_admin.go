@@ -5,6 +5,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 
+	"github.com/flashgate/flashgate/ledger/internal/admissions"
 	"github.com/flashgate/flashgate/ledger/internal/store"
 	"github.com/flashgate/flashgate/shared/api"
 	"github.com/flashgate/flashgate/shared/httpx"
@@ -63,6 +64,11 @@ func (a *admin) failedAdmissions(c *gin.Context) {
 func (a *admin) replayAdmission(c *gin.Context) {
 	f, ok := a.openAdmission(c)
 	if !ok {
+		return
+	}
+	if f.Reason == admissions.ReasonUnreadable {
+		httpx.WriteError(c, voucher.Errorf(voucher.CodeInvalidRequest,
+			"a record that is not an admission cannot be replayed: read it in the dead-letter topic, then discard it"))
 		return
 	}
 	r, replayed, err := a.ledger.Reserve(c, f.Code, voucher.Claim{CustomerID: f.CustomerID, OrderID: f.OrderID, OrderAmount: f.OrderAmount})
