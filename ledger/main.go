@@ -223,6 +223,7 @@ func build(base context.Context, cfg Config, log *slog.Logger, alive func() erro
 	var logLag func() (time.Duration, bool)
 	if svc.consumer != nil {
 		logLag = svc.consumer.Lag
+		svc.settler.UseLogLag(logLag)
 	}
 	svc.jobs = jobs.New(svc.store, g, pub, svc.settler, svc.ledger.Warmup, log, jobs.Config{
 		ExpiryInterval: cfg.ExpiryInterval, ReconcileInterval: cfg.ReconcileInterval, HangingGrace: cfg.HangingGrace,
