@@ -15,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
+	"github.com/flashgate/flashgate/ledger/internal/admissions"
 	"github.com/flashgate/flashgate/ledger/internal/jobs"
 	"github.com/flashgate/flashgate/ledger/internal/sale"
 	"github.com/flashgate/flashgate/ledger/internal/store"
@@ -58,6 +59,7 @@ type ledgerOptions struct {
 	redis   string     // URL; default the shared test server
 	db      string     // URL; default the shared test server
 	hook    redis.Hook // added to the ledger's Redis client: a seam to inject delays at
+	kafka   []string   // seed brokers of the admissions log (a kfake cluster); none: log vouchers answer 503
 }
 
 func newTestLedger(tb testing.TB, o ledgerOptions) *testLedger {
@@ -80,6 +82,7 @@ func newTestLedger(tb testing.TB, o ledgerOptions) *testLedger {
 	cfg := Config{DatabaseURL: o.db, Token: o.token, ReservationTTL: o.ttl, HangingGrace: o.grace,
 		ExpiryInterval: time.Hour, ReconcileInterval: time.Hour, MaxConns: 32, WriteBatch: 256, WriteTimeout: 10 * time.Second}
 	cfg.Events.On = true
+	cfg.Admissions = admissions.Config{Brokers: o.kafka, Topic: admissions.DefaultTopic, Group: admissions.DefaultGroup}
 	if !o.noRedis {
 		cfg.RedisURL = o.redis
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/gin-gonic/gin"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/flashgate/flashgate/ledger/internal/admissions"
 	"github.com/flashgate/flashgate/ledger/internal/jobs"
 	"github.com/flashgate/flashgate/ledger/internal/outbox"
 	"github.com/flashgate/flashgate/ledger/internal/sale"
@@ -48,6 +49,7 @@ type Config struct {
 	WriteTimeout      time.Duration                 // WRITE_TIMEOUT, capped by writeTimeoutFor
 	httpx.Serving                                   // MAX_CONNS, MAX_INFLIGHT, DEBUG_ADDR, SHUTDOWN_DELAY, SHUTDOWN_TIMEOUT
 	Events            outbox.Config                 // EVENTS, WEBHOOK_*, KAFKA_*, EVENT_RETENTION
+	Admissions        admissions.Config             // KAFKA_ADMISSIONS_*: the log of writePath log vouchers
 }
 
 // writeMargin is what writeTimeoutFor keeps between the longest time a write
@@ -115,6 +117,9 @@ func configFrom(e *envconf.Reader) (Config, error) {
 	if c.Events, err = outbox.ReadConfig(e); err != nil {
 		return c, err
 	}
+	if c.Admissions, err = admissions.ReadConfig(e, c.Events.Brokers); err != nil {
+		return c, err
+	}
 	if c.DatabaseURL == "" {
 		return c, errors.New("DATABASE_URL is required")
 	}
@@ -166,6 +171,8 @@ type service struct {
 	server   *web.Server
 	metrics  *httpx.Metrics
 	outbox   *outbox.Metrics
+	admitted *admissions.Metrics
+	consumer *admissions.Consumer // nil without an admissions log
 }
 
 // build migrates the database and wires the ledger from cfg; it starts
@@ -206,9 +213,29 @@ func build(base context.Context, cfg Config, log *slog.Logger, alive func() erro
 	if cfg.MaxPerVoucher > 0 {
 		svc.ledger.LimitStandard(sale.NewLimiter(cfg.MaxPerVoucher, cfg.VoucherWait))
 	}
+	svc.admitted = admissions.NewMetrics(reg)
+	if cfg.Admissions.On() {
+		producer, err := admissions.NewProducer(cfg.Admissions.Brokers, cfg.Admissions.Topic, time.Now)
+		if err != nil {
+			closeAll()
+			return nil, nil, err
+		}
+		svc.ledger.UseLog(producer)
+		closeStores := closeAll
+		closeAll = func() { producer.Close(); closeStores() }
+		if svc.consumer, err = svc.newConsumer(); err != nil {
+			closeAll()
+			return nil, nil, err
+		}
+	}
+	var logLag func() (time.Duration, bool)
+	if svc.consumer != nil {
+		logLag = svc.consumer.Lag
+		svc.settler.UseLogLag(logLag)
+	}
 	svc.jobs = jobs.New(svc.store, g, pub, svc.settler, svc.ledger.Warmup, log, jobs.Config{
 		ExpiryInterval: cfg.ExpiryInterval, ReconcileInterval: cfg.ReconcileInterval, HangingGrace: cfg.HangingGrace,
-		Metrics: jobs.NewMetrics(reg),
+		Metrics: jobs.NewMetrics(reg), LogLag: logLag,
 	})
 	svc.operator = sale.NewOperator(svc.store, g, pub, svc.ledger.Warmup, log)
 	svc.outbox = outbox.NewMetrics(reg)
@@ -306,9 +333,23 @@ func (svc *service) startBackground(ctx context.Context, stop <-chan struct{}) (
 	if err != nil {
 		return nil, err
 	}
+	consumer := svc.consumer
 	done := make(chan struct{})
 	var wg sync.WaitGroup
-	wg.Add(2)
+	wg.Add(3)
+	go func() {
+		defer wg.Done()
+		if consumer == nil {
+			return
+		}
+		// Stopping abandons a batch in progress uncommitted: the member
+		// that takes its partition writes it again, idempotently.
+		cctx, cancel := context.WithCancel(ctx)
+		go func() { <-stop; cancel() }()
+		if err := consumer.Run(cctx); err != nil {
+			svc.log.Error("admissions consumer did not start: log vouchers' admissions are not written", "err", err)
+		}
+	}()
 	go func() {
 		defer wg.Done()
 		svc.jobs.Run(ctx, stop)
@@ -339,4 +380,14 @@ func warmRedis(ctx context.Context, rdb redis.UniversalClient, n int, log *slog.
 		return
 	}
 	log.Info("redis connections warm", "conns", n, "took", time.Since(start).String())
+}
+
+// newConsumer returns a member of the admissions consumer group writing
+// through the service's ledger.
+func (svc *service) newConsumer() (*admissions.Consumer, error) {
+	cfg := svc.cfg
+	return admissions.NewConsumer(admissions.ConsumerConfig{
+		Brokers: cfg.Admissions.Brokers, Topic: cfg.Admissions.Topic, Group: cfg.Admissions.Group,
+		MaxPoll: cfg.WriteBatch, Backoff: 2 * cfg.DBTimeout, Metrics: svc.admitted,
+	}, svc.ledger, svc.store, svc.log)
 }

@@ -58,5 +58,7 @@ func TestMetricsDocumented(t *testing.T) {
 	outbox.NewDispatcher(tl.store, []outbox.Sink{outbox.NewWebhook("http://127.0.0.1:1/hook", outbox.WebhookConfig{Metrics: svc.outbox})}, svc.log,
 		outbox.DispatcherConfig{Metrics: svc.outbox})
 
+	// The admissions consumer's per-partition series, as after a batch of partition 0.
+	svc.admitted.ObserveLag(0, 0, 0)
 	httpxtest.CheckMetricsDocumented(t, h, svc.metrics.Registry, "../README.md", "ledger")
 }

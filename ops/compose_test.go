@@ -44,7 +44,7 @@ func TestCompose(t *testing.T) {
 		Environment: composeSecrets(),
 	}, func(o *loader.Options) { o.SetProjectName("flashgate", true) })
 	require.NoError(t, err)
-	assert.ElementsMatch(t, []string{"redis", "postgres", "ledger", "proxy"}, project.ServiceNames())
+	assert.ElementsMatch(t, []string{"redis", "postgres", "kafka", "kafka-init", "ledger", "proxy"}, project.ServiceNames())
 
 	ledger, err := project.GetService("ledger")
 	require.NoError(t, err)

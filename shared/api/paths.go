@@ -23,17 +23,21 @@ const (
 	RouteRefund       = RouteReservation + "/refund"    // POST refunds
 
 	// Admin routes (the ledger).
-	RouteVouchers            = "/admin/vouchers"                  // POST creates, GET lists
-	RouteVoucher             = RouteVouchers + "/:code"           // GET reads, PATCH changes
-	RoutePause               = RouteVoucher + "/pause"            // POST
-	RouteResume              = RouteVoucher + "/resume"           // POST
-	RouteWarmup              = RouteVoucher + "/warmup"           // POST
-	RouteReconcile           = RouteVoucher + "/reconcile"        // POST
-	RouteVoucherReservations = RouteVoucher + "/reservations"     // GET pages the records
-	RouteExport              = RouteVoucher + "/reservations.csv" // GET
-	RouteAudit               = RouteVoucher + "/audit"            // GET
-	RouteEvents              = "/admin/events"                    // GET pages the outbox
-	RouteEventRetry          = RouteEvents + "/:id/retry"         // POST
+	RouteVouchers            = "/admin/vouchers"                         // POST creates, GET lists
+	RouteVoucher             = RouteVouchers + "/:code"                  // GET reads, PATCH changes
+	RoutePause               = RouteVoucher + "/pause"                   // POST
+	RouteResume              = RouteVoucher + "/resume"                  // POST
+	RouteWarmup              = RouteVoucher + "/warmup"                  // POST
+	RouteReconcile           = RouteVoucher + "/reconcile"               // POST
+	RouteVoucherReservations = RouteVoucher + "/reservations"            // GET pages the records
+	RouteExport              = RouteVoucher + "/reservations.csv"        // GET
+	RouteAudit               = RouteVoucher + "/audit"                   // GET
+	RouteEvents              = "/admin/events"                           // GET pages the outbox
+	RouteEventRetry          = RouteEvents + "/:id/retry"                // POST
+	RouteFailedAdmissions    = "/admin/admissions/failed"                // GET lists the log's refused admissions
+	RouteFailedAdmission     = RouteFailedAdmissions + "/:code/:orderId" // the base of the two below
+	RouteAdmissionReplay     = RouteFailedAdmission + "/replay"          // POST admits it again
+	RouteAdmissionDiscard    = RouteFailedAdmission + "/discard"         // POST closes it
 
 	// InternalPrefix puts a route among the ledger's internal ones (what
 	// proxies call).

@@ -29,6 +29,7 @@ var statusOf = map[string]int{
 	voucher.CodeNotConfirmed:        http.StatusConflict,
 	voucher.CodeReservationRefunded: http.StatusConflict,
 	voucher.CodeLimitBelowUsed:      http.StatusConflict,
+	voucher.CodeWritePathLive:       http.StatusConflict,
 	voucher.CodeNotFound:            http.StatusNotFound,
 	voucher.CodeMethodNotAllowed:    http.StatusMethodNotAllowed,
 	voucher.CodeUnavailable:         http.StatusServiceUnavailable,

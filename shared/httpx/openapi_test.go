@@ -158,7 +158,7 @@ var allCodes = []string{
 	voucher.CodeAlreadyConfirmed, voucher.CodeNotConfirmed, voucher.CodeReservationRefunded, voucher.CodeLimitBelowUsed,
 	voucher.CodeNotFound, voucher.CodeMethodNotAllowed, voucher.CodeUnavailable,
 	voucher.CodeCheckoutTokenRequired, voucher.CodeCheckoutTokenInvalid, voucher.CodeCheckoutTokenUnconfigured,
-	voucher.CodeRateLimited,
+	voucher.CodeRateLimited, voucher.CodeWritePathLive,
 }
 
 // TestOpenAPIDocument checks openapi.yaml against itself and against the code:

@@ -40,6 +40,9 @@ const (
 	// customer's rate (CLIENT_RATE, CUSTOMER_RATE), or one sent again before
 	// the Retry-After it was given: nothing was decided, retry after Retry-After.
 	CodeRateLimited = "RATE_LIMITED"
+	// CodeWritePathLive (409) refuses a change of writePath while the
+	// voucher is live: pause it first.
+	CodeWritePathLive = "WRITE_PATH_LIVE"
 )
 
 // Reasons given with NOT_ELIGIBLE.

@@ -17,6 +17,9 @@ type VoucherPatch struct {
 
 	RequireCheckoutToken *bool   `json:"requireCheckoutToken"`
 	HoldTTL              *string `json:"holdTtl"` // affects reservations made after the change only
+	// WritePath changes only while the voucher is not live (the database
+	// refuses it with WRITE_PATH_LIVE): pause it first.
+	WritePath *string `json:"writePath"`
 }
 
 // Apply checks the patch and returns v with it applied (counters untouched).
@@ -30,9 +33,9 @@ func (p VoucherPatch) Apply(v Voucher) (Voucher, error) {
 		return Voucher{}, invalid("flashSale cannot change")
 	case p.TotalLimit == nil && p.PerUserLimit == nil && p.MinOrderAmount == nil &&
 		p.DiscountAmount == nil && p.StartsAt == nil && p.EndsAt == nil &&
-		p.RequireCheckoutToken == nil && p.HoldTTL == nil:
+		p.RequireCheckoutToken == nil && p.HoldTTL == nil && p.WritePath == nil:
 		return Voucher{}, invalid("the body must change at least one of totalLimit, perUserLimit, " +
-			"minOrderAmount, discountAmount, startsAt, endsAt, requireCheckoutToken, holdTtl")
+			"minOrderAmount, discountAmount, startsAt, endsAt, requireCheckoutToken, holdTtl, writePath")
 	case p.TotalLimit != nil && (*p.TotalLimit < 0 || *p.TotalLimit > MaxTotalLimit):
 		return Voucher{}, invalid("totalLimit must be between 0 and %d", MaxTotalLimit)
 	case p.PerUserLimit != nil && (*p.PerUserLimit < 1 || *p.PerUserLimit > MaxPerUserLimit):
@@ -48,6 +51,16 @@ func (p VoucherPatch) Apply(v Voucher) (Voucher, error) {
 			return Voucher{}, err
 		}
 		v.HoldTTL = hold
+	}
+	if p.WritePath != nil {
+		path, err := ParseWritePath(p.WritePath, v.WritePath)
+		if err != nil {
+			return Voucher{}, err
+		}
+		if path == WritePathLog && !v.FlashSale {
+			return Voucher{}, ErrLogNeedsFlash
+		}
+		v.WritePath = path
 	}
 	set(&v.RequireCheckoutToken, p.RequireCheckoutToken)
 	set(&v.TotalLimit, p.TotalLimit)

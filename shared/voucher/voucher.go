@@ -102,13 +102,17 @@ type Voucher struct {
 	RequireCheckoutToken bool `json:"requireCheckoutToken"`
 	// HoldTTL is how long this voucher's new reservations hold their use;
 	// zero: the ledger's RESERVATION_TTL. Answered as "holdTtl": "3m0s" when set.
-	HoldTTL        Duration `json:"holdTtl,omitempty"`
-	State          string   `json:"state"` // by the database clock; see StateAt
-	UsedCount      int      `json:"usedCount"`
-	ReservedCount  int      `json:"reservedCount"`
-	ConfirmedCount int      `json:"confirmedCount"`
-	RefundedCount  int      `json:"refundedCount"`
-	Remaining      int      `json:"remaining"`
+	HoldTTL Duration `json:"holdTtl,omitempty"`
+	// WritePath is how an admitted reservation reaches Postgres: WritePathSync
+	// (the group commit answers the request) or WritePathLog (a flash voucher
+	// only: the admission is produced to Kafka and a consumer writes it).
+	WritePath      string `json:"writePath"`
+	State          string `json:"state"` // by the database clock; see StateAt
+	UsedCount      int    `json:"usedCount"`
+	ReservedCount  int    `json:"reservedCount"`
+	ConfirmedCount int    `json:"confirmedCount"`
+	RefundedCount  int    `json:"refundedCount"`
+	Remaining      int    `json:"remaining"`
 }
 
 // StateAt is the voucher's state at now: ended from endsAt on, else paused
@@ -161,12 +165,14 @@ type NewVoucher struct {
 	FlashSale      *bool      `json:"flashSale"`
 
 	RequireCheckoutToken *bool   `json:"requireCheckoutToken"`
-	HoldTTL              *string `json:"holdTtl"` // a Go duration, at least MinHoldTTL
+	HoldTTL              *string `json:"holdTtl"`   // a Go duration, at least MinHoldTTL
+	WritePath            *string `json:"writePath"` // WritePathSync (default) or WritePathLog
 }
 
 // Validate checks the request and returns the voucher it describes, with defaults
 // applied (minOrderAmount 0, perUserLimit 1, flashSale false,
-// requireCheckoutToken false, no holdTtl: the ledger's RESERVATION_TTL).
+// requireCheckoutToken false, no holdTtl: the ledger's RESERVATION_TTL,
+// writePath sync).
 func (n NewVoucher) Validate() (Voucher, error) {
 	switch {
 	case n.Code == nil:
@@ -199,6 +205,13 @@ func (n NewVoucher) Validate() (Voucher, error) {
 	if err != nil {
 		return Voucher{}, err
 	}
+	path, err := ParseWritePath(n.WritePath, WritePathSync)
+	if err != nil {
+		return Voucher{}, err
+	}
+	if path == WritePathLog && (n.FlashSale == nil || !*n.FlashSale) {
+		return Voucher{}, ErrLogNeedsFlash
+	}
 	v := Voucher{
 		Code:           *n.Code,
 		DiscountAmount: *n.DiscountAmount,
@@ -219,7 +232,7 @@ func (n NewVoucher) Validate() (Voucher, error) {
 	if n.RequireCheckoutToken != nil {
 		v.RequireCheckoutToken = *n.RequireCheckoutToken
 	}
-	v.HoldTTL = hold
+	v.HoldTTL, v.WritePath = hold, path
 	v.Remaining = v.TotalLimit
 	return v, nil
 }

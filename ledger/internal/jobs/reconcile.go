@@ -3,6 +3,7 @@ package jobs
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/flashgate/flashgate/ledger/internal/sale"
 	"github.com/flashgate/flashgate/ledger/internal/store"
@@ -132,7 +133,7 @@ func (j *Jobs) reconcileLocked(ctx context.Context, code string) (rep Report, fi
 	for i, o := range orders {
 		active[i] = gate.Order{OrderID: o.OrderID, CustomerID: o.CustomerID}
 	}
-	res, err := j.gate.ReconcileDetailed(ctx, code, v, active, j.Config.HangingGrace)
+	res, err := j.gate.ReconcileDetailed(ctx, code, v, active, j.graceOf(v))
 	if err != nil {
 		return Report{}, fix, fmt.Errorf("reconcile %s in redis: %w", code, err)
 	}
@@ -271,4 +272,26 @@ func (j *Jobs) observe(rep Report, kinds []string) {
 	if rep.Reloaded {
 		m.ReconcileFixes.WithLabelValues("reloaded").Inc()
 	}
+}
+
+// neverFree is a grace no hold outlives: the reconciler frees none.
+const neverFree = 100 * 365 * 24 * time.Hour
+
+// graceOf is how old a Redis hold of v with no row must be before the
+// reconciler frees it: HANGING_GRACE, and for a log voucher the consumer's
+// measured lag on top (LogLag), since a record still in the log is a hold
+// whose row is coming.
+func (j *Jobs) graceOf(v voucher.Voucher) time.Duration {
+	if v.WritePath != voucher.WritePathLog {
+		return j.Config.HangingGrace
+	}
+	if j.Config.LogLag == nil {
+		return neverFree
+	}
+	lag, known := j.Config.LogLag()
+	if !known {
+		return neverFree
+	}
+	// Twice the lag: it is measured between polls, and grows meanwhile.
+	return j.Config.HangingGrace + 2*lag
 }

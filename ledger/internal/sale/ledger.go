@@ -29,6 +29,8 @@ type Ledger struct {
 	log     *slog.Logger
 	limiter *Limiter // bounds the standard path per voucher; nil: unbounded
 
+	admissions AdmissionLog // writes of writePath log vouchers; nil: they answer 503
+
 	warming singleflight.Group
 }
 
@@ -52,8 +54,12 @@ func (l *Ledger) Voucher(ctx context.Context, code string) (voucher.Voucher, err
 }
 
 // Reservation returns one reservation.
-func (l *Ledger) Reservation(ctx context.Context, code, orderID string) (voucher.Reservation, error) {
-	return l.store.Reservation(ctx, code, orderID)
+func (l *Ledger) Reservation(ctx context.Context, code, orderID string) (r voucher.Reservation, err error) {
+	err = l.awaitLogged(ctx, code, orderID, func() error {
+		r, err = l.store.Reservation(ctx, code, orderID)
+		return err
+	})
+	return r, err
 }
 
 // Warmup loads a flash voucher into Redis from a database snapshot: remaining =
@@ -235,6 +241,11 @@ func (l *Ledger) WriteAdmitted(ctx context.Context, code string, cl voucher.Clai
 // WriteAdmittedMany is WriteAdmitted for claims that arrived together; they
 // are written in one transaction when no guard fires.
 func (l *Ledger) WriteAdmittedMany(ctx context.Context, code string, claims []voucher.Claim) []store.Written {
+	// The terms are cached (store.TermsTTL): a failed read goes on to the
+	// group commit, which reads them again and answers the failure.
+	if v, err := l.store.Terms(ctx, code); err == nil && v.FlashSale && v.WritePath == voucher.WritePathLog {
+		return l.appendAdmitted(ctx, v, claims)
+	}
 	ids := make([]string, len(claims))
 	for i, cl := range claims {
 		ids[i] = cl.OrderID
@@ -311,7 +322,12 @@ func (l *Ledger) Unsettled(code string, orderIDs []string, wait time.Duration) {
 // taken in Redis first when the gate can take it, and given back there if the
 // database then refuses. A refunded or cancelled reservation is refused.
 func (l *Ledger) Confirm(ctx context.Context, code, orderID string) (voucher.Reservation, error) {
-	r, late, err := l.store.Confirm(ctx, code, orderID)
+	var r voucher.Reservation
+	var late bool
+	err := l.awaitLogged(ctx, code, orderID, func() (err error) {
+		r, late, err = l.store.Confirm(ctx, code, orderID)
+		return err
+	})
 	if err != nil || !late {
 		return r, err
 	}
@@ -385,7 +401,12 @@ func amountOf(r voucher.Reservation) int64 {
 // and then in Redis. Releasing twice, or releasing a refunded one, is fine; a
 // confirmed reservation cannot be released.
 func (l *Ledger) Release(ctx context.Context, code, orderID string) error {
-	r, released, err := l.store.Release(ctx, code, orderID)
+	var r voucher.Reservation
+	var released bool
+	err := l.awaitLogged(ctx, code, orderID, func() (err error) {
+		r, released, err = l.store.Release(ctx, code, orderID)
+		return err
+	})
 	if err != nil || !released {
 		return err
 	}
@@ -396,7 +417,12 @@ func (l *Ledger) Release(ctx context.Context, code, orderID string) error {
 // voucher and the customer, in Postgres and then in Redis. A refunded one is
 // answered as it is (idempotent); anything else not confirmed is NOT_CONFIRMED.
 func (l *Ledger) Refund(ctx context.Context, code, orderID string) (voucher.Reservation, error) {
-	r, refunded, err := l.store.Refund(ctx, code, orderID)
+	var r voucher.Reservation
+	var refunded bool
+	err := l.awaitLogged(ctx, code, orderID, func() (err error) {
+		r, refunded, err = l.store.Refund(ctx, code, orderID)
+		return err
+	})
 	if err != nil || !refunded {
 		return r, err
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/flashgate/flashgate/ledger/internal/store"
 	"github.com/flashgate/flashgate/shared/gate"
+	"github.com/flashgate/flashgate/shared/voucher"
 )
 
 // Settler makes Redis agree with the database about single orders of flash
@@ -26,6 +27,10 @@ type Settler struct {
 	// fence is how long after a failed write returned a statement of it may
 	// still commit in Postgres: see WaitAfterFault.
 	fence time.Duration
+
+	// logLag is the admissions consumer's measured lag (UseLogLag); nil:
+	// no consumer here.
+	logLag func() (time.Duration, bool)
 
 	// unsettled holds orders whose write failed on a fault: whether it
 	// committed (or whether the order had a row already) can only be learned
@@ -50,6 +55,26 @@ type parked struct {
 func NewSettler(st *store.Store, g *gate.Gate, now func() time.Time, log *slog.Logger) *Settler {
 	return &Settler{store: st, gate: g, now: now, log: log,
 		Unsettled: map[string]map[string]parked{}, Writes: map[string]map[string]int{}}
+}
+
+// UseLogLag gives the settler the admissions consumer's measured lag (before
+// the ledger serves): a parked order of a writePath log voucher with no row
+// may have its record still in the log, so it is settled only while that
+// consumer is caught up, and never without one.
+func (s *Settler) UseLogLag(f func() (time.Duration, bool)) { s.logLag = f }
+
+// logBehind reports whether code is a log voucher whose records may still be
+// in the log: its orders' fate cannot be told from the database yet.
+func (s *Settler) logBehind(ctx context.Context, code string) bool {
+	v, err := s.store.Terms(ctx, code)
+	if err != nil || v.WritePath != voucher.WritePathLog {
+		return false
+	}
+	if s.logLag == nil {
+		return true
+	}
+	lag, known := s.logLag()
+	return !known || lag > 0
 }
 
 // WaitAfterFault sets the fence (none until it is set): how long after a
@@ -321,6 +346,9 @@ func (s *Settler) Due() map[string][]string {
 // releases the others. held maps each order found active to whether Redis
 // holds it now; ok is false when the database or the release failed.
 func (s *Settler) resolve(ctx context.Context, code string, ids []string) (held map[string]bool, ok bool) {
+	if s.logBehind(ctx, code) {
+		return nil, false // asked again next round, until unsettledGiveUp leaves it to the reconciler
+	}
 	active, err := s.store.ActiveOf(ctx, code, ids)
 	if err != nil {
 		return nil, false

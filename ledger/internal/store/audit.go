@@ -47,7 +47,8 @@ type AuditTerms struct {
 	Paused         bool      `json:"paused"`
 
 	RequireCheckoutToken bool             `json:"requireCheckoutToken"`
-	HoldTTL              voucher.Duration `json:"holdTtl,omitempty"` // absent: RESERVATION_TTL
+	HoldTTL              voucher.Duration `json:"holdTtl,omitempty"`   // absent: RESERVATION_TTL
+	WritePath            string           `json:"writePath,omitempty"` // absent: sync
 }
 
 // termsOf returns v's terms as an audit row keeps them; two vouchers with the
@@ -57,7 +58,7 @@ func TermsOf(v voucher.Voucher) AuditTerms {
 		DiscountAmount: v.DiscountAmount, MinOrderAmount: v.MinOrderAmount, TotalLimit: v.TotalLimit,
 		PerUserLimit: v.PerUserLimit, StartsAt: v.StartsAt.UTC(), EndsAt: v.EndsAt.UTC(),
 		FlashSale: v.FlashSale, Paused: v.Paused,
-		RequireCheckoutToken: v.RequireCheckoutToken, HoldTTL: v.HoldTTL,
+		RequireCheckoutToken: v.RequireCheckoutToken, HoldTTL: v.HoldTTL, WritePath: auditPath(v.WritePath),
 	}
 }
 
@@ -145,4 +146,14 @@ func jsonOrNull(b []byte) json.RawMessage {
 func voucherExists(ctx context.Context, q querier, code string) error {
 	var one int
 	return q.QueryRow(ctx, `SELECT 1 FROM voucher WHERE code = $1`, code).Scan(&one)
+}
+
+// auditPath is a write path as an audit row and an event's terms keep it:
+// absent for sync, so the terms of every voucher before write paths existed
+// read as they did.
+func auditPath(p string) string {
+	if p == voucher.WritePathLog {
+		return p
+	}
+	return ""
 }

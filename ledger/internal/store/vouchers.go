@@ -15,7 +15,8 @@ import (
 
 // termsColumns are the voucher columns scanTerms reads.
 const termsColumns = `code, discount_amount, min_order_amount, total_limit, per_user_limit,
-		       starts_at, ends_at, flash_sale, paused, used_count, require_checkout_token, hold_ttl_us`
+		       starts_at, ends_at, flash_sale, paused, used_count, require_checkout_token, hold_ttl_us,
+		       write_path`
 
 // scanTerms reads one row of termsColumns: the one mapping from a voucher row
 // to a Voucher's terms (used_count included, the other counters not).
@@ -23,7 +24,8 @@ func scanTerms(row pgx.Row) (voucher.Voucher, error) {
 	var v voucher.Voucher
 	var hold *int64
 	err := row.Scan(&v.Code, &v.DiscountAmount, &v.MinOrderAmount, &v.TotalLimit, &v.PerUserLimit,
-		&v.StartsAt, &v.EndsAt, &v.FlashSale, &v.Paused, &v.UsedCount, &v.RequireCheckoutToken, &hold)
+		&v.StartsAt, &v.EndsAt, &v.FlashSale, &v.Paused, &v.UsedCount, &v.RequireCheckoutToken, &hold,
+		&v.WritePath)
 	if err != nil {
 		return voucher.Voucher{}, err
 	}
@@ -55,7 +57,7 @@ func holdColumn(d voucher.Duration) *int64 {
 const viewSelect = `
 		SELECT v.code, v.discount_amount, v.min_order_amount, v.total_limit, v.per_user_limit,
 		       v.starts_at, v.ends_at, v.flash_sale, v.paused, v.used_count,
-		       v.require_checkout_token, v.hold_ttl_us, c.reserved, c.confirmed, c.refunded, now()
+		       v.require_checkout_token, v.hold_ttl_us, v.write_path, c.reserved, c.confirmed, c.refunded, now()
 		FROM voucher v
 		CROSS JOIN LATERAL (
 			SELECT count(*) FILTER (WHERE r.status = 'RESERVED') AS reserved,
@@ -71,7 +73,7 @@ func scanView(row pgx.Row) (voucher.Voucher, error) {
 	var hold *int64
 	err := row.Scan(&v.Code, &v.DiscountAmount, &v.MinOrderAmount, &v.TotalLimit, &v.PerUserLimit,
 		&v.StartsAt, &v.EndsAt, &v.FlashSale, &v.Paused, &v.UsedCount, &v.RequireCheckoutToken, &hold,
-		&v.ReservedCount, &v.ConfirmedCount, &v.RefundedCount, &now)
+		&v.WritePath, &v.ReservedCount, &v.ConfirmedCount, &v.RefundedCount, &now)
 	if err != nil {
 		return voucher.Voucher{}, err
 	}
@@ -87,10 +89,11 @@ func (s *Store) CreateVoucher(ctx context.Context, v voucher.Voucher, actor stri
 		_, err := tx.Exec(ctx, `
 			INSERT INTO voucher (code, discount_amount, min_order_amount, total_limit,
 			                     per_user_limit, starts_at, ends_at, flash_sale,
-			                     require_checkout_token, hold_ttl_us)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)`,
+			                     require_checkout_token, hold_ttl_us, write_path)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)`,
 			v.Code, v.DiscountAmount, v.MinOrderAmount, v.TotalLimit,
-			v.PerUserLimit, v.StartsAt, v.EndsAt, v.FlashSale, v.RequireCheckoutToken, holdColumn(v.HoldTTL))
+			v.PerUserLimit, v.StartsAt, v.EndsAt, v.FlashSale, v.RequireCheckoutToken, holdColumn(v.HoldTTL),
+			writePathColumn(v.WritePath))
 		if err != nil {
 			return err
 		}
@@ -229,14 +232,19 @@ func (s *Store) changeVoucher(ctx context.Context, code, actor, action string, l
 		if after.TotalLimit < before.UsedCount {
 			return voucher.ErrLimitBelowUsed
 		}
+		if after.WritePath != before.WritePath {
+			if err := writePathMayChange(ctx, tx, before); err != nil {
+				return err
+			}
+		}
 		if _, err := tx.Exec(ctx, `
 			UPDATE voucher SET discount_amount = $2, min_order_amount = $3, total_limit = $4,
 			       per_user_limit = $5, starts_at = $6, ends_at = $7, paused = $8,
-			       require_checkout_token = $9, hold_ttl_us = $10, updated_at = now()
+			       require_checkout_token = $9, hold_ttl_us = $10, write_path = $11, updated_at = now()
 			WHERE code = $1`,
 			code, after.DiscountAmount, after.MinOrderAmount, after.TotalLimit,
 			after.PerUserLimit, after.StartsAt, after.EndsAt, after.Paused,
-			after.RequireCheckoutToken, holdColumn(after.HoldTTL)); err != nil {
+			after.RequireCheckoutToken, holdColumn(after.HoldTTL), writePathColumn(after.WritePath)); err != nil {
 			return err
 		}
 		if after.PerUserLimit != before.PerUserLimit {
@@ -261,3 +269,28 @@ func (s *Store) changeVoucher(ctx context.Context, code, actor, action string, l
 }
 
 var errWindow = voucher.Errorf(voucher.CodeInvalidRequest, "startsAt must be before endsAt (to the microsecond)")
+
+// writePathColumn is write_path for a voucher's path: sync when unset.
+func writePathColumn(p string) string {
+	if p == "" {
+		return voucher.WritePathSync
+	}
+	return p
+}
+
+// writePathMayChange refuses a change of v's write path while v is live by
+// the database's clock (WRITE_PATH_LIVE). A paused, scheduled or ended
+// voucher admits nothing, so no admission can be written by the old path
+// after the new one took over; the log's records still in flight are
+// written by the consumer whatever the path is now (the same idempotent
+// group commit), so a change never waits for them.
+func writePathMayChange(ctx context.Context, tx pgx.Tx, v voucher.Voucher) error {
+	var now time.Time
+	if err := tx.QueryRow(ctx, `SELECT now()`).Scan(&now); err != nil {
+		return err
+	}
+	if v.StateAt(now) == voucher.StateLive {
+		return voucher.ErrWritePathLive
+	}
+	return nil
+}

@@ -20,15 +20,16 @@ import (
 // listings, the export and the audit trail. Every change is made under the
 // name of the token that asked (httpx.ActorFrom).
 type admin struct {
-	op    *sale.Operator
-	store *store.Store
-	jobs  *jobs.Jobs // nil in tests that do not run the background jobs
-	log   *slog.Logger
+	op     *sale.Operator
+	ledger *sale.Ledger
+	store  *store.Store
+	jobs   *jobs.Jobs // nil in tests that do not run the background jobs
+	log    *slog.Logger
 }
 
 // adminRoutes registers the admin routes on r.
 func (s *Server) adminRoutes(r gin.IRoutes) {
-	a := &admin{op: s.Operator, store: s.Store, jobs: s.Jobs, log: s.Log}
+	a := &admin{op: s.Operator, ledger: s.Ledger, store: s.Store, jobs: s.Jobs, log: s.Log}
 	r.POST(api.RouteVouchers, a.create)
 	r.GET(api.RouteVouchers, a.list)
 	r.GET(api.RouteVoucher, a.get)
@@ -41,6 +42,7 @@ func (s *Server) adminRoutes(r gin.IRoutes) {
 	r.GET(api.RouteExport, a.export)
 	r.GET(api.RouteAudit, a.audit)
 	a.eventRoutes(r)
+	a.admissionRoutes(r)
 }
 
 func (a *admin) create(c *gin.Context) {
@@ -227,8 +229,10 @@ func (a *admin) audit(c *gin.Context) {
 	c.JSON(http.StatusOK, gin.H{"events": events})
 }
 
-// widestWindow is a voucher whose window any valid patch fits.
+// widestWindow is a voucher whose window any valid patch fits; a flash one,
+// so that writePath log is checked against the voucher itself, under its lock.
 var widestWindow = voucher.Voucher{
-	StartsAt: time.Date(1, 1, 1, 0, 0, 0, 0, time.UTC),
-	EndsAt:   time.Date(9999, 12, 31, 23, 59, 59, 999_999_999, time.UTC),
+	FlashSale: true,
+	StartsAt:  time.Date(1, 1, 1, 0, 0, 0, 0, time.UTC),
+	EndsAt:    time.Date(9999, 12, 31, 23, 59, 59, 999_999_999, time.UTC),
 }

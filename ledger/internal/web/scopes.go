@@ -27,14 +27,19 @@ var scopes = httpx.RouteScopes{
 	httpx.RouteKey(http.MethodGet, api.RouteExport):              {httpx.ScopeRead},
 	httpx.RouteKey(http.MethodGet, api.RouteAudit):               {httpx.ScopeRead},
 	httpx.RouteKey(http.MethodGet, api.RouteEvents):              {httpx.ScopeRead},
+	httpx.RouteKey(http.MethodGet, api.RouteFailedAdmissions):    {httpx.ScopeRead},
 
-	httpx.RouteKey(http.MethodPost, api.RouteVouchers):   {httpx.ScopeWrite},
-	httpx.RouteKey(http.MethodPatch, api.RouteVoucher):   {httpx.ScopeWrite},
-	httpx.RouteKey(http.MethodPost, api.RoutePause):      {httpx.ScopeWrite},
-	httpx.RouteKey(http.MethodPost, api.RouteResume):     {httpx.ScopeWrite},
-	httpx.RouteKey(http.MethodPost, api.RouteWarmup):     {httpx.ScopeWrite, httpx.ScopeInternal}, // a proxy warms a voucher it meets cold
-	httpx.RouteKey(http.MethodPost, api.RouteReconcile):  {httpx.ScopeWrite},
-	httpx.RouteKey(http.MethodPost, api.RouteEventRetry): {httpx.ScopeWrite},
+	httpx.RouteKey(http.MethodPost, api.RouteVouchers):         {httpx.ScopeWrite},
+	httpx.RouteKey(http.MethodPatch, api.RouteVoucher):         {httpx.ScopeWrite},
+	httpx.RouteKey(http.MethodPost, api.RoutePause):            {httpx.ScopeWrite},
+	httpx.RouteKey(http.MethodPost, api.RouteResume):           {httpx.ScopeWrite},
+	httpx.RouteKey(http.MethodPost, api.RouteWarmup):           {httpx.ScopeWrite, httpx.ScopeInternal}, // a proxy warms a voucher it meets cold
+	httpx.RouteKey(http.MethodPost, api.RouteReconcile):        {httpx.ScopeWrite},
+	httpx.RouteKey(http.MethodPost, api.RouteEventRetry):       {httpx.ScopeWrite},
+	httpx.RouteKey(http.MethodPost, api.RouteAdmissionReplay):  {httpx.ScopeWrite},
+	httpx.RouteKey(http.MethodPost, api.RouteAdmissionDiscard): {httpx.ScopeWrite},
+	httpx.RouteKey(http.MethodPost, api.RouteAdmissionReplay):  {httpx.ScopeWrite},
+	httpx.RouteKey(http.MethodPost, api.RouteAdmissionDiscard): {httpx.ScopeWrite},
 
 	httpx.RouteKey(http.MethodPost, api.RouteAdmitted):      {httpx.ScopeInternal},
 	httpx.RouteKey(http.MethodPost, api.RouteAdmittedBatch): {httpx.ScopeInternal},

@@ -1,0 +1,112 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/flashgate/flashgate/shared/voucher"
+)
+
+// FailedAdmission is an admission of a log voucher the database refused (a
+// dead letter), as GET /admin/admissions/failed lists it.
+type FailedAdmission struct {
+	Code        string     `json:"code"`
+	OrderID     string     `json:"orderId"`
+	CustomerID  int64      `json:"customerId"`
+	OrderAmount int64      `json:"orderAmount"`
+	Reason      string     `json:"reason"` // the refusal's error code, or UNREADABLE
+	Message     string     `json:"message"`
+	Partition   int32      `json:"partition"`
+	Offset      int64      `json:"offset"`
+	AdmittedAt  time.Time  `json:"admittedAt"`
+	FailedAt    time.Time  `json:"failedAt"`
+	Resolution  *string    `json:"resolution"` // null while open; replayed or discarded
+	ResolvedAt  *time.Time `json:"resolvedAt"`
+	ResolvedBy  *string    `json:"resolvedBy"`
+}
+
+// The resolutions of a failed admission.
+const (
+	ResolutionReplayed  = "replayed"
+	ResolutionDiscarded = "discarded"
+)
+
+// InsertFailedAdmissions records refused admissions; one already recorded
+// (a redelivery of its record) is kept as it was.
+func (s *Store) InsertFailedAdmissions(ctx context.Context, fs []FailedAdmission) error {
+	if len(fs) == 0 {
+		return nil
+	}
+	b := &pgx.Batch{}
+	for _, f := range fs {
+		b.Queue(`
+			INSERT INTO admission_failed (voucher_code, order_id, customer_id, order_amount, reason, message,
+			                              log_partition, log_offset, admitted_at)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
+			ON CONFLICT (voucher_code, order_id) DO NOTHING`,
+			f.Code, f.OrderID, f.CustomerID, f.OrderAmount, f.Reason, f.Message, f.Partition, f.Offset, f.AdmittedAt)
+	}
+	if err := s.pool.SendBatch(ctx, b).Close(); err != nil {
+		return Translate(fmt.Errorf("record %d failed admissions: %w", len(fs), err))
+	}
+	return nil
+}
+
+const failedColumns = `voucher_code, order_id, customer_id, order_amount, reason, message, log_partition, log_offset,
+	admitted_at, failed_at, resolution, resolved_at, resolved_by`
+
+func scanFailed(row pgx.CollectableRow) (FailedAdmission, error) {
+	var f FailedAdmission
+	err := row.Scan(&f.Code, &f.OrderID, &f.CustomerID, &f.OrderAmount, &f.Reason, &f.Message, &f.Partition, &f.Offset,
+		&f.AdmittedAt, &f.FailedAt, &f.Resolution, &f.ResolvedAt, &f.ResolvedBy)
+	return f, err
+}
+
+// FailedAdmissions lists the refused admissions, oldest first: only those
+// still open unless all, at most limit.
+func (s *Store) FailedAdmissions(ctx context.Context, all bool, limit int) ([]FailedAdmission, error) {
+	rows, err := s.pool.Query(ctx, `SELECT `+failedColumns+` FROM admission_failed
+		WHERE $1 OR resolution IS NULL ORDER BY failed_at, voucher_code, order_id LIMIT $2`, all, limit)
+	if err != nil {
+		return nil, Translate(fmt.Errorf("failed admissions: %w", err))
+	}
+	fs, err := pgx.CollectRows(rows, scanFailed)
+	if err != nil {
+		return nil, Translate(fmt.Errorf("failed admissions: %w", err))
+	}
+	return fs, nil
+}
+
+// FailedAdmission returns one refused admission (RESERVATION_NOT_FOUND when
+// there is none).
+func (s *Store) FailedAdmission(ctx context.Context, code, orderID string) (FailedAdmission, error) {
+	rows, err := s.pool.Query(ctx, `SELECT `+failedColumns+` FROM admission_failed
+		WHERE voucher_code = $1 AND order_id = $2`, code, orderID)
+	if err != nil {
+		return FailedAdmission{}, Translate(fmt.Errorf("failed admission %s/%s: %w", code, orderID, err))
+	}
+	f, err := pgx.CollectExactlyOneRow(rows, scanFailed)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return FailedAdmission{}, voucher.Errorf(voucher.CodeNotFound, "no failed admission of order %s for voucher %s", orderID, code)
+	}
+	if err != nil {
+		return FailedAdmission{}, Translate(fmt.Errorf("failed admission %s/%s: %w", code, orderID, err))
+	}
+	return f, nil
+}
+
+// ResolveFailedAdmission marks an open refused admission replayed or
+// discarded by actor; one already resolved is left as it was (false).
+func (s *Store) ResolveFailedAdmission(ctx context.Context, code, orderID, resolution, actor string) (bool, error) {
+	tag, err := s.pool.Exec(ctx, `
+		UPDATE admission_failed SET resolution = $3, resolved_at = now(), resolved_by = $4
+		WHERE voucher_code = $1 AND order_id = $2 AND resolution IS NULL`, code, orderID, resolution, actor)
+	if err != nil {
+		return false, Translate(fmt.Errorf("resolve failed admission %s/%s: %w", code, orderID, err))
+	}
+	return tag.RowsAffected() == 1, nil
+}
