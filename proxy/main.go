@@ -192,18 +192,12 @@ func run(cfg Config, log *slog.Logger) error {
 
 	// The address first: a taken port stops the start before anything is
 	// contacted or said to listen.
-	ln, err := httpx.Listen("PROXY_ADDR", cfg.Addr)
+	lns, err := httpx.ListenAll("PROXY_ADDR", cfg.Addr, cfg.MetricsAddr, cfg.DebugAddr, log)
 	if err != nil {
 		return err
 	}
+	ln, metricsLn := lns.Main, lns.Metrics
 	defer ln.Close()
-	metricsLn, err := httpx.Listen("METRICS_ADDR", cfg.MetricsAddr)
-	if err != nil {
-		return err
-	}
-	if err := httpx.ServeDebug(cfg.DebugAddr, log); err != nil {
-		return err
-	}
 	metrics := httpx.NewMetrics("proxy")
 	rdb, err := gate.NewClient(cfg.RedisURL, gate.ClientOptions{Timeout: cfg.RedisTimeout, PoolSize: cfg.RedisPool})
 	if err != nil {

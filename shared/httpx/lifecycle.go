@@ -94,6 +94,35 @@ func Listen(addrVar, addr string) (net.Listener, error) {
 	return ln, nil
 }
 
+// Listeners are a service's listeners, bound before it contacts anything.
+type Listeners struct {
+	Main, Metrics net.Listener // Metrics is nil when METRICS_ADDR is unset
+}
+
+// ListenAll binds a service's address (addrVar=addr), METRICS_ADDR and
+// DEBUG_ADDR (serving pprof on the last at once), so that a taken port stops
+// the start before anything is contacted or said to listen. On an error
+// nothing stays bound but the debug listener, which lives with the process.
+func ListenAll(addrVar, addr, metricsAddr, debugAddr string, log *slog.Logger) (Listeners, error) {
+	ln, err := Listen(addrVar, addr)
+	if err != nil {
+		return Listeners{}, err
+	}
+	metrics, err := Listen("METRICS_ADDR", metricsAddr)
+	if err != nil {
+		ln.Close()
+		return Listeners{}, err
+	}
+	if err := ServeDebug(debugAddr, log); err != nil {
+		ln.Close()
+		if metrics != nil {
+			metrics.Close()
+		}
+		return Listeners{}, err
+	}
+	return Listeners{Main: ln, Metrics: metrics}, nil
+}
+
 // Serve serves srv on ln (Listen) with at most maxConns client connections open at
 // once (idle keep-alive ones are closed to make room; see limitConns) and
 // serves until told to stop, then runs the shutdown sequence: not ready at
