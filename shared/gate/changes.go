@@ -65,11 +65,13 @@ type Watcher struct {
 	onChange func(code string)
 	log      *slog.Logger
 
-	mu      sync.Mutex
-	ps      *redis.PubSub // nil until Run subscribed
-	pinged  *syncRound    // the round whose ping is out, nil when none
-	waiting *syncRound    // the callers that came after it was sent: the next ping is theirs
-	rounds  atomic.Uint64
+	mu        sync.Mutex
+	ps        *redis.PubSub // nil until Run subscribed
+	pinged    *syncRound    // the round whose ping is out, nil when none
+	waiting   *syncRound    // the callers that came after it was sent: the next ping is theirs
+	sent      time.Time     // when the last ping went
+	scheduled bool          // the waiting round's ping is due at sent + syncGap
+	rounds    atomic.Uint64
 }
 
 // syncRound is one ping: the callers waiting for its pong.
@@ -82,6 +84,11 @@ type syncRound struct {
 func NewWatcher(s Subscriber, onChange func(code string), log *slog.Logger) *Watcher {
 	return &Watcher{sub: s, onChange: onChange, log: log}
 }
+
+// syncGap is the least time between two pings of Sync: a flood of misses
+// (made-up codes) costs Redis and the watcher at most 1,000 pings a second,
+// each miss waiting at most this much longer.
+const syncGap = time.Millisecond
 
 // syncPrefix marks the pings of Sync; the health checks' pings carry none.
 const syncPrefix = "flashgate-sync-"
@@ -179,7 +186,7 @@ func (w *Watcher) Sync(ctx context.Context) error {
 		w.waiting = r
 	}
 	if w.pinged == nil {
-		w.sendLocked()
+		w.kickLocked()
 	}
 	w.mu.Unlock()
 	select {
@@ -190,7 +197,7 @@ func (w *Watcher) Sync(ctx context.Context) error {
 		if w.pinged == r { // its pong is lost (a reconnect): let the next round go
 			w.pinged = nil
 			if w.waiting != nil {
-				w.sendLocked()
+				w.kickLocked()
 			}
 		}
 		w.mu.Unlock()
@@ -198,10 +205,32 @@ func (w *Watcher) Sync(ctx context.Context) error {
 	}
 }
 
+// kickLocked sends the waiting round's ping now, or once syncGap has passed
+// since the last one (a timer, which a second kick does not start again).
+func (w *Watcher) kickLocked() {
+	if w.scheduled {
+		return
+	}
+	wait := syncGap - time.Since(w.sent)
+	if wait <= 0 {
+		w.sendLocked()
+		return
+	}
+	w.scheduled = true
+	time.AfterFunc(wait, func() {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		w.scheduled = false
+		if w.pinged == nil && w.waiting != nil && w.ps != nil {
+			w.sendLocked()
+		}
+	})
+}
+
 // sendLocked pings for the waiting round, which becomes the round out.
 func (w *Watcher) sendLocked() {
 	r := w.waiting
-	w.pinged, w.waiting = r, nil
+	w.pinged, w.waiting, w.sent = r, nil, time.Now()
 	if err := w.ps.Ping(context.Background(), r.id); err != nil {
 		w.pinged = nil // its callers' bounds end their wait
 	}
@@ -220,6 +249,6 @@ func (w *Watcher) ponged(payload string) {
 	close(w.pinged.done)
 	w.pinged = nil
 	if w.waiting != nil && w.ps != nil {
-		w.sendLocked()
+		w.kickLocked()
 	}
 }
