@@ -20,6 +20,7 @@ import (
 	"github.com/flashgate/flashgate/loadtest/internal/load"
 	"github.com/flashgate/flashgate/loadtest/internal/stack"
 	"github.com/flashgate/flashgate/loadtest/internal/verify"
+	"github.com/flashgate/flashgate/shared/voucher"
 )
 
 // Config is one burst: its traffic and the voucher it goes after.
@@ -32,6 +33,7 @@ type Config struct {
 	Customers int           // distinct customers
 	Retry     float64       // share of requests resending an earlier orderId
 	Flash     bool          // flash voucher (Redis gate) or standard (guarded UPDATE)
+	WritePath string        // a flash voucher's writePath (voucher.WritePathLog: Approach B); empty: sync
 	Seed      uint64
 	// StatsWait > 0 measures Postgres commits per admitted reservation, waiting
 	// this long after the burst for backends to publish their counters (Postgres
@@ -56,7 +58,7 @@ func Send(ctx context.Context, b *verify.Bench, cfg Config) (*verify.Summary, er
 	if cfg.Label == "" {
 		cfg.Label = "burst"
 	}
-	spec := verify.VoucherSpec{Code: verify.NewCode(CodePrefix(cfg.Label)), Stock: cfg.Stock, PerUser: max(cfg.PerUser, 1), Flash: cfg.Flash}
+	spec := verify.VoucherSpec{Code: verify.NewCode(CodePrefix(cfg.Label)), Stock: cfg.Stock, PerUser: max(cfg.PerUser, 1), Flash: cfg.Flash, WritePath: cfg.WritePath}
 	plan := load.NewPlan(spec.Code, load.Crowd{Requests: cfg.Requests(), Customers: cfg.Customers, Retry: cfg.Retry, Seed: cfg.Seed})
 	if cfg.Replay != nil {
 		plan, cfg.Attack.Schedule = cfg.Replay.planFor(spec.Code), cfg.Replay.At
@@ -111,6 +113,13 @@ func Send(ctx context.Context, b *verify.Bench, cfg Config) (*verify.Summary, er
 		return s, nil
 	}
 
+	if spec.WritePath == voucher.WritePathLog {
+		// A 201 is an admission in Kafka: its row comes when the consumer
+		// writes it, and the checks read the rows.
+		if _, err := b.WaitUsed(ctx, spec.Code, s.AdmittedOrders, logWriteWait); err != nil {
+			return nil, err
+		}
+	}
 	o, err := b.Outcome(ctx, spec, plan, v.Shots)
 	if err != nil {
 		return nil, err
@@ -125,6 +134,10 @@ func Send(ctx context.Context, b *verify.Bench, cfg Config) (*verify.Summary, er
 	}
 	return s, nil
 }
+
+// logWriteWait is how long a log voucher's burst waits for the consumer to
+// write every order answered 201 before its checks run.
+const logWriteWait = 2 * time.Minute
 
 // CodePrefix makes a label fit a voucher code: letters, digits and '-', short.
 func CodePrefix(label string) string {

@@ -22,6 +22,7 @@ import (
 	"github.com/flashgate/flashgate/loadtest/internal/load"
 	"github.com/flashgate/flashgate/loadtest/internal/stack"
 	"github.com/flashgate/flashgate/loadtest/internal/verify"
+	"github.com/flashgate/flashgate/shared/voucher"
 )
 
 // The paths compare measures, in the order it measures them.
@@ -30,6 +31,7 @@ const (
 	pathStandard   = "standard"
 	pathNoCoalesce = "flash-nocoalesce"
 	pathFlash      = "flash"
+	pathFlashLog   = "flash-log"
 	pathSoldOut    = "sold-out"
 	pathGate       = "flash-gate"
 	pathGateNoCo   = "flash-gate-nocoalesce"
@@ -42,13 +44,14 @@ const (
 // pathNotes, the traffic vegeta sends it in comparer.shape, the server it goes
 // to in comparer.openPaths (the stack's proxy unless set there), and, to be in
 // the wrk table, how wrk drives it in wrkPaths.
-var allPaths = []string{pathCeiling, pathStandard, pathSolution1, pathNoCoalesce, pathFlash, pathNoEvents, pathGateNoCo, pathGate, pathSoldOut}
+var allPaths = []string{pathCeiling, pathStandard, pathSolution1, pathNoCoalesce, pathFlash, pathFlashLog, pathNoEvents, pathGateNoCo, pathGate, pathSoldOut}
 
 var pathNotes = map[string]string{
 	pathCeiling:    "bare gin: bind + validate the body, fixed 409 (own process)",
 	pathStandard:   "flashSale false: proxy -> ledger guarded UPDATE per request",
 	pathNoCoalesce: "flash, PROXY_COALESCE=off: one Redis script call per request, then ledger",
 	pathFlash:      "flash, coalesced Redis script calls, ledger group commit",
+	pathFlashLog:   "flash, writePath log (Approach B): coalesced Redis script calls, the admission produced to Kafka (kfake, in the loadtest process) and answered on its ack; the ledger's consumer writes Postgres behind",
 	pathSoldOut:    "flash voucher with 0 uses left: sold-out flag / Redis refusal",
 	pathGate:       "flash, coalesced: 100 customers at their limit, refused by the Redis script (no DB write, no sold-out flag)",
 	pathGateNoCo:   "the same with PROXY_COALESCE=off: one Redis script call per request",
@@ -80,6 +83,7 @@ type WrkConfig struct {
 	Duration  time.Duration // of each measured run
 	Rounds    int           // flat-out runs per path, in turns; the best counts
 	SaleRate  float64       // the 1,000-use sale sent by wrk at this rate (0: skip)
+	LogSale   int           // uses of the flash-log sale sent by wrk flat out, with the consumer's lag (0: skip)
 }
 
 // StepResult is one burst of a compare run, in short.
@@ -143,6 +147,8 @@ func (c *comparer) shape(path string, rate float64, d time.Duration) burst.Confi
 	b.Stock = b.Requests()
 	b.Customers = b.Requests()
 	switch path {
+	case pathFlashLog:
+		b.WritePath = voucher.WritePathLog
 	case pathSoldOut:
 		b.Stock = 0
 	case pathGate, pathGateNoCo:
@@ -311,6 +317,7 @@ func parseCompareFlags(args []string) (compareCmd, error) {
 	fs.DurationVar(&cfg.Wrk.Duration, "wrk-duration", 5*time.Second, "length of each measured wrk run")
 	fs.IntVar(&cfg.Wrk.Rounds, "wrk-rounds", 2, "flat-out wrk runs per path, in turns (the best counts)")
 	fs.Float64Var(&cfg.Wrk.SaleRate, "wrk-sale-rate", commitsTargetRate, "rate of the 1,000-use sale sent by wrk, for commits per admitted (0: skip)")
+	fs.IntVar(&cfg.Wrk.LogSale, "wrk-log-sale", 50_000, "uses of the writePath log voucher sold by wrk flat out when flash-log is measured: the consumer's lag and the time until Postgres holds every 201 (0: skip)")
 	fs.StringVar(&c.Out, "out", "", "report directory (default loadtest/reports/compare-<timestamp>)")
 	fs.StringVar(&c.BinDir, "bin", "", "directory holding ledger and proxy")
 	fs.StringVar(&c.Token, "token", "dev-token", "LEDGER_TOKEN of the stack")
@@ -353,7 +360,8 @@ func Run(ctx context.Context, args []string) error {
 	}
 	started := time.Now()
 	fmt.Println("starting a local stack...")
-	st, err := stack.Start(stack.Options{BinDir: cmd.BinDir, Token: cmd.Token, DurablePG: cmd.Config.Durable})
+	st, err := stack.Start(stack.Options{BinDir: cmd.BinDir, Token: cmd.Token, DurablePG: cmd.Config.Durable,
+		AdmissionsLog: slices.Contains(cmd.Config.Paths, pathFlashLog)})
 	if err != nil {
 		return err
 	}
@@ -381,7 +389,7 @@ func Run(ctx context.Context, args []string) error {
 // the solution1 server.
 // stop stops what it started.
 func (c *comparer) openPaths(st *stack.Stack, b *verify.Bench) (stop func(), err error) {
-	c.benches = map[string]*verify.Bench{pathStandard: b, pathFlash: b, pathSoldOut: b, pathGate: b}
+	c.benches = map[string]*verify.Bench{pathStandard: b, pathFlash: b, pathFlashLog: b, pathSoldOut: b, pathGate: b}
 	var stops []func()
 	stop = func() {
 		for _, s := range stops {
@@ -490,9 +498,11 @@ func (c *comparer) sale(ctx context.Context, b *verify.Bench, dir string) (*veri
 
 // startNoEvents starts a ledger with EVENTS=off (its writes leave the outbox
 // empty) and a proxy that writes through it, and returns the proxy's URL: the
-// flash path's cost without the events, on the same database and Redis.
+// flash path's cost without the events, on the same database and Redis. It
+// takes no part in the admissions log (flash-log's consumer stays the stack's
+// ledger alone).
 func startNoEvents(st *stack.Stack) (string, error) {
-	_, ledgerURL, err := st.StartLedger("ledger-noevents", "", "EVENTS=off")
+	_, ledgerURL, err := st.StartLedger("ledger-noevents", "", "EVENTS=off", "KAFKA_ADMISSIONS_BROKERS=")
 	if err != nil {
 		return "", err
 	}

@@ -2,8 +2,10 @@ package compare
 
 import (
 	"testing"
+	"time"
 
 	"github.com/flashgate/flashgate/loadtest/internal/verify"
+	"github.com/flashgate/flashgate/shared/voucher"
 )
 
 func TestStoppedBy(t *testing.T) {
@@ -51,5 +53,20 @@ func TestSaleCommitsTargetAtItsRate(t *testing.T) {
 		if want := map[bool]int{false: 0, true: 1}[tt.judge]; judged != want {
 			t.Errorf("sale at %.0f/s: %d commits targets, want %d (%v)", tt.rate, judged, want, r.Targets)
 		}
+	}
+}
+
+// TestShapeFlashLog: the flash-log path's bursts sell a flash voucher with
+// writePath log; flash's keep the default.
+func TestShapeFlashLog(t *testing.T) {
+	c := &comparer{}
+	if got := c.shape(pathFlashLog, 1000, time.Second); !got.Flash || got.WritePath != voucher.WritePathLog {
+		t.Errorf("shape(%s) = Flash %v, WritePath %q, want true, %q", pathFlashLog, got.Flash, got.WritePath, voucher.WritePathLog)
+	}
+	if got := c.shape(pathFlash, 1000, time.Second); !got.Flash || got.WritePath != "" {
+		t.Errorf("shape(%s) = Flash %v, WritePath %q, want true, \"\"", pathFlash, got.Flash, got.WritePath)
+	}
+	if _, ok := wrkPaths[pathFlashLog]; !ok || pathNotes[pathFlashLog] == "" {
+		t.Errorf("flash-log has no wrk path or no note")
 	}
 }

@@ -84,6 +84,7 @@ func (r *Report) finish(cfg Config) {
 			Got: fmt.Sprintf("%.2f x (%.0f/s vs %.0f/s)", got, pa.MaxRate, pb.MaxRate)})
 	}
 	ratio(pathFlash, pathCeiling, 0.7, "flash (coalesced) >= 0.7 x ceiling")
+	ratio(pathFlashLog, pathCeiling, 0.3, "flash-log (admitted and acknowledged) >= 0.3 x ceiling")
 	ratio(pathGate, pathCeiling, 0.7, "flash gate (coalesced, refusals) >= 0.7 x ceiling")
 	ratio(pathGate, pathGateNoCo, 1, "flash gate: coalesced >= one script call per request")
 	ratio(pathSoldOut, pathCeiling, 0.9, "sold-out >= 0.9 x ceiling")

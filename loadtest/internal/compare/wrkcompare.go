@@ -18,22 +18,24 @@ import (
 )
 
 // wrkPath prepares one of compare's paths for a wrk run: a fresh voucher in
-// the state the path needs, and the script that drives it. A path without an
-// entry in wrkPaths is measured by vegeta only.
-type wrkPath func(ctx context.Context, b *verify.Bench) (wrkScript, error)
+// the state the path needs, and the script that drives it, with the voucher's
+// code (empty for the ceiling). A path without an entry in wrkPaths is
+// measured by vegeta only.
+type wrkPath func(ctx context.Context, b *verify.Bench) (wrkScript, string, error)
 
 // wrkPaths are the paths the wrk table measures, by name (see allPaths).
 var wrkPaths = map[string]wrkPath{
-	pathCeiling: func(context.Context, *verify.Bench) (wrkScript, error) {
-		return constantRequest(api.ReservationsPath("CEILING"), wrkBody(3, "wrk-ceiling-1")), nil
+	pathCeiling: func(context.Context, *verify.Bench) (wrkScript, string, error) {
+		return constantRequest(api.ReservationsPath("CEILING"), wrkBody(3, "wrk-ceiling-1")), "", nil
 	},
 	pathSoldOut:    wrkSoldOut,
 	pathGate:       wrkGate,
 	pathGateNoCo:   wrkGate,
-	pathFlash:      wrkFresh(true),
-	pathNoCoalesce: wrkFresh(true),
-	pathStandard:   wrkFresh(false),
-	pathSolution1:  wrkFresh(false),
+	pathFlash:      wrkFresh(true, ""),
+	pathFlashLog:   wrkFresh(true, voucher.WritePathLog),
+	pathNoCoalesce: wrkFresh(true, ""),
+	pathStandard:   wrkFresh(false, ""),
+	pathSolution1:  wrkFresh(false, ""),
 }
 
 func wrkBody(customer int64, order string) string {
@@ -42,45 +44,48 @@ func wrkBody(customer int64, order string) string {
 
 // wrkSoldOut: a flash voucher whose one use is taken; the next refusal set
 // the proxy's sold-out flag.
-func wrkSoldOut(ctx context.Context, b *verify.Bench) (wrkScript, error) {
+func wrkSoldOut(ctx context.Context, b *verify.Bench) (wrkScript, string, error) {
 	code := verify.NewCode("wrk-soldout")
 	if err := createVoucherRetrying(ctx, b, verify.VoucherSpec{Code: code, Stock: 1, PerUser: 1, Flash: true}); err != nil {
-		return "", err
+		return "", "", err
 	}
 	for i, want := range []int{http.StatusCreated, http.StatusConflict} {
 		if err := reserveOnce(ctx, b, code, int64(i+1), fmt.Sprintf("%s-%d", code, i), want); err != nil {
-			return "", err
+			return "", "", err
 		}
 	}
-	return constantRequest(api.ReservationsPath(code), wrkBody(3, code+"-x")), nil
+	return constantRequest(api.ReservationsPath(code), wrkBody(3, code+"-x")), code, nil
 }
 
 // wrkGate: a flash voucher with stock, 100 customers at their limit of one;
 // each request is a new order of one of them, refused by the Redis script.
-func wrkGate(ctx context.Context, b *verify.Bench) (wrkScript, error) {
+func wrkGate(ctx context.Context, b *verify.Bench) (wrkScript, string, error) {
 	code := verify.NewCode("wrk-gate")
 	if err := createVoucherRetrying(ctx, b, verify.VoucherSpec{Code: code, Stock: 1_000_000, PerUser: 1, Flash: true}); err != nil {
-		return "", err
+		return "", "", err
 	}
 	var bodies []string
 	for c := int64(1); c <= 100; c++ {
 		if err := reserveOnce(ctx, b, code, c, fmt.Sprintf("%s-h%d", code, c), http.StatusCreated); err != nil {
-			return "", err
+			return "", "", err
 		}
 		bodies = append(bodies, wrkBody(c, fmt.Sprintf("%s-g%d", code, c)))
 	}
-	return cycledRequests(api.ReservationsPath(code), bodies), nil
+	return cycledRequests(api.ReservationsPath(code), bodies), code, nil
 }
 
-// wrkFresh: a voucher (flash or standard) with stock for every request; each
-// request is a new order of a new customer, admitted and written.
-func wrkFresh(flash bool) wrkPath {
-	return func(ctx context.Context, b *verify.Bench) (wrkScript, error) {
+// wrkFresh: a voucher (flash or standard, with writePath, empty for the
+// default) with stock for every request; each request is a new order of a
+// new customer, admitted and written (for a log voucher: admitted and
+// produced, written behind).
+func wrkFresh(flash bool, writePath string) wrkPath {
+	return func(ctx context.Context, b *verify.Bench) (wrkScript, string, error) {
 		code := verify.NewCode("wrk-write")
-		if err := createVoucherRetrying(ctx, b, verify.VoucherSpec{Code: code, Stock: 50_000_000, PerUser: 1, Flash: flash}); err != nil {
-			return "", err
+		spec := verify.VoucherSpec{Code: code, Stock: 50_000_000, PerUser: 1, Flash: flash, WritePath: writePath}
+		if err := createVoucherRetrying(ctx, b, spec); err != nil {
+			return "", "", err
 		}
-		return freshOrders(api.ReservationsPath(code), code+"-", 0, load.OrderAmount), nil
+		return freshOrders(api.ReservationsPath(code), code+"-", 0, load.OrderAmount), code, nil
 	}
 }
 
@@ -178,6 +183,10 @@ type WrkPathResult struct {
 	At80   *WrkRun `json:"at80,omitempty"` // rate-limited to about 80% of Max
 	Ratio  float64 `json:"ratioToCeiling,omitempty"`
 	Faults int64   `json:"faults"` // 503s the service counted during the runs
+	// Drain is, for a log path, the longest wait after one of its runs
+	// until Postgres held every order answered 201 (the next run waits for
+	// it, so that no path is measured beside another's backlog).
+	Drain float64 `json:"drainSeconds,omitempty"`
 }
 
 // WrkReport is the wrk table of a compare run.
@@ -187,6 +196,7 @@ type WrkReport struct {
 	Rounds   int              `json:"rounds"`
 	Paths    []*WrkPathResult `json:"paths"`
 	Sale     *WrkSale         `json:"sale,omitempty"`
+	LogSale  *WrkLogSale      `json:"logSale,omitempty"`
 	Durable  bool             `json:"durable"`
 	Warnings []string         `json:"warnings,omitempty"`
 }
@@ -250,6 +260,13 @@ func (c *comparer) wrkCompare(ctx context.Context, paths []string, b *verify.Ben
 		}
 		rep.Sale = s
 	}
+	if p := rep.path(pathFlashLog); p != nil && cfg.LogSale > 0 {
+		s, err := c.wrkLogSale(ctx, c.benches[pathFlashLog], p.Max.Rate)
+		if err != nil {
+			return rep, err
+		}
+		rep.LogSale = s
+	}
 	return rep, nil
 }
 
@@ -278,16 +295,20 @@ func (c *comparer) wrkAt80(ctx context.Context, p *WrkPathResult) error {
 }
 
 // wrkRun prepares a fresh voucher for p, warms it up briefly and runs wrk.
+// On the log path it then waits until Postgres holds every order answered
+// 201 (Drain).
 func (c *comparer) wrkRun(ctx context.Context, p *WrkPathResult, conns, delayMs int) (WrkRun, error) {
 	b := c.benches[p.Name]
-	script, err := wrkPaths[p.Name](ctx, b)
+	script, warmCode, err := wrkPaths[p.Name](ctx, b)
 	if err != nil {
 		return WrkRun{}, fmt.Errorf("%s: %w", p.Name, err)
 	}
-	if _, err := runWrk(ctx, b.URL, script.withDelay(delayMs), conns, time.Second); err != nil { // warm-up
+	warm, err := runWrk(ctx, b.URL, script.withDelay(delayMs), conns, time.Second)
+	if err != nil {
 		return WrkRun{}, fmt.Errorf("%s: %w", p.Name, err)
 	}
-	if script, err = wrkPaths[p.Name](ctx, b); err != nil {
+	script, code, err := wrkPaths[p.Name](ctx, b)
+	if err != nil {
 		return WrkRun{}, fmt.Errorf("%s: %w", p.Name, err)
 	}
 	before := serviceCounts(ctx, b.URL)
@@ -297,9 +318,25 @@ func (c *comparer) wrkRun(ctx context.Context, p *WrkPathResult, conns, delayMs 
 	}
 	r.DelayMs = delayMs
 	p.Faults += serviceCounts(ctx, b.URL) - before
+	if p.Name == pathFlashLog {
+		start := time.Now()
+		for _, v := range []struct {
+			code string
+			run  WrkRun
+		}{{warmCode, warm}, {code, r}} {
+			if _, err := b.WaitUsed(ctx, v.code, int(v.run.Requests-v.run.Non2xx), logWriteWait); err != nil {
+				return r, fmt.Errorf("%s: %w", p.Name, err)
+			}
+		}
+		p.Drain = max(p.Drain, time.Since(start).Seconds())
+	}
 	c.pause(ctx)
 	return r, nil
 }
+
+// logWriteWait is how long a log path's run waits for the consumer to write
+// every order answered 201.
+const logWriteWait = 2 * time.Minute
 
 // wrkSale sells a fresh 1,000-use flash voucher to new customers at about
 // rate and reports the Postgres commits per admitted reservation.

@@ -3,6 +3,7 @@ package compare
 import (
 	"fmt"
 	"io"
+	"strings"
 )
 
 // Markdown writes the wrk table: each path's best flat-out rate, its p99
@@ -33,6 +34,45 @@ func (r *WrkReport) Markdown(w io.Writer, durable bool) {
 		fmt.Fprintf(w, "\nThe 1,000-use sale sent by wrk at %.0f/s: %d admitted, %d Postgres commits = %.3f per admitted reservation.\n",
 			s.Rate, s.Admitted, s.Commits.Delta, s.Commits.PerAdmitted)
 	}
+	r.writePaths(w, durable)
+}
+
+// writePaths sets flash-log beside flash: the rates, what the consumer
+// behind the log did, and what a 201 promises on each path.
+func (r *WrkReport) writePaths(w io.Writer, durable bool) {
+	logPath := r.path(pathFlashLog)
+	if logPath == nil {
+		return
+	}
+	fmt.Fprintln(w)
+	if f := r.path(pathFlash); f != nil && f.Max.Rate > 0 {
+		fmt.Fprintf(w, "flash-log against flash: %.2f x the rate (%.0f/s vs %.0f/s), p99 at ~80%% %s vs %s.\n",
+			logPath.Max.Rate/f.Max.Rate, logPath.Max.Rate, f.Max.Rate, at80P99(logPath), at80P99(f))
+	}
+	if logPath.Drain > 0 {
+		fmt.Fprintf(w, "After each flash-log run, Postgres held every 201 at most %.2f s after the last answer.\n", logPath.Drain)
+	}
+	if s := r.LogSale; s != nil {
+		fmt.Fprintf(w, "\nThe %s\n", strings.TrimPrefix(s.line(), "the "))
+	}
+	pg := "fsync off here: it survives the ledger's crash, not the machine's"
+	if durable {
+		pg = "durable here: fsync on"
+	}
+	fmt.Fprintf(w, "\nWhat a 201 promises: flash (sync): the order's row is committed in Postgres (%s). "+
+		"flash-log: the admission is in Kafka, acknowledged by every in-sync replica (here kfake: one broker in the loadtest's memory, "+
+		"no replica, no disk), and its row comes when the consumer writes it; until then GET, confirm, release and refund wait for it (up to 3 s, then 503).\n", pg)
+	fmt.Fprintln(w, "What an operator of flash-log watches: flashgate_admissions_lag_records and _lag_seconds (orders answered but not yet in Postgres), "+
+		"flashgate_admissions_dead_letter_total and GET /admin/admissions/failed (admissions the database refused after their 201: "+
+		"replay or discard), flashgate_admissions_write_faults_total, and the topic's retention against the longest consumer outage.")
+}
+
+// at80P99 is a path's p99 at about 80% of its maximum, or "-".
+func at80P99(p *WrkPathResult) string {
+	if p.At80 == nil {
+		return "-"
+	}
+	return fmt.Sprintf("%.1f ms", p.At80.P99Ms)
 }
 
 // wrkTargets are the targets on the wrk table.
@@ -56,6 +96,7 @@ func (r *Report) wrkTargets() {
 	ratio(pathSoldOut, 0.90)
 	ratio(pathGate, 0.75)
 	ratio(pathFlash, 0.30)
+	ratio(pathFlashLog, 0.30)
 	if f, s := r.Wrk.path(pathFlash), r.Wrk.path(pathSolution1); f != nil && s != nil && s.Max.Rate > 0 {
 		got := f.Max.Rate / s.Max.Rate
 		pg := "fsync off"

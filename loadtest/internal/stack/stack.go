@@ -11,7 +11,10 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"time"
+
+	"github.com/twmb/franz-go/pkg/kfake"
 
 	"github.com/flashgate/flashgate/shared/api"
 	"github.com/flashgate/flashgate/shared/devstack"
@@ -30,6 +33,9 @@ type Options struct {
 	ExternalDB  string    // use this DATABASE_URL instead of a throwaway server
 	ExternalRDB string    // use this REDIS_URL instead of a throwaway server
 	ServiceLog  io.Writer // where the ledger's and proxy's output goes; nil: stderr
+	// AdmissionsLog starts an in-process Kafka (kfake) and gives the ledger
+	// KAFKA_ADMISSIONS_BROKERS, for vouchers with writePath log.
+	AdmissionsLog bool
 
 	// The services' own view of their dependencies, when it differs from the
 	// servers' (the chaos harness routes it through fault-injecting proxies):
@@ -51,6 +57,7 @@ type Stack struct {
 	Redis                 *devstack.Redis    // nil when external
 	Postgres              *devstack.Postgres // nil when external
 	Ledger, Proxy         *devstack.Service
+	Kafka                 *kfake.Cluster // nil unless Options.AdmissionsLog
 	RedisURL, DBURL       string
 	LedgerURL, ProxyURL   string
 	LedgerAddr, ProxyAddr string
@@ -98,6 +105,12 @@ func Start(o Options) (s *Stack, err error) {
 		if o, err = s.delayHops(o); err != nil {
 			return s, err
 		}
+	}
+	if o.AdmissionsLog {
+		if s.Kafka, err = startKafka(); err != nil {
+			return s, err
+		}
+		o.LedgerEnv = append([]string{"KAFKA_ADMISSIONS_BROKERS=" + strings.Join(s.Kafka.ListenAddrs(), ",")}, o.LedgerEnv...)
 	}
 	ledgerBin, proxyBin, err := binaries(o.BinDir)
 	if err != nil {
@@ -188,6 +201,9 @@ func (s *Stack) Stop() {
 			_ = svc.Kill()
 			svc.Stop()
 		}
+	}
+	if s.Kafka != nil {
+		s.Kafka.Close()
 	}
 	if s.Postgres != nil {
 		s.Postgres.Stop()

@@ -105,6 +105,7 @@ type VoucherSpec struct {
 	Code           string
 	Stock, PerUser int
 	Flash          bool
+	WritePath      string // voucher.WritePathLog for Approach B; empty: the ledger's default (sync)
 }
 
 // CreateVoucher creates v through the ledger's admin route, valid from an hour
@@ -113,8 +114,12 @@ func (b *Bench) CreateVoucher(ctx context.Context, v VoucherSpec) error {
 	now := time.Now().UTC().Truncate(time.Second)
 	start, end := now.Add(-time.Hour), now.Add(24*time.Hour)
 	discount, minOrder := int64(load.DiscountAmount), int64(load.MinOrderAmount)
-	if _, err := b.ledger.CreateVoucher(ctx, voucher.NewVoucher{Code: &v.Code, DiscountAmount: &discount, MinOrderAmount: &minOrder,
-		TotalLimit: &v.Stock, PerUserLimit: &v.PerUser, FlashSale: &v.Flash, StartsAt: &start, EndsAt: &end}); err != nil {
+	nv := voucher.NewVoucher{Code: &v.Code, DiscountAmount: &discount, MinOrderAmount: &minOrder,
+		TotalLimit: &v.Stock, PerUserLimit: &v.PerUser, FlashSale: &v.Flash, StartsAt: &start, EndsAt: &end}
+	if v.WritePath != "" {
+		nv.WritePath = &v.WritePath
+	}
+	if _, err := b.ledger.CreateVoucher(ctx, nv); err != nil {
 		return fmt.Errorf("create voucher %s: %w", v.Code, err)
 	}
 	if !v.Flash {
@@ -141,6 +146,39 @@ func (b *Bench) Commits(ctx context.Context) (int64, error) {
 		return 0, fmt.Errorf("read xact_commit: %w", err)
 	}
 	return n, nil
+}
+
+// UsedCount reads code's used_count in the database.
+func (b *Bench) UsedCount(ctx context.Context, code string) (int, error) {
+	var n int
+	if err := b.db.QueryRow(ctx, `SELECT used_count FROM voucher WHERE code = $1`, code).Scan(&n); err != nil {
+		return 0, fmt.Errorf("read used_count of %s: %w", code, err)
+	}
+	return n, nil
+}
+
+// WaitUsed polls code's used_count until it reaches want (a log voucher's
+// consumer wrote every admission answered 201) and returns how long that
+// took, or an error when it did not within timeout.
+func (b *Bench) WaitUsed(ctx context.Context, code string, want int, timeout time.Duration) (time.Duration, error) {
+	start := time.Now()
+	for {
+		n, err := b.UsedCount(ctx, code)
+		if err != nil {
+			return time.Since(start), err
+		}
+		if n >= want {
+			return time.Since(start), nil
+		}
+		if time.Since(start) > timeout {
+			return time.Since(start), fmt.Errorf("%s: used_count %d after %s, want %d", code, n, timeout, want)
+		}
+		select {
+		case <-time.After(20 * time.Millisecond):
+		case <-ctx.Done():
+			return time.Since(start), ctx.Err()
+		}
+	}
 }
 
 // DBState is a voucher as the database sees it.
