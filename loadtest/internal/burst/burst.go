@@ -113,21 +113,11 @@ func Send(ctx context.Context, b *verify.Bench, cfg Config) (*verify.Summary, er
 		return s, nil
 	}
 
-	if spec.WritePath == voucher.WritePathLog {
-		// A 201 is an admission in Kafka: its row comes when the consumer
-		// writes it, and the checks read the rows.
-		if _, err := b.WaitUsed(ctx, spec.Code, s.AdmittedOrders, logWriteWait); err != nil {
-			return nil, err
-		}
-	}
-	o, err := b.Outcome(ctx, spec, plan, v.Shots)
-	if err != nil {
+	if err := check(ctx, b, spec, plan, v.Shots, s); err != nil {
 		return nil, err
 	}
-	s.DB, s.RedisRemaining = o.DB.Summary(), o.RedisRemaining()
-	s.Checks = verify.Checks(o)
-	s.Pass = verify.Passed(s.Checks)
 	if cfg.StatsWait > 0 {
+		var err error
 		if s.Commits, err = b.CommitsSince(ctx, before, cfg.StatsWait, s.AdmittedOrders); err != nil {
 			return nil, err
 		}
@@ -407,4 +397,24 @@ func warmUp(ctx context.Context, b *verify.Bench, cfg Config, d time.Duration) e
 
 func failed(cs []verify.Check) int {
 	return len(slices.DeleteFunc(slices.Clone(cs), func(c verify.Check) bool { return c.Pass }))
+}
+
+// check reads the burst's outcome from the database and Redis into s and
+// judges its invariants. On a log voucher a 201 is an admission in Kafka: its
+// row comes when the consumer writes it, and the checks read the rows, so
+// they wait for them first.
+func check(ctx context.Context, b *verify.Bench, spec verify.VoucherSpec, plan load.Plan, shots []load.Shot, s *verify.Summary) error {
+	if spec.WritePath == voucher.WritePathLog {
+		if _, err := b.WaitUsed(ctx, spec.Code, s.AdmittedOrders, logWriteWait); err != nil {
+			return err
+		}
+	}
+	o, err := b.Outcome(ctx, spec, plan, shots)
+	if err != nil {
+		return err
+	}
+	s.DB, s.RedisRemaining = o.DB.Summary(), o.RedisRemaining()
+	s.Checks = verify.Checks(o)
+	s.Pass = verify.Passed(s.Checks)
+	return nil
 }
