@@ -109,6 +109,17 @@ func (w *Watcher) Run(ctx context.Context) {
 		w.ps = nil
 		w.mu.Unlock()
 	}()
+	// A receive waits out its timeout whatever ctx says (go-redis takes only
+	// its deadline): closing the subscription ends it at once, so a stop is
+	// not held up to watchHealthCheck.
+	defer context.AfterFunc(ctx, func() {
+		w.mu.Lock()
+		p := w.ps
+		w.mu.Unlock()
+		if p != nil {
+			_ = p.Close()
+		}
+	})()
 	quiet := false // the last receive timed out, and a ping was sent
 	for ctx.Err() == nil {
 		msg, err := ps.ReceiveTimeout(ctx, watchHealthCheck)

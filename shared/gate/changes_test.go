@@ -151,6 +151,26 @@ func TestChangesSurviveReconnect(t *testing.T) {
 	}
 }
 
+// A stop does not wait out the receive in progress: Run returns when its
+// context ends, well before the receive's own timeout (watchHealthCheck),
+// which every service's shutdown and every test's cleanup would wait.
+func TestWatcherStopsAtOnce(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	w := startWatcher(t, ctx)
+	rdb := newClient(t)
+	publishUntilSeen(t, rdb, w, "CHG-stop") // subscribed, and waiting in a receive
+	start := time.Now()
+	cancel()
+	select {
+	case <-w.done:
+		t.Logf("returned %s after its context ended", time.Since(start))
+	case <-time.After(watchHealthCheck * 9 / 10):
+		t.Fatalf("Run did not return within %s of its context's end: it waited out its receive", watchHealthCheck*9/10)
+	}
+}
+
 // TestWatcherSync: a Sync called after a publish returns only once that
 // publish was delivered, however slow the delivery: 20 codes published, each
 // taking the watcher 5 ms to handle, are all handled when a Sync started

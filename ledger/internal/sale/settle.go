@@ -300,6 +300,17 @@ func (s *Settler) Resolve(ctx context.Context) int {
 // settled too: a write of them at another ledger that commits later holds
 // them again after its commit (Reassert). It returns how many it settled.
 func (s *Settler) Drain(ctx context.Context) int {
+	// Nothing parked: nothing can be any more (no request is in flight), so
+	// the stop does not wait out the fence.
+	s.mu.Lock()
+	parked := 0
+	for _, m := range s.Unsettled {
+		parked += len(m)
+	}
+	s.mu.Unlock()
+	if parked == 0 {
+		return 0
+	}
 	select {
 	case <-ctx.Done():
 		return 0

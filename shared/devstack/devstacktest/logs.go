@@ -29,7 +29,8 @@ var logFiles struct {
 // Services write thousands of lines a test, which on a failure buried the
 // failure in the test output; they go to the file instead. When the test
 // fails, the file is kept and the test's log names it, with its last 20 WARN
-// and ERROR lines; when it passes, the file is removed. A failure to make
+// and ERROR lines; when it passes, the file is removed (unless
+// FLASHGATE_KEEP_TEST_LOGS is set). A failure to make
 // the file fails the test.
 func ServiceLog(tb testing.TB, name string) *os.File {
 	tb.Helper()
@@ -46,7 +47,7 @@ func ServiceLog(tb testing.TB, name string) *os.File {
 	// last lines are in.
 	tb.Cleanup(func() {
 		f.Close()
-		if !tb.Failed() {
+		if !tb.Failed() && os.Getenv("FLASHGATE_KEEP_TEST_LOGS") == "" {
 			os.Remove(path)
 			os.Remove(dir) // when no other file is left in it
 			return
