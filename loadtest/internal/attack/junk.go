@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -28,7 +29,7 @@ type junkSizes struct {
 
 var (
 	junkFull  = junkSizes{Rate: 1000, Round: time.Second, Rounds: 5, Stock: 100_000, Workers: 64}
-	junkShort = junkSizes{Rate: 1000, Round: time.Second, Rounds: 2, Stock: 100_000, Workers: 16}
+	junkShort = junkSizes{Rate: 1000, Round: time.Second, Rounds: 3, Stock: 100_000, Workers: 16}
 )
 
 const (
@@ -93,8 +94,12 @@ type junkRun struct {
 	// looked up): what answering a flood costs the edge's CPUs by HTTP
 	// alone, measured in the same run. On CPUs that the flood's clients
 	// share with the stack, that cost is the machine's, not the junk's.
-	referenced     []load.Shot
-	reference      floodCount
+	referenced []load.Shot
+	reference  floodCount
+	// ratios: each round's p99 beside the junk flood over its p99 beside the
+	// reference flood that followed it; the want takes their median, so
+	// that one round a stall on the shared CPUs hit does not decide.
+	ratios         []float64
 	quiet, traffic window // nothing sent (the background), and the rounds with their statsWait
 }
 
@@ -134,14 +139,17 @@ func runJunk(ctx context.Context, cfg Config) (*Result, error) {
 	}
 	for i := range z.Rounds {
 		run.alone = append(run.alone, sendSale(ctx, r, codes[1+3*i], z.Rate, z.Round).Shots...)
-		shots, fc := saleBesideFlood(ctx, r, codes[2+3*i], z, "")
-		run.flooded = append(run.flooded, shots...)
+		shots0, fc := saleBesideFlood(ctx, r, codes[2+3*i], z, "")
+		run.flooded = append(run.flooded, shots0...)
 		run.flood.add(fc)
 		// What the flood left queued drains before the next round.
 		load.Sleep(ctx, junkDrain)
-		shots, fc = saleBesideFlood(ctx, r, codes[3+3*i], z, codes[0])
+		shots, fc := saleBesideFlood(ctx, r, codes[3+3*i], z, codes[0])
 		run.referenced = append(run.referenced, shots...)
 		run.reference.add(fc)
+		junkRound := saleFigures(run.flooded[len(run.flooded)-len(shots0):])
+		refRound := saleFigures(shots)
+		run.ratios = append(run.ratios, junkRound.p99/max(refRound.p99, 0.001))
 		load.Sleep(ctx, junkDrain)
 	}
 	load.Sleep(ctx, statsWait)
@@ -282,14 +290,36 @@ func judgeJunk(z junkSizes, run junkRun) *Result {
 	res.figure("sale's p99 beside the junk flood against alone: %.1f ms vs %.1f ms (%.2fx; the issue's want is 1.5x: on CPUs the flood's clients share with the stack, a flat-out flood of any request takes the stack's CPU, see the reference flood)",
 		flooded.p99, alone.p99, flooded.p99/max(alone.p99, 0.001))
 	res.want("sale's 503s beside the flood = 0", flooded.n503 == 0, "%d x 503 of %d", flooded.n503, len(run.flooded))
-	res.want("sale's p99 beside the junk flood <= 1.5x beside the reference flood", flooded.p99 <= junkP99Ratio*ref.p99,
-		"%.1f ms vs %.1f ms (%.2fx): junk costs the edge no more than a request refused by validation", flooded.p99, ref.p99, flooded.p99/max(ref.p99, 0.001))
+	med := median(run.ratios)
+	res.want("sale's p99 beside the junk flood <= 1.5x beside the reference flood", med <= junkP99Ratio,
+		"median of the rounds' ratios %.2fx (rounds: %s); all rounds together %.1f ms vs %.1f ms (%.2fx): junk costs the edge no more than a request refused by validation",
+		med, ratioList(run.ratios), flooded.p99, ref.p99, flooded.p99/max(ref.p99, 0.001))
 	res.want("Postgres commits of the flood near 0", junkCommits <= junkCommitShare*float64(fl.sent),
 		"%.0f commits for %d junk requests (want <= %.0f%% of them)", junkCommits, fl.sent, 100*junkCommitShare)
 	res.want("ledger lookups of unknown codes = 0", run.traffic.lookups == 0, "%.0f lookups answered 404 during the rounds", run.traffic.lookups)
 	answered := fl.sent - fl.statuses["transport error"]
 	res.want("the flood was answered", fl.sent > 0 && answered >= fl.sent*9/10, "%d of %d junk requests answered", answered, fl.sent)
 	return res.finish()
+}
+
+// median of xs (0 for none).
+func median(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := slices.Sorted(slices.Values(xs))
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+func ratioList(xs []float64) string {
+	parts := make([]string, len(xs))
+	for i, x := range xs {
+		parts[i] = fmt.Sprintf("%.2fx", x)
+	}
+	return strings.Join(parts, ", ")
 }
 
 // saleAnswers sums up one kind of round's answers.

@@ -43,6 +43,10 @@ type Result struct {
 	DuringFault503    int     `json:"duringFault503"`
 	DuringFault503P99 float64 `json:"duringFault503P99Ms"`
 	DuringFault503Max float64 `json:"duringFault503MaxMs"`
+	// BeforeFaultP99: p99 of the answers to the requests sent before the
+	// fault, in ms: what the machine's load alone costs an answer in this
+	// run, which the fast-503 bound adds to its own.
+	BeforeFaultP99 float64 `json:"beforeFaultP99Ms"`
 
 	// RecoverySeconds: after the fault ended, until the first of
 	// probesInARow answered probes in a row came back; -1 when it never did.
@@ -69,7 +73,7 @@ type Result struct {
 // tally counts the answers of the burst and the probes.
 func (res *Result) tally(burst, probes []load.Shot, faultStart, faultEnd time.Time) {
 	seen := map[string]bool{}
-	var slow []time.Duration
+	var slow, before []time.Duration
 	for _, s := range slices.Concat(burst, probes) {
 		res.Requests++
 		res.Statuses[load.StatusKey(s)]++
@@ -90,7 +94,13 @@ func (res *Result) tally(burst, probes []load.Shot, faultStart, faultEnd time.Ti
 				res.ErrorSamples = append(res.ErrorSamples, msg)
 			}
 		}
-		if s.At.Before(faultStart) || s.At.After(faultEnd) {
+		if s.At.Before(faultStart) {
+			if !s.Failed() {
+				before = append(before, s.Latency)
+			}
+			continue
+		}
+		if s.At.After(faultEnd) {
 			continue
 		}
 		res.DuringFault++
@@ -104,6 +114,7 @@ func (res *Result) tally(burst, probes []load.Shot, faultStart, faultEnd time.Ti
 	}
 	l := load.LatencyOf(slow)
 	res.DuringFault503P99, res.DuringFault503Max = l.P99, l.Max
+	res.BeforeFaultP99 = load.LatencyOf(before).P99
 }
 
 func countSent(shots []load.Shot, from, to time.Time) int {
