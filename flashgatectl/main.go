@@ -16,6 +16,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -96,7 +97,7 @@ var errAborted = errors.New("aborted at the confirmation")
 type confirmError struct{ what string }
 
 func (e *confirmError) Error() string {
-	return e.what + ": no terminal to confirm on; pass --yes to do it without asking"
+	return strings.TrimSuffix(e.what, ".") + ": no terminal to confirm on; pass --yes to do it without asking"
 }
 
 // ledgerError is an error of a call to the ledger (an answer, or none): its
