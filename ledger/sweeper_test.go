@@ -1,20 +1,25 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
+	"net/url"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/flashgate/flashgate/ledger/internal/jobs"
+	"github.com/flashgate/flashgate/ledger/internal/store"
 	"github.com/flashgate/flashgate/shared/agreement/agreementtest"
 	"github.com/flashgate/flashgate/shared/devstack/devstacktest"
 )
@@ -332,4 +337,113 @@ func sweepOnce(t *testing.T, j *jobs.Jobs, deadlocks *atomic.Int64) {
 		}
 		t.Errorf("Sweep() = %v", err)
 	}
+}
+
+// A sweep whose release committed in Postgres while its answer came too late
+// (the deadline ended the wait: the sweeper learns nothing of what it
+// released) still gives the flash uses back in Redis: the sweeper knew its
+// candidates before it released, and the settler decides each from the
+// database. Before, Redis kept the orders until a reconcile.
+func TestSweepWithLostAnswerGivesUsesBack(t *testing.T) {
+	t.Parallel()
+	db := ownPostgres(t) // the sweep below releases exactly this voucher's rows
+	l := newTestLedger(t, ledgerOptions{db: db, ttl: time.Second})
+	code := newCode(t)
+	const n = 20
+	l.createVoucher(t, spec(code, n, 1, true))
+	reserveAll(t, l.URL, code, claims(code, n, 1, "lost"))
+	l.waitExpired(t, code)
+
+	// The sweeper's own pool reaches Postgres through a link that, once
+	// armed, holds every answer for 2 s from the release statement on: the
+	// statement commits, its answer arrives after the sweep's deadline.
+	u, err := url.Parse(db)
+	require.NoError(t, err)
+	link := newSlowLink(t, u.Host)
+	u.Host = link.addr
+	q := u.Query()
+	q.Set("default_query_exec_mode", "simple_protocol") // the statement's text and its execution in one message
+	u.RawQuery = q.Encode()
+	pool, err := pgxpool.New(context.Background(), u.String())
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	require.NoError(t, pool.Ping(context.Background()))
+	j := jobs.New(store.New(pool, time.Second), l.gate, l.pub, l.settler, l.led.Warmup, l.log, jobs.Config{ExpiryBatch: 100})
+	l.checks.addJobs(j)
+	link.armed.Store(true)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	_, err = j.Sweep(ctx)
+	cancel()
+	require.Error(t, err, "the sweep's answer came after its deadline")
+	eventually(t, 10*time.Second, func() bool { return l.books(t, code).Status["RESERVED"] == 0 },
+		"the release did not commit in Postgres (the test needs it to)")
+	b := l.checkBooks(t, code)
+	require.Zero(t, b.Used, "Postgres released every use")
+	require.Equal(t, n, l.settler.Drain(context.Background()), "the settler decided every candidate")
+	checkRedisMatches(t, l.gate, b, code)
+}
+
+// slowLink relays TCP connections to upstream. Once armed, a statement that
+// locks with SKIP LOCKED (the release) makes it hold each chunk from upstream
+// for 2 s before passing it on.
+type slowLink struct {
+	addr        string
+	armed, slow atomic.Bool
+}
+
+func newSlowLink(t *testing.T, upstream string) *slowLink {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	t.Cleanup(func() { ln.Close() })
+	s := &slowLink{addr: ln.Addr().String()}
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			up, err := net.Dial("tcp", upstream)
+			if err != nil {
+				c.Close()
+				continue
+			}
+			go func() {
+				defer up.Close()
+				buf := make([]byte, 32<<10)
+				for {
+					k, err := c.Read(buf)
+					if k > 0 {
+						if s.armed.Load() && bytes.Contains(buf[:k], []byte("SKIP LOCKED")) {
+							s.slow.Store(true)
+						}
+						if _, werr := up.Write(buf[:k]); werr != nil {
+							return
+						}
+					}
+					if err != nil {
+						return
+					}
+				}
+			}()
+			go func() {
+				defer c.Close()
+				buf := make([]byte, 32<<10)
+				for {
+					k, err := up.Read(buf)
+					if k > 0 {
+						if s.slow.Load() {
+							time.Sleep(2 * time.Second)
+						}
+						if _, werr := c.Write(buf[:k]); werr != nil {
+							return
+						}
+					}
+					if err != nil {
+						return
+					}
+				}
+			}()
+		}
+	}()
+	return s
 }

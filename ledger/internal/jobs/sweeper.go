@@ -23,8 +23,17 @@ func (j *Jobs) Sweep(ctx context.Context) (int, error) {
 		}
 	}()
 	for {
-		batch, err := j.store.ExpireBatch(ctx, j.Config.ExpiryBatch)
+		due, err := j.store.DueExpired(ctx, j.Config.ExpiryBatch)
+		if err != nil || len(due) == 0 {
+			return total, err
+		}
+		batch, err := j.store.ExpireBatch(ctx, due)
 		if err != nil {
+			// Whether Postgres released them is unknown (a deadline can end
+			// the wait after the commit): the settler decides each flash
+			// order from the database once the fence has passed, giving its
+			// use back in Redis if it was released.
+			j.parkFlash(due)
 			return total, err
 		}
 		total += len(batch)
@@ -33,10 +42,32 @@ func (j *Jobs) Sweep(ctx context.Context) (int, error) {
 			restocked[o.VoucherCode] = true
 		}
 		j.releaseInRedis(ctx, batch)
-		if len(batch) < j.Config.ExpiryBatch {
+		if len(due) < j.Config.ExpiryBatch {
 			return total, nil
 		}
 	}
+}
+
+// parkFlash hands the flash orders of a release whose outcome is unknown to
+// the settler, per voucher.
+func (j *Jobs) parkFlash(orders []store.ExpiredOrder) {
+	if j.gate == nil {
+		return
+	}
+	for code, ids := range flashByVoucher(orders) {
+		j.settler.Park(code, ids)
+	}
+}
+
+// flashByVoucher groups the flash orders' ids by voucher.
+func flashByVoucher(orders []store.ExpiredOrder) map[string][]string {
+	byVoucher := map[string][]string{}
+	for _, o := range orders {
+		if o.FlashSale {
+			byVoucher[o.VoucherCode] = append(byVoucher[o.VoucherCode], o.OrderID)
+		}
+	}
+	return byVoucher
 }
 
 // releaseInRedis returns the expired flash orders' uses to Redis, one script
@@ -46,13 +77,7 @@ func (j *Jobs) releaseInRedis(ctx context.Context, batch []store.ExpiredOrder) {
 	if j.gate == nil {
 		return
 	}
-	byVoucher := map[string][]string{}
-	for _, o := range batch {
-		if o.FlashSale {
-			byVoucher[o.VoucherCode] = append(byVoucher[o.VoucherCode], o.OrderID)
-		}
-	}
-	for code, orders := range byVoucher {
+	for code, orders := range flashByVoucher(batch) {
 		if _, err := j.gate.Release(ctx, code, orders...); err != nil {
 			j.log.Error("release expired orders in redis", "code", code, "orders", len(orders),
 				"err", fmt.Errorf("left for the reconciler: %w", err))

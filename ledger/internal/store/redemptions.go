@@ -310,18 +310,48 @@ type ExpiredOrder struct {
 	FlashSale   bool
 }
 
-// ExpireBatch releases up to limit RESERVED reservations whose expires_at has
-// passed on the database's clock, in one statement: the rows are locked with
-// SKIP LOCKED (so two sweepers never take the same row, and a confirmation in
-// progress is left alone), used_count drops once per voucher and each
-// customer's count once per customer.
-func (s *Store) ExpireBatch(ctx context.Context, limit int) ([]ExpiredOrder, error) {
+// DueExpired lists up to limit RESERVED reservations whose expires_at has
+// passed on the database's clock, oldest first, without locking them: the
+// candidates of one ExpireBatch. A sweeper knows them before it releases, so
+// that a release whose outcome it could not learn (a deadline that ended the
+// wait after Postgres committed) is settled from the database, order by order.
+func (s *Store) DueExpired(ctx context.Context, limit int) ([]ExpiredOrder, error) {
+	rows, err := s.pool.Query(ctx, `
+		SELECT r.voucher_code, r.customer_id, r.order_id, v.flash_sale
+		FROM voucher_redemption r JOIN voucher v ON v.code = r.voucher_code
+		WHERE r.status = 'RESERVED' AND r.expires_at < now()
+		ORDER BY r.expires_at
+		LIMIT $1`, limit)
+	if err != nil {
+		return nil, Translate(fmt.Errorf("expired orders: %w", err))
+	}
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (ExpiredOrder, error) {
+		var o ExpiredOrder
+		err := row.Scan(&o.VoucherCode, &o.CustomerID, &o.OrderID, &o.FlashSale)
+		return o, err
+	})
+	if err != nil {
+		return nil, Translate(fmt.Errorf("expired orders: %w", err))
+	}
+	return out, nil
+}
+
+// ExpireBatch releases those of due (DueExpired) that are still RESERVED and
+// past their expires_at on the database's clock, in one statement: the rows
+// are locked with SKIP LOCKED (so two sweepers never take the same row, and a
+// confirmation in progress is left alone), used_count drops once per voucher
+// and each customer's count once per customer. It returns the orders it
+// released.
+func (s *Store) ExpireBatch(ctx context.Context, due []ExpiredOrder) ([]ExpiredOrder, error) {
+	ids := make([]string, len(due))
+	for i, o := range due {
+		ids[i] = o.OrderID
+	}
 	rows, err := s.pool.Query(ctx, `
 		WITH due AS (
 			SELECT id FROM voucher_redemption
-			WHERE status = 'RESERVED' AND expires_at < now()
+			WHERE order_id = ANY($1::text[]) AND status = 'RESERVED' AND expires_at < now()
 			ORDER BY expires_at
-			LIMIT $1
 			FOR UPDATE SKIP LOCKED
 		), released AS (
 			UPDATE voucher_redemption r
@@ -365,7 +395,7 @@ func (s *Store) ExpireBatch(ctx context.Context, limit int) ([]ExpiredOrder, err
 			ORDER BY voucher_code, order_id
 		)
 		SELECT r.voucher_code, r.customer_id, r.order_id, v.flash_sale
-		FROM released r JOIN voucher v ON v.code = r.voucher_code`, limit, s.events)
+		FROM released r JOIN voucher v ON v.code = r.voucher_code`, ids, s.events)
 	if err != nil {
 		return nil, Translate(fmt.Errorf("expire: %w", err))
 	}
