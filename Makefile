@@ -26,29 +26,21 @@ build:
 	$(GO) build -buildvcs=auto -ldflags "$(LDFLAGS)" -o bin/loadtest ./loadtest
 
 # The whole suite against real redis-server and PostgreSQL processes that the
-# tests start on free ports (or REDIS_URL / DATABASE_URL when set). Two lanes
-# run at once after go vet:
-# - the packages that drive the whole system with bursts and faults, one at a
-#   time (SOLO_PKGS, in this order: the load harness's packages last, when
-#   the other lane is done);
-# - the fuzz run, then every other package.
-# The whole system's tests judge latency and 503s against references measured
-# in the same run, so the other lane's load is what a busy machine does to
-# them; the other lane's output follows when both are done.
-SOLO_PKGS := ./systemtest ./proxy ./loadtest/internal/burst ./loadtest/internal/chaos ./loadtest/internal/attack
+# tests start on free ports (or REDIS_URL / DATABASE_URL when set). The
+# packages that drive the whole system with bursts and faults and judge it by
+# latency and 503 bounds run last, one at a time: beside the other packages on
+# two CPUs they measured those packages' load, not the system (chaos
+# rolling-restart's ledgers answered past LEDGER_TIMEOUT; a 300/s standard
+# burst got 503s from database timeouts; 1,000 concurrent reserves on a
+# standard voucher took 2.25 s at p99).
+SOLO_PKGS := ./proxy ./systemtest ./loadtest/internal/burst ./loadtest/internal/chaos ./loadtest/internal/attack
 test: deps
 	$(GO) vet ./...
 	@if docker compose version >/dev/null 2>&1; then docker compose config -q && echo "docker-compose.yml: valid"; \
 	else echo "docker compose not available: skipped checking docker-compose.yml"; fi
-	@set -u; other=$$(mktemp); \
-	( $(MAKE) --no-print-directory fuzz && \
-	  $(GO) test -count=1 -timeout $(TEST_TIMEOUT) $$($(GO) list ./... | grep -v -x -F "$$($(GO) list $(SOLO_PKGS))") \
-	) >"$$other" 2>&1 & lane=$$!; \
-	echo "the fuzz run and the other packages run beside these; their output follows"; \
-	solo=0; $(GO) test -p 1 -count=1 -timeout $(TEST_TIMEOUT) $(SOLO_PKGS) || solo=$$?; \
-	rest=0; wait $$lane || rest=$$?; \
-	echo "--- the fuzz run and the other packages:"; cat "$$other"; rm -f "$$other"; \
-	if [ $$solo -ne 0 ] || [ $$rest -ne 0 ]; then echo "make test: FAIL"; exit 1; fi; echo "make test: PASS"
+	$(MAKE) --no-print-directory fuzz
+	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) $$($(GO) list ./... | grep -v -x -F "$$($(GO) list $(SOLO_PKGS))")
+	$(GO) test -p 1 -count=1 -timeout $(TEST_TIMEOUT) $(SOLO_PKGS)
 
 # A short real fuzzing run of every target (their seed corpora also run as
 # plain tests in `make test`). FUZZTIME=1m make fuzz for a longer one.

@@ -113,15 +113,21 @@ func (w *Writer) writeBatch(ctx context.Context, code string, claims []voucher.C
 
 	// Orders too small are answered at once; retries of orders that exist are
 	// answered from their rows once the group committed (see InsertMany).
-	small, err := w.small(ctx, v, claims)
-	if err != nil {
-		return nil, err
-	}
-	if !flash {
+	var small map[int]store.Written
+	if flash {
+		if small, err = w.small(ctx, v, claims); err != nil {
+			return nil, err
+		}
+	} else {
 		// A standard voucher's too-small order is answered as the guarded
 		// UPDATE alone answers it: a paused or closed voucher says so first.
-		for i := range small {
-			small[i] = w.one(ctx, v, claims[i])
+		for i, cl := range claims {
+			if cl.OrderAmount < v.MinOrderAmount {
+				if small == nil {
+					small = map[int]store.Written{}
+				}
+				small[i] = w.one(ctx, v, cl)
+			}
 		}
 	}
 	var fresh []int           // indexes of claims to insert, one per new orderId
