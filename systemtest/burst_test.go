@@ -12,6 +12,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/stretchr/testify/require"
 )
 
 // shot is one reserve of a burst: when it was sent and answered, counted from
@@ -142,18 +144,27 @@ func (t tally) String() string {
 	return b.String()
 }
 
-// failed counts the shots whose exchange failed or that were answered 5xx: a
-// burst on a healthy stack has none, and the exact counts need none.
-func failed(shots []shot) (n int, first string) {
+// requireAnswered fails t when a shot got no answer or a 5xx other than 503,
+// or when more than 1% got 503: a busy machine's database deadlines shed a
+// few admitted writes (a fast 503 that the client retries), which the budget
+// of the demo's verdict allows too; a fault would be many more.
+func requireAnswered(t *testing.T, shots []shot) {
+	t.Helper()
+	var other, unavailable int
+	var first string
 	for _, sh := range shots {
-		if sh.status == 0 || sh.status >= 500 {
-			if n == 0 {
+		switch {
+		case sh.status == http.StatusServiceUnavailable:
+			unavailable++
+		case sh.status == 0 || sh.status >= 500:
+			if other == 0 {
 				first = fmt.Sprintf("%d %s", sh.status, sh.code)
 			}
-			n++
+			other++
 		}
 	}
-	return n, first
+	require.Zero(t, other, "%d requests failed or got a 5xx other than 503, the first: %s", other, first)
+	require.LessOrEqual(t, unavailable, len(shots)/100, "%d of %d requests got 503 (at most 1%%)", unavailable, len(shots))
 }
 
 // admittedOrders returns the orderIds of the shots answered 201.
