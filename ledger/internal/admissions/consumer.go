@@ -37,6 +37,10 @@ type ConsumerConfig struct {
 	Clock    func() time.Time
 	Metrics  *Metrics
 	ClientID string // optional: names this ledger in the group
+	// SessionTimeout: a member silent this long (a crashed ledger) loses its
+	// partitions to the others (KAFKA_ADMISSIONS_SESSION_TIMEOUT); 0:
+	// DefaultSessionTimeout.
+	SessionTimeout time.Duration
 }
 
 // Consumer is a member of the admissions consumer group: it writes each
@@ -74,12 +78,19 @@ func NewConsumer(cfg ConsumerConfig, w Writer, failed FailedStore, log *slog.Log
 	if cfg.MaxPoll <= 0 {
 		cfg.MaxPoll = 256
 	}
+	if cfg.SessionTimeout <= 0 {
+		cfg.SessionTimeout = DefaultSessionTimeout
+	}
 	opts := []kgo.Opt{
 		kgo.SeedBrokers(cfg.Brokers...),
 		kgo.ConsumerGroup(cfg.Group),
 		kgo.ConsumeTopics(cfg.Topic),
 		kgo.DisableAutoCommit(),
 		kgo.BlockRebalanceOnPoll(),
+		// A killed ledger's partitions wait for its session to end: franz-go's
+		// default, 45 s, left a sale's admissions unwritten that long.
+		kgo.SessionTimeout(cfg.SessionTimeout),
+		kgo.HeartbeatInterval(min(3*time.Second, cfg.SessionTimeout/3)),
 		// A group with no committed offset starts at the first admission:
 		// starting at the end would lose every record produced before it.
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
