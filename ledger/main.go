@@ -382,6 +382,6 @@ func (svc *service) newConsumer() (*admissions.Consumer, error) {
 	cfg := svc.cfg
 	return admissions.NewConsumer(admissions.ConsumerConfig{
 		Brokers: cfg.Admissions.Brokers, Topic: cfg.Admissions.Topic, Group: cfg.Admissions.Group,
-		MaxPoll: cfg.WriteBatch, Backoff: 2 * cfg.DBTimeout, Metrics: svc.admitted,
+		SessionTimeout: cfg.Admissions.SessionTimeout, MaxPoll: cfg.WriteBatch, Backoff: 2 * cfg.DBTimeout, Metrics: svc.admitted,
 	}, svc.ledger, svc.store, svc.log)
 }

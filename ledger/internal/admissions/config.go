@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net"
 	"strings"
+	"time"
 
 	"github.com/flashgate/flashgate/shared/envconf"
 )
@@ -13,7 +14,18 @@ type Config struct {
 	Brokers []string // KAFKA_ADMISSIONS_BROKERS, else KAFKA_BROKERS; empty: log vouchers answer 503
 	Topic   string   // KAFKA_ADMISSIONS_TOPIC
 	Group   string   // KAFKA_ADMISSIONS_GROUP
+	// SessionTimeout is KAFKA_ADMISSIONS_SESSION_TIMEOUT: how long the group
+	// waits for a member that stopped heartbeating before its partitions go
+	// to the others.
+	SessionTimeout time.Duration
 }
+
+// DefaultSessionTimeout is KAFKA_ADMISSIONS_SESSION_TIMEOUT's default, and
+// MinSessionTimeout its least: Kafka's own group.min.session.timeout.ms.
+const (
+	DefaultSessionTimeout = 10 * time.Second
+	MinSessionTimeout     = 6 * time.Second
+)
 
 // ReadConfig reads the admissions log's settings; eventBrokers (KAFKA_BROKERS)
 // are its brokers unless KAFKA_ADMISSIONS_BROKERS names others.
@@ -25,6 +37,8 @@ func ReadConfig(e *envconf.Reader, eventBrokers []string) (Config, error) {
 			"the topic of writePath log admissions, keyed by voucher code (create it first, with "+DeadLetterTopic("<topic>")+" beside it)"),
 		Group: e.String("KAFKA_ADMISSIONS_GROUP", DefaultGroup,
 			"the consumer group in which the ledgers write the admissions log to Postgres"),
+		SessionTimeout: e.DurationMin("KAFKA_ADMISSIONS_SESSION_TIMEOUT", DefaultSessionTimeout, MinSessionTimeout,
+			"how long the admissions group waits for a ledger that stopped heartbeating (a crash) before its partitions go to the other members; until then their admissions stay unwritten"),
 	}
 	if err := e.Err(); err != nil {
 		return c, err

@@ -97,40 +97,58 @@ func (l *Ledger) appendAdmitted(ctx context.Context, v voucher.Voucher, claims [
 // voucher or customer, the voucher's window): it goes to the dead-letter
 // topic, and its Redis use was given back.
 type Refusal struct {
+	Code   string // the voucher
 	Claim  voucher.Claim
 	Reason string // the refusal's error code, such as OUT_OF_STOCK
 	Err    error
 }
 
-// WriteLogged writes admissions of voucher code read from the log in one
-// group commit (falling back to one by one when a guard fires, as the
-// synchronous path does), idempotent by orderId: an admission whose order
-// already has its own row (a redelivery) changes nothing. It returns the
-// refused ones, whose uses it gave back in Redis; an error is a fault (the
-// database could not tell): nothing was decided and the whole batch must be
-// written again.
-func (l *Ledger) WriteLogged(ctx context.Context, code string, claims []voucher.Claim) ([]Refusal, error) {
-	ids := make([]string, len(claims))
-	for i, cl := range claims {
-		ids[i] = cl.OrderID
+// WriteLogged writes admissions read from the log, of one or several
+// vouchers (one Batch each), in one transaction (Writer.WriteBatches: the
+// vouchers' rows locked in code order; voucher by voucher, splitting, when a
+// guard fires, as the synchronous path does), idempotent by orderId: an
+// admission whose order already has its own row (a redelivery) changes
+// nothing. It returns the refused ones, whose uses it gave back in Redis; an
+// error is a fault (the database could not tell): nothing was decided and
+// the whole batch must be written again.
+func (l *Ledger) WriteLogged(ctx context.Context, batch []Batch) ([]Refusal, error) {
+	writing := make([]func(), len(batch))
+	for i, b := range batch {
+		ids := make([]string, len(b.Claims))
+		for j, cl := range b.Claims {
+			ids[j] = cl.OrderID
+		}
+		writing[i] = l.settler.Writing(b.Code, ids)
 	}
-	writing := l.settler.Writing(code, ids)
-	out, err := l.writer.WriteBatch(ctx, code, claims)
-	writing()
-	if err != nil && voucher.IsFault(err) {
-		return nil, fmt.Errorf("write %d logged admissions of %s: %w", len(claims), code, err)
+	outs, err := l.writer.WriteBatches(ctx, batch)
+	for _, done := range writing {
+		done()
 	}
-	if err != nil { // the voucher is gone or not a flash voucher: every claim is refused
-		out = make([]store.Written, len(claims))
-		for i := range out {
-			out[i].Err = err
+	if err != nil {
+		return nil, fmt.Errorf("write the logged admissions of %d vouchers: %w", len(batch), err)
+	}
+	for i, b := range batch {
+		for j := range outs[i] {
+			if voucher.IsFault(outs[i][j].Err) {
+				return nil, fmt.Errorf("write logged admission %s/%s: %w", b.Code, b.Claims[j].OrderID, outs[i][j].Err)
+			}
 		}
 	}
-	for i := range out {
-		if voucher.IsFault(out[i].Err) {
-			return nil, fmt.Errorf("write logged admission %s/%s: %w", code, claims[i].OrderID, out[i].Err)
+	var refused []Refusal
+	for i, b := range batch {
+		r, err := l.settleLogged(ctx, b.Code, b.Claims, outs[i])
+		if err != nil {
+			return nil, err
 		}
+		refused = append(refused, r...)
 	}
+	return refused, nil
+}
+
+// settleLogged tells Redis what the database decided of voucher code's
+// logged claims (out): a row that holds a use is held, a refused claim's use
+// is given back (dropped for out of stock); it returns the refusals.
+func (l *Ledger) settleLogged(ctx context.Context, code string, claims []voucher.Claim, out []store.Written) ([]Refusal, error) {
 	var refused []Refusal
 	var givenBack, dropped []string
 	var holding []gate.Order
@@ -148,10 +166,10 @@ func (l *Ledger) WriteLogged(ctx context.Context, code string, claims []voucher.
 			// (a row that gave its use back gave it in Redis too).
 		case voucher.ErrorCode(w.Err) == voucher.CodeOutOfStock:
 			dropped = append(dropped, cl.OrderID) // Redis counted one too many: see Ledger.WriteAdmittedMany
-			refused = append(refused, Refusal{Claim: cl, Reason: voucher.CodeOutOfStock, Err: w.Err})
+			refused = append(refused, Refusal{Code: code, Claim: cl, Reason: voucher.CodeOutOfStock, Err: w.Err})
 		default:
 			givenBack = append(givenBack, cl.OrderID)
-			refused = append(refused, Refusal{Claim: cl, Reason: voucher.ErrorCode(w.Err), Err: w.Err})
+			refused = append(refused, Refusal{Code: code, Claim: cl, Reason: voucher.ErrorCode(w.Err), Err: w.Err})
 		}
 	}
 	if l.gate == nil {

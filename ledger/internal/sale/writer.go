@@ -93,11 +93,129 @@ func (w *Writer) WriteBatch(ctx context.Context, code string, claims []voucher.C
 func (w *Writer) writeBatch(ctx context.Context, code string, claims []voucher.Claim, flash bool) ([]store.Written, error) {
 	ctx, cancel := context.WithTimeout(ctx, w.timeout)
 	defer cancel()
-	out := make([]store.Written, len(claims))
+	p, err := w.plan(ctx, code, claims, flash)
+	if err != nil {
+		return nil, err
+	}
+	var res []store.Written
+	if len(p.fresh) > 0 {
+		if res, err = w.writeGroup(ctx, p.v, p.group()); err != nil {
+			return nil, err
+		}
+	}
+	return w.finish(ctx, p, res), nil
+}
+
+// Batch is one voucher's admitted claims among several vouchers' written
+// together (WriteBatches; the admissions log's consumer).
+type Batch struct {
+	Code   string
+	Claims []voucher.Claim
+}
+
+// WriteBatches is WriteBatch for several flash vouchers at once, one batch
+// per voucher: their new orders are written in one transaction
+// (store.InsertGroups: the vouchers' rows locked in code order) when no guard
+// fires, else voucher by voucher as WriteBatch writes them. Each batch's
+// claims are answered as WriteBatch answers them; a voucher that is gone or
+// not a flash voucher fails its own claims, a fault fails the call.
+func (w *Writer) WriteBatches(ctx context.Context, batches []Batch) ([][]store.Written, error) {
+	ctx, cancel := context.WithTimeout(ctx, w.timeout)
+	defer cancel()
+	plans := make([]*batchPlan, len(batches))
+	var groups []store.Group
+	for i, b := range batches {
+		p, err := w.plan(ctx, b.Code, b.Claims, true)
+		if err != nil && voucher.IsFault(err) {
+			return nil, err
+		}
+		if err != nil {
+			p = &batchPlan{claims: b.Claims, out: make([]store.Written, len(b.Claims))}
+			for j := range p.out {
+				p.out[j].Err = err
+			}
+		}
+		if plans[i] = p; len(p.fresh) > 0 {
+			groups = append(groups, store.Group{V: p.v, Claims: p.group()})
+		}
+	}
+	res, err := w.writeGroups(ctx, groups)
+	if err != nil {
+		return nil, err
+	}
+	outs := make([][]store.Written, len(batches))
+	for i, p := range plans {
+		var mine []store.Written
+		if len(p.fresh) > 0 {
+			mine, res = res[0], res[1:]
+		}
+		outs[i] = w.finish(ctx, p, mine)
+	}
+	return outs, nil
+}
+
+// writeGroups writes groups (one per flash voucher) in one transaction if no
+// guard fires; otherwise each through writeGroup, which finds the claims
+// that break it. A refusal costs the vouchers' one transaction once more,
+// each on its own: refusals are rare on a flash voucher (Redis admitted the
+// claims), and a sell-out inside one is found by the split.
+func (w *Writer) writeGroups(ctx context.Context, groups []store.Group) ([][]store.Written, error) {
+	if len(groups) == 1 {
+		out, err := w.writeGroup(ctx, groups[0].V, groups[0].Claims)
+		return [][]store.Written{out}, err
+	}
+	if len(groups) > 1 {
+		start := time.Now()
+		out, refused, err := w.store.InsertGroups(ctx, groups)
+		if w.commit != nil {
+			w.commit(time.Since(start))
+		}
+		if err != nil || !refused {
+			return out, err
+		}
+	}
+	out := make([][]store.Written, len(groups))
+	for i, g := range groups {
+		var err error
+		if out[i], err = w.writeGroup(ctx, g.V, g.Claims); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// batchPlan is one voucher's batch once what needs no insert is answered:
+// the claims to insert (one per new orderId) and the later claims of an
+// orderId among them.
+type batchPlan struct {
+	v         voucher.Voucher
+	claims    []voucher.Claim
+	out       []store.Written
+	fresh     []int          // indexes of claims to insert, one per new orderId
+	first     map[string]int // orderId -> index of its first claim in this batch
+	followers []int          // later claims of an orderId already in fresh
+}
+
+// group is the claims p inserts.
+func (p *batchPlan) group() []voucher.Claim {
+	g := make([]voucher.Claim, len(p.fresh))
+	for j, i := range p.fresh {
+		g[j] = p.claims[i]
+	}
+	return g
+}
+
+// plan reads voucher code's terms and answers the batch's claims that need
+// no insert: all of them when the voucher is not of the batch's kind (flash
+// or standard), those below the minimum order amount (unless a retry: see
+// small); a repeated orderId follows its first claim.
+func (w *Writer) plan(ctx context.Context, code string, claims []voucher.Claim, flash bool) (*batchPlan, error) {
+	p := &batchPlan{claims: claims, out: make([]store.Written, len(claims)), first: map[string]int{}}
 	v, err := w.store.Terms(ctx, code)
 	if err != nil {
 		return nil, err
 	}
+	p.v = v
 	if v.FlashSale != flash {
 		var err error = voucher.Errorf(voucher.CodeInvalidRequest, "voucher %s is not a flash-sale voucher", code)
 		if !flash {
@@ -105,10 +223,10 @@ func (w *Writer) writeBatch(ctx context.Context, code string, claims []voucher.C
 			// must pass the gate; the retry will.
 			err = fmt.Errorf("voucher %s became a flash-sale voucher: %w", code, voucher.ErrUnavailable)
 		}
-		for i := range out {
-			out[i].Err = err
+		for i := range p.out {
+			p.out[i].Err = err
 		}
-		return out, nil
+		return p, nil
 	}
 
 	// Orders too small are answered at once; retries of orders that exist are
@@ -130,49 +248,43 @@ func (w *Writer) writeBatch(ctx context.Context, code string, claims []voucher.C
 			}
 		}
 	}
-	var fresh []int           // indexes of claims to insert, one per new orderId
-	first := map[string]int{} // orderId -> index of its first claim in this batch
-	var followers []int       // later claims of an orderId already in fresh
 	for i, cl := range claims {
 		if a, ok := small[i]; ok {
-			out[i] = a
+			p.out[i] = a
 			continue
 		}
-		if _, dup := first[cl.OrderID]; dup {
-			followers = append(followers, i)
+		if _, dup := p.first[cl.OrderID]; dup {
+			p.followers = append(p.followers, i)
 			continue
 		}
-		first[cl.OrderID] = i
-		fresh = append(fresh, i)
+		p.first[cl.OrderID] = i
+		p.fresh = append(p.fresh, i)
 	}
-	if len(fresh) > 0 {
-		group := make([]voucher.Claim, len(fresh))
-		for j, i := range fresh {
-			group[j] = claims[i]
-		}
-		res, err := w.writeGroup(ctx, v, group)
-		if err != nil {
-			return nil, err
-		}
-		for j, i := range fresh {
-			out[i] = res[j]
-		}
+	return p, nil
+}
+
+// finish answers p's claims: those inserted from res (the answers of
+// p.group(), in its order), then the followers.
+func (w *Writer) finish(ctx context.Context, p *batchPlan, res []store.Written) []store.Written {
+	out, claims, code := p.out, p.claims, p.v.Code
+	for j, i := range p.fresh {
+		out[i] = res[j]
 	}
 	// A retry that raced its original into the same batch is answered as the
 	// original was; the same orderId from another customer meets the row the
 	// original wrote (or, if that failed, is tried on its own).
-	for _, i := range followers {
-		lead := out[first[claims[i].OrderID]]
+	for _, i := range p.followers {
+		lead := out[p.first[claims[i].OrderID]]
 		switch {
 		case lead.Err == nil:
 			out[i] = store.Written{Reservation: lead.Reservation, Err: store.RetryAnswer(lead.Reservation, code, claims[i]), Replayed: true}
-		case claims[i] == claims[first[claims[i].OrderID]]:
+		case claims[i] == claims[p.first[claims[i].OrderID]]:
 			out[i] = lead // the same claim twice: the same answer
 		default:
-			out[i] = w.one(ctx, v, claims[i])
+			out[i] = w.one(ctx, p.v, claims[i])
 		}
 	}
-	return out, nil
+	return out
 }
 
 // small answers the claims below the voucher's minimum order amount (by index):

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -32,7 +34,62 @@ func (s *Store) InsertMany(ctx context.Context, v voucher.Voucher, claims []vouc
 		}
 		return nil, false, err
 	}
-	out = make([]Written, len(claims))
+	return s.answers(ctx, v, claims, rows), false, nil
+}
+
+// Group is one voucher's claims (distinct orderIds) in a group commit of
+// several vouchers.
+type Group struct {
+	V      voucher.Voucher
+	Claims []voucher.Claim
+}
+
+// InsertGroups writes several vouchers' claims, one group per voucher, in one
+// transaction: InsertMany's statement once per voucher, in code order, so
+// that every voucher row is locked in one order (two such transactions over
+// the same vouchers never deadlock on them) and each row lock is held from
+// its statement to the one commit. If any voucher's guard fires, nothing is
+// written and InsertGroups reports refused: the caller writes the vouchers
+// one by one (InsertMany), where the claims that break the guard are found.
+// Each group's claims are answered as InsertMany answers them, in the
+// groups' order.
+func (s *Store) InsertGroups(ctx context.Context, groups []Group) (out [][]Written, refused bool, err error) {
+	order := make([]int, len(groups))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortStableFunc(order, func(a, b int) int { return strings.Compare(groups[a].V.Code, groups[b].V.Code) })
+	rows := make([]map[string]groupRow, len(groups))
+	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		for _, i := range order {
+			g := groups[i]
+			r, err := s.GroupCommit(ctx, tx, g.V, g.Claims)
+			if err != nil {
+				return fmt.Errorf("write %d reservations for %s: %w", len(g.Claims), g.V.Code, err)
+			}
+			rows[i] = r
+		}
+		return nil
+	})
+	if err != nil {
+		err = Translate(fmt.Errorf("write %d vouchers' reservations in one transaction: %w", len(groups), err))
+		if !voucher.IsFault(err) || errors.Is(err, errOrderTaken) {
+			return nil, true, nil // a guard or a constraint fired
+		}
+		return nil, false, err
+	}
+	out = make([][]Written, len(groups))
+	for i, g := range groups {
+		out[i] = s.answers(ctx, g.V, g.Claims, rows[i])
+	}
+	return out, false, nil
+}
+
+// answers is what a committed group commit of claims of voucher v answers,
+// from the rows it returned: a row it inserted, or the row a retry's orderId
+// had (read once more, after the commit, when the statement did not see it).
+func (s *Store) answers(ctx context.Context, v voucher.Voucher, claims []voucher.Claim, rows map[string]groupRow) []Written {
+	out := make([]Written, len(claims))
 	var unread []string
 	for i, cl := range claims {
 		row, ok := rows[cl.OrderID]
@@ -46,7 +103,7 @@ func (s *Store) InsertMany(ctx context.Context, v voucher.Voucher, claims []vouc
 		}
 	}
 	if len(unread) == 0 {
-		return out, false, nil
+		return out
 	}
 	found, readErr := ordersIn(ctx, s.pool, unread)
 	if readErr == nil {
@@ -65,7 +122,7 @@ func (s *Store) InsertMany(ctx context.Context, v voucher.Voucher, claims []vouc
 		// tell (WriteAdmittedMany parks it for the Settler).
 		out[i].Err = fmt.Errorf("read order %s once its insert met it: %w", cl.OrderID, readErr)
 	}
-	return out, false, nil
+	return out
 }
 
 // Prime runs the statements of a sale's hot path on conn without writing

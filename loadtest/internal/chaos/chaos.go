@@ -142,7 +142,7 @@ func parseChaosFlags(args []string) (chaosCmd, error) {
 	fs.DurationVar(&cfg.Duration, "duration", cfg.Duration, "burst length per scenario")
 	fs.DurationVar(&cfg.FaultAt, "fault-at", cfg.FaultAt, "the fault starts this long into the burst")
 	fs.DurationVar(&cfg.FaultFor, "fault-for", cfg.FaultFor, "how long a fault lasts (a killed process stays down this long)")
-	fs.IntVar(&cfg.Stock, "stock", 0, "the burst voucher's uses (0: 30% of the requests)")
+	fs.IntVar(&cfg.Stock, "stock", 0, "the burst voucher's uses (0: 30% of the requests; log-sale's voucher: 50,000, --short 1,000)")
 	fs.DurationVar(&cfg.RecoveryBound, "recovery-bound", cfg.RecoveryBound, "new reserves must be answered within this after the fault")
 	fs.DurationVar(&cfg.SettleBound, "settle-bound", cfg.SettleBound, "Redis must equal the database within this after the last request")
 	fs.DurationVar(&cfg.Fast503, "fast-503", cfg.Fast503, "while a fault lasts, the p99 of the 503 answers must stay within this plus twice the p99 of the answers sent before the fault (the machine's load, measured in the same run)")

@@ -219,7 +219,7 @@ func TestScenarioNamesAreUnique(t *testing.T) {
 		assert.True(t, s.Inject != nil || s.Run != nil, s.Name)
 		assert.NotEmpty(t, s.Describe(time.Second), s.Name)
 	}
-	assert.Len(t, seen, 14)
+	assert.Len(t, seen, 15)
 	for _, name := range soakFaults {
 		assert.True(t, seen[name], "soak fault %s is a scenario", name)
 	}

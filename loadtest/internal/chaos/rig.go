@@ -95,7 +95,8 @@ func startRig(ctx context.Context, pg *devstack.Postgres, sc Scenario, cfg Confi
 		LedgerRedisURL: "redis://" + addrs[linkLedgerRedis] + "/0",
 		ProxyRedisURL:  "redis://" + addrs[linkProxyRedis] + "/0",
 		LedgerEnv:      ledgerEnvOf(sc), ProxyEnv: slices.Concat(chaosProxyEnv, sc.ProxyEnv),
-		ServiceLog: cfg.ServiceLog,
+		ServiceLog:    cfg.ServiceLog,
+		AdmissionsLog: sc.AdmissionsLog, AdmissionsLogOnDisk: sc.AdmissionsLog,
 	}
 	var addrB string
 	if sc.Fleet {

@@ -39,6 +39,10 @@ type Scenario struct {
 	// Direct: the services reach Redis and Postgres without toxiproxy (no
 	// toxic scenario; as BENCHMARKS.md measured the rates).
 	Direct bool
+	// AdmissionsLog: the ledger's admissions log, for writePath log
+	// vouchers, on an in-process Kafka (kfake) whose log is on disk, so that
+	// the scenario can restart it (stack.Stack.RestartKafka).
+	AdmissionsLog bool
 	// Strict: every request gets its real answer: no 503 and no connection
 	// error at all (a deploy must be invisible to clients).
 	Strict bool
@@ -119,6 +123,8 @@ func Scenarios() []Scenario {
 			Inject:    rollingRestart},
 		{Name: "overload", Run: runOverload, Direct: true,
 			Fault: "3x the flash path's maximum sustainable rate (measured first on the same stack, or --flash-max) for 20 s (--short: 5 s) on one flash voucher with a use for every order, the stack and the generator on CPUs of their own"},
+		{Name: "log-sale", Run: runLogSale, ByName: true, Direct: true, AdmissionsLog: true, Tune: tuneLogSale,
+			Fault: "a writePath log voucher of --stock uses (default 50,000; --short: 1,000; perUserLimit 2) sold to a customer per use, 3 orders each, by 64 clients as fast as it answers; the ledger killed (-9) at 30% of the uses answered 201, down for {d}; the broker (kfake, its log on disk) stopped at 65%, down for {d}, started again from its files"},
 		{Name: "soak", Run: runSoak, ByName: true, Fleet: true, Direct: true,
 			LedgerEnv: []string{"RECONCILE_INTERVAL=" + soakReconcile.String()}, Tune: tuneSoak,
 			Reconciler: "its rounds include redis-kill-aof, which loses Redis' data on purpose, and its last check waits for a reconcile; the repairs of one round would fail every later one",

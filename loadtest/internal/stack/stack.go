@@ -36,6 +36,10 @@ type Options struct {
 	// AdmissionsLog starts an in-process Kafka (kfake) and gives the ledger
 	// KAFKA_ADMISSIONS_BROKERS, for vouchers with writePath log.
 	AdmissionsLog bool
+	// AdmissionsLogOnDisk keeps that Kafka's log in a directory of its own
+	// (every produce synced before its ack; removed by Stop), so that
+	// RestartKafka brings it back; otherwise it is in memory.
+	AdmissionsLogOnDisk bool
 
 	// The services' own view of their dependencies, when it differs from the
 	// servers' (the chaos harness routes it through fault-injecting proxies):
@@ -68,6 +72,8 @@ type Stack struct {
 	proxyEnv            []string            // the first proxy's environment, for StartProxyLike
 	serviceLog          io.Writer           // every service's output, restarts included
 	extra               []*devstack.Service // services started by StartProxy and StartLedger
+	kafkaOpts           []kfake.Opt         // the Kafka's, for RestartKafka
+	kafkaDir            string              // its log, with Options.AdmissionsLogOnDisk
 	links               []*Relay            // Options.HopDelay's hops
 }
 
@@ -107,7 +113,7 @@ func Start(o Options) (s *Stack, err error) {
 		}
 	}
 	if o.AdmissionsLog {
-		if s.Kafka, err = startKafka(); err != nil {
+		if err = s.startKafka(o.AdmissionsLogOnDisk); err != nil {
 			return s, err
 		}
 		o.LedgerEnv = append([]string{"KAFKA_ADMISSIONS_BROKERS=" + strings.Join(s.Kafka.ListenAddrs(), ",")}, o.LedgerEnv...)
@@ -204,6 +210,9 @@ func (s *Stack) Stop() {
 	}
 	if s.Kafka != nil {
 		s.Kafka.Close()
+	}
+	if s.kafkaDir != "" {
+		_ = os.RemoveAll(s.kafkaDir)
 	}
 	if s.Postgres != nil {
 		s.Postgres.Stop()
