@@ -11,7 +11,7 @@ import (
 )
 
 // agreementChecks is what a testLedger checks when its test ends (issue 22,
-// DESIGN.md principle 5): every flash voucher the test created agrees between
+// Redis agrees with Postgres on its own): every flash voucher the test created agrees between
 // Redis and the database, and no reconcile repaired one of them. The ledger's
 // jobs never Run in these tests (the reconciler is off), so a test that drifts
 // Redis is caught by the agreement check, and one that called Reconcile and

@@ -220,7 +220,7 @@ func testConfirmRacesSweeper(t *testing.T, db string, flash, newcomers bool) {
 // hanging admission until the next round.
 func (l *testLedger) checkRedisAfterReconcile(t *testing.T, code string, b books) {
 	t.Helper()
-	// Redis agrees without the reconciler (DESIGN.md principle 5), and the
+	// Redis agrees without the reconciler, and the
 	// reconcile then finds nothing to repair.
 	agreementtest.RequireAgreement(t, l.rdb, l.pool, code)
 	before := redisState(t, l.gate, code)

@@ -149,7 +149,7 @@ func checkFleet(t *testing.T, f *fleet, codes []string, out []clusterOutcome, st
 				`SELECT status FROM voucher_redemption WHERE order_id = $1`, order).Scan(&status), "201 without a row: %s", order)
 		}
 		if !repairsOK {
-			// Redis agrees before the reconcile (DESIGN.md principle 5), so
+			// Redis agrees before the reconcile, on its own, so
 			// the reconcile has nothing to repair.
 			agreementtest.RequireAgreement(t, f.proxies[0].rdb, f.pool, code)
 		}

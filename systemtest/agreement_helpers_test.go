@@ -5,7 +5,7 @@ import (
 )
 
 // The checks every stack runs when its test ends: agreementtest.Checks
-// (issue 22, DESIGN.md principle 5).
+// (Redis agrees with Postgres on its own).
 
 // trackFlash adds a flash voucher to the checks at the end of the test.
 func (s *stack) trackFlash(code string) { s.checks.Track(code) }

@@ -209,7 +209,7 @@ func checkFinalState(t *testing.T, s *stack, code string, spec voucherSpec, flas
 		return
 	}
 	if s.repairsAllowed() == "" {
-		// Redis agrees before the reconcile (DESIGN.md principle 5): the
+		// Redis agrees before the reconcile, on its own: the
 		// reconcile is a safety net with nothing to repair.
 		agreementtest.RequireAgreement(t, s.rdb, s.pool, code)
 	}

@@ -22,7 +22,7 @@ type voprQuerier interface {
 }
 
 // agree reports where a flash voucher's Redis state differs from what its
-// database rows imply (DESIGN.md, principle 5): remaining = total_limit -
+// database rows imply (Redis agrees with Postgres on its own): remaining = total_limit -
 // used_count, the orders hash = the active rows (with their customers), the
 // users hash = the usage table, the terms = the voucher row's, and every key
 // with its TTL. nil: they agree.

@@ -1,6 +1,6 @@
 // Package agreement checks that Redis and Postgres agree about a flash voucher.
 //
-// DESIGN.md principle 5: Redis agrees with Postgres without help. At quiescence
+// The agreement invariant: Redis agrees with Postgres without help. At quiescence
 // a flash voucher's Redis state (remaining, orders, per-customer counts, terms)
 // is exactly what the database's rows imply, and the reconciler is only a
 // safety net for data loss. A repair by the reconciler hides the bug that made

@@ -14,7 +14,7 @@ import (
 // requireAgreementAtEnd checks, when t ends, that the stack's Redis and
 // database agree about the flash voucher code and that the stack's ledger,
 // whose reconciler is off (RECONCILE_INTERVAL=1h), repaired nothing (issue 22,
-// DESIGN.md principle 5). The ledger's counters cover the whole package run,
+// Redis agrees with Postgres on its own). The ledger's counters cover the whole package run,
 // so a repair fails every later test too; the audit names the voucher.
 func requireAgreementAtEnd(t *testing.T, code string) {
 	t.Helper()

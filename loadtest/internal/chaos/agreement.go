@@ -13,7 +13,7 @@ import (
 	"github.com/flashgate/flashgate/shared/api"
 )
 
-// The invariants of DESIGN.md principle 5 (issue 22): at the end of a
+// The agreement invariants: at the end of a
 // scenario Redis holds exactly what the database's rows imply, and, in a
 // scenario that keeps Redis' data, no reconcile had to repair anything for it.
 const (
@@ -61,7 +61,7 @@ func agreementCheck(ctx context.Context, b *verify.Bench, deadline time.Time, re
 			len(codes), time.Since(start).Seconds(), how)}
 	}
 	return verify.Check{Name: name, Pass: false, Detail: fmt.Sprintf(
-		"%d of %d flash vouchers still disagree %.2f s after the checks began (DESIGN.md principle 5; %s): %s",
+		"%d of %d flash vouchers still disagree %.2f s after the checks began (Redis agrees with Postgres on its own; %s): %s",
 		len(open), len(codes), time.Since(start).Seconds(), how, strings.Join(open, "; "))}
 }
 
@@ -115,7 +115,7 @@ func (r *rig) repairCheck(ctx context.Context, codes ...string) verify.Check {
 		return verify.Check{Name: checkRepairsReported, Pass: true, Detail: detail + "; allowed: " + r.reconciler}
 	}
 	return verify.Check{Name: checkNoRepair, Pass: len(found) == 0 && len(unread) == 0,
-		Detail: detail + "; the reconciler is off, and a repair means Redis drifted from the database (DESIGN.md principle 5)"}
+		Detail: detail + "; the reconciler is off, and a repair means Redis drifted from the database (Redis agrees with Postgres on its own)"}
 }
 
 // readRepairMetrics returns the lines of the ledger at ledgerURL's /metrics

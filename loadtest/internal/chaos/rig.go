@@ -17,7 +17,7 @@ import (
 
 // chaosLedgerEnv runs the ledger without its periodic reconciler (its first
 // run would be an hour in): Redis must agree with the database on its own
-// (DESIGN.md principle 5), and a scenario whose reconciler is on
+// (Redis agrees with Postgres on its own), and a scenario whose reconciler is on
 // (Scenario.Reconciler) adds reconcilerEnv. The expiry sweep runs every
 // second; RESERVATION_TTL stays at its default: no scenario needs expiry, and
 // an expired hold would look like a 201 without its row. HANGING_GRACE is

@@ -31,8 +31,8 @@ type Scenario struct {
 	LedgerEnv []string // the ledgers' environment beyond chaosLedgerEnv (a later entry wins)
 	// Reconciler says why the scenario keeps the ledger's periodic reconciler
 	// (reconcilerEnv). Empty, the scenario runs without it (chaosLedgerEnv):
-	// Redis must come to agree with the database on its own (DESIGN.md
-	// principle 5), and a reconcile that repairs anything, the periodic one
+	// Redis must come to agree with the database on its own, and a
+	// reconcile that repairs anything, the periodic one
 	// or ReconcileInherited after a Redis restart, fails the scenario.
 	Reconciler string
 	ProxyEnv   []string // the proxies' beyond chaosProxyEnv

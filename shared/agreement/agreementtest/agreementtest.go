@@ -56,7 +56,7 @@ func requireAgreement(tb testing.TB, rdb redis.UniversalClient, db agreement.Que
 			return
 		}
 		if time.Now().After(deadline) {
-			tb.Errorf("redis and postgres disagree after %s (DESIGN.md principle 5):\n%s",
+			tb.Errorf("redis and postgres disagree after %s (Redis agrees with Postgres on its own):\n%s",
 				agreementWait, strings.Join(open, "\n"))
 			return
 		}

@@ -10,7 +10,7 @@ import (
 )
 
 // Checks is what a test stack around a ledger process checks when its test
-// ends (DESIGN.md principle 5): every flash voucher the test created agrees
+// ends (Redis agrees with Postgres on its own): every flash voucher the test created agrees
 // between Redis and the database, and the ledger, whose reconciler is off
 // (RECONCILE_INTERVAL=1h; its ReconcileInherited still runs every second),
 // repaired nothing: its /metrics counts no repair and the audit holds none for

@@ -12,7 +12,7 @@ import (
 
 // RequireNoRepairMetrics fails tb if the ledger whose /metrics is at
 // metricsURL counts any reconcile repair (agreement.MetricRepairs). A repair
-// means Redis had drifted from the database (DESIGN.md principle 5): with the
+// means Redis had drifted from the database (Redis agrees with Postgres on its own): with the
 // reconciler off, the drift would have been a Diff; with it on, it is a bug
 // hidden. Call it while the ledger still runs, after the test's last request.
 func RequireNoRepairMetrics(tb testing.TB, metricsURL string) {
@@ -24,7 +24,7 @@ func RequireNoRepairMetrics(tb testing.TB, metricsURL string) {
 		tb.Errorf("%v", err)
 	}
 	if len(repairs) > 0 {
-		tb.Errorf("the ledger at %s repaired Redis, which had drifted from the database (DESIGN.md principle 5):\n\t%s",
+		tb.Errorf("the ledger at %s repaired Redis, which had drifted from the database (Redis agrees with Postgres on its own):\n\t%s",
 			metricsURL, strings.Join(repairs, "\n\t"))
 	}
 }
@@ -43,7 +43,7 @@ func RequireNoRepairAudited(tb testing.TB, db agreement.Querier, codes ...string
 		return
 	}
 	if len(repairs) > 0 {
-		tb.Errorf("a reconciler repaired Redis, which had drifted from the database (DESIGN.md principle 5):\n\t%s",
+		tb.Errorf("a reconciler repaired Redis, which had drifted from the database (Redis agrees with Postgres on its own):\n\t%s",
 			strings.Join(repairs, "\n\t"))
 	}
 }
