@@ -7,9 +7,12 @@
 package devstacktest
 
 import (
+	"context"
 	"os"
 	"sync"
 	"testing"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/flashgate/flashgate/shared/devstack"
 )
@@ -129,7 +132,12 @@ func stopAtCleanup[S interface{ Stop() error }](tb testing.TB, server S, err err
 // Binaries built, and the directory of ServiceLog files when no failed test kept one. Use it as
 //
 //	func TestMain(m *testing.M) { os.Exit(devstacktest.RunTests(m)) }
+//
+// go-redis' own log lines (the failed dials of the test's clients while a test
+// stops or kills Redis on purpose) are dropped: they went to the test output,
+// where they buried the failure; the services' lines go to ServiceLog files.
 func RunTests(m *testing.M) int {
+	redis.SetLogger(quietRedis{})
 	code := m.Run()
 	sharedRedis.stop()
 	sharedPostgres.stop()
@@ -137,3 +145,8 @@ func RunTests(m *testing.M) int {
 	removeServiceLogRoot()
 	return code
 }
+
+// quietRedis is a go-redis logger that drops every line.
+type quietRedis struct{}
+
+func (quietRedis) Printf(context.Context, string, ...any) {}
