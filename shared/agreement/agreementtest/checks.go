@@ -1,10 +1,13 @@
 package agreementtest
 
 import (
+	"context"
 	"sync"
 	"testing"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
 
 	"github.com/flashgate/flashgate/shared/agreement"
 )
@@ -72,4 +75,23 @@ func (c *Checks) Run(tb testing.TB, rdb redis.UniversalClient, db agreement.Quer
 	}
 	RequireNoRepairMetrics(tb, metricsURL)
 	RequireNoRepairAudited(tb, db, codes...)
+}
+
+// AtEnd checks codes when tb ends, as Checks.Run does, on clients of its own
+// to a running stack's Redis and database; ledgerURL is the ledger whose
+// /metrics must count no repair (its reconciler off).
+func AtEnd(tb testing.TB, redisURL, databaseURL, ledgerURL string, codes ...string) {
+	tb.Helper()
+	opts, err := redis.ParseURL(redisURL)
+	require.NoError(tb, err)
+	rdb := redis.NewClient(opts)
+	tb.Cleanup(func() { rdb.Close() })
+	pool, err := pgxpool.New(context.Background(), databaseURL)
+	require.NoError(tb, err)
+	tb.Cleanup(pool.Close)
+	tb.Cleanup(func() {
+		RequireAgreement(tb, rdb, pool, codes...)
+		RequireNoRepairMetrics(tb, ledgerURL+"/metrics")
+		RequireNoRepairAudited(tb, pool, codes...)
+	})
 }
