@@ -26,6 +26,27 @@ type connLimit struct {
 	once    sync.Once
 }
 
+// openConns counts the client connections open on the servers Serve runs
+// (one per process): flashgate_http_open_connections.
+var openConns atomic.Int64
+
+// countConns makes srv count its connections in n, from accepted to closed
+// (or hijacked), idle keep-alive ones included.
+func countConns(srv *http.Server, n *atomic.Int64) {
+	next := srv.ConnState
+	srv.ConnState = func(c net.Conn, st http.ConnState) {
+		switch st {
+		case http.StateNew:
+			n.Add(1)
+		case http.StateClosed, http.StateHijacked:
+			n.Add(-1)
+		}
+		if next != nil {
+			next(c, st)
+		}
+	}
+}
+
 // limitConns wraps ln so that srv keeps at most max connections open; it
 // takes srv's ConnState hook to see which connections are idle.
 func limitConns(ln net.Listener, max int, srv *http.Server) net.Listener {

@@ -131,6 +131,7 @@ func ListenAll(addrVar, addr, metricsAddr, debugAddr string, log *slog.Logger) (
 // flight finish, all within Timeout of the signal. A failure to listen or serve
 // is returned at once.
 func (l *Lifecycle) Serve(ln net.Listener, srv *http.Server, maxConns int) error {
+	countConns(srv, &openConns)
 	if maxConns > 0 {
 		ln = limitConns(ln, maxConns, srv)
 	}

@@ -37,8 +37,9 @@ type requestLabels struct {
 var LatencyBuckets = []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5}
 
 // NewMetrics returns a registry with Go runtime and process collectors,
-// flashgate_http_request_duration_seconds{service, route, method, code} and
-// flashgate_build_info{service, version, revision}.
+// flashgate_http_request_duration_seconds{service, route, method, code},
+// flashgate_build_info{service, version, revision} and
+// flashgate_http_open_connections{service}.
 func NewMetrics(service string) *Metrics {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -57,7 +58,12 @@ func NewMetrics(service string) *Metrics {
 		ConstLabels: prometheus.Labels{"service": service, "version": buildinfo.Version(), "revision": buildinfo.Revision()},
 	})
 	buildInfo.Set(1)
-	reg.MustRegister(m.requests, buildInfo)
+	conns := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name:        "flashgate_http_open_connections",
+		Help:        "Client connections open on the service's listener, idle keep-alive ones included (each holds a goroutine).",
+		ConstLabels: prometheus.Labels{"service": service},
+	}, func() float64 { return float64(openConns.Load()) })
+	reg.MustRegister(m.requests, buildInfo, conns)
 	m.observers = NewResolved(func(l requestLabels) prometheus.Observer {
 		return m.requests.WithLabelValues(l.route, l.method, strconv.Itoa(l.status))
 	})

@@ -59,7 +59,7 @@ func writeSampleTable(w io.Writer, samples []ProcSample) {
 	slices.Sort(names)
 	fmt.Fprintf(w, "| s |")
 	for _, n := range names {
-		fmt.Fprintf(w, " %s RSS | %s goroutines |", n, n)
+		fmt.Fprintf(w, " %s RSS | %s goroutines (connections) |", n, n)
 	}
 	fmt.Fprintf(w, "\n| ---: |%s\n", strings.Repeat(" ---: | ---: |", len(names)))
 	for _, row := range sampleRows(samples) {
@@ -70,7 +70,7 @@ func writeSampleTable(w io.Writer, samples []ProcSample) {
 				fmt.Fprint(w, " - | - |")
 				continue
 			}
-			fmt.Fprintf(w, " %.0f | %d |", row[i].RSSMB, row[i].Goroutines)
+			fmt.Fprintf(w, " %.0f | %d (%d) |", row[i].RSSMB, row[i].Goroutines, row[i].Conns)
 		}
 		fmt.Fprintln(w)
 	}
