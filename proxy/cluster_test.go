@@ -178,6 +178,7 @@ func createFlash(t *testing.T, ledgerURL, code string, stock int) {
 // 20 vouchers spread over a 3-master Redis Cluster, 3 proxies, 2 ledgers:
 // every voucher exact.
 func TestClusterFleetIsExact(t *testing.T) {
+	t.Parallel()
 	cl := devstacktest.NewRedisCluster(t, devstack.ClusterOptions{Masters: 3})
 	f := newFleet(t, cl.URL(), 3, 2)
 	codes := make([]string, 20)
@@ -197,6 +198,7 @@ func TestClusterFleetIsExact(t *testing.T) {
 // A master killed in the middle of a burst, its replica promoted: never an
 // oversell, and reload and reconcile bring Redis back to the database.
 func TestClusterMasterFailover(t *testing.T) {
+	t.Parallel()
 	cl := devstacktest.NewRedisCluster(t, devstack.ClusterOptions{Masters: 3, Replicas: 1})
 	f := newFleet(t, cl.URL(), 3, 2)
 	codes := make([]string, 6)

@@ -60,6 +60,7 @@ func TestConfigSwitch(t *testing.T) {
 
 // TestCommandLine runs bin/proxy --help and --version: exit 0, every setting listed.
 func TestCommandLine(t *testing.T) {
+	t.Parallel()
 	httpxtest.CheckCommandLine(t, proxyBinary(t), "proxy", configFrom)
 }
 

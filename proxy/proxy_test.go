@@ -213,6 +213,7 @@ func TestDBRejectsOverAdmission(t *testing.T) {
 // Postgres gone: the client gets 503, and the admitted use goes back to Redis
 // once the database can confirm the write never happened.
 func TestDBDownReleasesInRedis(t *testing.T) {
+	t.Parallel()
 	pg := devstacktest.NewPostgres(t, devstack.PostgresOptions{})
 	s := newStack(t, stackOptions{coalesce: true, dbURL: pg.URL()})
 	code := newCode(t)
@@ -240,6 +241,7 @@ func TestDBDownReleasesInRedis(t *testing.T) {
 // Redis stopped: fast 503s and never a 201; Redis back: service resumes (the
 // restarted Redis is empty, so the voucher is reloaded from the database).
 func TestRedisDown(t *testing.T) {
+	t.Parallel()
 	rs := devstacktest.NewRedis(t, devstack.RedisOptions{})
 	s := newStack(t, stackOptions{coalesce: true, redisURL: rs.URL()})
 	// Exempt from "no repair": Redis is killed and restarts empty on purpose;

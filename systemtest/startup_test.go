@@ -92,6 +92,7 @@ func takenAddr(tb testing.TB) string {
 // variable and the cause, after only JSON lines, no "listening" line and few
 // WARN lines; within a bound that shows no wait that the case does not call for.
 func TestStartupErrors(t *testing.T) {
+	t.Parallel()
 	redisURL, dbURL := devstacktest.RedisURL(t), devstacktest.PostgresURL(t)
 	_, ledgerURL := startService(t, "ledger", "LEDGER_ADDR", []string{
 		"DATABASE_URL=" + dbURL, "REDIS_URL=" + redisURL, "LEDGER_TOKEN=" + ledgerToken,
@@ -205,6 +206,7 @@ func TestStartupErrors(t *testing.T) {
 // go-redis' own lines in the JSON log (at debug: the warm-up's line is the
 // fault's), and no line saying Redis is warm.
 func TestStartWithoutRedis(t *testing.T) {
+	t.Parallel()
 	deadRedis := "redis://" + freeAddr(t)
 	// A database of its own: the shared one holds other tests' flash
 	// vouchers, whose warm-up without Redis logs an ERROR each.
@@ -234,6 +236,7 @@ func TestStartWithoutRedis(t *testing.T) {
 // deployment that starts both together does: it waits (one WARN line per
 // 5 s, not one per attempt) and serves once the ledger answers.
 func TestProxyWaitsForItsLedger(t *testing.T) {
+	t.Parallel()
 	ledgerAddr, proxyAddr := freeAddr(t), freeAddr(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
@@ -312,6 +315,7 @@ func raw(lines []logLine) string {
 // TestLoadtestCommandLine checks bin/loadtest's --help (stdout, exit 0),
 // --version (stdout, exit 0) and an unknown command (stderr, exit 2).
 func TestLoadtestCommandLine(t *testing.T) {
+	t.Parallel()
 	bin := filepath.Join(devstacktest.Binaries(t, "../loadtest"), "loadtest")
 	for _, tc := range []struct {
 		arg        string
