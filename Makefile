@@ -38,13 +38,13 @@ test: deps
 	$(GO) vet ./...
 	@if docker compose version >/dev/null 2>&1; then docker compose config -q && echo "docker-compose.yml: valid"; \
 	else echo "docker compose not available: skipped checking docker-compose.yml"; fi
-	$(MAKE) --no-print-directory fuzz
-	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) $$($(GO) list ./... | grep -v -x -F "$$($(GO) list $(SOLO_PKGS))")
-	$(GO) test -p 1 -count=1 -timeout $(TEST_TIMEOUT) $(SOLO_PKGS)
+	@GO="$(GO)" TEST_TIMEOUT="$(TEST_TIMEOUT)" SOLO_PKGS="$(SOLO_PKGS)" MAKE="$(MAKE)" scripts/test.sh
 
 # A short real fuzzing run of every target (their seed corpora also run as
 # plain tests in `make test`). FUZZTIME=1m make fuzz for a longer one.
 FUZZTIME ?= 4s
+# Fuzzing processes per target; make test runs one beside the other packages.
+FUZZ_WORKERS ?= 2
 FUZZ_TARGETS := \
 	./shared/voucher:FuzzValidCode ./shared/voucher:FuzzValidOrderID \
 	./shared/httpx:FuzzDecodeReserveRequest ./shared/httpx:FuzzDecodeNewVoucher \
@@ -55,7 +55,7 @@ fuzz: deps
 	@set -e; for t in $(FUZZ_TARGETS); do \
 		pkg=$${t%%:*}; name=$${t##*:}; \
 		echo "fuzz $$name ($$pkg, $(FUZZTIME))"; \
-		scripts/fuzz.sh $$pkg $$name $(FUZZTIME); \
+		scripts/fuzz.sh $$pkg $$name $(FUZZTIME) $(FUZZ_WORKERS); \
 	done
 
 # The VOPR (systemtest/vopr_test.go) for longer than `make test` runs it: seeded

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# fuzz.sh PKG NAME FUZZTIME: a short real fuzzing run of one target.
+# fuzz.sh PKG NAME FUZZTIME [WORKERS]: a short real fuzzing run of one target
+# with WORKERS fuzzing processes (default 2).
 #
 # Go 1.26's fuzz coordinator can end a duration-bound run with a bare
 # "context deadline exceeded" at the -fuzztime boundary on a loaded machine,
@@ -7,12 +8,12 @@
 # failing input written and nothing else failing, is tried once more; any
 # other failure fails at once, with the whole output.
 set -uo pipefail
-pkg=$1 name=$2 fuzztime=$3
+pkg=$1 name=$2 fuzztime=$3 workers=${4:-2}
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 
 run() {
-	go test "$pkg" -run '^$' -fuzz "^${name}\$" -fuzztime "$fuzztime" -parallel 2 >"$log" 2>&1
+	go test "$pkg" -run '^$' -fuzz "^${name}\$" -fuzztime "$fuzztime" -parallel "$workers" >"$log" 2>&1
 }
 
 deadline_flake() {

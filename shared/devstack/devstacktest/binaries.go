@@ -4,10 +4,18 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 )
+
+// PrebuiltEnv names a directory that already holds the project's commands,
+// built from this tree: `make test` builds ledger, proxy, loadtest and
+// flashgatectl there once, instead of once per test package. Binaries uses
+// it when it holds every command asked for, and builds them itself otherwise.
+const PrebuiltEnv = "FLASHGATE_TEST_BIN"
 
 // built holds the binaries built for this test binary, by package list.
 var built struct {
@@ -38,6 +46,9 @@ func Binaries(tb testing.TB, pkgs ...string) string {
 
 // buildBinaries is Binaries for a caller without a testing.TB (TestMain).
 func buildBinaries(pkgs ...string) (string, error) {
+	if dir := prebuilt(pkgs); dir != "" {
+		return dir, nil
+	}
 	key := strings.Join(pkgs, " ")
 	built.Lock()
 	if built.dirs == nil {
@@ -71,4 +82,27 @@ func removeBinaries() {
 			os.RemoveAll(b.dir)
 		}
 	}
+}
+
+// prebuilt returns PrebuiltEnv's directory when it holds a command for each
+// of pkgs (a package's command is named after its directory), else "".
+func prebuilt(pkgs []string) string {
+	dir := os.Getenv(PrebuiltEnv)
+	if dir == "" {
+		return ""
+	}
+	for _, pkg := range pkgs {
+		name := path.Base(pkg)
+		if !strings.Contains(pkg, "/") || strings.HasPrefix(pkg, ".") {
+			abs, err := filepath.Abs(pkg)
+			if err != nil {
+				return ""
+			}
+			name = filepath.Base(abs)
+		}
+		if fi, err := os.Stat(filepath.Join(dir, name)); err != nil || !fi.Mode().IsRegular() {
+			return ""
+		}
+	}
+	return dir
 }

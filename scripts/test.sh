@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# test.sh: `make test`'s packages (the Makefile's test target passes GO,
+# TEST_TIMEOUT, SOLO_PKGS and MAKE).
+#
+# 1. ledger, proxy, loadtest and flashgatectl are built once, for every
+#    package's tests (FLASHGATE_TEST_BIN; devstacktest.Binaries takes them
+#    from there instead of building them again in each package).
+# 2. Every package but SOLO_PKGS, two at a time, each running up to four of
+#    its parallel tests at once (they mostly wait: on a fault's timeout, a
+#    restart, a sweep), with `make fuzz` beside them at one fuzzing process
+#    (its output follows theirs).
+# 3. SOLO_PKGS one at a time: they judge the whole system by latency and 503
+#    bounds, and beside other packages on two cores they measure those.
+set -uo pipefail
+: "${GO:=go}" "${TEST_TIMEOUT:=9m}" "${MAKE:=make}" "${SOLO_PKGS:?}"
+
+bindir=$(mktemp -d -t flashgate-testbin-XXXXXX)
+fuzzlog=$(mktemp -t flashgate-fuzz-XXXXXX)
+trap 'rm -rf "$bindir" "$fuzzlog"' EXIT
+
+echo "$GO build -o $bindir/ ./ledger ./proxy ./loadtest ./flashgatectl"
+$GO build -o "$bindir/" ./ledger ./proxy ./loadtest ./flashgatectl || exit 1
+export FLASHGATE_TEST_BIN=$bindir
+
+solo=$($GO list $SOLO_PKGS) || exit 1
+# The ledger's package first: the longest, it would otherwise start behind
+# the packages before it in the list.
+others=$($GO list ./... | grep -v -x -F "$solo" | awk '/\/ledger$/ {print; next} {rest = rest $0 "\n"} END {printf "%s", rest}')
+
+$MAKE --no-print-directory fuzz FUZZ_WORKERS=1 >"$fuzzlog" 2>&1 &
+fuzz=$!
+echo "make fuzz (one fuzzing process) runs beside the packages below; its output follows them"
+echo "$GO test -count=1 -parallel 4 -timeout $TEST_TIMEOUT <every package but $SOLO_PKGS>"
+# shellcheck disable=SC2086 # package lists are word lists
+$GO test -count=1 -parallel 4 -timeout "$TEST_TIMEOUT" $others
+rc=$?
+wait "$fuzz"
+frc=$?
+cat "$fuzzlog"
+if ((frc != 0)); then
+	echo "make fuzz failed (exit $frc)"
+fi
+if ((rc != 0 || frc != 0)); then
+	exit 1
+fi
+
+echo "$GO test -p 1 -count=1 -timeout $TEST_TIMEOUT $SOLO_PKGS"
+# shellcheck disable=SC2086
+$GO test -p 1 -count=1 -timeout "$TEST_TIMEOUT" $SOLO_PKGS
