@@ -17,7 +17,6 @@ import (
 // in flight, then the ledger breaker's fast 503); /readyz answers 503 within
 // its own deadline; once the ledger continues the proxy serves again.
 func TestLedgerStoppedAnswers503Fast(t *testing.T) {
-	t.Parallel()
 	s := newProcStack(t, stackOptions{})
 	std, flash := newCode(t), newCode(t)
 	s.createVoucher(t, std, 100_000, 1, false)

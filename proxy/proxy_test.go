@@ -241,7 +241,6 @@ func TestDBDownReleasesInRedis(t *testing.T) {
 // Redis stopped: fast 503s and never a 201; Redis back: service resumes (the
 // restarted Redis is empty, so the voucher is reloaded from the database).
 func TestRedisDown(t *testing.T) {
-	t.Parallel()
 	rs := devstacktest.NewRedis(t, devstack.RedisOptions{})
 	s := newStack(t, stackOptions{coalesce: true, redisURL: rs.URL()})
 	// Exempt from "no repair": Redis is killed and restarts empty on purpose;
