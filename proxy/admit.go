@@ -173,6 +173,10 @@ func NewAdmitter(base context.Context, g *gate.Gate, ledger *LedgerClient, cfg A
 		func(ctx context.Context, k forwardKey, claims []voucher.Claim) ([]Reply, error) {
 			return ledger.WriteAdmitted(ctx, k.code, claims)
 		})
+	// Each claim's LEDGER_TIMEOUT runs from its arrival (write), its wait
+	// behind the batch in flight included: a batch gets the earliest
+	// deadline of its claims.
+	a.forward.CallerDeadlines()
 	return a, nil
 }
 
@@ -386,7 +390,13 @@ func (a *Admitter) write(ctx context.Context, code string, cl voucher.Claim) (Re
 		return a.ledger.Do(ctx, "admitted_write", http.MethodPost, api.InternalPrefix+api.ReservationsPath(code), cl)
 	}
 	// Admitted together, written together: the ledger commits what one round
-	// admitted in one transaction.
+	// admitted in one transaction. The claim's LEDGER_TIMEOUT starts now:
+	// without it, a claim queued behind a batch that took a whole
+	// LEDGER_TIMEOUT (a slow ledger) waited for its own batch's as well, and
+	// its 503 came after two (chaos soak, pg-restart: p99 2,025 ms). Still
+	// queued at its deadline, it was never sent (batch.ErrDropped: notDelivered).
+	ctx, cancel := context.WithTimeout(ctx, a.ledger.http.Timeout)
+	defer cancel()
 	rep, err := a.forward.Do(ctx, forwardKey{code, a.lane.Add(1) % forwardLanes}, cl)
 	if err != nil && !errors.Is(err, voucher.ErrUnavailable) {
 		err = fmt.Errorf("write %s/%s: %w: %w", code, cl.OrderID, err, voucher.ErrUnavailable)

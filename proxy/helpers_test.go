@@ -70,6 +70,7 @@ type stackOptions struct {
 	admitLog        *slog.Logger // the admitter's log; nil: discarded
 	limits          *LimitConfig // per-client limits and early retries; nil: none
 	maxInflight     int          // MAX_INFLIGHT, shed at once over it (no LATENCY_SLO); 0: no bound
+	ledgerEnv       []string     // more of the ledger process's environment
 }
 
 func newStack(tb testing.TB, o stackOptions) *stack {
@@ -107,6 +108,7 @@ func startLedger(tb testing.TB, o stackOptions) (*devstack.Service, string) {
 		"LEDGER_TOKEN=test-token", "EXPIRY_INTERVAL=1h", "RECONCILE_INTERVAL=1h",
 		"SHUTDOWN_DELAY=0s", // no load balancer to wait for: a test's stop is immediate
 	}
+	env = append(env, o.ledgerEnv...)
 	led, err := devstack.StartService("ledger", ledgerBinary(tb), env, "http://"+addr+"/healthz", devstacktest.ServiceLog(tb, "ledger"))
 	require.NoError(tb, err)
 	tb.Cleanup(func() { led.Stop() })

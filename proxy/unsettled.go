@@ -94,9 +94,10 @@ func scriptMayHaveRun(err error) bool {
 }
 
 // neverSent reports whether a call failed before anything was sent: its
-// circuit breaker refused it, or no connection could be made.
+// circuit breaker refused it, no connection could be made, or its deadline
+// passed while it was still queued for a batch.
 func neverSent(err error) bool {
 	var op *net.OpError
 	return errors.Is(err, gobreaker.ErrOpenState) || errors.Is(err, gobreaker.ErrTooManyRequests) ||
-		(errors.As(err, &op) && op.Op == "dial")
+		errors.Is(err, batch.ErrDropped) || (errors.As(err, &op) && op.Op == "dial")
 }

@@ -7,10 +7,16 @@ package batch
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"time"
 )
+
+// ErrDropped marks an item whose caller's context ended while it was still
+// queued: it was never handed to Func (Do's error wraps it and the context's).
+var ErrDropped = errors.New("dropped from its queue before its batch ran")
 
 // Func runs one batch for key and returns one result per item, in order. An
 // error fails every item of the batch.
@@ -25,6 +31,8 @@ type Batcher[K comparable, T, R any] struct {
 	mu     sync.Mutex
 	queues map[K]*queue[T, R]
 	sizes  func(int) // observes each batch's size; may be nil
+
+	callerDeadlines bool // see CallerDeadlines
 }
 
 type queue[T, R any] struct {
@@ -60,7 +68,7 @@ func (w *waiter[T, R]) wait(ctx context.Context) (R, error) {
 	// The state moves once: if it is not running now, nothing will run w.
 	if w.state.CompareAndSwap(queued, abandoned) || w.state.Load() == abandoned {
 		var zero R
-		return zero, ctx.Err()
+		return zero, fmt.Errorf("%w: %w", ErrDropped, ctx.Err())
 	}
 	res := <-w.done
 	return res.r, res.err
@@ -83,6 +91,14 @@ func New[K comparable, T, R any](base context.Context, max int, fn Func[K, T, R]
 
 // ObserveSizes makes the Batcher report each batch's size to f (for metrics).
 func (b *Batcher[K, T, R]) ObserveSizes(f func(int)) { b.sizes = f }
+
+// CallerDeadlines makes each call's context carry the earliest deadline of
+// its items' callers, so that a caller's deadline bounds its whole wait: the
+// queue (an item still queued at its deadline is dropped) and the call that
+// took it. Without it, an item taken a moment before its deadline waits for
+// a whole call more (the call sets its own deadline from its start). Call it
+// before the first Do.
+func (b *Batcher[K, T, R]) CallerDeadlines() { b.callerDeadlines = true }
 
 // Do queues item for key and waits for its result. If ctx ends while the item
 // is still queued, it is dropped from its batch and Do returns ctx's error; an
@@ -165,7 +181,21 @@ func (b *Batcher[K, T, R]) run(key K, taken []*waiter[T, R]) {
 	if b.sizes != nil {
 		b.sizes(len(items))
 	}
-	rs, err := b.call(key, items)
+	ctx := b.base
+	if b.callerDeadlines {
+		var earliest time.Time
+		for _, w := range live {
+			if d, ok := w.ctx.Deadline(); ok && (earliest.IsZero() || d.Before(earliest)) {
+				earliest = d
+			}
+		}
+		if !earliest.IsZero() {
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithDeadline(ctx, earliest)
+			defer cancel()
+		}
+	}
+	rs, err := b.call(ctx, key, items)
 	for i, w := range live {
 		if err != nil {
 			w.done <- result[R]{err: err}
@@ -177,13 +207,13 @@ func (b *Batcher[K, T, R]) run(key K, taken []*waiter[T, R]) {
 
 // call runs fn, turning a panic or a wrong result count into an error so that
 // no waiter is left hanging.
-func (b *Batcher[K, T, R]) call(key K, items []T) (rs []R, err error) {
+func (b *Batcher[K, T, R]) call(ctx context.Context, key K, items []T) (rs []R, err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			err = fmt.Errorf("batch for %v panicked: %v", key, p)
 		}
 	}()
-	rs, err = b.fn(b.base, key, items)
+	rs, err = b.fn(ctx, key, items)
 	if err == nil && len(rs) != len(items) {
 		err = fmt.Errorf("batch for %v: %d results for %d items", key, len(rs), len(items))
 	}

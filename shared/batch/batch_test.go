@@ -130,7 +130,9 @@ func TestCancelledCallers(t *testing.T) {
 	go func() { _, err := b.Do(ctx, "k", 1); queued <- err }()
 	time.Sleep(20 * time.Millisecond)
 	cancel()
-	assert.ErrorIs(t, <-queued, context.Canceled)
+	err := <-queued
+	assert.ErrorIs(t, err, context.Canceled)
+	assert.ErrorIs(t, err, ErrDropped)
 	close(gate)
 	require.NoError(t, <-first)
 	got, err := b.Do(context.Background(), "k", 2)
@@ -231,4 +233,61 @@ func TestDoAllGoesTogether(t *testing.T) {
 		assert.Equal(t, i+1, rs[i])
 	}
 	assert.EqualValues(t, 1, calls.Load())
+}
+
+// With CallerDeadlines, a caller's deadline bounds its whole wait: a batch
+// gets the earliest deadline of its items, and an item still queued at its
+// deadline is dropped (ErrDropped). Without it, a call's context has no
+// deadline of its callers.
+func TestCallerDeadlines(t *testing.T) {
+	for _, on := range []bool{true, false} {
+		t.Run(fmt.Sprintf("on=%v", on), func(t *testing.T) {
+			gate := make(chan struct{})
+			deadlines := make(chan time.Time, 4)
+			b := New(context.Background(), 10, func(ctx context.Context, key string, xs []int) ([]int, error) {
+				d, _ := ctx.Deadline()
+				deadlines <- d
+				if xs[0] == 0 {
+					<-gate
+				}
+				return xs, nil
+			})
+			if on {
+				b.CallerDeadlines()
+			}
+			first := make(chan error, 1)
+			go func() { _, err := b.Do(context.Background(), "k", 0); first <- err }()
+			assert.True(t, (<-deadlines).IsZero(), "no caller deadline, none on the call")
+
+			// Queued behind the call in flight: one item with a near deadline
+			// (dropped while queued), two with later ones (batched together).
+			near, cancelNear := context.WithTimeout(context.Background(), 30*time.Millisecond)
+			defer cancelNear()
+			soon, cancelSoon := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancelSoon()
+			late, cancelLate := context.WithTimeout(context.Background(), time.Minute)
+			defer cancelLate()
+			dropped := make(chan error, 1)
+			go func() { _, err := b.Do(near, "k", 1); dropped <- err }()
+			results := make(chan error, 2)
+			time.Sleep(10 * time.Millisecond)
+			go func() { _, err := b.Do(soon, "k", 2); results <- err }()
+			go func() { _, err := b.Do(late, "k", 3); results <- err }()
+			err := <-dropped
+			assert.ErrorIs(t, err, ErrDropped)
+			assert.ErrorIs(t, err, context.DeadlineExceeded)
+			time.Sleep(20 * time.Millisecond) // both later items queued
+			close(gate)
+			require.NoError(t, <-first)
+			require.NoError(t, <-results)
+			require.NoError(t, <-results)
+			d := <-deadlines
+			if !on {
+				assert.True(t, d.IsZero(), "the call took a caller's deadline")
+				return
+			}
+			want, _ := soon.Deadline()
+			assert.Equal(t, want, d, "the batch's deadline is its earliest item's")
+		})
+	}
 }
