@@ -81,7 +81,7 @@ func configFrom(e *envconf.Reader) (Config, error) {
 		RedisTimeout: e.Duration("REDIS_TIMEOUT", 250*time.Millisecond,
 			"deadline of one Redis call; past it the request gets 503"),
 		LedgerTimeout: e.Duration("LEDGER_TIMEOUT", time.Second,
-			"deadline of one ledger call; keep it above the ledger's DB_TIMEOUT and below its HANGING_GRACE"),
+			"deadline of one ledger call (an admitted write's runs from its admission, its wait for a batch included); keep it above the ledger's DB_TIMEOUT and below its HANGING_GRACE"),
 		Coalesce: e.Switch("PROXY_COALESCE", true, "off: one script call per request (for comparison)"),
 		MaxBatch: e.Int("PROXY_MAX_BATCH", 256, 1, "most requests per script call"),
 		RedisPool: e.Int("REDIS_POOL_SIZE", 0, 0,
