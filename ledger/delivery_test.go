@@ -131,7 +131,7 @@ func TestDispatcherTakeover(t *testing.T) {
 	stream := func(from, n int) {
 		for i := from; i < from+n; i++ {
 			code := codes[i%len(codes)]
-			r := call(t, http.MethodPost, heir.URL+"/vouchers/"+code+"/reservations", "", claimBody(int64(i+1), fmt.Sprintf("%s-%d", code, i), 5_000))
+			r := reserveRetrying(t, heir.URL, code, claimBody(int64(i+1), fmt.Sprintf("%s-%d", code, i), 5_000))
 			require.Equal(t, http.StatusCreated, r.Status, r.Raw)
 		}
 	}
