@@ -55,7 +55,7 @@ const (
 )
 
 // wait returns w's result. When ctx ends first and w's batch has not taken it
-// yet, w is abandoned and never runs (ctx's error); once its batch took it,
+// yet, w is abandoned and never runs (ErrDropped and ctx's error); once its batch took it,
 // the caller waits for what the batch did for it, however long the batch
 // takes (the batch's own deadline bounds it): the item's effects are never
 // left unknown to the caller.
@@ -101,7 +101,8 @@ func (b *Batcher[K, T, R]) ObserveSizes(f func(int)) { b.sizes = f }
 func (b *Batcher[K, T, R]) CallerDeadlines() { b.callerDeadlines = true }
 
 // Do queues item for key and waits for its result. If ctx ends while the item
-// is still queued, it is dropped from its batch and Do returns ctx's error; an
+// is still queued, it is dropped from its batch and Do returns ErrDropped
+// wrapping ctx's error; an
 // item whose batch already started runs, and Do returns its result once the
 // batch returns (see waiter.wait).
 func (b *Batcher[K, T, R]) Do(ctx context.Context, key K, item T) (R, error) {
