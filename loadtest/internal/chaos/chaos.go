@@ -46,7 +46,7 @@ type Config struct {
 	Stock         int           // the burst voucher's uses; 0: 30% of the requests
 	RecoveryBound time.Duration // after the fault, new reserves are answered within this
 	SettleBound   time.Duration // after the last request, Redis = DB within this
-	Fast503       time.Duration // while the fault lasts, p99 of the 503 answers stays within this plus twice the p99 of the answers before it
+	Fast503       time.Duration // while the fault lasts, p99 of the 503 answers stays within this plus twice the machine's load (the larger of the answers' p99 before it and the proxy's /healthz p99 while it lasts)
 	Seed          uint64
 	Short         bool    // the test's plan: scenarios with their own (Tune, Run) take their short one
 	FlashMax      float64 // the flash path's maximum sustainable rate: soak sends 1/2, overload 3x when not MeasureMax
@@ -145,7 +145,7 @@ func parseChaosFlags(args []string) (chaosCmd, error) {
 	fs.IntVar(&cfg.Stock, "stock", 0, "the burst voucher's uses (0: 30% of the requests; log-sale's voucher: 50,000, --short 1,000)")
 	fs.DurationVar(&cfg.RecoveryBound, "recovery-bound", cfg.RecoveryBound, "new reserves must be answered within this after the fault")
 	fs.DurationVar(&cfg.SettleBound, "settle-bound", cfg.SettleBound, "Redis must equal the database within this after the last request")
-	fs.DurationVar(&cfg.Fast503, "fast-503", cfg.Fast503, "while a fault lasts, the p99 of the 503 answers must stay within this plus twice the p99 of the answers sent before the fault (the machine's load, measured in the same run)")
+	fs.DurationVar(&cfg.Fast503, "fast-503", cfg.Fast503, "while a fault lasts, the p99 of the 503 answers must stay within this plus twice the machine's load, measured in the same run: the larger of the p99 of the answers sent before the fault and the p99 of the proxy's /healthz while it lasts")
 	fs.Uint64Var(&cfg.Seed, "seed", cfg.Seed, "seed of the request plans")
 	fs.Float64Var(&cfg.FlashMax, "flash-max", cfg.FlashMax, "the flash path's maximum sustainable rate: soak sends half, overload 3x (default: measured first on the scenario's own stack)")
 	fs.DurationVar(&cfg.Attack.Timeout, "timeout", cfg.Attack.Timeout, "per-request timeout of the clients (no answer within it: a failed request)")

@@ -67,8 +67,9 @@ func TestChaosSoak(t *testing.T) {
 	require.NoError(t, err)
 	res := runChaosTest(t, pg, scenarios[0], cfg)
 	for _, rr := range res.Rounds {
-		t.Logf("round %s: %d requests: 201 %d, 409 %d, 503 %d, errors %d; recovered %s, Redis = DB %s: %s",
+		t.Logf("round %s: %d requests: 201 %d, 409 %d, 503 %d, errors %d; 503s sent during the fault: p99 %.0f ms (answers before it: p99 %.0f ms; /healthz during it: p99 %.0f ms); recovered %s, Redis = DB %s: %s",
 			rr.Scenario, rr.Requests, rr.Created, rr.Refused, rr.Unavailable, rr.Errors,
+			rr.DuringFault503P99, rr.BeforeFaultP99, rr.DuringFaultLivenessP99,
 			seconds(rr.RecoverySeconds), seconds(rr.SettleSeconds), verify.Verdict(rr.Pass))
 	}
 	var table strings.Builder

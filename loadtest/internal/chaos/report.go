@@ -142,7 +142,7 @@ func chaosMarkdown(rep *Report) string {
 			p99Of503(r), invariantsVerdict(r), seconds(r.RecoverySeconds), seconds(r.SettleSeconds), verify.Verdict(r.Pass))
 	}
 	fmt.Fprintf(&b, "\nBounds: reserves answered again within %s of the fault's end; Redis = DB within %s of the last request; "+
-		"p99 of the 503s sent during the fault within %s.\n", secondsOf(c["recoveryBoundSeconds"]), secondsOf(c["settleBoundSeconds"]), secondsOf(c["fast503Seconds"]))
+		"p99 of the 503s sent during the fault within %s plus twice the machine's load (the larger of the answers' p99 before the fault and the proxy's /healthz p99 while it lasted).\n", secondsOf(c["recoveryBoundSeconds"]), secondsOf(c["settleBoundSeconds"]), secondsOf(c["fast503Seconds"]))
 	b.WriteString("\n*reserves answered again*: after the fault ended (toxic removed, process restarted and healthy), until the first of " +
 		fmt.Sprint(probesInARow) + " probes in a row came back answered. *Redis = DB*: after the last request, until Redis held " +
 		"exactly the database's remaining and orders on both vouchers, with nothing but the system at work (no reconciler, " +

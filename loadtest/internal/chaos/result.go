@@ -47,6 +47,10 @@ type Result struct {
 	// fault, in ms: what the machine's load alone costs an answer in this
 	// run, which the fast-503 bound adds to its own.
 	BeforeFaultP99 float64 `json:"beforeFaultP99Ms"`
+	// DuringFaultLivenessP99: p99 of the proxy's /healthz answers while the
+	// fault lasted, in ms (liveness): what the machine's load cost an answer
+	// then, the fault's own cost left out; 0 in the overload scenario.
+	DuringFaultLivenessP99 float64 `json:"duringFaultLivenessP99Ms"`
 
 	// RecoverySeconds: after the fault ended, until the first of
 	// probesInARow answered probes in a row came back; -1 when it never did.

@@ -23,7 +23,8 @@ type traffic struct {
 	rc              *load.RetryingClients
 	pr              *prober
 	probes          []load.Shot
-	start           time.Time // of the burst
+	live            []time.Duration // the proxy's /healthz while the fault lasted (liveness)
+	start           time.Time       // of the burst
 	faultStart      time.Time
 	faultEnd        time.Time
 	faultOver       chan struct{} // closed once the fault has ended
@@ -72,17 +73,20 @@ func (t *traffic) drive(ctx context.Context, r *rig, sc Scenario, cfg Config) er
 	t.pr = newProber(r.entry, t.probeSpec.Code, cfg.RecoveryBound)
 	go t.pr.run(ctx)
 	t.faultStart = time.Now()
+	live := startLiveness(ctx, r.entry, cfg.Attack.Timeout)
 	end, faultErr := sc.Inject(ctx, r, cfg.FaultFor)
 	if faultErr == nil && end != nil {
 		load.Sleep(ctx, time.Until(t.faultStart.Add(cfg.FaultFor)))
 		faultErr = end()
 	}
 	t.faultEnd = time.Now()
+	live.end()
 	close(t.faultOver)
 	t.pr.faultEnded(t.faultEnd)
 	t.volley = <-volley
 	<-retried
 	t.probes = t.pr.wait()
+	t.live = live.wait()
 	if faultErr != nil {
 		return fmt.Errorf("%s: inject the fault: %w", sc.Name, faultErr)
 	}
@@ -101,6 +105,7 @@ func (t *traffic) result(sc Scenario, cfg Config, settled time.Duration, settleD
 	}
 	_, rcShots := t.rc.Merge(load.Plan{}, nil)
 	res.tally(slices.Concat(t.volley.Shots, rcShots), t.probes, t.faultStart, t.faultEnd)
+	res.DuringFaultLivenessP99 = load.LatencyOf(t.live).P99
 	l := answeredLatency(t.volley.Shots, rcShots, t.probes)
 	res.Latency = &l
 	res.RetryingOrders, res.RetryingSends = len(t.rc.Plan.Orders), len(rcShots)
