@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"golang.org/x/sync/singleflight"
 
 	"github.com/flashgate/flashgate/shared/voucher"
 )
@@ -37,6 +38,9 @@ type Store struct {
 	// database.
 	terms   sync.Map // code -> cachedTerms
 	forgets sync.Map // code -> *atomic.Uint64, its ForgetTerms calls: a read that overlapped one is not cached
+	// termsReads shares one database read among the concurrent misses of
+	// one code (see Terms).
+	termsReads singleflight.Group
 }
 
 // termsTTL is how long Terms keeps a voucher's terms.

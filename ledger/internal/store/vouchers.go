@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync/atomic"
 	"time"
 
@@ -118,24 +119,44 @@ func (s *Store) Voucher(ctx context.Context, code string) (voucher.Voucher, erro
 }
 
 // Terms returns a voucher's terms (no counters), from memory when they were
-// read less than termsTTL ago and not forgotten since.
+// read less than termsTTL ago and not forgotten since. The misses of one code
+// that come together share one read: when the cache runs out under a burst,
+// or while Postgres is restarting (every admitted write asks), the ledger
+// sends one query, or makes one connection attempt, instead of one per
+// write. A caller that came after a ForgetTerms never shares a read that
+// began before it: it may predate the change. The shared read is bounded by
+// the pool's deadlines (DB_TIMEOUT on the wait for a connection and on the
+// query), whoever started it; each caller stops waiting at its own deadline.
 func (s *Store) Terms(ctx context.Context, code string) (voucher.Voucher, error) {
 	if c, ok := s.terms.Load(code); ok && s.Clock().Sub(c.(cachedTerms).at) < TermsTTL {
 		return c.(cachedTerms).v, nil
 	}
 	forgets := s.forgetsOf(code)
-	seen, at := forgets.Load(), s.Clock()
-	v, err := s.CurrentTerms(ctx, code)
-	if err != nil {
-		return voucher.Voucher{}, err
+	seen := forgets.Load()
+	read := s.termsReads.DoChan(code+"\x00"+strconv.FormatUint(seen, 10), func() (any, error) {
+		at := s.Clock()
+		// The read outlives the caller that started it (others wait for
+		// it), and keeps the pool's deadlines whatever that caller lifted.
+		rctx := context.WithValue(context.WithoutCancel(ctx), noDeadlineKey{}, nil)
+		v, err := s.CurrentTerms(rctx, code)
+		if err != nil {
+			return voucher.Voucher{}, err
+		}
+		v.UsedCount, v.Remaining = 0, 0
+		if forgets.Load() == seen {
+			// Otherwise a change may have committed after this read: the
+			// next call reads again rather than keep what may be the old
+			// terms.
+			s.terms.Store(code, cachedTerms{v: v, at: at})
+		}
+		return v, nil
+	})
+	select {
+	case r := <-read:
+		return r.Val.(voucher.Voucher), r.Err
+	case <-ctx.Done():
+		return voucher.Voucher{}, fmt.Errorf("terms %s: %w", code, ctx.Err())
 	}
-	v.UsedCount, v.Remaining = 0, 0
-	if forgets.Load() == seen {
-		// Otherwise a change may have committed after this read: the next
-		// call reads again rather than keep what may be the old terms.
-		s.terms.Store(code, cachedTerms{v: v, at: at})
-	}
-	return v, nil
 }
 
 // termsSQL reads one voucher's terms (termsColumns) by code.
