@@ -116,8 +116,14 @@ func Scenarios() []Scenario {
 			// while the other restarts has moments of 256 requests in flight
 			// and of writes slower than ADMIT_WRITE_TARGET, and what is
 			// measured here is the deploy, not the shedding (overload
-			// measures that).
-			LedgerEnv: []string{"MAX_INFLIGHT=4096"},
+			// measures that). DB_TIMEOUT at 1 s for the same reason: on
+			// this 2-core machine a single-order group commit passed the
+			// 500 ms default twice in three runs (2026-12-04), each time
+			// while a restarted process started beside it, and answered
+			// 503; that deadline is the hung-Postgres guard, which
+			// ledger/hung_test.go measures. LEDGER_TIMEOUT (1.5 s) stays
+			// above it and HANGING_GRACE (2 s) above both.
+			LedgerEnv: []string{"MAX_INFLIGHT=4096", "DB_TIMEOUT=1s"},
 			ProxyEnv:  []string{"MAX_INFLIGHT=4096", "ADMIT_WRITE_TARGET=0"},
 			Fault:     "two proxies and two ledgers behind balancers that follow /readyz; each in turn gets SIGTERM and is started again once it has exited (ledger a, ledger b, proxy a, proxy b)",
 			Inject:    rollingRestart},
