@@ -112,6 +112,19 @@ func newTestLedger(tb testing.TB, o ledgerOptions) *testLedger {
 	return l
 }
 
+// poolOfItsOwn returns a pool on l's database beside l's own, configured by
+// set first (a tracer, connection hooks), closed at the test's end.
+func (l *testLedger) poolOfItsOwn(tb testing.TB, set func(*pgxpool.Config)) *pgxpool.Pool {
+	tb.Helper()
+	cfg, err := pgxpool.ParseConfig(l.pool.Config().ConnString())
+	require.NoError(tb, err)
+	set(cfg)
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	require.NoError(tb, err)
+	tb.Cleanup(pool.Close)
+	return pool
+}
+
 // handler is l's HTTP handler as build wires it, with change applied to a
 // copy of its Server first (a token, a metrics registry, ...).
 func (l *testLedger) handler(change func(*web.Server)) http.Handler {

@@ -70,13 +70,8 @@ func TestTermsMissesShareOneRead(t *testing.T) {
 	ctx := context.Background()
 	code := newCode(t)
 	l.createVoucher(t, spec(code, 10, 1, false))
-	cfg, err := pgxpool.ParseConfig(l.pool.Config().ConnString())
-	require.NoError(t, err)
 	reads := &termsReads{}
-	cfg.ConnConfig.Tracer = reads
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	require.NoError(t, err)
-	t.Cleanup(pool.Close)
+	pool := l.poolOfItsOwn(t, func(cfg *pgxpool.Config) { cfg.ConnConfig.Tracer = reads })
 
 	t.Run("misses together", func(t *testing.T) {
 		st := store.New(pool, time.Minute)

@@ -11,7 +11,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/assert"
-	"github.com/stretchr/testify/require"
 
 	"github.com/flashgate/flashgate/ledger/internal/store"
 )
@@ -51,26 +50,23 @@ func (t primeTracer) TraceQueryEnd(ctx context.Context, _ *pgx.Conn, _ pgx.Trace
 func TestWarmOpensOneConnectionAtATime(t *testing.T) {
 	t.Parallel()
 	l := newTestLedger(t, ledgerOptions{})
-	cfg, err := pgxpool.ParseConfig(l.pool.Config().ConnString())
-	require.NoError(t, err)
 	const n = 6
 	var connects, primes inProgress
 	var opened atomic.Int64
-	cfg.BeforeConnect = func(context.Context, *pgx.ConnConfig) error {
-		connects.enter()
-		time.Sleep(20 * time.Millisecond) // a backend's start on a loaded machine
-		return nil
-	}
-	cfg.AfterConnect = func(context.Context, *pgx.Conn) error {
-		opened.Add(1)
-		connects.leave()
-		return nil
-	}
-	cfg.ConnConfig.Tracer = primeTracer{primes: &primes}
-	cfg.MaxConns = n // pgxpool's default is the CPUs, at least 4
-	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
-	require.NoError(t, err)
-	t.Cleanup(pool.Close)
+	pool := l.poolOfItsOwn(t, func(cfg *pgxpool.Config) {
+		cfg.BeforeConnect = func(context.Context, *pgx.ConnConfig) error {
+			connects.enter()
+			time.Sleep(20 * time.Millisecond) // a backend's start on a loaded machine
+			return nil
+		}
+		cfg.AfterConnect = func(context.Context, *pgx.Conn) error {
+			opened.Add(1)
+			connects.leave()
+			return nil
+		}
+		cfg.ConnConfig.Tracer = primeTracer{primes: &primes}
+		cfg.MaxConns = n // pgxpool's default is the CPUs, at least 4
+	})
 
 	store.New(pool, time.Minute).Warm(context.Background(), n, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	assert.Equal(t, int64(n), opened.Load(), "connections opened")
