@@ -30,7 +30,7 @@ func TestFaultLoggedOnce(t *testing.T) {
 	var logs httpxtest.LogBuffer
 	led, err := devstack.StartService("ledger-faultlog", ledgerBinary(t), []string{
 		"LEDGER_ADDR=" + addr, "DATABASE_URL=" + pg.URL(), "REDIS_URL=",
-		"LEDGER_TOKEN=" + token, "EXPIRY_INTERVAL=1h", "RECONCILE_INTERVAL=1h",
+		"LEDGER_TOKEN=" + token, "EXPIRY_INTERVAL=1h", "RECONCILE_INTERVAL=1h", "SHUTDOWN_DELAY=0s",
 	}, "http://"+addr+"/healthz", &logs)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = led.Stop() })

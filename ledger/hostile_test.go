@@ -148,7 +148,7 @@ func TestLedgerTokenNeverLogged(t *testing.T) {
 	const token = "s3cret-ledger-token-7f1c2d"
 	led, err := devstack.StartService("ledger-logs", bin, []string{
 		"LEDGER_ADDR=" + addr, "DATABASE_URL=" + devstacktest.PostgresURL(t), "REDIS_URL=",
-		"LEDGER_TOKEN=" + token, "EXPIRY_INTERVAL=1h", "RECONCILE_INTERVAL=1h",
+		"LEDGER_TOKEN=" + token, "EXPIRY_INTERVAL=1h", "RECONCILE_INTERVAL=1h", "SHUTDOWN_DELAY=0s",
 	}, "http://"+addr+"/healthz", devstacktest.ServiceLog(t, "ledger-logs"))
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = led.Stop() })

@@ -16,9 +16,13 @@ import (
 // a proxy with its defaults: every request gets an HTTP answer, 503 with
 // Retry-After, within 2 s at p99 (one LEDGER_TIMEOUT for the requests caught
 // in flight, then the ledger breaker's fast 503); /readyz answers 503 within
-// its own deadline; once the ledger continues the proxy serves again.
+// its own deadline; once the ledger continues the proxy serves again. The
+// ledger's HANGING_GRACE is 3 s, not 30: the writes caught in flight when it
+// stopped are settled by the ledger once the grace has passed, and the
+// agreement check at the test's end waits for that (up to 26 s with the
+// default).
 func TestLedgerStoppedAnswers503Fast(t *testing.T) {
-	s := newProcStack(t, stackOptions{})
+	s := newProcStack(t, stackOptions{ledgerEnv: []string{"HANGING_GRACE=3s"}})
 	std, flash := newCode(t), newCode(t)
 	s.createVoucher(t, std, 100_000, 1, false)
 	s.createVoucher(t, flash, 100_000, 1, true)

@@ -31,7 +31,8 @@ func newProcStack(tb testing.TB, o stackOptions) procStack {
 	require.NoError(tb, err)
 	addr := fmt.Sprintf("127.0.0.1:%d", port)
 	bin := filepath.Join(devstacktest.Binaries(tb, "../proxy"), "proxy")
-	env := []string{"PROXY_ADDR=" + addr, "REDIS_URL=" + o.redisURL, "LEDGER_URL=" + s.LedgerURL, "LEDGER_TOKEN=test-token", devstack.OpenEdge}
+	env := []string{"PROXY_ADDR=" + addr, "REDIS_URL=" + o.redisURL, "LEDGER_URL=" + s.LedgerURL, "LEDGER_TOKEN=test-token", devstack.OpenEdge,
+		"SHUTDOWN_DELAY=0s"} // no load balancer to wait for: a test's stop is immediate (the default held each test 5 s)
 	if o.redisURL == "" {
 		env[1] = "REDIS_URL=" + devstacktest.RedisURL(tb)
 	}
