@@ -6,8 +6,9 @@
 #    package's tests (FLASHGATE_TEST_BIN; devstacktest.Binaries takes them
 #    from there instead of building them again in each package).
 # 2. Every package but SOLO_PKGS, two at a time (the ledger's first, as the
-#    longest), with `make fuzz` beside them at one fuzzing process (its output
-#    follows theirs). Four parallel tests per package instead of two took the
+#    longest), with `make fuzz` beside them at one fuzzing process for 2 s a
+#    target (its output follows theirs; at 4 s a target it ended 16 s after
+#    the packages, and this stage waits for it). Four parallel tests per package instead of two took the
 #    ledger's from 157 s to 107 s alone, but beside a CPU hog (load average
 #    14) writes passed DB_TIMEOUT and answered 503 where tests wanted 201.
 # 3. SOLO_PKGS one at a time: they judge the whole system by latency and 503
@@ -28,9 +29,9 @@ solo=$($GO list $SOLO_PKGS) || exit 1
 # the packages before it in the list.
 others=$($GO list ./... | grep -v -x -F "$solo" | awk '/\/ledger$/ {print; next} {rest = rest $0 "\n"} END {printf "%s", rest}')
 
-$MAKE --no-print-directory fuzz FUZZ_WORKERS=1 >"$fuzzlog" 2>&1 &
+$MAKE --no-print-directory fuzz FUZZ_WORKERS=1 FUZZTIME=2s >"$fuzzlog" 2>&1 &
 fuzz=$!
-echo "make fuzz (one fuzzing process) runs beside the packages below; its output follows them"
+echo "make fuzz (one fuzzing process, 2 s a target) runs beside the packages below; its output follows them"
 echo "$GO test -count=1 -timeout $TEST_TIMEOUT <every package but $SOLO_PKGS>"
 # shellcheck disable=SC2086 # package lists are word lists
 $GO test -count=1 -timeout "$TEST_TIMEOUT" $others
