@@ -31,6 +31,9 @@ const (
 type PostgresOptions struct {
 	Durable bool // fsync and full_page_writes on; off by default for speed
 	Port    int  // 0 picks a free port
+	// Settings are more server settings, "name=value" each (postgres -c),
+	// for example shared_preload_libraries=pg_stat_statements.
+	Settings []string
 }
 
 // Postgres is a running PostgreSQL child process. Stop does a fast shutdown (open
@@ -40,11 +43,12 @@ type PostgresOptions struct {
 type Postgres struct {
 	Addr string // 127.0.0.1:PORT
 
-	bins    pgBinaries
-	cred    *syscall.Credential // nil: run as this user
-	durable bool
-	port    int
-	base    string // temp dir holding data/, sock/ and postgres.log
+	bins     pgBinaries
+	cred     *syscall.Credential // nil: run as this user
+	durable  bool
+	settings []string
+	port     int
+	base     string // temp dir holding data/, sock/ and postgres.log
 
 	lifecycle // its proc is the postmaster
 }
@@ -64,7 +68,7 @@ func StartPostgres(opts PostgresOptions) (*Postgres, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &Postgres{bins: bins, cred: cred, durable: opts.Durable}
+	p := &Postgres{bins: bins, cred: cred, durable: opts.Durable, settings: opts.Settings}
 	p.lifecycle = lifecycle{
 		name:  func() string { return "postgres " + p.Addr },
 		run:   p.start,
@@ -152,6 +156,9 @@ func (p *Postgres) start() (*proc, error) {
 	}
 	if !p.durable {
 		args = append(args, "-c", "fsync=off", "-c", "full_page_writes=off")
+	}
+	for _, set := range p.settings {
+		args = append(args, "-c", set)
 	}
 	cmd := exec.Command(p.bins.postgres, args...)
 	p.asServerUser(cmd)

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/flashgate/flashgate/loadtest/internal/load"
+	"github.com/flashgate/flashgate/loadtest/internal/verify"
 )
 
 // junkSizes size the junk attack: a real sale at Rate on vouchers of Stock
@@ -33,17 +34,10 @@ var (
 )
 
 const (
-	// statsWait is how long Postgres 15+ may hold an idle backend's counters
-	// before pg_stat_database shows them (PGSTAT_IDLE_INTERVAL is 10 s).
-	statsWait = 11 * time.Second
-	// quietWait is the background's measurement, nothing sent. The ledger's
-	// steady work (the outbox's polls, the inherited reconcile) publishes its
-	// counters as it goes (a backend idle for a second publishes at its next
-	// commit), and its one-minute jobs are off in this rig.
-	quietWait = 5 * time.Second
-	// junkCommitShare is "near 0": the flood's own commits, at most this
-	// share of its requests (before item 1 of #25, about 94% of them).
-	junkCommitShare = 0.01
+	// junkStatementShare is "near 0": the flood's own Postgres statements,
+	// at most this share of its requests (before item 1 of #25, about 94% of
+	// them made a commit).
+	junkStatementShare = 0.01
 	// junkP99Ratio bounds the sale's p99 beside the flood, as a multiple of
 	// its p99 alone in the same run.
 	junkP99Ratio = 1.5
@@ -57,37 +51,44 @@ const (
 
 // counters are what Postgres and the ledger had counted at one moment.
 type counters struct {
-	at      time.Time
-	commits int64   // pg_stat_database xact_commit
-	batches float64 // the ledger's group commits
-	lookups float64 // the ledger's GETs of one voucher by code answered 404
+	at         time.Time
+	statements int64   // pg_stat_statements' calls in the rig's database
+	batches    float64 // the ledger's group commits
+	lookups    float64 // the ledger's GETs of one voucher by code answered 404
 }
 
-// counters reads Postgres's commits and the ledger's metrics.
+// counters reads Postgres's statements and the ledger's metrics.
 func (r *rig) counters(ctx context.Context) (counters, error) {
 	c := counters{at: time.Now()}
 	page, err := r.ledgerMetrics(ctx)
 	if err != nil {
 		return c, err
 	}
-	if c.commits, err = r.bench.Commits(ctx); err != nil {
+	if c.statements, err = r.bench.Statements(ctx); err != nil {
 		return c, err
 	}
 	c.batches, c.lookups = metricSum(page, writeBatches), codeLookups(page)
 	return c, nil
 }
 
-// window is what happened between two readings of the counters: Postgres
-// commits other than the sale's group commits, and 404 lookups.
+// window is what happened between two readings of the counters (one round
+// and the drain after it, or the sum of such): Postgres statements other
+// than the sale's group commits (the background's and the harness's own
+// reads included), and 404 lookups.
 type window struct {
-	others  float64 // less the harness's own read of xact_commit
+	others  float64
 	lookups float64
 	took    time.Duration
 }
 
 func between(a, b counters) window {
-	return window{others: float64(b.commits-a.commits-1) - (b.batches - a.batches),
+	return window{others: float64(b.statements-a.statements) - (b.batches - a.batches),
 		lookups: b.lookups - a.lookups, took: b.at.Sub(a.at)}
+}
+
+// add sums w into v.
+func (v *window) add(w window) {
+	v.others, v.lookups, v.took = v.others+w.others, v.lookups+w.lookups, v.took+w.took
 }
 
 // junkRun is what the junk attack measured.
@@ -104,25 +105,35 @@ type junkRun struct {
 	// ratios: each round's p99 beside the junk flood over its p99 beside the
 	// reference flood that followed it; the want takes their median, so
 	// that one round a stall on the shared CPUs hit does not decide.
-	ratios         []float64
-	quiet, traffic window // nothing sent (the background), and the rounds
+	ratios []float64
+	// junkWin and refWin: the rounds beside the junk flood and those beside
+	// the reference flood, each with its drain. Both sell alike, so the
+	// statements the sale makes (its terms reads, its events' delivery) and
+	// the background's cancel out in their difference, whatever the
+	// machine's speed: what is left is the junk's.
+	junkWin, refWin window
+	lookups         float64 // in all the rounds
 }
 
-// runJunk measures the background with nothing sent, then a sale in rounds
-// alone and beside a flat-out junk flood, on one stack.
+// runJunk sells in rounds alone, beside a flat-out junk flood and beside
+// the reference flood, on one stack, and counts what each reached Postgres.
 func runJunk(ctx context.Context, cfg Config) (*Result, error) {
 	z := junkFull
 	if cfg.Short {
 		z = junkShort
 	}
 	// The expiry sweep and the reconciler run once a minute by default: a
-	// run of either within the rounds, or within the quiet measurement,
-	// would be a lump of commits that neither the sale nor the junk made.
-	r, err := startRig(ctx, cfg, Auth{}, []string{"EXPIRY_INTERVAL=1h", "RECONCILE_INTERVAL=1h"}, nil)
+	// run of either within one kind of round would be a lump of statements
+	// that neither the sale nor the junk made.
+	r, err := startRig(ctx, cfg, Auth{}, []string{"EXPIRY_INTERVAL=1h", "RECONCILE_INTERVAL=1h"}, nil,
+		verify.StatementsSetting)
 	if err != nil {
 		return nil, err
 	}
 	defer r.Close()
+	if err := r.bench.CountStatements(ctx); err != nil {
+		return nil, err
+	}
 	// A fresh voucher per round: a plan's orderIds are its code's.
 	codes := make([]string, 1+3*z.Rounds)
 	for i := range codes {
@@ -132,26 +143,29 @@ func runJunk(ctx context.Context, cfg Config) (*Result, error) {
 	}
 	// A short sale first, unmeasured, so that no round is the stack's
 	// warm-up (the ledger's pool connects, each connection's setup a few
-	// commits); then the wait that brings its commits into pg_stat_database.
+	// statements).
 	sendSale(ctx, r, codes[0], z.Rate, time.Second)
-	load.Sleep(ctx, statsWait)
 	var run junkRun
-	c0, err := r.counters(ctx)
+	first, err := r.counters(ctx)
 	if err != nil {
 		return nil, err
 	}
-	load.Sleep(ctx, quietWait)
-	c1, err := r.counters(ctx)
-	if err != nil {
-		return nil, err
-	}
+	last := first
 	for i := range z.Rounds {
 		run.alone = append(run.alone, sendSale(ctx, r, codes[1+3*i], z.Rate, z.Round).Shots...)
+		c0, err := r.counters(ctx)
+		if err != nil {
+			return nil, err
+		}
 		shots0, fc := saleBesideFlood(ctx, r, codes[2+3*i], z, "")
 		run.flooded = append(run.flooded, shots0...)
 		run.flood.add(fc)
 		// What the flood left queued drains before the next round.
 		load.Sleep(ctx, junkDrain)
+		c1, err := r.counters(ctx)
+		if err != nil {
+			return nil, err
+		}
 		shots, fc := saleBesideFlood(ctx, r, codes[3+3*i], z, codes[0])
 		run.referenced = append(run.referenced, shots...)
 		run.reference.add(fc)
@@ -159,17 +173,13 @@ func runJunk(ctx context.Context, cfg Config) (*Result, error) {
 		refRound := saleFigures(shots)
 		run.ratios = append(run.ratios, junkRound.p99/max(refRound.p99, 0.001))
 		load.Sleep(ctx, junkDrain)
+		if last, err = r.counters(ctx); err != nil {
+			return nil, err
+		}
+		run.junkWin.add(between(c0, c1))
+		run.refWin.add(between(c1, last))
 	}
-	// The rounds' counters, without waiting statsWait for the busy backends
-	// to publish them: each publishes as it exits (nothing is measured after).
-	if _, err := r.bench.EndBackends(ctx); err != nil {
-		return nil, err
-	}
-	c2, err := r.counters(ctx)
-	if err != nil {
-		return nil, err
-	}
-	run.quiet, run.traffic = between(c0, c1), between(c1, c2)
+	run.lookups = last.lookups - first.lookups
 	return judgeJunk(z, run), nil
 }
 
@@ -285,13 +295,12 @@ func judgeJunk(z junkSizes, run junkRun) *Result {
 		len(run.alone), z.Rate, z.Rounds, z.Round, alone.p99, alone.n503, alone.statuses)
 	res.figure("sale beside the flood, the rounds between: p99 %.1f ms, 503 x %d; %s", flooded.p99, flooded.n503, flooded.statuses)
 	res.figure("flood: %d workers flat out, %d requests (%.0f/s): %s", z.Workers, fl.sent, float64(fl.sent)/max(fl.took.Seconds(), 0.001), fl.statuses)
-	// Postgres commits that are neither the sale's group commits nor the
-	// background's (the outbox's polls, the jobs), at the rate measured
-	// with nothing sent.
-	background := run.quiet.others / run.quiet.took.Seconds()
-	junkCommits := run.traffic.others - background*run.traffic.took.Seconds()
-	res.figure("Postgres commits besides the sale's group commits: %.0f over %.1f s of rounds (background %.1f/s, measured over %.1f s with nothing sent)",
-		run.traffic.others, run.traffic.took.Seconds(), background, run.quiet.took.Seconds())
+	// Postgres statements beside the junk flood, less those beside the
+	// reference flood: the same sale and background, so what is left is
+	// the junk's.
+	junkStatements := run.junkWin.others - run.refWin.others
+	res.figure("Postgres statements besides the sale's group commits (pg_stat_statements): %.0f in the rounds beside the junk flood (%.1f s), %.0f in those beside the reference flood (%.1f s)",
+		run.junkWin.others, run.junkWin.took.Seconds(), run.refWin.others, run.refWin.took.Seconds())
 
 	ref, rf := saleFigures(run.referenced), run.reference
 	res.figure("sale beside the reference flood (%d requests refused by validation, %.0f/s): p99 %.1f ms, 503 x %d; %s",
@@ -310,9 +319,10 @@ func judgeJunk(z junkSizes, run junkRun) *Result {
 	res.want("sale's p99 beside the junk flood <= 1.5x beside the reference flood", med <= junkP99Ratio,
 		"median of the rounds' ratios %.2fx (rounds: %s); all rounds together %.1f ms vs %.1f ms (%.2fx): junk costs the edge no more than a request refused by validation",
 		med, ratioList(run.ratios), flooded.p99, ref.p99, flooded.p99/max(ref.p99, 0.001))
-	res.want("Postgres commits of the flood near 0", junkCommits <= junkCommitShare*float64(fl.sent),
-		"%.0f commits for %d junk requests (want <= %.0f%% of them)", junkCommits, fl.sent, 100*junkCommitShare)
-	res.want("ledger lookups of unknown codes = 0", run.traffic.lookups == 0, "%.0f lookups answered 404 during the rounds", run.traffic.lookups)
+	res.want("Postgres statements of the flood near 0", junkStatements <= junkStatementShare*float64(fl.sent),
+		"%.0f statements for %d junk requests: beside the junk flood less beside the reference flood (want <= %.0f%% of the junk requests)",
+		junkStatements, fl.sent, 100*junkStatementShare)
+	res.want("ledger lookups of unknown codes = 0", run.lookups == 0, "%.0f lookups answered 404 during the rounds", run.lookups)
 	answered := fl.sent - fl.statuses["transport error"]
 	res.want("the flood was answered", fl.sent > 0 && answered >= fl.sent*9/10, "%d of %d junk requests answered", answered, fl.sent)
 	return res.finish()

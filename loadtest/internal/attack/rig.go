@@ -61,15 +61,16 @@ type rig struct {
 }
 
 // startRig starts a stack of its own with a's credentials, ledgerEnv and
-// proxyEnv added, and opens the bench on it with the admin token.
-func startRig(ctx context.Context, cfg Config, a Auth, ledgerEnv, proxyEnv []string) (*rig, error) {
+// proxyEnv added (and pgSettings, its Postgres's), and opens the bench on it
+// with the admin token.
+func startRig(ctx context.Context, cfg Config, a Auth, ledgerEnv, proxyEnv []string, pgSettings ...string) (*rig, error) {
 	lenv, penv := a.env()
 	token := adminToken
 	if a.LedgerTokens != "" {
 		token = "" // named in LEDGER_TOKENS: the ledger refuses one token under two names
 	}
 	st, err := stack.Start(stack.Options{BinDir: cfg.BinDir, Token: token, ServiceLog: cfg.ServiceLog,
-		LedgerEnv: append(lenv, ledgerEnv...), ProxyEnv: append(penv, proxyEnv...)})
+		LedgerEnv: append(lenv, ledgerEnv...), ProxyEnv: append(penv, proxyEnv...), PGSettings: pgSettings})
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", errNotUp, err)
 	}

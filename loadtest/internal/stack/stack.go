@@ -25,6 +25,7 @@ type Options struct {
 	BinDir      string    // where bin/ledger and bin/proxy are
 	Token       string    // LEDGER_TOKEN shared by ledger and proxy
 	DurablePG   bool      // fsync on, as in production
+	PGSettings  []string  // more settings of the throwaway Postgres, "name=value" each
 	RedisAOF    bool      // appendonly yes, appendfsync everysec
 	LedgerEnv   []string  // extra env for the ledger
 	ProxyEnv    []string  // extra env for the proxy
@@ -95,7 +96,7 @@ func Start(o Options) (s *Stack, err error) {
 		s.RedisURL = s.Redis.URL()
 	}
 	if s.DBURL = o.ExternalDB; s.DBURL == "" {
-		if s.Postgres, err = devstack.StartPostgres(devstack.PostgresOptions{Durable: o.DurablePG}); err != nil {
+		if s.Postgres, err = devstack.StartPostgres(devstack.PostgresOptions{Durable: o.DurablePG, Settings: o.PGSettings}); err != nil {
 			return s, err
 		}
 		s.DBURL = s.Postgres.URL()

@@ -136,29 +136,33 @@ func (b *Bench) CreateVoucher(ctx context.Context, v VoucherSpec) error {
 	return nil
 }
 
-// EndBackends ends every other client backend of the bench's database (the
-// ledger's connections, the bench's own others) and waits for each to exit,
-// so that Commits counts everything they did: Postgres 15+ publishes a busy
-// backend's counters up to 10 s late (PGSTAT_IDLE_INTERVAL), but a backend
-// publishes them as it exits. The ledger's pool replaces the ended
-// connections (pgx pings a connection idle for over a second before handing
-// it out; a busier one fails its next query), so it is for the end of a
-// measurement.
-func (b *Bench) EndBackends(ctx context.Context) (int, error) {
-	var ended, left int
+// StatementsSetting is the Postgres setting Statements needs: the server
+// loads pg_stat_statements at start.
+const StatementsSetting = "shared_preload_libraries=pg_stat_statements"
+
+// CountStatements creates the pg_stat_statements extension in the bench's
+// database, for Statements; the server must run with StatementsSetting.
+func (b *Bench) CountStatements(ctx context.Context) error {
+	if _, err := b.db.Exec(ctx, `CREATE EXTENSION IF NOT EXISTS pg_stat_statements`); err != nil {
+		return fmt.Errorf("count statements (the server needs %s): %w", StatementsSetting, err)
+	}
+	return nil
+}
+
+// Statements counts the statements every client has run in the bench's
+// database (pg_stat_statements; see CountStatements), the ledger's and the
+// bench's own included. Each is counted as it ends: pg_stat_database's
+// commits, by contrast, show a busy backend's work up to 10 s late (Postgres
+// 15's PGSTAT_IDLE_INTERVAL).
+func (b *Bench) Statements(ctx context.Context) (int64, error) {
+	var n int64
 	err := b.db.QueryRow(ctx, `
-		SELECT count(*) FILTER (WHERE ended), count(*) FILTER (WHERE NOT ended) FROM (
-			SELECT pg_terminate_backend(pid, 5000) AS ended FROM pg_stat_activity
-			WHERE datname = current_database() AND pid <> pg_backend_pid() AND backend_type = 'client backend'
-		) t`).Scan(&ended, &left)
+		SELECT coalesce(sum(calls), 0)::bigint FROM pg_stat_statements
+		WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())`).Scan(&n)
 	if err != nil {
-		return 0, fmt.Errorf("end the database's other backends: %w", err)
+		return 0, fmt.Errorf("read pg_stat_statements: %w", err)
 	}
-	b.db.Reset() // the bench's own ended connections, at once: one used within a second is handed out unpinged
-	if left > 0 {
-		return ended, fmt.Errorf("end the database's other backends: %d of %d did not exit within 5 s", left, ended+left)
-	}
-	return ended, nil
+	return n, nil
 }
 
 // Commits reads pg_stat_database.xact_commit for the database: every committed
