@@ -516,3 +516,51 @@ func TestLateConfirmAfterTheCallerLeft(t *testing.T) {
 	assert.Equal(t, voucher.Confirmed, r.Status)
 	checkRedisMatches(t, l.gate, l.checkBooks(t, code), code)
 }
+
+// A release or a refund whose caller leaves while its transaction waits on
+// the voucher's row goes on, and ends with the use given back in the database
+// and in Redis. (The VOPR, beside a CPU hog, found a release whose client left
+// while its transaction committed: the ledger saw "context canceled" and
+// skipped Redis's give-back, so the order stayed RELEASED in the database and
+// held in Redis, and its retries were answered from the row.)
+func TestReleaseAfterTheCallerLeft(t *testing.T) {
+	t.Parallel()
+	l := newTestLedger(t, ledgerOptions{})
+	ctx := context.Background()
+	for _, refund := range []bool{false, true} {
+		code := newCode(t)
+		l.createVoucher(t, spec(code, 5, 1, true))
+		order := code + "-a"
+		require.Equal(t, http.StatusCreated, l.reserve(t, code, 1, order, 5_000).Status)
+		if refund {
+			_, err := l.led.Confirm(ctx, code, order)
+			require.NoError(t, err)
+		}
+
+		tx, err := l.pool.Begin(ctx)
+		require.NoError(t, err)
+		_, err = tx.Exec(ctx, `SELECT 1 FROM voucher WHERE code = $1 FOR UPDATE`, code)
+		require.NoError(t, err)
+		impatient, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+		ended := make(chan error, 1)
+		go func() {
+			if refund {
+				_, err := l.led.Refund(impatient, code, order)
+				ended <- err
+				return
+			}
+			ended <- l.led.Release(impatient, code, order)
+		}()
+		<-impatient.Done()
+		time.Sleep(100 * time.Millisecond) // the caller has left; the row is still locked
+		require.NoError(t, tx.Commit(ctx))
+		require.NoError(t, <-ended, "refund %v: it went on once the row was free", refund)
+		cancel()
+
+		r, err := l.store.Reservation(ctx, code, order)
+		require.NoError(t, err)
+		assert.Contains(t, []voucher.Status{voucher.Released, voucher.Refunded}, r.Status)
+		checkRedisMatches(t, l.gate, l.checkBooks(t, code), code)
+		assert.EqualValues(t, 5, redisState(t, l.gate, code).Remaining, "refund %v: the use is back in Redis", refund)
+	}
+}

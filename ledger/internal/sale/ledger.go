@@ -401,9 +401,10 @@ func amountOf(r voucher.Reservation) int64 {
 // and then in Redis. Releasing twice, or releasing a refunded one, is fine; a
 // confirmed reservation cannot be released.
 func (l *Ledger) Release(ctx context.Context, code, orderID string) error {
+	ctx = context.WithoutCancel(ctx) // see endHold
 	var r voucher.Reservation
 	var released bool
-	err := l.awaitLogged(ctx, code, orderID, func() (err error) {
+	err := l.endHold(ctx, code, orderID, func() (err error) {
 		r, released, err = l.store.Release(ctx, code, orderID)
 		return err
 	})
@@ -417,9 +418,10 @@ func (l *Ledger) Release(ctx context.Context, code, orderID string) error {
 // voucher and the customer, in Postgres and then in Redis. A refunded one is
 // answered as it is (idempotent); anything else not confirmed is NOT_CONFIRMED.
 func (l *Ledger) Refund(ctx context.Context, code, orderID string) (voucher.Reservation, error) {
+	ctx = context.WithoutCancel(ctx) // see endHold
 	var r voucher.Reservation
 	var refunded bool
-	err := l.awaitLogged(ctx, code, orderID, func() (err error) {
+	err := l.endHold(ctx, code, orderID, func() (err error) {
 		r, refunded, err = l.store.Refund(ctx, code, orderID)
 		return err
 	})
@@ -427,6 +429,24 @@ func (l *Ledger) Refund(ctx context.Context, code, orderID string) (voucher.Rese
 		return r, err
 	}
 	return r, l.Restocked(ctx, code, r.OrderID)
+}
+
+// endHold runs a release's or a refund's transaction (op), which gives a use
+// back in the database before Restocked gives it back in Redis. Its callers
+// run it, and what follows, without their caller's cancellation (each
+// statement and script call keeps its own deadline), as a late confirmation
+// does: a release whose client left while its transaction committed saw
+// "context canceled", skipped Redis's give-back, and left the order RELEASED
+// in the database and held in Redis, its retries answered from the row (found
+// by the VOPR beside a CPU hog). A fault may still leave the commit unknown
+// (DB_TIMEOUT during COMMIT): the order is parked, and the settler makes
+// Redis agree with whatever the database holds once it answers.
+func (l *Ledger) endHold(ctx context.Context, code, orderID string, op func() error) error {
+	err := l.awaitLogged(ctx, code, orderID, op)
+	if voucher.IsFault(err) && l.gate != nil {
+		l.settler.Park(code, []string{orderID})
+	}
+	return err
 }
 
 // restocked tells Redis (for a flash voucher) and every subscriber that the
