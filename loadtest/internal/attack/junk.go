@@ -38,8 +38,9 @@ const (
 	// at most this share of its requests (before item 1 of #25, about 94% of
 	// them made a commit).
 	junkStatementShare = 0.01
-	// junkP99Ratio bounds the sale's p99 beside the flood, as a multiple of
-	// its p99 alone in the same run.
+	// junkP99Ratio bounds the sale's p99 beside the junk flood, as a
+	// multiple of its p99 beside the reference flood in the same run (the
+	// median of the rounds' ratios), and its 503s likewise.
 	junkP99Ratio = 1.5
 	// writeBatches counts the ledger's group commits: the sale's own commits.
 	writeBatches = "flashgate_ledger_write_batch_size_count"
