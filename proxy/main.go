@@ -43,7 +43,7 @@ type Config struct {
 	Coalesce        bool                          // PROXY_COALESCE (on|off)
 	MaxBatch        int                           // PROXY_MAX_BATCH
 	RedisPool       int                           // REDIS_POOL_SIZE; 0: go-redis's default
-	WriteTarget     time.Duration                 // ADMIT_WRITE_TARGET; 0: no admission window
+	WriteTarget     time.Duration                 // ADMIT_WRITE_TARGET; 0 (the default): no admission window
 	RedisWarm       int                           // REDIS_WARM_CONNS: Redis connections opened at start
 	LedgerWarm      int                           // LEDGER_WARM_CONNS: ledger connections opened at start and kept warm
 	WarmRequests    int                           // WARM_REQUESTS: reserves the proxy sends itself before it listens (warmUp)
@@ -86,8 +86,8 @@ func configFrom(e *envconf.Reader) (Config, error) {
 		MaxBatch: e.Int("PROXY_MAX_BATCH", 256, 1, "most requests per script call"),
 		RedisPool: e.Int("REDIS_POOL_SIZE", 0, 0,
 			"Redis connections per proxy; 0: go-redis's default (10 per CPU)"),
-		WriteTarget: e.DurationMin("ADMIT_WRITE_TARGET", 10*time.Millisecond, 0,
-			"the admission window's least target: admitted flash reserves on their way to the ledger are bounded by a window that shrinks while it is full, the writes' mean is above its target (3 x the fastest write of the last 10-20s, at least this) and they queue (the fastest write of 100ms at twice that floor); 0: no window"),
+		WriteTarget: e.DurationMin("ADMIT_WRITE_TARGET", 0, 0,
+			"0 (default): no admission window, MAX_INFLIGHT and LATENCY_SLO bound the proxy; else the window's least target: admitted flash reserves on their way to the ledger are bounded by a window that shrinks while it is full, the writes' mean is above its target (3 x the fastest write of the last 10-20s, at least this) and they queue (the fastest write of 100ms at twice that floor). Off by default: on a 2-core machine it sold fewer and answered no faster (README, shedding)"),
 		RedisWarm: e.Int("REDIS_WARM_CONNS", 4, 0, "Redis connections opened as the service starts, with every gate script loaded"),
 		LedgerWarm: e.Int("LEDGER_WARM_CONNS", 4, 0,
 			"connections to the ledger opened at start and kept warm"),

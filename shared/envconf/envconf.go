@@ -159,7 +159,11 @@ func (r *Reader) DurationMin(name string, def, min time.Duration, help ...string
 	}
 	d, err := time.ParseDuration(v)
 	if err != nil || d < min {
-		r.fail(name, "a duration of at least "+min.String()+" such as "+def.String(), v)
+		example := def
+		if example <= 0 {
+			example = 100 * time.Millisecond
+		}
+		r.fail(name, "a duration of at least "+min.String()+" such as "+example.String(), v)
 		return def
 	}
 	return d
