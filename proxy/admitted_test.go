@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"testing"
+	"time"
 
 	"github.com/gin-gonic/gin"
 	"github.com/stretchr/testify/assert"
@@ -14,12 +15,16 @@ import (
 // TestFullBoundLetsHeldRetriesThrough: with every place in flight taken
 // (MAX_INFLIGHT), a retry of an order this proxy answered 201 is not shed: it
 // gets its 201 replayed from its row and takes no new use; a new order and
-// the held orderId from another customer are shed.
+// the held orderId from another customer are shed. A new order of a voucher
+// this proxy holds sold out is not shed either: it gets its 409 from the flag.
 func TestFullBoundLetsHeldRetriesThrough(t *testing.T) {
-	s := newStack(t, stackOptions{})
-	code := newCode(t)
+	s := newStack(t, stackOptions{soldOutTTL: time.Minute})
+	code, gone := newCode(t), newCode(t)
 	s.createVoucher(t, code, 10, 1, true)
+	s.createVoucher(t, gone, 1, 1, true)
 	require.Equal(t, 201, s.reserve(t, code, 1, code+"-a").Status)
+	require.Equal(t, 201, s.reserve(t, gone, 1, gone+"-a").Status) // its last use: the flag is set
+	require.True(t, s.admit.flagged(gone, gone+"-b"), "the sold-out flag")
 	s.admit.admitted.Wait() // the cache applies its writes in the background
 
 	const most = 2
@@ -49,4 +54,7 @@ func TestFullBoundLetsHeldRetriesThrough(t *testing.T) {
 	assert.Equal(t, 503, full.reserve(t, code, 2, code+"-b").Status, "a new order at a full bound")
 	assert.Equal(t, 503, full.reserve(t, code, 3, code+"-a").Status, "the held orderId from another customer")
 	assert.EqualValues(t, 9, s.redisRemaining(t, code), "the retry took no new use")
+	r = full.reserve(t, gone, 2, gone+"-b")
+	assert.Equal(t, 409, r.Status, "a new order of a voucher held sold out, at a full bound: %s", r.Raw)
+	assert.Contains(t, r.Raw, "OUT_OF_STOCK")
 }

@@ -31,10 +31,16 @@ type Server struct {
 	latencySLO  time.Duration // LATENCY_SLO: the excess waits for a slot up to half of it; 0: shed at once
 }
 
-// spare lets a reserve through a full bound (MAX_INFLIGHT) when it is a
-// retry of a flash order this proxy answered 201 (Admitter.AdmittedHere): it
-// takes no new use and is answered 201 from its row, so shedding it would
-// only make a customer who already has the voucher try again.
+// spare lets a reserve through a full bound (MAX_INFLIGHT) when the proxy
+// answers it from memory, taking nothing:
+//   - a retry of a flash order this proxy answered 201 (Admitter.AdmittedHere):
+//     it takes no new use and is answered 201 from its row, so shedding it
+//     would only make a customer who already has the voucher try again;
+//   - a new order of a flash voucher this proxy holds sold out (the sold-out
+//     flag): answered 409 OUT_OF_STOCK at once. In a sale's first second the
+//     bound is full of admitted orders waiting for their writes; the
+//     customers who come after the last use would otherwise be told to retry
+//     a voucher that has none left, and come back for it.
 func (s *Server) spare(c *gin.Context) bool {
 	if c.Request.Method != http.MethodPost || c.FullPath() != api.RouteReservations {
 		return false
@@ -44,7 +50,7 @@ func (s *Server) spare(c *gin.Context) bool {
 		return false
 	}
 	cl, ok := httpx.PeekClaim(c)
-	return ok && s.admit.AdmittedHere(code, cl)
+	return ok && (s.admit.AdmittedHere(code, cl) || s.admit.flagged(code, cl.OrderID))
 }
 
 // Handler returns the gin engine with every route registered.
