@@ -292,7 +292,7 @@ func (a *Admitter) reserveFlash(ctx context.Context, code string, cl voucher.Cla
 		a.window.enter()
 	}
 	start := time.Now()
-	done := a.writing.add(code, cl.OrderID)
+	done := a.writing.add(code, cl)
 	rep, err := a.write(ctx, code, cl)
 	a.metrics.stages.Get(stageWrite).Observe(time.Since(start).Seconds())
 	alone := done()
@@ -353,21 +353,22 @@ type writes struct {
 }
 
 type writing struct {
-	n          int  // writes of the order under way
-	overlapped bool // two or more were under way at once since n was 0
+	n          int   // writes of the order under way
+	overlapped bool  // two or more were under way at once since n was 0
+	customer   int64 // of the first of them
 }
 
-// add records a write of orderID starting; the returned func records its end
-// and reports whether no other write of the order overlapped it.
-func (w *writes) add(code, orderID string) (done func() (alone bool)) {
-	k := [2]string{code, orderID}
+// add records a write of cl's order starting; the returned func records its
+// end and reports whether no other write of the order overlapped it.
+func (w *writes) add(code string, cl voucher.Claim) (done func() (alone bool)) {
+	k := [2]string{code, cl.OrderID}
 	w.mu.Lock()
 	if w.m == nil {
 		w.m = map[[2]string]*writing{}
 	}
 	e := w.m[k]
 	if e == nil {
-		e = &writing{}
+		e = &writing{customer: cl.CustomerID}
 		w.m[k] = e
 	}
 	e.n++
@@ -382,6 +383,14 @@ func (w *writes) add(code, orderID string) (done func() (alone bool)) {
 		}
 		return alone
 	}
+}
+
+// has reports whether a write of cl's order for cl's customer is under way.
+func (w *writes) has(code string, cl voucher.Claim) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	e := w.m[[2]string{code, cl.OrderID}]
+	return e != nil && e.customer == cl.CustomerID
 }
 
 // write has the ledger write an admitted claim.

@@ -38,6 +38,16 @@ func (a *Admitter) AdmittedHere(code string, cl voucher.Claim) bool {
 	return ok && customer == cl.CustomerID
 }
 
+// WritingHere reports whether this proxy is writing cl's order for cl's
+// customer on flash voucher code: the gate admitted it and the ledger has not
+// answered yet. A retry of it holds its use already, takes no new one and
+// gets the answer of the write, so a full MAX_INFLIGHT lets it in too (the
+// write's own request holds a slot meanwhile). Like AdmittedHere it asks
+// nothing of Redis.
+func (a *Admitter) WritingHere(code string, cl voucher.Claim) bool {
+	return a.writing.has(code, cl)
+}
+
 // admittedKey is the key of an order in the admitted cache.
 func admittedKey(code, orderID string) string { return code + "/" + orderID }
 

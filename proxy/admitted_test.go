@@ -10,6 +10,8 @@ import (
 	"github.com/gin-gonic/gin"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/flashgate/flashgate/shared/voucher"
 )
 
 // TestFullBoundLetsHeldRetriesThrough: with every place in flight taken
@@ -54,6 +56,21 @@ func TestFullBoundLetsHeldRetriesThrough(t *testing.T) {
 	assert.Equal(t, 503, full.reserve(t, code, 2, code+"-b").Status, "a new order at a full bound")
 	assert.Equal(t, 503, full.reserve(t, code, 3, code+"-a").Status, "the held orderId from another customer")
 	assert.EqualValues(t, 9, s.redisRemaining(t, code), "the retry took no new use")
+
+	// An order whose write is under way here (its 201 not yet remembered):
+	// its retry holds its use already and is let through too.
+	require.Equal(t, 201, s.reserve(t, code, 5, code+"-w").Status)
+	s.admit.admitted.Del(admittedKey(code, code+"-w"))
+	s.admit.admitted.Wait()
+	require.False(t, s.admit.AdmittedHere(code, voucher.Claim{OrderID: code + "-w", CustomerID: 5}))
+	assert.Equal(t, 503, full.reserve(t, code, 5, code+"-w").Status, "neither remembered nor being written: shed")
+	done := s.admit.writing.add(code, voucher.Claim{OrderID: code + "-w", CustomerID: 5})
+	r = full.reserve(t, code, 5, code+"-w")
+	assert.Equal(t, 201, r.Status, "a retry of an order being written, at a full bound: %s", r.Raw)
+	assert.Equal(t, 503, full.reserve(t, code, 6, code+"-w").Status, "its orderId from another customer")
+	done()
+	assert.EqualValues(t, 8, s.redisRemaining(t, code), "the retry took no new use")
+
 	r = full.reserve(t, gone, 2, gone+"-b")
 	assert.Equal(t, 409, r.Status, "a new order of a voucher held sold out, at a full bound: %s", r.Raw)
 	assert.Contains(t, r.Raw, "OUT_OF_STOCK")

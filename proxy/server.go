@@ -33,9 +33,10 @@ type Server struct {
 
 // spare lets a reserve through a full bound (MAX_INFLIGHT) when the proxy
 // answers it from memory, taking nothing:
-//   - a retry of a flash order this proxy answered 201 (Admitter.AdmittedHere):
-//     it takes no new use and is answered 201 from its row, so shedding it
-//     would only make a customer who already has the voucher try again;
+//   - a retry of a flash order this proxy answered 201 (Admitter.AdmittedHere)
+//     or is writing (WritingHere): it takes no new use and gets the answer of
+//     its row, so shedding it would only make a customer who already has the
+//     voucher try again;
 //   - a new order of a flash voucher this proxy holds sold out (the sold-out
 //     flag): answered 409 OUT_OF_STOCK at once. In a sale's first second the
 //     bound is full of admitted orders waiting for their writes; the
@@ -50,7 +51,7 @@ func (s *Server) spare(c *gin.Context) bool {
 		return false
 	}
 	cl, ok := httpx.PeekClaim(c)
-	return ok && (s.admit.AdmittedHere(code, cl) || s.admit.flagged(code, cl.OrderID))
+	return ok && (s.admit.AdmittedHere(code, cl) || s.admit.WritingHere(code, cl) || s.admit.flagged(code, cl.OrderID))
 }
 
 // Handler returns the gin engine with every route registered.
