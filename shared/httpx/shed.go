@@ -20,10 +20,14 @@ import (
 // better told to come back than queued for long. /healthz, /readyz and
 // /metrics are never shed, so that probes and scrapes see the truth. A
 // request that the service's spare lets through a full bound (a retry that
-// takes nothing new) is worked on all the same, up to twice MAX_INFLIGHT.
+// takes nothing new) is worked on all the same, up to MAX_INFLIGHT more at
+// once: counted apart, so that it never holds a slot that a request waiting in
+// the queue would have had (a retry waiting for its order's write holds its
+// place as long as the write takes).
 type Shedder struct {
 	most     int64
 	inflight atomic.Int64
+	beside   atomic.Int64            // spared requests in flight, beside the slots
 	spare    func(*gin.Context) bool // nil: none is spared
 	shed     atomic.Uint64           // requests shed since start
 	spared   atomic.Uint64           // requests spare let through a full bound
@@ -70,37 +74,43 @@ func (s *Shedder) Middleware() gin.HandlerFunc {
 		if neverShed[c.Request.URL.Path] {
 			return
 		}
-		ok, why := s.enter(c)
+		ok, spared, why := s.enter(c)
 		if !ok {
 			s.reject(c, why)
 			return
 		}
-		defer s.leave()
+		if spared {
+			defer s.beside.Add(-1)
+		} else {
+			defer s.leave()
+		}
 		c.Next()
 	}
 }
 
-// enter takes a place for c's request: one of MAX_INFLIGHT; else, when spare
-// lets it through, one of twice MAX_INFLIGHT (the memory bound holds, and
-// what takes nothing new is not shed); else a slot freed while it waits in
-// the queue. A request that finds no place takes none, so those shed never
-// crowd out those let in. why says why it found none.
-func (s *Shedder) enter(c *gin.Context) (ok bool, why string) {
+// enter takes a place for c's request: one of MAX_INFLIGHT's slots; else,
+// when spare lets it through, one of MAX_INFLIGHT places beside them (spared:
+// the memory bound holds at twice MAX_INFLIGHT, what takes nothing new is not
+// shed, and it never holds a slot a waiting request could take); else a slot
+// freed while it waits in the queue. A request that finds no place takes
+// none, so those shed never crowd out those let in. why says why it found none.
+func (s *Shedder) enter(c *gin.Context) (ok, spared bool, why string) {
 	q := s.queue
 	if (q == nil || q.waiting.Load() == 0) && s.take(s.most) {
 		if q != nil && q.standing.Load() {
 			q.idle(s.now())
 		}
-		return true, ""
+		return true, false, ""
 	}
-	if s.spare != nil && s.spare(c) && s.take(2*s.most) {
+	if s.spare != nil && s.spare(c) && takeBelow(&s.beside, s.most) {
 		s.spared.Add(1)
-		return true, ""
+		return true, true, ""
 	}
 	if q == nil {
-		return false, shedFull
+		return false, false, shedFull
 	}
-	return q.wait(c.Request.Context(), s.take, s.most)
+	ok, why = q.wait(c.Request.Context(), s.take, s.most)
+	return ok, false, why
 }
 
 // leave gives a request's slot back, to the queue's first request if one
@@ -114,21 +124,24 @@ func (s *Shedder) leave() {
 	}
 }
 
-// take counts one more request in flight if fewer than bound are.
-func (s *Shedder) take(bound int64) bool {
+// take counts one more request in a slot if fewer than bound are.
+func (s *Shedder) take(bound int64) bool { return takeBelow(&s.inflight, bound) }
+
+// takeBelow adds one to n if it is below bound.
+func takeBelow(n *atomic.Int64, bound int64) bool {
 	for {
-		n := s.inflight.Load()
-		if n >= bound {
+		v := n.Load()
+		if v >= bound {
 			return false
 		}
-		if s.inflight.CompareAndSwap(n, n+1) {
+		if n.CompareAndSwap(v, v+1) {
 			return true
 		}
 	}
 }
 
-// InFlight returns the requests worked on now.
-func (s *Shedder) InFlight() int { return int(s.inflight.Load()) }
+// InFlight returns the requests worked on now, spared ones included.
+func (s *Shedder) InFlight() int { return int(s.inflight.Load() + s.beside.Load()) }
 
 // Why a request found no place, as its log line says.
 const (

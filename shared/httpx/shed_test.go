@@ -14,6 +14,7 @@ import (
 
 	"github.com/flashgate/flashgate/shared/api"
 	"github.com/gin-gonic/gin"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
@@ -258,4 +259,64 @@ func TestShedderSparesWhatTakesNothingNew(t *testing.T) {
 	for range max {
 		require.Equal(t, http.StatusOK, <-held)
 	}
+}
+
+// TestSparedRequestsTakeNoWaitersSlot: spared requests are counted beside
+// the slots, so a slot a request leaves goes to the request waiting in the
+// queue, however many spared ones are still in flight (a retry waiting for
+// its order's write holds its place as long as the write takes).
+func TestSparedRequestsTakeNoWaitersSlot(t *testing.T) {
+	const max = 2
+	sh := NewShedder(max, 2*time.Second, func(c *gin.Context) bool {
+		cl, ok := PeekClaim(c)
+		return ok && cl.CustomerID == 7
+	}, nil)
+	r := gin.New()
+	r.Use(sh.Middleware())
+	slowDone, sparedDone := make(chan struct{}, max), make(chan struct{})
+	entered := make(chan struct{}, 2*max)
+	r.GET("/slow", func(c *gin.Context) { entered <- struct{}{}; <-slowDone; c.Status(http.StatusOK) })
+	r.GET("/fast", func(c *gin.Context) { c.Status(http.StatusOK) })
+	r.POST("/reserve", func(c *gin.Context) { entered <- struct{}{}; <-sparedDone; c.Status(http.StatusCreated) })
+	srv := httptest.NewServer(r)
+	defer srv.Close()
+	defer close(sparedDone)
+
+	held := make(chan int, 2*max)
+	for range max { // every slot taken
+		go func() { held <- getStatus(t, srv.URL+"/slow") }()
+	}
+	for range max {
+		<-entered
+	}
+	for i := range max { // as many spared requests, in flight beside them
+		go func() {
+			resp, err := http.Post(srv.URL+"/reserve", "application/json",
+				strings.NewReader(fmt.Sprintf(`{"customerId":7,"orderId":"o-%d","orderAmount":100}`, i)))
+			if err != nil {
+				t.Error(err)
+				held <- 0
+				return
+			}
+			resp.Body.Close()
+			held <- resp.StatusCode
+		}()
+	}
+	for range max {
+		<-entered
+	}
+	require.Equal(t, 2*max, sh.InFlight())
+
+	waiter := make(chan int, 1)
+	go func() { waiter <- getStatus(t, srv.URL+"/fast") }()
+	require.Eventually(t, func() bool { return sh.queue.waiting.Load() == 1 }, 5*time.Second, time.Millisecond, "the request waits for a slot")
+	slowDone <- struct{}{} // one slot free: the waiter's, the spared ones still in flight
+	assert.Equal(t, http.StatusOK, <-waiter, "the freed slot went to the waiting request")
+	slowDone <- struct{}{}
+	sparedDone <- struct{}{}
+	sparedDone <- struct{}{}
+	for range 2 * max {
+		assert.Contains(t, []int{http.StatusOK, http.StatusCreated}, <-held)
+	}
+	assert.Equal(t, 0, sh.InFlight())
 }
