@@ -19,6 +19,12 @@
 --                    Redis down to the truth)
 -- ARGV[2..] orderId1, orderId2, ...
 --
+-- A give-back that takes remaining from 0 to more publishes the voucher's code on
+-- flashgate:voucher-changes (gate.ChangesChannel), in the same script: a proxy
+-- holding the voucher sold out knows only the orders Redis held when it set its
+-- flag, and another proxy may now admit a new order with the use that came
+-- back, whose retry the flag would refuse. Every proxy drops its flag on it.
+--
 -- Returns the number of orders released (unknown orders are ignored and not
 -- recorded in done: their customer is not known). When the voucher is not loaded
 -- it changes nothing and returns 0: an INCR would create a counter without its
@@ -56,12 +62,20 @@ if released > 0 and mode ~= 'drop' then
   -- still held uses (update.lua's cap), and giving those back must not lift
   -- remaining above what the limit leaves.
   local left = redis.call('INCRBY', KEYS[1], released)
+  local before = left - released
   local total = tonumber(redis.call('HGET', KEYS[4], 'totalLimit'))
   if total then
     local cap = total - redis.call('HLEN', KEYS[3])
     if cap < 0 then cap = 0 end
     if left > cap then
       redis.call('SET', KEYS[1], cap, 'KEEPTTL')
+      left = cap
+    end
+  end
+  if before <= 0 and left > 0 then
+    local code = string.match(KEYS[1], '^voucher:{(.+)}:remaining$')
+    if code then
+      redis.call('PUBLISH', 'flashgate:voucher-changes', code)
     end
   end
 end

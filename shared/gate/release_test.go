@@ -3,6 +3,7 @@ package gate
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -185,4 +186,58 @@ func TestHolder(t *testing.T) {
 	_, held, err = g.Holder(ctx, code, "a")
 	require.NoError(t, err)
 	assert.False(t, held, "released: finished, no use held")
+}
+
+// TestGiveBackToASoldOutVoucherPublishes: a give-back or release that takes
+// remaining from 0 to more names the voucher on ChangesChannel, in the same
+// script (every proxy drops its sold-out flag, which knows only the orders
+// Redis held when it was set); one that leaves it above 0, or a drop, does not.
+func TestGiveBackToASoldOutVoucherPublishes(t *testing.T) {
+	t.Parallel()
+	g, rdb := newGate(t)
+	ctx := context.Background()
+	code := testCode(t, g, "v")
+	load(t, g, code, 2, 2)
+	sub := rdb.Subscribe(ctx, ChangesChannel)
+	defer sub.Close()
+	_, err := sub.Receive(ctx) // the subscription's confirmation
+	require.NoError(t, err)
+	msgs := sub.Channel()
+	next := func() string { // this voucher's next change; other tests share the channel
+		timeout := time.After(500 * time.Millisecond)
+		for {
+			select {
+			case m := <-msgs:
+				if m.Payload == code {
+					return m.Payload
+				}
+			case <-timeout:
+				return ""
+			}
+		}
+	}
+
+	got, _, err := g.Reserve(ctx, code, []Item{{1, "a", testAmount}, {2, "b", testAmount}, {3, "c", testAmount}})
+	require.NoError(t, err)
+	require.Equal(t, []Result{Reserved, Reserved, OutOfStock}, got)
+	n, err := g.GiveBack(ctx, code, "a")
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+	assert.Equal(t, code, next(), "0 to 1: named")
+	n, err = g.Release(ctx, code, "b")
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+	assert.Empty(t, next(), "1 to 2: not named")
+
+	got, _, err = g.Reserve(ctx, code, []Item{{4, "d", testAmount}, {5, "e", testAmount}})
+	require.NoError(t, err)
+	require.Equal(t, []Result{Reserved, Reserved}, got)
+	n, err = g.Drop(ctx, code, "d")
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+	assert.Empty(t, next(), "a drop gives nothing back")
+	n, err = g.Release(ctx, code, "e")
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+	assert.Equal(t, code, next(), "a release from 0: named")
 }
