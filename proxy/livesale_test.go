@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/flashgate/flashgate/shared/api"
+	"github.com/flashgate/flashgate/shared/devstack/devstacktest"
 	"github.com/flashgate/flashgate/shared/gate"
 )
 
@@ -417,6 +418,50 @@ func TestPublishedChangeForgetsFlagAndTerms(t *testing.T) {
 	calls = s.gate.Calls()
 	assert.Equal(t, "OUT_OF_STOCK", s.reserve(t, code, 4, code+"-4").Code())
 	assert.Greater(t, s.gate.Calls(), calls, "the next request reached Redis")
+}
+
+// A use given back to a sold-out voucher reaches every proxy's sold-out flag,
+// not only the flag of the proxy that took it: the script that gives it back
+// (as the ledger's does when the write of an admitted order failed) names the
+// voucher on the change channel. Else proxy B, whose flag knows only the orders
+// Redis held when it was set, answers OUT_OF_STOCK to the retry of an order
+// proxy A admitted with that use, which holds it (the chaos soak's pg-restart
+// round caught it). Two proxies over one Redis, the flag set for a minute.
+func TestGiveBackDropsEveryProxysSoldOutFlag(t *testing.T) {
+	t.Parallel()
+	o := stackOptions{redisURL: devstacktest.RedisURL(t), dbURL: devstacktest.PostgresURL(t), coalesce: true,
+		soldOutTTL: time.Minute}
+	a := newStack(t, o)
+	b := startProxy(t, o, a.LedgerURL)
+	code := newCode(t)
+	a.createVoucher(t, code, 1, 1, true)
+	ctx := context.Background()
+
+	// An admission whose write will fail: it holds the only use in Redis.
+	got, _, err := a.gate.Reserve(ctx, code, []gate.Item{{CustomerID: 1, OrderID: code + "-failed", OrderAmount: 5_000}})
+	require.NoError(t, err)
+	require.Equal(t, []gate.Result{gate.Reserved}, got)
+
+	// B answers sold out, and its watcher is subscribed (published until it
+	// lands); then B's flag is set again, knowing only the failed order.
+	require.Equal(t, "OUT_OF_STOCK", b.reserve(t, code, 2, code+"-2").Code())
+	require.Eventually(t, func() bool {
+		return gate.PublishChange(ctx, b.rdb, code) == nil && !b.flagged(code)
+	}, 5*time.Second, 20*time.Millisecond, "B's watcher drops its flag")
+	require.Equal(t, "OUT_OF_STOCK", b.reserve(t, code, 3, code+"-3").Code())
+	require.True(t, b.flagged(code), "B holds the voucher sold out")
+
+	n, err := a.gate.GiveBack(ctx, code, code+"-failed")
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+	require.Eventually(t, func() bool { return !b.flagged(code) }, 2*time.Second, 5*time.Millisecond,
+		"the give-back's change reached B's flag")
+
+	first := a.reserve(t, code, 4, code+"-4")
+	require.Equal(t, 201, first.Status, first.Raw)
+	assert.Empty(t, notReplay(first, b.reserve(t, code, 4, code+"-4")), "the retry through B replays A's 201")
+	assert.Equal(t, "OUT_OF_STOCK", b.reserve(t, code, 5, code+"-5").Code())
+	assert.Equal(t, dbState{Used: 1, Active: 1, Remaining: 0, MaxPerCustomer: 1}, a.db(t, code))
 }
 
 // A raise sells at once through a proxy whose sold-out flag would have
