@@ -478,6 +478,18 @@ func (a *Admitter) flagged(code, orderID string) bool {
 	return !passes
 }
 
+// KnownToFlag reports whether this proxy holds the voucher sold out and its
+// flag knows orderID: the order held its use or had finished in Redis when the
+// flag was set, whichever proxy admitted it, so its retry takes nothing new.
+func (a *Admitter) KnownToFlag(code, orderID string) bool {
+	f, ok := a.soldOut.Get(code)
+	if !ok {
+		return false
+	}
+	_, known := f.passes[orderID]
+	return known
+}
+
 // flagSoldOut sets the sold-out flag, with the orders Redis knows now (holding
 // a use or finished) so that their retries are still answered from their own
 // state. One caller per voucher does the work; a failure only leaves the flag

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/flashgate/flashgate/shared/devstack/devstacktest"
 	"github.com/flashgate/flashgate/shared/voucher"
 )
 
@@ -18,7 +19,9 @@ import (
 // (MAX_INFLIGHT), a retry of an order this proxy answered 201 is not shed: it
 // gets its 201 replayed from its row and takes no new use; a new order and
 // the held orderId from another customer are shed. So is a new order of a
-// voucher this proxy holds sold out (see Server.spare).
+// voucher this proxy holds sold out (see Server.spare), but not a retry of an
+// order admitted through another proxy that its sold-out flag knows held its
+// use.
 func TestFullBoundLetsHeldRetriesThrough(t *testing.T) {
 	s := newStack(t, stackOptions{soldOutTTL: time.Minute})
 	code, gone := newCode(t), newCode(t)
@@ -72,4 +75,20 @@ func TestFullBoundLetsHeldRetriesThrough(t *testing.T) {
 	assert.EqualValues(t, 8, s.redisRemaining(t, code), "the retry took no new use")
 
 	assert.Equal(t, 503, full.reserve(t, gone, 2, gone+"-b").Status, "a new order of a voucher held sold out, at a full bound")
+
+	// An order admitted through another proxy, its voucher then held sold out
+	// here: the flag knows it held its use, so its retry is let through.
+	elsewhere := newCode(t)
+	s.createVoucher(t, elsewhere, 1, 1, true)
+	other := startProxy(t, stackOptions{redisURL: devstacktest.RedisURL(t), soldOutTTL: time.Minute}, s.LedgerURL)
+	first := other.reserve(t, elsewhere, 1, elsewhere+"-a")
+	require.Equal(t, 201, first.Status, first.Raw)
+	require.Equal(t, "OUT_OF_STOCK", s.reserve(t, elsewhere, 2, elsewhere+"-b").Code())
+	a := voucher.Claim{OrderID: elsewhere + "-a", CustomerID: 1}
+	require.False(t, s.admit.AdmittedHere(elsewhere, a) || s.admit.WritingHere(elsewhere, a), "not admitted here")
+	require.True(t, s.admit.KnownToFlag(elsewhere, a.OrderID), "the flag knows it")
+	assert.Empty(t, notReplay(first, full.reserve(t, elsewhere, 1, elsewhere+"-a")),
+		"a retry of an order admitted elsewhere, known to the flag, at a full bound")
+	assert.Equal(t, 503, full.reserve(t, elsewhere, 3, elsewhere+"-c").Status, "a new order of it at a full bound")
+	assert.EqualValues(t, 0, s.redisRemaining(t, elsewhere))
 }

@@ -33,9 +33,11 @@ type Server struct {
 
 // spare lets a reserve through a full bound (MAX_INFLIGHT) when it is a
 // retry of a flash order this proxy answered 201 (Admitter.AdmittedHere) or is
-// writing (WritingHere): it takes no new use and gets the answer of its row,
-// so shedding it would only make a customer who already has the voucher try
-// again. A new order of a voucher the proxy holds sold out is not spared: the
+// writing (WritingHere), or one the sold-out flag it holds knows (KnownToFlag:
+// the order held its use, or had finished, in Redis when the flag was set,
+// whichever proxy admitted it): it takes no new use and gets the answer of its
+// row, so shedding it would only make a customer who already has the voucher
+// try again. A new order of a voucher the proxy holds sold out is not spared: the
 // flag knows only the orders Redis held when it was set, and a use that came
 // back since may have gone to an order through another proxy, whose retry the
 // flag would refuse (the chaos soak's pg-restart round saw it, 2026-12-05).
@@ -48,7 +50,7 @@ func (s *Server) spare(c *gin.Context) bool {
 		return false
 	}
 	cl, ok := httpx.PeekClaim(c)
-	return ok && (s.admit.AdmittedHere(code, cl) || s.admit.WritingHere(code, cl))
+	return ok && (s.admit.AdmittedHere(code, cl) || s.admit.WritingHere(code, cl) || s.admit.KnownToFlag(code, cl.OrderID))
 }
 
 // Handler returns the gin engine with every route registered.
