@@ -63,6 +63,8 @@ var (
 	fingerprintLua string
 	//go:embed holder.lua
 	holderLua string
+	//go:embed clock.lua
+	clockLua string
 
 	reserveScript       = newScript(reserveLua)
 	releaseScript       = newScript(releaseLua)
@@ -79,6 +81,7 @@ var (
 	generationScript    = newScript(generationLua)
 	fingerprintScr      = newScript(fingerprintLua)
 	holderScript        = newScript(holderLua)
+	clockScript         = newScript(clockLua)
 )
 
 // newScript puts prelude.lua's shared opening after the script's #! line (which

@@ -81,27 +81,56 @@ type stepSizes struct {
 // Read dbActive before calling: a reservation released in between comes back
 // (a slot held until the next round), never the other way round, as long as grace
 // exceeds the longest admitted write plus the time between reading dbActive and
-// the pass's end. A voucher that is not loaded is left alone (Loaded is false);
+// this call (Reconcile reads Redis's clock when called, and frees only holds
+// admitted grace before that, however long the pass then takes; a caller that
+// reads Clock before dbActive passes it to ReconcileDetailed, and the read's
+// own time no longer counts either). A voucher that is not loaded is left alone (Loaded is false);
 // one that stops being loaded during the pass reports Loaded false too, and
 // keeps what the steps before did.
 func (g *Gate) Reconcile(ctx context.Context, code string, v voucher.Voucher, dbActive []Order, grace time.Duration) (ReconcileResult, error) {
-	d, err := g.reconcile(ctx, code, v, dbActive, grace, reconcileSizes)
+	d, err := g.reconcile(ctx, code, v, dbActive, 0, grace, reconcileSizes)
 	return d.ReconcileResult, err
 }
 
 // ReconcileDetailed is Reconcile that also reports whether the counter itself
-// was wrong.
-func (g *Gate) ReconcileDetailed(ctx context.Context, code string, v voucher.Voucher, dbActive []Order, grace time.Duration) (ReconcileDetail, error) {
-	return g.reconcile(ctx, code, v, dbActive, grace, reconcileSizes)
+// was wrong. readAt is Redis's clock (Clock) read before dbActive was: a hold
+// with no row is freed only if it was older than grace at readAt, however long
+// the read and the pass take (a Redis pause, a slow machine); 0 reads the
+// clock at the call, as Reconcile does.
+func (g *Gate) ReconcileDetailed(ctx context.Context, code string, v voucher.Voucher, dbActive []Order, readAt int64, grace time.Duration) (ReconcileDetail, error) {
+	return g.reconcile(ctx, code, v, dbActive, readAt, grace, reconcileSizes)
+}
+
+// Clock returns Redis's clock on code's node, in unix millis: what a
+// reconcile reads before the database (ReconcileDetailed's readAt).
+func (g *Gate) Clock(ctx context.Context, code string) (int64, error) {
+	if err := checkCode(code); err != nil {
+		return 0, err
+	}
+	reply, err := g.runRO(ctx, clockScript, Keys(code))
+	if err != nil {
+		return 0, fmt.Errorf("redis clock for %s: %w", code, err)
+	}
+	ms, ok := reply.(int64)
+	if !ok {
+		return 0, fmt.Errorf("redis clock for %s: unexpected reply %v", code, reply)
+	}
+	return ms, nil
 }
 
 // reconcile is ReconcileDetailed in steps of the given sizes.
-func (g *Gate) reconcile(ctx context.Context, code string, v voucher.Voucher, dbActive []Order, grace time.Duration, sizes stepSizes) (ReconcileDetail, error) {
+func (g *Gate) reconcile(ctx context.Context, code string, v voucher.Voucher, dbActive []Order, readAt int64, grace time.Duration, sizes stepSizes) (ReconcileDetail, error) {
 	if err := checkCode(code); err != nil {
 		return ReconcileDetail{}, err
 	}
 	if grace < 0 {
 		return ReconcileDetail{}, fmt.Errorf("reconcile %s: negative grace %s", code, grace)
+	}
+	if readAt == 0 {
+		var err error
+		if readAt, err = g.Clock(ctx, code); err != nil {
+			return ReconcileDetail{}, fmt.Errorf("reconcile %s: %w", code, err)
+		}
 	}
 	if err := checkTerms(v); err != nil {
 		return ReconcileDetail{}, fmt.Errorf("reconcile %s: %w", code, err)
@@ -111,7 +140,7 @@ func (g *Gate) reconcile(ctx context.Context, code string, v voucher.Voucher, db
 		return ReconcileDetail{}, fmt.Errorf("reconcile %s: %w", code, err)
 	}
 	p := &reconcilePass{g: g, keys: Keys(code), db: db, sizes: sizes, terms: termsArgs(v),
-		grace: grace.Milliseconds(), res: ReconcileDetail{ReconcileResult: ReconcileResult{Loaded: true, Released: []string{}}}}
+		cutoff: readAt - grace.Milliseconds(), res: ReconcileDetail{ReconcileResult: ReconcileResult{Loaded: true, Released: []string{}}}}
 	res, err := p.run(ctx, dbActive)
 	if err != nil {
 		return ReconcileDetail{}, fmt.Errorf("reconcile %s: %w", code, err)
@@ -121,12 +150,12 @@ func (g *Gate) reconcile(ctx context.Context, code string, v voucher.Voucher, db
 
 // reconcilePass is one Reconcile: what it has sent and what the steps did.
 type reconcilePass struct {
-	g     *Gate
-	keys  []string
-	terms []any // the terms block, for the last step
-	db    map[string]int64
-	sizes stepSizes
-	grace int64 // millis
+	g      *Gate
+	keys   []string
+	terms  []any // the terms block, for the last step
+	db     map[string]int64
+	sizes  stepSizes
+	cutoff int64 // Redis millis: a hold with no row admitted before it is freed
 
 	sent    map[string]bool // orders seen in Redis's orders, or sent to a step
 	pending []any           // orderId, customer pairs for the next step
@@ -136,11 +165,11 @@ type reconcilePass struct {
 
 func (p *reconcilePass) run(ctx context.Context, dbActive []Order) (ReconcileDetail, error) {
 	p.sent = make(map[string]bool, len(p.db))
-	loaded, err := p.scan(ctx, "orders", func(now int64, order, value string) error {
+	loaded, err := p.scan(ctx, "orders", func(_ int64, order, value string) error {
 		p.sent[order] = true
 		customer, inDB := p.db[order]
 		switch {
-		case !inDB && young(value, now, p.grace):
+		case !inDB && young(value, p.cutoff):
 			// The crowd's admissions made during the pass: not sent to a step,
 			// which would keep them as well.
 			return nil
@@ -234,7 +263,7 @@ func (p *reconcilePass) flush(ctx context.Context) error {
 		return nil
 	}
 	args := make([]any, 0, 1+len(p.pending))
-	args = append(append(args, strconv.FormatInt(p.grace, 10)), p.pending...)
+	args = append(append(args, strconv.FormatInt(p.cutoff, 10)), p.pending...)
 	p.pending = p.pending[:0]
 	reply, err := p.g.run(ctx, reconcileScript, p.keys, args...)
 	if err != nil {
@@ -275,17 +304,16 @@ func (p *reconcilePass) end(ctx context.Context) error {
 	return nil
 }
 
-// young reports whether an orders value "customerId:millis" was admitted
-// no longer than grace millis before now, as reconcile.lua judges it; an
-// unreadable time is old.
-func young(value string, now, grace int64) bool {
+// young reports whether an orders value "customerId:millis" was admitted at
+// or after cutoff, as reconcile.lua judges it; an unreadable time is old.
+func young(value string, cutoff int64) bool {
 	i := strings.LastIndexByte(value, ':')
 	digits := value[i+1:]
 	if i < 0 || digits == "" || strings.Trim(digits, "0123456789") != "" {
 		return false
 	}
 	at, err := strconv.ParseInt(digits, 10, 64)
-	return err == nil && now-at <= grace
+	return err == nil && at >= cutoff
 }
 
 // customerText is the customer id in an orders value "customerId:millis", as

@@ -16,10 +16,13 @@
 --                                   a customer the database disagrees with rewritten
 -- KEYS[4] voucher:{CODE}:meta       unused
 -- KEYS[5] voucher:{CODE}:done       orders the database holds are removed
--- ARGV[1]    grace, millis: a Redis-only order younger than this is kept, its
---            database write may still be in flight
+-- ARGV[1]    cutoff, unix millis in Redis's clock: a Redis-only order admitted
+--            at or after it is kept, its database write may have been in
+--            flight when the database was read (the caller's Redis clock then,
+--            less its grace: however late this step runs, a Redis pause or a
+--            slow machine meanwhile frees nothing the database read missed)
 -- ARGV[2..]  orderId, customerId pairs: customerId "" means the database holds
---            no use for the order (free it once older than grace); any other
+--            no use for the order (free it if admitted before cutoff); any other
 --            is the customer the database holds a use for
 --
 -- Returns {0} when not loaded (nothing changed), otherwise
@@ -32,9 +35,9 @@
 if #ARGV < 1 or (#ARGV - 1) % 2 ~= 0 then
   return redis.error_reply('ERR reconcile: bad ARGV layout')
 end
-local grace = tonumber(ARGV[1])
-if not grace then
-  return redis.error_reply('ERR reconcile: grace is not a number')
+local cutoff = tonumber(ARGV[1])
+if not cutoff then
+  return redis.error_reply('ERR reconcile: cutoff is not a number')
 end
 local before, bad = remainingOf('reconcile')
 if bad then return bad end
@@ -60,9 +63,10 @@ for i = 2, #ARGV, 2 do
   local order, customer = ARGV[i], ARGV[i + 1]
   local value = redis.call('HGET', KEYS[3], order)
   if customer == '' then
-    -- A hanging admission: in Redis, not in the database, older than grace. An
-    -- unreadable admission time counts as old: nothing we wrote looks like that.
-    if value and now - (tonumber(string.match(value, ':(%d+)$')) or 0) > grace then
+    -- A hanging admission: in Redis, not in the database, admitted before the
+    -- cutoff. An unreadable admission time counts as old: nothing we wrote
+    -- looks like that.
+    if value and (tonumber(string.match(value, ':(%d+)$')) or 0) < cutoff then
       redis.call('HDEL', KEYS[3], order)
       count(customerOf(value), -1)
       out[#out + 1] = order

@@ -121,6 +121,16 @@ func repairKinds(rep Report, fix counterFix) []string {
 // reconcileLocked is one reconciliation, under the voucher's lock.
 func (j *Jobs) reconcileLocked(ctx context.Context, code string) (rep Report, fix counterFix, err error) {
 	rep.Code = code
+	// Redis's clock before the database's read: a hold with no row is freed
+	// only if it was older than the grace when the database was read, not
+	// when the pass reaches it (a Redis pause or a slow machine between the
+	// two freed holds whose rows committed after the read, and refused their
+	// retries until the next pass restored them: the chaos soak's
+	// redis-pause round beside a CPU hog, 2026-12-05).
+	readAt, err := j.gate.Clock(ctx, code)
+	if err != nil {
+		return Report{}, fix, fmt.Errorf("reconcile %s: %w", code, err)
+	}
 	v, orders, err := j.store.Snapshot(ctx, code)
 	if err != nil {
 		return Report{}, fix, err
@@ -133,7 +143,7 @@ func (j *Jobs) reconcileLocked(ctx context.Context, code string) (rep Report, fi
 	for i, o := range orders {
 		active[i] = gate.Order{OrderID: o.OrderID, CustomerID: o.CustomerID}
 	}
-	res, err := j.gate.ReconcileDetailed(ctx, code, v, active, j.graceOf(v))
+	res, err := j.gate.ReconcileDetailed(ctx, code, v, active, readAt, j.graceOf(v))
 	if err != nil {
 		return Report{}, fix, fmt.Errorf("reconcile %s in redis: %w", code, err)
 	}
