@@ -14,9 +14,8 @@ import (
 func TestMain(m *testing.M) { os.Exit(devstacktest.RunTests(m)) }
 
 // Every attack of #25, short (the same wants with smaller counts: junk a
-// sale at 1,000/s in three 1 s rounds alone, three beside 16 flat-out junk
-// clients and three beside as many clients sending what validation refuses;
-// bot 2,000
+// sale at 1,000/s in two 1 s rounds alone and two beside 16 flat-out junk
+// clients; bot 2,000
 // reserves at 1,000/s from one address with 20 real customers beside it;
 // hammer two groups of 800 orders at 400/s on 500 uses; creds and csv
 // whole), through the same code as `loadtest attack --short`, each on a

@@ -18,9 +18,8 @@ import (
 // junkSizes size the junk attack: a real sale at Rate on vouchers of Stock
 // uses, in Rounds rounds of Round alone and Round beside a flood of Workers
 // clients that each send a reserve to a random, never-created code as soon
-// as the last was answered. Alone and flooded alternate, and within a round
-// the junk and the reference floods take turns coming first, so that what
-// the shared machine does meanwhile falls on all alike.
+// as the last was answered. Alone and flooded alternate, so that what the
+// shared machine does meanwhile falls on both alike.
 type junkSizes struct {
 	Rate    float64
 	Round   time.Duration
@@ -105,9 +104,8 @@ type junkRun struct {
 	referenced []load.Shot
 	reference  floodCount
 	// ratios: each round's p99 beside the junk flood over its p99 beside the
-	// reference flood of the same round (the two take turns coming first);
-	// the want takes their median, so that one round a stall on the shared
-	// CPUs hit does not decide.
+	// reference flood that followed it; the want takes their median, so
+	// that one round a stall on the shared CPUs hit does not decide.
 	ratios []float64
 	// junkWin and refWin: the rounds beside the junk flood and those beside
 	// the reference flood, each with its drain. Both sell alike, so the
@@ -156,46 +154,31 @@ func runJunk(ctx context.Context, cfg Config) (*Result, error) {
 	last := first
 	for i := range z.Rounds {
 		run.alone = append(run.alone, sendSale(ctx, r, codes[1+3*i], z.Rate, z.Round).Shots...)
-		// The alone round's writes drain too: each flooded round starts
-		// after a drain, whichever comes first.
-		load.Sleep(ctx, junkDrain)
 		c0, err := r.counters(ctx)
 		if err != nil {
 			return nil, err
 		}
-		// The two floods take turns coming first, so that neither is always
-		// the one after the alone round or the one after the other flood.
-		known := []string{"", codes[0]}
-		if i%2 == 1 {
-			known[0], known[1] = known[1], known[0]
+		shots0, fc := saleBesideFlood(ctx, r, codes[2+3*i], z, "")
+		run.flooded = append(run.flooded, shots0...)
+		run.flood.add(fc)
+		// What the flood left queued drains before the next round.
+		load.Sleep(ctx, junkDrain)
+		c1, err := r.counters(ctx)
+		if err != nil {
+			return nil, err
 		}
-		var junkRound, refRound saleAnswers
-		for _, k := range known {
-			code := codes[2+3*i] // junk's round
-			if k != "" {
-				code = codes[3+3*i]
-			}
-			shots, fc := saleBesideFlood(ctx, r, code, z, k)
-			// What the flood left queued drains before the next round.
-			load.Sleep(ctx, junkDrain)
-			c1, err := r.counters(ctx)
-			if err != nil {
-				return nil, err
-			}
-			if k == "" {
-				run.flooded = append(run.flooded, shots...)
-				run.flood.add(fc)
-				run.junkWin.add(between(c0, c1))
-				junkRound = saleFigures(shots)
-			} else {
-				run.referenced = append(run.referenced, shots...)
-				run.reference.add(fc)
-				run.refWin.add(between(c0, c1))
-				refRound = saleFigures(shots)
-			}
-			c0, last = c1, c1
-		}
+		shots, fc := saleBesideFlood(ctx, r, codes[3+3*i], z, codes[0])
+		run.referenced = append(run.referenced, shots...)
+		run.reference.add(fc)
+		junkRound := saleFigures(run.flooded[len(run.flooded)-len(shots0):])
+		refRound := saleFigures(shots)
 		run.ratios = append(run.ratios, junkRound.p99/max(refRound.p99, 0.001))
+		load.Sleep(ctx, junkDrain)
+		if last, err = r.counters(ctx); err != nil {
+			return nil, err
+		}
+		run.junkWin.add(between(c0, c1))
+		run.refWin.add(between(c1, last))
 	}
 	run.lookups = last.lookups - first.lookups
 	return judgeJunk(z, run), nil
