@@ -162,6 +162,14 @@ func TestRetriesAnsweredAlikeUnderFaults(t *testing.T) {
 		{"503 then a refusal for an order the database holds", []load.Shot{{Req: 0, Status: 503, Code: "UNAVAILABLE", At: at(10)},
 			{Req: 3, Status: 409, Code: "OUT_OF_STOCK", At: at(30)}}, true, false},
 		{"refused orders the database does not hold", []load.Shot{admitted, {Req: 2, Status: 409, Code: "OUT_OF_STOCK", At: at(30)}}, true, true},
+		// The last request sent was refused while an earlier one was still on
+		// its way to a 201 (sent at 10 ms, back at 40): in flight together, the
+		// 201 may have been admitted after the refusal.
+		{"refused while a 201 was in flight", []load.Shot{{Req: 0, Status: 201, OrderID: "S-0", At: at(10), Latency: 30 * time.Millisecond},
+			{Req: 3, Status: 409, Code: "OUT_OF_STOCK", At: at(20), Latency: 5 * time.Millisecond}}, true, true},
+		// The same refusal sent after the 201 came back fails both.
+		{"refused after a slow 201 came back", []load.Shot{{Req: 0, Status: 201, OrderID: "S-0", At: at(10), Latency: 30 * time.Millisecond},
+			{Req: 3, Status: 409, Code: "OUT_OF_STOCK", At: at(45)}}, false, false},
 	}
 	for _, tt := range tests {
 		o := chaosFixture(tt.shots...)
