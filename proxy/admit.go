@@ -470,24 +470,27 @@ func (a *Admitter) reserveBatch(ctx context.Context, code string, items []gate.I
 
 // flagged reports whether the sold-out flag answers for this order.
 func (a *Admitter) flagged(code, orderID string) bool {
+	set, passes := a.flagFor(code, orderID)
+	return set && !passes
+}
+
+// flagFor reports whether this proxy holds code sold out, and if so whether
+// the flag passes orderID through (an order Redis knew when it was set).
+func (a *Admitter) flagFor(code, orderID string) (set, passes bool) {
 	f, ok := a.soldOut.Get(code)
 	if !ok {
-		return false
+		return false, false
 	}
-	_, passes := f.passes[orderID]
-	return !passes
+	_, passes = f.passes[orderID]
+	return true, passes
 }
 
 // KnownToFlag reports whether this proxy holds the voucher sold out and its
 // flag knows orderID: the order held its use or had finished in Redis when the
 // flag was set, whichever proxy admitted it, so its retry takes nothing new.
 func (a *Admitter) KnownToFlag(code, orderID string) bool {
-	f, ok := a.soldOut.Get(code)
-	if !ok {
-		return false
-	}
-	_, known := f.passes[orderID]
-	return known
+	set, passes := a.flagFor(code, orderID)
+	return set && passes
 }
 
 // flagSoldOut sets the sold-out flag, with the orders Redis knows now (holding
