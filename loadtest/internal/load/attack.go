@@ -10,6 +10,7 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"net/http/httptrace"
@@ -26,7 +27,12 @@ import (
 // workers when all are busy), so a slow server shows up as latency instead of
 // as a lower rate, as long as MaxWorkers is not reached.
 type AttackOptions struct {
-	Workers     int           // workers started up front
+	// Workers are started up front, each with its connection open (the
+	// lean sender), before the first request leaves: a crowd's connections
+	// end at the load balancer in front of the proxies, which keeps its own
+	// open, and wrk and wrk2 open theirs before they measure. 0: UpFront's
+	// rule. More start when all are busy, up to MaxWorkers.
+	Workers     int
 	MaxWorkers  int           // most requests in flight
 	Connections int           // idle keep-alive connections kept per host
 	Timeout     time.Duration // per request; keep it above the proxy's LEDGER_TIMEOUT
@@ -48,7 +54,26 @@ type AttackOptions struct {
 }
 
 // DefaultAttack suits one loopback machine.
-var DefaultAttack = AttackOptions{Workers: 64, MaxWorkers: 4096, Connections: 4096, Timeout: 15 * time.Second, Lean: true}
+var DefaultAttack = AttackOptions{Workers: 0, MaxWorkers: 4096, Connections: 4096, Timeout: 15 * time.Second, Lean: true}
+
+// upFrontSLO is the answer time the workers started up front are sized
+// for: the stack's LATENCY_SLO (100 ms), so a rate answered within it never
+// waits for a new connection (Little's law: rate x time in flight).
+const upFrontSLO = 100 * time.Millisecond
+
+// minUpFront is the fewest workers started up front (vegeta's default).
+const minUpFront = 64
+
+// UpFront is how many workers o starts up front at rate requests a second:
+// o.Workers when set, else the requests rate sends in upFrontSLO, at least
+// minUpFront; never more than o.MaxWorkers.
+func (o AttackOptions) UpFront(rate float64) int {
+	n := o.Workers
+	if n <= 0 {
+		n = max(minUpFront, int(math.Ceil(rate*upFrontSLO.Seconds())))
+	}
+	return max(min(n, o.MaxWorkers), 1)
+}
 
 // Shot is one request's outcome, kept small: a burst holds hundreds of thousands.
 type Shot struct {
@@ -158,7 +183,7 @@ func Fire(ctx context.Context, url string, plan Plan, orderAmount int64, rate fl
 	defer base.(interface{ CloseIdleConnections() }).CloseIdleConnections()
 	atk := vegeta.NewAttacker(
 		vegeta.Client(&http.Client{Transport: TagTransport{base, &replays}, Timeout: o.Timeout}),
-		vegeta.Workers(uint64(max(o.Workers, 1))),
+		vegeta.Workers(uint64(o.UpFront(rate))),
 		vegeta.MaxWorkers(uint64(max(o.MaxWorkers, 1))),
 		vegeta.MaxBody(4<<10),
 	)

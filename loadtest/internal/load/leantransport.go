@@ -44,6 +44,11 @@ type leanConn struct {
 	bw *bufio.Writer
 }
 
+// newLeanConn wraps c with its buffers.
+func newLeanConn(c net.Conn) *leanConn {
+	return &leanConn{c: c, br: bufio.NewReaderSize(c, 4<<10), bw: bufio.NewWriterSize(c, 4<<10)}
+}
+
 func newLeanTransport(timeout time.Duration, maxIdle int, replays *atomic.Int64) *leanTransport {
 	return &leanTransport{timeout: timeout, maxIdle: maxIdle, replays: replays, idle: map[string][]*leanConn{}}
 }
@@ -88,7 +93,7 @@ func (t *leanTransport) dial(host string) (*leanConn, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &leanConn{c: c, br: bufio.NewReaderSize(c, 4<<10), bw: bufio.NewWriterSize(c, 4<<10)}, nil
+	return newLeanConn(c), nil
 }
 
 // exchange writes req on lc and reads its answer; lc goes back to the pool

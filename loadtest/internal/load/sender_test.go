@@ -108,3 +108,61 @@ func TestSendLeanLocalIP(t *testing.T) {
 		t.Errorf("sendLean from 127.0.0.2: %d shots, peers %v; want 40 shots, all from 127.0.0.2", len(v.Shots), peers)
 	}
 }
+
+// The workers started up front open their connections before the first
+// request leaves (as wrk2 does): the server has accepted every one of them
+// when the first request arrives, and no request waits for a dial.
+func TestSendLeanOpensUpFrontConnectionsFirst(t *testing.T) {
+	var accepted, atFirst atomic.Int64
+	var first sync.Once
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		first.Do(func() { atFirst.Store(accepted.Load()) })
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusConflict)
+		_, _ = w.Write([]byte(`{"error":"OUT_OF_STOCK"}`))
+	}))
+	srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			accepted.Add(1)
+		}
+	}
+	srv.Start()
+	defer srv.Close()
+	plan := NewPlan("UPFRONT", Crowd{Requests: 200, Customers: 200, Seed: 1})
+	bodies := make([][]byte, len(plan.Orders))
+	for i, o := range plan.Orders {
+		bodies[i] = reserveBody(o, 5000)
+	}
+	o := AttackOptions{Workers: 20, MaxWorkers: 64, Timeout: 5 * time.Second}
+	v, err := sendLean(context.Background(), srv.URL+"/vouchers/UPFRONT/reservations", bodies, plan, 2000, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(v.Shots) != 200 {
+		t.Fatalf("%d shots, want 200", len(v.Shots))
+	}
+	if got := atFirst.Load(); got < 20 {
+		t.Errorf("%d connections accepted when the first request arrived, want the 20 workers' started up front", got)
+	}
+}
+
+// UpFront: --workers when set, else the requests the rate sends in the
+// latency SLO (100 ms), at least 64; never above --max-workers.
+func TestUpFront(t *testing.T) {
+	for _, c := range []struct {
+		o    AttackOptions
+		rate float64
+		want int
+	}{
+		{AttackOptions{MaxWorkers: 4096}, 5000, 500},
+		{AttackOptions{MaxWorkers: 4096}, 100, 64},
+		{AttackOptions{MaxWorkers: 256}, 50_000, 256},
+		{AttackOptions{Workers: 32, MaxWorkers: 4096}, 5000, 32},
+		{AttackOptions{Workers: 300, MaxWorkers: 8}, 5000, 8},
+		{DefaultAttack, 5000, 500},
+	} {
+		if got := c.o.UpFront(c.rate); got != c.want {
+			t.Errorf("%+v.UpFront(%v) = %d, want %d", c.o, c.rate, got, c.want)
+		}
+	}
+}
