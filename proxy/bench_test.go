@@ -18,10 +18,12 @@ import (
 // they are measured against: the sold-out path should allocate no more.
 
 // benchHandler is the proxy's engine as main builds it (metrics on, the
-// MAX_INFLIGHT default) over s's admitter.
+// MAX_INFLIGHT default, the edge's limits at their defaults: early retries
+// refused, no client or customer rate) over s's admitter.
 func benchHandler(s *stack) http.Handler {
 	srv := &Server{admit: s.admit, ledger: s.admit.ledger, metrics: httpx.NewMetrics("proxy"),
-		maxInflight: 256, ready: func(context.Context) error { return nil }}
+		maxInflight: 256, ready: func(context.Context) error { return nil },
+		limits: newLimits(LimitConfig{EarlyRetries: true}, nil, nil)}
 	return srv.Handler()
 }
 

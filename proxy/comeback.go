@@ -3,6 +3,7 @@ package main
 import (
 	"hash/maphash"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -18,8 +19,9 @@ import (
 // once comes back within a millisecond; losing an entry to the bound only
 // lets one early retry through, to be decided as any other.
 type comebacks struct {
-	seed   maphash.Seed
-	shards [comebackShards]comebackShard
+	seed    maphash.Seed
+	shards  [comebackShards]comebackShard
+	entries atomic.Int64 // held in every shard, passed or not: holding's answer without a lock
 }
 
 const comebackShards = 16
@@ -59,30 +61,41 @@ func (cb *comebacks) set(key string, until, now time.Time) {
 	s := cb.shard(key)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if _, ok := s.until[key]; !ok && len(s.until) >= s.max {
-		s.makeRoom(now)
+	if _, ok := s.until[key]; !ok {
+		if len(s.until) >= s.max {
+			cb.entries.Add(-int64(s.makeRoom(now)))
+		}
+		cb.entries.Add(1)
 	}
 	s.until[key] = stayAway{until: until}
 }
 
+// holding reports whether any key is told to stay away (a nil cb: none): a
+// reserve that finds none has nothing to be refused for.
+func (cb *comebacks) holding() bool {
+	return cb != nil && cb.entries.Load() > 0
+}
+
 // makeRoom drops the passed entries (at most once per comebackSweepEvery),
-// else any one entry.
-func (s *comebackShard) makeRoom(now time.Time) {
+// else any one entry, and returns how many it dropped.
+func (s *comebackShard) makeRoom(now time.Time) (dropped int) {
 	if now.Sub(s.sweptAt) >= comebackSweepEvery {
 		s.sweptAt = now
 		for k, t := range s.until {
 			if !t.until.After(now) {
 				delete(s.until, k)
+				dropped++
 			}
 		}
 		if len(s.until) < s.max {
-			return
+			return dropped
 		}
 	}
 	for k := range s.until {
 		delete(s.until, k)
-		return
+		return dropped + 1
 	}
+	return dropped
 }
 
 // early reports whether key is back before its time and returns that time,
@@ -97,6 +110,7 @@ func (cb *comebacks) early(key string, now time.Time, penalty time.Duration) (ti
 	}
 	if !t.until.After(now) {
 		delete(s.until, key)
+		cb.entries.Add(-1)
 		return time.Time{}, false
 	}
 	if !t.penalized {

@@ -99,51 +99,77 @@ func burstOr(burst, rate int) int {
 // its Retry-After is refused again (refuseEarly); a client key over
 // CLIENT_RATE is refused. Every 503 or 429 the reserve gets, here or further
 // on (the shedder, the window, a fault), is remembered with its Retry-After.
+//
+// Its lookups run only when something may refuse: with CLIENT_RATE off and
+// no order told to come back later (a sale going well), a reserve costs it
+// the reading of its claim, which the handler then uses (PeekClaim: the body
+// is read once), and nothing else until an answer is a 503 or a 429.
 func (l *limits) guard(admittedHere func(code string, cl voucher.Claim) bool) gin.HandlerFunc {
 	return func(c *gin.Context) {
 		if c.Request.Method != http.MethodPost || c.FullPath() != api.RouteReservations {
 			return
 		}
-		key, order := l.keys.key(c), ""
-		if code, err := httpx.CodeParam(c); err == nil {
-			if cl, ok := httpx.PeekClaim(c); ok {
-				if admittedHere(code, cl) {
+		var code string
+		var cl voucher.Claim
+		claimed := false // the body is a valid claim
+		if cd, err := httpx.CodeParam(c); err == nil {
+			code = cd
+			cl, claimed = httpx.PeekClaim(c)
+		}
+		passes := func() bool { return claimed && admittedHere(code, cl) } // an order this proxy answered 201
+		comeback := func() string {                                        // the order's key in comebacks
+			if !claimed {
+				return ""
+			}
+			return "order:" + admittedKey(code, cl.OrderID)
+		}
+		if l.clients != nil || l.comebacks.holding() {
+			if passes() {
+				return
+			}
+			order := comeback()
+			var key, client string // only CLIENT_RATE's refusals tell a client key to come back
+			if l.clients != nil {
+				key = l.keys.key(c)
+				client = "client:" + key
+			}
+			if l.refuseEarly(c, client, order) {
+				return
+			}
+			if l.clients != nil {
+				if ok, wait := l.clients.take(key, l.now()); !ok {
+					l.refuse(c, causeClient, wait, "too many reserves from this client; retry after Retry-After", client, order)
 					return
 				}
-				order = "order:" + admittedKey(code, cl.OrderID)
-			}
-		}
-		if l.refuseEarly(c, "client:"+key, order) {
-			return
-		}
-		if l.clients != nil {
-			if ok, wait := l.clients.take(key, l.now()); !ok {
-				l.refuse(c, causeClient, wait, "too many reserves from this client; retry after Retry-After", "client:"+key, order)
-				return
 			}
 		}
 		c.Next()
-		if st := c.Writer.Status(); order != "" && l.comebacks != nil &&
-			(st == http.StatusServiceUnavailable || st == http.StatusTooManyRequests) {
+		if st := c.Writer.Status(); l.comebacks != nil && claimed &&
+			(st == http.StatusServiceUnavailable || st == http.StatusTooManyRequests) && !passes() {
 			if d, ok := httpx.RetryAfterOf(c.Writer.Header()); ok {
 				now := l.now()
-				l.comebacks.set(order, now.Add(d), now)
+				l.comebacks.set(comeback(), now.Add(d), now)
 			}
 		}
 	}
 }
 
-// refuseEarly refuses a reserve whose client key or order is back before
-// its Retry-After, and puts its time off once by a new Retry-After
-// (comebacks): a retry loop is decided less often than a client that waits.
+// refuseEarly refuses a reserve whose client key (when not "") or order
+// (when not "") is back before its Retry-After, and puts its time off once by
+// a new Retry-After (comebacks): a retry loop is decided less often than a
+// client that waits.
 func (l *limits) refuseEarly(c *gin.Context, client, order string) bool {
 	if l.comebacks == nil {
 		return false
 	}
 	now := l.now()
 	penalty := time.Duration(httpx.RetryAfterSeconds(0)) * time.Second
+	var until time.Time
+	var early bool
 	cause := causeEarlyClient
-	until, early := l.comebacks.early(client, now, penalty)
+	if client != "" {
+		until, early = l.comebacks.early(client, now, penalty)
+	}
 	if !early && order != "" {
 		cause = causeEarlyOrder
 		until, early = l.comebacks.early(order, now, penalty)

@@ -159,6 +159,8 @@ func TestComebacksBoundedAndExpire(t *testing.T) {
 	_, early = cb.early("order:a", now.Add(5*time.Second), 3*time.Second)
 	assert.False(t, early, "at its time it may come back")
 	assert.Equal(t, 0, cb.len(), "and it is forgotten")
+	assert.False(t, cb.holding(), "none held: a reserve has nothing to be refused for")
+	assert.False(t, (*comebacks)(nil).holding(), "RETRY_EARLY_REFUSED off")
 
 	var wg sync.WaitGroup
 	for g := range 8 {
@@ -170,7 +172,10 @@ func TestComebacksBoundedAndExpire(t *testing.T) {
 	}
 	wg.Wait()
 	assert.Equal(t, most, cb.len())
+	assert.EqualValues(t, most, cb.entries.Load(), "the count holding reads, kept by 16,000 concurrent sets")
 	later := now.Add(2 * time.Second) // every entry passed: the full shard's sweep clears its own
 	cb.set("order:new", later.Add(time.Second), later)
 	assert.Equal(t, most-most/comebackShards+1, cb.len())
+	assert.EqualValues(t, cb.len(), cb.entries.Load(), "after a sweep")
+	assert.True(t, cb.holding())
 }

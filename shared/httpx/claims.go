@@ -1,10 +1,7 @@
 package httpx
 
 import (
-	"bytes"
 	"errors"
-	"io"
-	"net/http"
 
 	"github.com/flashgate/flashgate/shared/api"
 	"github.com/flashgate/flashgate/shared/voucher"
@@ -142,38 +139,56 @@ func fieldName(bit uint8) string {
 
 // BindClaim reads and validates the body of a reserve request: what
 // BindJSON into a voucher.ReserveRequest and its Validate do, in one pass over
-// the body and without an allocation but the orderId.
+// the body and without an allocation but the orderId. The body is read and
+// decoded once per request: after PeekClaim, BindClaim answers from what it
+// found.
 func BindClaim(c *gin.Context) (voucher.Claim, error) {
-	body, err := readBody(c, MaxBodyBytes)
-	if err != nil {
-		return voucher.Claim{}, err
+	if v, ok := c.Get(boundClaimKey); ok {
+		b := v.(*boundClaim)
+		return b.cl, b.err
 	}
-	defer body.release()
-	var f claimFields
-	if err := decodeClaim(body.b, &f); err != nil {
-		return voucher.Claim{}, err
-	}
-	return f.claim()
+	b := readClaim(c)
+	return b.cl, b.err
 }
 
-// PeekClaim reads and validates the reserve body as BindClaim does, and puts
-// the body back so that the handler reads it again: for a middleware that
-// must know the claim before the handler (the shedder's Spare). ok is false
-// when the body is not a valid claim (the handler refuses it as usual).
+// PeekClaim reads and validates the reserve body as BindClaim does, for a
+// middleware that must know the claim before the handler (the shedder's
+// Spare, the edge's limits). ok is false when the body is not a valid claim
+// (the handler refuses it as usual). What it read is kept in c, and the
+// handler's BindClaim answers from it: the body is read and decoded once.
 func PeekClaim(c *gin.Context) (cl voucher.Claim, ok bool) {
+	if v, found := c.Get(boundClaimKey); found {
+		b := v.(*boundClaim)
+		return b.cl, b.err == nil
+	}
+	b := readClaim(c)
+	c.Set(boundClaimKey, &b)
+	return b.cl, b.err == nil
+}
+
+// boundClaim is a request's reserve body as read once: kept in its context
+// under boundClaimKey by PeekClaim.
+type boundClaim struct {
+	cl  voucher.Claim
+	err error
+}
+
+const boundClaimKey = "flashgate.claim"
+
+// readClaim reads and decodes c's reserve body (which it consumes).
+func readClaim(c *gin.Context) (b boundClaim) {
 	body, err := readBody(c, MaxBodyBytes)
 	if err != nil {
-		c.Request.Body = http.NoBody
-		return voucher.Claim{}, false
+		b.err = err
+		return b
 	}
 	defer body.release()
-	c.Request.Body = io.NopCloser(bytes.NewReader(bytes.Clone(body.b)))
 	var f claimFields
-	if err := decodeClaim(body.b, &f); err != nil {
-		return voucher.Claim{}, false
+	if b.err = decodeClaim(body.b, &f); b.err != nil {
+		return b
 	}
-	cl, err = f.claim()
-	return cl, err == nil
+	b.cl, b.err = f.claim()
+	return b
 }
 
 // The ledger's batch route (what one coalesced round admitted) carries

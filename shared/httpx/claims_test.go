@@ -2,8 +2,13 @@ package httpx_test
 
 import (
 	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
+
+	"github.com/gin-gonic/gin"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -105,4 +110,52 @@ func TestDecodeClaims(t *testing.T) {
 	assert.Len(t, got, api.MaxBatchClaims)
 	_, err = httpx.DecodeClaims([]byte(`{"claims":[` + strings.Join(max, ",") + `,` + okClaim + `]}`))
 	assert.ErrorContains(t, err, fmt.Sprintf("claims must hold 1 to %d items", api.MaxBatchClaims))
+}
+
+// onceReader is a body that can be read once: a second reading finds it empty.
+type onceReader struct {
+	r     *strings.Reader
+	reads int
+}
+
+func (o *onceReader) Read(p []byte) (int, error) {
+	o.reads++
+	return o.r.Read(p)
+}
+
+func (o *onceReader) Close() error { return nil }
+
+// PeekClaim (a middleware's) and BindClaim (the handler's) read and decode a
+// reserve body once between them: the handler gets what the middleware
+// found, the claim or its refusal, and the body is not read again.
+func TestPeekThenBindReadsTheBodyOnce(t *testing.T) {
+	gin.SetMode(gin.TestMode)
+	for _, c := range []struct {
+		body string
+		ok   bool
+	}{
+		{okClaim, true},
+		{`{"customerId":0,"orderId":"a","orderAmount":5}`, false},
+		{`{"customerId":1`, false},
+	} {
+		ctx, _ := gin.CreateTestContext(httptest.NewRecorder())
+		body := &onceReader{r: strings.NewReader(c.body)}
+		ctx.Request = httptest.NewRequest(http.MethodPost, "/vouchers/X/reservations", body)
+		ctx.Request.Header.Set("Content-Type", "application/json")
+		peeked, ok := httpx.PeekClaim(ctx)
+		require.Equal(t, c.ok, ok, c.body)
+		reads := body.reads
+		again, ok2 := httpx.PeekClaim(ctx)
+		bound, err := httpx.BindClaim(ctx)
+		assert.Equal(t, reads, body.reads, "%s: the body was read again after PeekClaim", c.body)
+		assert.Equal(t, io.ReadCloser(body), ctx.Request.Body, "%s: no copy of the body was put back to be read again", c.body)
+		assert.Equal(t, peeked, again, c.body)
+		assert.Equal(t, c.ok, ok2, c.body)
+		if c.ok {
+			require.NoError(t, err, c.body)
+			assert.Equal(t, voucher.Claim{CustomerID: 1, OrderID: "a", OrderAmount: 5}, bound)
+		} else {
+			assert.Equal(t, voucher.CodeInvalidRequest, voucher.ErrorCode(err), "%s: %v", c.body, err)
+		}
+	}
 }
