@@ -1,6 +1,7 @@
 package stack
 
 import (
+	"bytes"
 	"fmt"
 	"net"
 	"net/url"
@@ -30,15 +31,19 @@ type chunk struct {
 }
 
 // delayedCopy copies src to dst, each chunk written delay after it was read.
+// A chunk holds a copy of what was read, not the read's 32 KiB buffer: the
+// hops carry thousands of small messages a second, and a buffer each was
+// the harness's largest allocation in --latency runs, on the CPUs the stack
+// shares.
 func delayedCopy(dst, src net.Conn, delay time.Duration) {
 	queue := make(chan chunk, 1024)
 	go func() {
 		defer close(queue)
+		buf := make([]byte, 32<<10)
 		for {
-			buf := make([]byte, 32<<10)
 			n, err := src.Read(buf)
 			if n > 0 {
-				queue <- chunk{b: buf[:n], due: time.Now().Add(delay)}
+				queue <- chunk{b: bytes.Clone(buf[:n]), due: time.Now().Add(delay)}
 			}
 			if err != nil {
 				return
