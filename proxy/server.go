@@ -93,7 +93,7 @@ func (s *Server) reserve(c *gin.Context) {
 		httpx.WriteError(c, err)
 		return
 	}
-	if s.limits != nil && s.limits.customers != nil && !s.admit.AdmittedHere(code, cl) && !s.limits.customer(c, code, cl) {
+	if !s.limits.customer(c, code, cl, s.admit.AdmittedHere) {
 		return
 	}
 	rep, err := s.admit.Reserve(c, code, cl, c.GetHeader(api.HeaderCheckoutToken))
