@@ -143,8 +143,7 @@ func fieldName(bit uint8) string {
 // decoded once per request: after PeekClaim, BindClaim answers from what it
 // found.
 func BindClaim(c *gin.Context) (voucher.Claim, error) {
-	if v, ok := c.Get(boundClaimKey); ok {
-		b := v.(*boundClaim)
+	if b := peeked(c); b != nil {
 		return b.cl, b.err
 	}
 	b := readClaim(c)
@@ -157,12 +156,12 @@ func BindClaim(c *gin.Context) (voucher.Claim, error) {
 // (the handler refuses it as usual). What it read is kept in c, and the
 // handler's BindClaim answers from it: the body is read and decoded once.
 func PeekClaim(c *gin.Context) (cl voucher.Claim, ok bool) {
-	if v, found := c.Get(boundClaimKey); found {
-		b := v.(*boundClaim)
-		return b.cl, b.err == nil
+	b := peeked(c)
+	if b == nil {
+		read := readClaim(c)
+		b = &read
+		c.Set(boundClaimKey, b)
 	}
-	b := readClaim(c)
-	c.Set(boundClaimKey, &b)
 	return b.cl, b.err == nil
 }
 
@@ -174,6 +173,14 @@ type boundClaim struct {
 }
 
 const boundClaimKey = "flashgate.claim"
+
+// peeked is what PeekClaim kept in c, nil when it has not read c's body.
+func peeked(c *gin.Context) *boundClaim {
+	if v, ok := c.Get(boundClaimKey); ok {
+		return v.(*boundClaim)
+	}
+	return nil
+}
 
 // readClaim reads and decodes c's reserve body (which it consumes).
 func readClaim(c *gin.Context) (b boundClaim) {
