@@ -137,6 +137,19 @@ func (g *Gate) run(ctx context.Context, s *redis.Script, keys []string, args ...
 }
 
 // runRO is run for read-only scripts (EVALSHA_RO), which a replica may serve.
+// readOnly runs the read-only script s on code's keys (args after them),
+// after checking code; a failure is named by what and code.
+func (g *Gate) readOnly(ctx context.Context, s *redis.Script, code, what string, args ...any) (any, error) {
+	if err := checkCode(code); err != nil {
+		return nil, err
+	}
+	v, err := g.runRO(ctx, s, Keys(code), args...)
+	if err != nil {
+		return nil, fmt.Errorf("%s %s: %w", what, code, err)
+	}
+	return v, nil
+}
+
 func (g *Gate) runRO(ctx context.Context, s *redis.Script, keys []string, args ...any) (any, error) {
 	g.calls.Add(1)
 	return s.RunRO(ctx, g.rdb, keys, args...).Result()

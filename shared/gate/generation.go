@@ -23,12 +23,9 @@ const (
 // database committed after it was saved. Reconcile brings it up to date (and
 // makes it GenCurrent).
 func (g *Gate) Generation(ctx context.Context, code string) (Generation, error) {
-	if err := checkCode(code); err != nil {
-		return 0, err
-	}
-	v, err := g.runRO(ctx, generationScript, Keys(code))
+	v, err := g.readOnly(ctx, generationScript, code, "generation")
 	if err != nil {
-		return 0, fmt.Errorf("generation %s: %w", code, err)
+		return 0, err
 	}
 	n, ok := v.(int64)
 	if !ok || n < int64(GenNotLoaded) || n > int64(GenInherited) {
@@ -87,12 +84,9 @@ type Fingerprint struct {
 
 // Fingerprint reads the voucher's fingerprint in one read-only call.
 func (g *Gate) Fingerprint(ctx context.Context, code string) (Fingerprint, error) {
-	if err := checkCode(code); err != nil {
-		return Fingerprint{}, err
-	}
-	v, err := g.runRO(ctx, fingerprintScr, Keys(code))
+	v, err := g.readOnly(ctx, fingerprintScr, code, "fingerprint")
 	if err != nil {
-		return Fingerprint{}, fmt.Errorf("fingerprint %s: %w", code, err)
+		return Fingerprint{}, err
 	}
 	a, ok := v.([]any)
 	if !ok || (len(a) != 0 && len(a) != 4) {

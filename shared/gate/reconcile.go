@@ -104,12 +104,9 @@ func (g *Gate) ReconcileDetailed(ctx context.Context, code string, v voucher.Vou
 // Clock returns Redis's clock on code's node, in unix millis: what a
 // reconcile reads before the database (ReconcileDetailed's readAt).
 func (g *Gate) Clock(ctx context.Context, code string) (int64, error) {
-	if err := checkCode(code); err != nil {
-		return 0, err
-	}
-	reply, err := g.runRO(ctx, clockScript, Keys(code))
+	reply, err := g.readOnly(ctx, clockScript, code, "redis clock for")
 	if err != nil {
-		return 0, fmt.Errorf("redis clock for %s: %w", code, err)
+		return 0, err
 	}
 	ms, ok := reply.(int64)
 	if !ok {

@@ -102,12 +102,9 @@ func (g *Gate) Load(ctx context.Context, code string, snap Snapshot) (bool, erro
 // Meta reads the voucher's cached terms (with its code; the counters stay zero)
 // and the remaining count in Redis; ok is false when the voucher is not loaded.
 func (g *Gate) Meta(ctx context.Context, code string) (v voucher.Voucher, remaining int64, ok bool, err error) {
-	if err := checkCode(code); err != nil {
-		return voucher.Voucher{}, 0, false, err
-	}
-	reply, err := g.runRO(ctx, metaScript, Keys(code))
+	reply, err := g.readOnly(ctx, metaScript, code, "meta")
 	if err != nil {
-		return voucher.Voucher{}, 0, false, fmt.Errorf("meta %s: %w", code, err)
+		return voucher.Voucher{}, 0, false, err
 	}
 	v, remaining, ok, err = decodeMeta(reply)
 	if err != nil {
@@ -123,12 +120,9 @@ func (g *Gate) Meta(ctx context.Context, code string) (v voucher.Voucher, remain
 // Redis's clock in one atomic step; loaded is false when the voucher is not
 // loaded.
 func (g *Gate) State(ctx context.Context, code string) (st State, loaded bool, err error) {
-	if err := checkCode(code); err != nil {
-		return State{}, false, err
-	}
-	v, err := g.runRO(ctx, stateScript, Keys(code))
+	v, err := g.readOnly(ctx, stateScript, code, "state")
 	if err != nil {
-		return State{}, false, fmt.Errorf("state %s: %w", code, err)
+		return State{}, false, err
 	}
 	st, loaded, err = decodeState(v)
 	if err != nil {
