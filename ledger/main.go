@@ -240,7 +240,7 @@ func build(base context.Context, cfg Config, log *slog.Logger, alive func() erro
 	svc.operator = sale.NewOperator(svc.store, g, pub, svc.ledger.Warmup, log)
 	svc.outbox = outbox.NewMetrics(reg)
 	svc.server = &web.Server{Log: log, Ledger: svc.ledger, Operator: svc.operator, Store: svc.store, Jobs: svc.jobs,
-		Token: cfg.Token, Tokens: cfg.Tokens, Metrics: svc.metrics, MetricsElsewhere: cfg.MetricsAddr != "", MaxInflight: cfg.MaxInflight, LatencySLO: cfg.LatencySLO, HangingGrace: cfg.HangingGrace,
+		Token: cfg.Token, Tokens: cfg.Tokens, Metrics: svc.metrics, MetricsElsewhere: cfg.MetricsAddr != "", MaxInflight: cfg.MaxInflight, InflightCap: cfg.InflightCap(), LatencySLO: cfg.LatencySLO, HangingGrace: cfg.HangingGrace,
 		Ready: func(c *gin.Context) error {
 			// Ready while Postgres answers: without Redis, standard vouchers,
 			// confirm and release still work (flash reserves get a fast 503).

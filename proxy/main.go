@@ -8,6 +8,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -92,7 +93,7 @@ func configFrom(e *envconf.Reader) (Config, error) {
 		LedgerWarm: e.Int("LEDGER_WARM_CONNS", 4, 0,
 			"connections to the ledger opened at start and kept warm"),
 		WarmRequests: e.Int("WARM_REQUESTS", 2000, 0,
-			"reserves the proxy sends itself before it listens, MAX_INFLIGHT at a time on loopback connections, each refused by validation (nothing reaches Redis or the ledger), so that a sale's first requests find its heap, stacks and pools grown; 0: none"),
+			"reserves the proxy sends itself before it listens, MAX_INFLIGHT at a time (256 when it is 0) on loopback connections, each refused by validation (nothing reaches Redis or the ledger), so that a sale's first requests find its heap, stacks and pools grown; 0: none"),
 		CodesRefresh: e.DurationMin("LIVE_CODES_REFRESH", time.Second, 0,
 			"the proxy answers a code outside the set of every voucher's code 404 itself; the set is read at start, a created voucher joins it on the change channel, and a code outside it re-reads the whole set at most this often (the longest a voucher whose creation message was lost answers 404); 0: every such code re-reads it"),
 		LedgerLookups: e.Int("LEDGER_LOOKUPS", 8, 1,
@@ -168,13 +169,10 @@ func readLimits(e *envconf.Reader, redisTimeout time.Duration) LimitConfig {
 
 // windowMax is the admission window's largest size: half of MAX_INFLIGHT, so
 // that admitted writes waiting on the ledger never fill the proxy and the
-// cheap answers (refusals, the window's own 503s) always find a slot; 128
-// when MAX_INFLIGHT is 0 (no bound).
+// cheap answers (refusals, the window's own 503s) always find a slot; half of
+// the adaptive bound's start when MAX_INFLIGHT is 0.
 func windowMax(maxInflight int) int {
-	if maxInflight <= 0 {
-		return 128
-	}
-	return max(maxInflight/2, windowLeast)
+	return max(cmp.Or(maxInflight, httpx.InflightStart)/2, windowLeast)
 }
 
 func main() {
@@ -229,7 +227,7 @@ func run(cfg Config, log *slog.Logger) error {
 	_ = admit.LoadCodes(stopping)
 	lim := newLimits(cfg.Limits, rdb, metrics.Registry)
 	srv := &Server{log: log, admit: admit, ledger: ledger, limits: lim, token: cfg.Token, tokens: cfg.Tokens, metrics: metrics,
-		metricsElsewhere: cfg.MetricsAddr != "", maxInflight: cfg.MaxInflight, latencySLO: cfg.LatencySLO, ready: func(c context.Context) error {
+		metricsElsewhere: cfg.MetricsAddr != "", maxInflight: cfg.MaxInflight, inflightCap: cfg.InflightCap(), latencySLO: cfg.LatencySLO, ready: func(c context.Context) error {
 			// Ready while a ledger answers: without Redis, standard vouchers,
 			// confirm and release still work (flash reserves get a fast 503).
 			if err := life.Err(); err != nil {

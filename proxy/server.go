@@ -27,7 +27,8 @@ type Server struct {
 
 	metricsElsewhere bool // METRICS_ADDR: /metrics is on its own listener
 
-	maxInflight int           // MAX_INFLIGHT; 0: no bound
+	maxInflight int           // MAX_INFLIGHT; 0: inflightCap says
+	inflightCap int           // with maxInflight 0, the adaptive bound's most (MAX_CONNS); both 0: no bound
 	latencySLO  time.Duration // LATENCY_SLO: the excess waits for a slot up to half of it; 0: shed at once
 }
 
@@ -60,7 +61,7 @@ func (s *Server) Handler() *gin.Engine {
 		guard = s.limits.guard(s.admit.AdmittedHere)
 	}
 	r := httpx.NewServiceEngine(httpx.Service{Log: s.log, Metrics: s.metrics, MetricsElsewhere: s.metricsElsewhere,
-		Token: s.token, Tokens: s.tokens, Scopes: scopes, Ready: func(c *gin.Context) error { return s.ready(c) }, MaxInflight: s.maxInflight, LatencySLO: s.latencySLO,
+		Token: s.token, Tokens: s.tokens, Scopes: scopes, Ready: func(c *gin.Context) error { return s.ready(c) }, MaxInflight: s.maxInflight, InflightCap: s.inflightCap, LatencySLO: s.latencySLO,
 		Spare: s.spare, Guard: guard})
 
 	r.POST(api.RouteReservations, s.reserve)

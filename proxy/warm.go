@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"fmt"
@@ -102,6 +103,6 @@ func warmUp(ctx context.Context, srv Server, cfg Config, log *slog.Logger) {
 	}
 	httpx.WarmUp{
 		Path: api.ReservationsPath(warmUpCode), Body: []byte(`{"customerId":0,"orderId":"warm-up","orderAmount":1}`),
-		Token: srv.token, Want: http.StatusBadRequest, Requests: cfg.WarmRequests, Conns: cfg.MaxInflight,
+		Token: srv.token, Want: http.StatusBadRequest, Requests: cfg.WarmRequests, Conns: cmp.Or(cfg.MaxInflight, httpx.InflightStart),
 	}.Run(ctx, srv.Handler(), log)
 }

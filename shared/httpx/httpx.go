@@ -267,8 +267,12 @@ type Service struct {
 	// own listener (METRICS_ADDR, ServeMetricsOn).
 	MetricsElsewhere bool
 	// MaxInflight bounds the requests worked on at once (MAX_INFLIGHT); the
-	// excess is shed (Shedder). 0: no bound.
+	// excess is shed (Shedder). 0: InflightCap says.
 	MaxInflight int
+	// InflightCap, with MaxInflight 0, has the bound move with what requests
+	// take (inflightLimit), up to InflightCap (Serving.InflightCap). Both 0:
+	// no bound.
+	InflightCap int
 	// LatencySLO is LATENCY_SLO: a request over MaxInflight waits for a slot
 	// up to half of it while the queue does not stand (slotQueue). 0: the
 	// excess is shed at once.
@@ -303,12 +307,12 @@ func NewServiceEngine(s Service) *gin.Engine {
 	if s.Guard != nil {
 		r.Use(s.Guard)
 	}
-	if s.MaxInflight > 0 {
+	if s.MaxInflight > 0 || s.InflightCap > 0 {
 		var reg prometheus.Registerer
 		if s.Metrics != nil {
 			reg = s.Metrics.Registry
 		}
-		r.Use(NewShedder(s.MaxInflight, s.LatencySLO, s.Spare, reg).Middleware())
+		r.Use(NewShedder(s.MaxInflight, s.InflightCap, s.LatencySLO, s.Spare, reg).Middleware())
 	}
 	Health(r, s.Ready)
 	ServeOpenAPI(r)

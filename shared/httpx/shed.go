@@ -1,6 +1,7 @@
 package httpx
 
 import (
+	"cmp"
 	"net/http"
 	"sync/atomic"
 	"time"
@@ -24,8 +25,12 @@ import (
 // once: counted apart, so that it never holds a slot that a request waiting in
 // the queue would have had (a retry waiting for its order's write holds its
 // place as long as the write takes).
+//
+// The bound is MAX_INFLIGHT (256 by default); at 0 it moves with what the
+// requests take now (inflightLimit), up to MAX_CONNS.
 type Shedder struct {
-	most     int64
+	fixed    int64          // MAX_INFLIGHT; 0: adaptive
+	adaptive *inflightLimit // nil: the bound is fixed
 	inflight atomic.Int64
 	beside   atomic.Int64            // spared requests in flight, beside the slots
 	spare    func(*gin.Context) bool // nil: none is spared
@@ -40,19 +45,25 @@ type Shedder struct {
 // neverShed are the routes a full service still answers.
 var neverShed = map[string]bool{api.HealthzPath: true, api.ReadyzPath: true, api.MetricsPath: true}
 
-// NewShedder returns a Shedder letting max requests in at once; it counts
-// the requests it sheds in flashgate_http_shed_total on reg (nil: nowhere).
+// NewShedder returns a Shedder letting max requests in at once, or, when max
+// is 0, as many as inflightLimit finds answer within LATENCY_SLO, up to
+// most; it counts the requests it sheds in flashgate_http_shed_total on reg
+// (nil: nowhere).
 // slo is LATENCY_SLO: a request over the bound waits for a slot up to half of
 // it while the queue does not stand (0: the excess is shed at once). spare,
 // when not nil, is asked about a request that finds the bound full, and lets
 // it in when it answers true; it must be cheap (it runs for every request the
 // bound would queue or shed) and may read the body if it puts it back.
-func NewShedder(max int, slo time.Duration, spare func(*gin.Context) bool, reg prometheus.Registerer) *Shedder {
-	s := &Shedder{most: int64(max), spare: spare, now: time.Now}
+func NewShedder(max, most int, slo time.Duration, spare func(*gin.Context) bool, reg prometheus.Registerer) *Shedder {
+	s := &Shedder{fixed: int64(max), spare: spare, now: time.Now}
+	if max <= 0 {
+		s.adaptive = newInflightLimit(most, cmp.Or(slo, defaultLatencySLO), s.now())
+	}
 	if slo > 0 {
 		s.queue = newSlotQueue(slo, s.now)
 	}
 	if reg != nil {
+		registerInflight(reg, s.bound, s.adaptive)
 		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "flashgate_http_shed_total",
 			Help: "Requests answered 503 because MAX_INFLIGHT requests were in flight: at once while the queue for a slot stood, or after waiting half of LATENCY_SLO for one.",
@@ -81,35 +92,66 @@ func (s *Shedder) Middleware() gin.HandlerFunc {
 		}
 		if spared {
 			defer s.beside.Add(-1)
-		} else {
-			defer s.leave()
+			c.Next()
+			return
 		}
+		if s.adaptive == nil {
+			defer s.leave()
+			c.Next()
+			return
+		}
+		since := s.now()
+		defer func() {
+			s.leave()
+			now := s.now()
+			s.adaptive.done(now.Sub(since), now)
+		}()
 		c.Next()
 	}
 }
 
-// enter takes a place for c's request: one of MAX_INFLIGHT's slots; else,
-// when spare lets it through, one of MAX_INFLIGHT places beside them (spared:
-// the memory bound holds at twice MAX_INFLIGHT, what takes nothing new is not
+// bound returns the requests let into a slot at once now.
+func (s *Shedder) bound() int64 {
+	if s.adaptive != nil {
+		return s.adaptive.bound()
+	}
+	return s.fixed
+}
+
+// besideMost bounds the spared requests in flight: MAX_INFLIGHT, or the most
+// the adaptive bound may reach.
+func (s *Shedder) besideMost() int64 {
+	if s.adaptive != nil {
+		return int64(s.adaptive.most)
+	}
+	return s.fixed
+}
+
+// enter takes a place for c's request: one of the bound's slots; else, when
+// spare lets it through, one of besideMost places beside them (spared: the
+// memory bound holds at twice MAX_INFLIGHT, what takes nothing new is not
 // shed, and it never holds a slot a waiting request could take); else a slot
 // freed while it waits in the queue. A request that finds no place takes
 // none, so those shed never crowd out those let in. why says why it found none.
 func (s *Shedder) enter(c *gin.Context) (ok, spared bool, why string) {
 	q := s.queue
-	if (q == nil || q.waiting.Load() == 0) && s.take(s.most) {
+	if (q == nil || q.waiting.Load() == 0) && s.take() {
 		if q != nil && q.standing.Load() {
 			q.idle(s.now())
 		}
 		return true, false, ""
 	}
-	if s.spare != nil && s.spare(c) && takeBelow(&s.beside, s.most) {
+	if s.adaptive != nil {
+		s.adaptive.full()
+	}
+	if s.spare != nil && s.spare(c) && takeBelow(&s.beside, s.besideMost()) {
 		s.spared.Add(1)
 		return true, true, ""
 	}
 	if q == nil {
 		return false, false, shedFull
 	}
-	ok, why = q.wait(c.Request.Context(), s.take, s.most)
+	ok, why = q.wait(c.Request.Context(), s.take)
 	return ok, false, why
 }
 
@@ -120,12 +162,12 @@ func (s *Shedder) enter(c *gin.Context) (ok, spared bool, why string) {
 func (s *Shedder) leave() {
 	s.inflight.Add(-1)
 	if q := s.queue; q != nil && q.waiting.Load() > 0 {
-		q.handOver(s.take, s.most)
+		q.handOver(s.take)
 	}
 }
 
-// take counts one more request in a slot if fewer than bound are.
-func (s *Shedder) take(bound int64) bool { return takeBelow(&s.inflight, bound) }
+// take counts one more request in a slot if fewer than the bound are.
+func (s *Shedder) take() bool { return takeBelow(&s.inflight, s.bound()) }
 
 // takeBelow adds one to n if it is below bound.
 func takeBelow(n *atomic.Int64, bound int64) bool {
@@ -159,5 +201,5 @@ func (s *Shedder) reject(c *gin.Context, why string) {
 		Error: voucher.CodeUnavailable, Message: "the service is at its limit of requests in flight; retry shortly",
 	})
 	s.storm.Add(s.now(), LoggerFrom(c), Refusal{RequestID: RequestIDFrom(c), Route: c.FullPath(),
-		Method: c.Request.Method, Cause: why, Attrs: []any{"max_inflight", s.most}})
+		Method: c.Request.Method, Cause: why, Attrs: []any{"max_inflight", s.bound()}})
 }

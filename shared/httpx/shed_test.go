@@ -267,7 +267,7 @@ func TestShedderSparesWhatTakesNothingNew(t *testing.T) {
 // its order's write holds its place as long as the write takes).
 func TestSparedRequestsTakeNoWaitersSlot(t *testing.T) {
 	const max = 2
-	sh := NewShedder(max, 2*time.Second, func(c *gin.Context) bool {
+	sh := NewShedder(max, 0, 2*time.Second, func(c *gin.Context) bool {
 		cl, ok := PeekClaim(c)
 		return ok && cl.CustomerID == 7
 	}, nil)

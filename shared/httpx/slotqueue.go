@@ -84,9 +84,9 @@ func (q *slotQueue) register(reg prometheus.Registerer) {
 		}, func() float64 { return float64(q.dropStarts.Load()) }))
 }
 
-// wait queues a request that found the slots full until take(bound) gets it
-// one (handOver), it waited q.wait, or ctx ends. ok: it holds a slot.
-func (q *slotQueue) wait(ctx context.Context, take func(int64) bool, bound int64) (ok bool, why string) {
+// wait queues a request that found the slots full until take gets it one
+// (handOver), it waited q.wait, or ctx ends. ok: it holds a slot.
+func (q *slotQueue) wait(ctx context.Context, take func() bool) (ok bool, why string) {
 	now := q.now()
 	q.mu.Lock()
 	if q.dropping {
@@ -97,7 +97,7 @@ func (q *slotQueue) wait(ctx context.Context, take func(int64) bool, bound int64
 	// Counted as waiting before it tries the count again: a leave that
 	// missed it sees it (Shedder.leave).
 	q.waiting.Add(1)
-	if take(bound) {
+	if take() {
 		q.waiting.Add(-1)
 		q.mu.Unlock()
 		return true, ""
@@ -129,12 +129,12 @@ func (q *slotQueue) wait(ctx context.Context, take func(int64) bool, bound int64
 	return false, shedWaited
 }
 
-// handOver gives freed slots to the queue's first requests, as many as
-// take(bound) gets.
-func (q *slotQueue) handOver(take func(int64) bool, bound int64) {
+// handOver gives freed slots to the queue's first requests, as many as take
+// gets.
+func (q *slotQueue) handOver(take func() bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	for q.waiters.Len() > 0 && take(bound) {
+	for q.waiters.Len() > 0 && take() {
 		w := q.waiters.Remove(q.waiters.Front()).(*waiter)
 		w.at = nil
 		q.waiting.Add(-1)

@@ -96,7 +96,7 @@ func TestSlotQueueCoDel(t *testing.T) {
 	now := time.Unix(0, 0)
 	clock := func() time.Time { return now }
 	q := newSlotQueue(100*time.Millisecond, clock) // wait 50ms, target 25ms, interval 100ms
-	full := func(int64) bool { return false }
+	full := func() bool { return false }
 	step := func(d time.Duration) { now = now.Add(d) }
 
 	q.observe(30*time.Millisecond, now) // over target: the clock starts
@@ -112,7 +112,7 @@ func TestSlotQueueCoDel(t *testing.T) {
 	q.observe(40*time.Millisecond, now)
 	require.True(t, q.dropping, "over target for a whole interval: a standing queue")
 
-	ok, why := q.wait(context.Background(), full, 8)
+	ok, why := q.wait(context.Background(), full)
 	require.False(t, ok)
 	require.Equal(t, shedStanding, why, "shed at once, not queued")
 	require.Zero(t, q.waiting.Load())
@@ -130,11 +130,11 @@ func TestSlotQueueCoDel(t *testing.T) {
 // queue and takes no slot.
 func TestSlotQueueLetsLeaversGo(t *testing.T) {
 	q := newSlotQueue(time.Hour, time.Now)
-	full := func(int64) bool { return false }
+	full := func() bool { return false }
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan bool, 2)
 	for range 2 {
-		go func() { ok, _ := q.wait(ctx, full, 1); done <- ok }()
+		go func() { ok, _ := q.wait(ctx, full); done <- ok }()
 	}
 	require.Eventually(t, func() bool { return q.waiting.Load() == 2 }, 5*time.Second, time.Millisecond)
 	cancel()

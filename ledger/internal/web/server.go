@@ -37,14 +37,15 @@ type Server struct {
 
 	HangingGrace time.Duration // HANGING_GRACE, served on api.SettingsPath
 
-	MaxInflight int           // MAX_INFLIGHT; 0: no bound
+	MaxInflight int           // MAX_INFLIGHT; 0: InflightCap says
+	InflightCap int           // with MaxInflight 0, the adaptive bound's most (MAX_CONNS); both 0: no bound
 	LatencySLO  time.Duration // LATENCY_SLO: the excess waits for a slot up to half of it; 0: shed at once
 }
 
 // Handler returns the gin engine with every route registered.
 func (s *Server) Handler() *gin.Engine {
 	r := httpx.NewServiceEngine(httpx.Service{Log: s.Log, Metrics: s.Metrics, MetricsElsewhere: s.MetricsElsewhere,
-		Token: s.Token, Tokens: s.Tokens, Scopes: scopes, Ready: s.Ready, MaxInflight: s.MaxInflight, LatencySLO: s.LatencySLO})
+		Token: s.Token, Tokens: s.Tokens, Scopes: scopes, Ready: s.Ready, MaxInflight: s.MaxInflight, InflightCap: s.InflightCap, LatencySLO: s.LatencySLO})
 
 	s.adminRoutes(r)
 
