@@ -71,6 +71,7 @@ type Admitter struct {
 	metaFlight, warmFlight, soldOutFlight singleflight.Group
 
 	writing  writes    // admitted claims being written, for giveBack
+	peers    *peers    // the orders admitted through the other proxies; nil: none shared (SharePeers)
 	handOver *handOver // admissions whose fate is unknown, to the ledger
 
 	flagHits atomic.Int64 // requests answered by the sold-out flag
@@ -292,6 +293,9 @@ func (a *Admitter) reserveFlash(ctx context.Context, code string, cl voucher.Cla
 		a.window.enter()
 	}
 	start := time.Now()
+	if res == gate.Reserved {
+		a.peers.admitted(code, cl, hold)
+	}
 	done := a.writing.add(code, cl)
 	rep, err := a.write(ctx, code, cl)
 	a.metrics.stages.Get(stageWrite).Observe(time.Since(start).Seconds())

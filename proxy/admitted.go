@@ -1,7 +1,11 @@
 package main
 
 import (
+	"context"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/flashgate/flashgate/shared/voucher"
 )
@@ -29,10 +33,10 @@ const admittedMax = 200_000
 // full bound on requests in flight (MAX_INFLIGHT) lets it in. It asks
 // nothing of Redis: the bound is full when the proxy is at its limit, and a
 // Redis call for every request it sheds would make shedding cost what
-// serving does. A retry that comes through another proxy is not known here
-// and is shed like a new order at a full bound; past the bound, a full
-// admission window asks Redis (holdsUse). A use released since only lets in a
-// request that is then answered from its row, as any other.
+// serving does. A retry that comes through another proxy is known by
+// HeldElsewhere when that proxy named it; past the bound, a full admission
+// window asks Redis (holdsUse). A use released since only lets in a request
+// that is then answered from its row, as any other.
 func (a *Admitter) AdmittedHere(code string, cl voucher.Claim) bool {
 	customer, ok := a.admitted.Get(admittedKey(code, cl.OrderID))
 	return ok && customer == cl.CustomerID
@@ -46,6 +50,29 @@ func (a *Admitter) AdmittedHere(code string, cl voucher.Claim) bool {
 // nothing of Redis.
 func (a *Admitter) WritingHere(code string, cl voucher.Claim) bool {
 	return a.writing.has(code, cl)
+}
+
+// HeldElsewhere reports whether another proxy's gate call admitted cl's order
+// for cl's customer on flash voucher code within the order's hold, as that
+// proxy named it on HeldChannel (SharePeers): a retry of it that comes here
+// takes no new use and gets the answer of its row, so a full MAX_INFLIGHT
+// lets it in as one of this proxy's own. Like AdmittedHere it asks nothing of
+// Redis; an order whose message was lost waits for a slot like a new one.
+func (a *Admitter) HeldElsewhere(code string, cl voucher.Claim) bool {
+	return a.peers.heldElsewhere(code, cl)
+}
+
+// SharePeers names the orders this proxy's gate calls admit to the other
+// proxies on HeldChannel, and remembers theirs (HeldElsewhere), until ctx
+// ends.
+func (a *Admitter) SharePeers(ctx context.Context, rdb redis.UniversalClient, reg prometheus.Registerer) error {
+	p, err := newPeers(rdb, reg, a.log)
+	if err != nil {
+		return err
+	}
+	a.peers = p
+	go p.run(ctx)
+	return nil
 }
 
 // admittedKey is the key of an order in the admitted cache.

@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"encoding/json"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"testing"
@@ -91,4 +93,47 @@ func TestFullBoundLetsHeldRetriesThrough(t *testing.T) {
 		"a retry of an order admitted elsewhere, known to the flag, at a full bound")
 	assert.Equal(t, 503, full.reserve(t, elsewhere, 3, elsewhere+"-c").Status, "a new order of it at a full bound")
 	assert.EqualValues(t, 0, s.redisRemaining(t, elsewhere))
+
+	// An order admitted through another proxy, its voucher not sold out: the
+	// other proxy named it on HeldChannel, so its retry here is let through
+	// too, and takes no new use.
+	open := newCode(t)
+	s.createVoucher(t, open, 10, 1, true)
+	first = other.reserve(t, open, 1, open+"-a")
+	require.Equal(t, 201, first.Status, first.Raw)
+	a = voucher.Claim{OrderID: open + "-a", CustomerID: 1}
+	require.Eventually(t, func() bool { return s.admit.HeldElsewhere(open, a) }, 5*time.Second, 5*time.Millisecond,
+		"named by the other proxy")
+	require.False(t, s.admit.AdmittedHere(open, a) || s.admit.WritingHere(open, a) || s.admit.KnownToFlag(open, a.OrderID))
+	assert.Empty(t, notReplay(first, full.reserve(t, open, 1, open+"-a")),
+		"a retry of an order admitted elsewhere, its voucher not sold out, at a full bound")
+	assert.Equal(t, 503, full.reserve(t, open, 3, open+"-a").Status, "its orderId from another customer")
+	assert.Equal(t, 503, full.reserve(t, open, 2, open+"-b").Status, "a new order at a full bound")
+	assert.EqualValues(t, 9, s.redisRemaining(t, open), "the retry took no new use")
+}
+
+// TestPeersTakeOnlyWellFormedNotes: a proxy remembers the orders another
+// proxy names, for their hold and customer, and ignores its own messages and
+// any that are not a valid note.
+func TestPeersTakeOnlyWellFormedNotes(t *testing.T) {
+	p, err := newPeers(nil, nil, slog.New(slog.DiscardHandler))
+	require.NoError(t, err)
+	note := func(m peerMessage) string { b, _ := json.Marshal(m); return string(b) }
+	p.take(note(peerMessage{Proxy: "other", Code: "SALE", HoldMS: 60_000, Orders: []peerOrder{{"o-1", 7}, {"bad order", 8}}}))
+	p.take(note(peerMessage{Proxy: p.id, Code: "SALE", HoldMS: 60_000, Orders: []peerOrder{{"o-mine", 7}}}))
+	p.take(note(peerMessage{Proxy: "other", Code: "bad:code", HoldMS: 60_000, Orders: []peerOrder{{"o-2", 7}}}))
+	p.take(note(peerMessage{Proxy: "other", Code: "SALE", HoldMS: 0, Orders: []peerOrder{{"o-3", 7}}}))
+	p.take(note(peerMessage{Proxy: "other", Code: "SALE", HoldMS: 60_000, Orders: make([]peerOrder, peerMaxBatch+1)}))
+	p.take("not json")
+	p.held.Wait()
+	assert.True(t, p.heldElsewhere("SALE", voucher.Claim{OrderID: "o-1", CustomerID: 7}))
+	assert.False(t, p.heldElsewhere("SALE", voucher.Claim{OrderID: "o-1", CustomerID: 8}), "another customer")
+	assert.False(t, p.heldElsewhere("SALE", voucher.Claim{OrderID: "bad order", CustomerID: 8}), "an invalid orderId")
+	assert.False(t, p.heldElsewhere("SALE", voucher.Claim{OrderID: "o-mine", CustomerID: 7}), "its own message")
+	assert.False(t, p.heldElsewhere("bad:code", voucher.Claim{OrderID: "o-2", CustomerID: 7}), "an invalid code")
+	assert.False(t, p.heldElsewhere("SALE", voucher.Claim{OrderID: "o-3", CustomerID: 7}), "no hold")
+	assert.EqualValues(t, 1, p.received.Load())
+	var none *peers
+	assert.False(t, none.heldElsewhere("SALE", voucher.Claim{OrderID: "o-1", CustomerID: 7}), "no peers: nothing shared")
+	none.admitted("SALE", voucher.Claim{OrderID: "o-1", CustomerID: 7}, time.Minute)
 }

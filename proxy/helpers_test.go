@@ -152,7 +152,8 @@ func startProxy(tb testing.TB, o stackOptions, ledgerURL string) *stack {
 	}
 	tb.Cleanup(admit.Close)
 	tb.Cleanup(watchChanges(ctx, rdb, admit, slog.New(slog.NewTextHandler(io.Discard, nil))))
-	_ = admit.LoadCodes(ctx) // as main: a ledger that does not answer leaves every code asked
+	require.NoError(tb, admit.SharePeers(ctx, rdb, nil)) // as main: the orders admitted through the other proxies
+	_ = admit.LoadCodes(ctx)                             // as main: a ledger that does not answer leaves every code asked
 	srv := &Server{log: o.log, admit: admit, ledger: lc, maxInflight: o.maxInflight, ready: func(context.Context) error { return nil }}
 	if o.limits != nil {
 		srv.limits = newLimits(*o.limits, rdb, nil)

@@ -221,6 +221,9 @@ func run(cfg Config, log *slog.Logger) error {
 	}
 	defer admit.Close()
 	defer watchChanges(ctx, rdb, admit, log)()
+	if err := admit.SharePeers(ctx, rdb, metrics.Registry); err != nil {
+		return err
+	}
 	// Beside the watcher: a voucher created while both come up and missed by
 	// both is read again by the first miss for it. A failure is logged; the
 	// proxy then asks about every code, as before, and the next miss reads.

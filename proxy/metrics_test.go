@@ -36,6 +36,7 @@ func TestMetricsDocumented(t *testing.T) {
 	}, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	require.NoError(t, err)
 	t.Cleanup(admit.Close)
+	require.NoError(t, admit.SharePeers(ctx, s.rdb, m.Registry))
 	const edgeToken = "edge-token"
 	srv := &Server{admit: admit, ledger: lc, token: edgeToken, metrics: m, maxInflight: 256, latencySLO: 100 * time.Millisecond, ready: func(context.Context) error { return nil },
 		limits: newLimits(LimitConfig{EarlyRetries: true}, s.rdb, m.Registry)}

@@ -34,7 +34,8 @@ type Server struct {
 
 // spare lets a reserve through a full bound (MAX_INFLIGHT) when it is a
 // retry of a flash order this proxy answered 201 (Admitter.AdmittedHere) or is
-// writing (WritingHere), or one the sold-out flag it holds knows (KnownToFlag:
+// writing (WritingHere), one another proxy's gate call admitted
+// (HeldElsewhere), or one the sold-out flag it holds knows (KnownToFlag:
 // the order held its use, or had finished, in Redis when the flag was set,
 // whichever proxy admitted it): it takes no new use and gets the answer of its
 // row, so shedding it would only make a customer who already has the voucher
@@ -51,7 +52,8 @@ func (s *Server) spare(c *gin.Context) bool {
 		return false
 	}
 	cl, ok := httpx.PeekClaim(c)
-	return ok && (s.admit.AdmittedHere(code, cl) || s.admit.WritingHere(code, cl) || s.admit.KnownToFlag(code, cl.OrderID))
+	return ok && (s.admit.AdmittedHere(code, cl) || s.admit.WritingHere(code, cl) || s.admit.HeldElsewhere(code, cl) ||
+		s.admit.KnownToFlag(code, cl.OrderID))
 }
 
 // Handler returns the gin engine with every route registered.

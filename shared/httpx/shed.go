@@ -70,7 +70,7 @@ func NewShedder(max, most int, slo time.Duration, spare func(*gin.Context) bool,
 		}, func() float64 { return float64(s.shed.Load()) }),
 			prometheus.NewCounterFunc(prometheus.CounterOpts{
 				Name: "flashgate_http_shed_spared_total",
-				Help: "Requests let through a full MAX_INFLIGHT because they take nothing new (in the proxy: a retry of an order it answered 201 or is writing, or that its sold-out flag knows held its use).",
+				Help: "Requests let through a full MAX_INFLIGHT because they take nothing new (in the proxy: a retry of an order it answered 201 or is writing, that another proxy named as admitted, or that its sold-out flag knows held its use).",
 			}, func() float64 { return float64(s.spared.Load()) }))
 		if s.queue != nil {
 			s.queue.register(reg)
