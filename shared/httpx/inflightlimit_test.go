@@ -163,12 +163,17 @@ func TestAdaptiveBoundShrinksWhenAnswersMissTheSLO(t *testing.T) {
 	defer srv.Close()
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: clients}}
 	defer client.CloseIdleConnections()
-	load := func(d time.Duration) {
-		until := time.Now().Add(d)
+	// load sends from every client until stop is closed.
+	load := func(stop <-chan struct{}) {
 		var wg sync.WaitGroup
 		for range clients {
 			wg.Go(func() {
-				for time.Now().Before(until) {
+				for {
+					select {
+					case <-stop:
+						return
+					default:
+					}
 					resp, err := client.Get(srv.URL + "/work")
 					if err != nil {
 						t.Error(err)
@@ -188,15 +193,23 @@ func TestAdaptiveBoundShrinksWhenAnswersMissTheSLO(t *testing.T) {
 		return n
 	}
 
-	load(time.Second)
+	stop := make(chan struct{})
+	time.AfterFunc(time.Second, func() { close(stop) })
+	load(stop)
 	grown := bound()
 	t.Logf("bound after 1 s of 40ms requests: %d", grown)
 	require.Greater(t, grown, InflightStart, "full with answers well within the target: grown")
 
 	hold.Store(int64(2 * slo))
-	load(2 * time.Second)
-	t.Logf("bound after 2 s of 400ms requests: %d", bound())
-	require.Equal(t, InflightStart, bound(), "full with answers over the target: shrunk back to its start")
+	stop = make(chan struct{})
+	done := make(chan struct{})
+	go func() { defer close(done); load(stop) }()
+	start := time.Now()
+	require.Eventually(t, func() bool { return bound() == InflightStart }, 20*time.Second, 50*time.Millisecond,
+		"full with answers over the target: back to its start")
+	t.Logf("back at %d after %v of 400ms requests", InflightStart, time.Since(start).Round(time.Millisecond))
+	close(stop)
+	<-done
 	require.Regexp(t, `flashgate_http_inflight_limit_moves_total\{way="shrink"\} [1-9]`, getBody(t, srv.URL+"/metrics"))
 }
 

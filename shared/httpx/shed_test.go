@@ -88,12 +88,7 @@ func TestShedderBoundsInFlight(t *testing.T) {
 	for _, path := range []string{"/healthz", "/readyz", "/metrics"} {
 		require.Equal(t, http.StatusOK, getStatus(t, srv.URL+path), "GET %s while full", path)
 	}
-	resp, err := http.Get(srv.URL + "/metrics")
-	require.NoError(t, err)
-	var body bytes.Buffer
-	_, _ = body.ReadFrom(resp.Body)
-	resp.Body.Close()
-	require.Contains(t, body.String(), "flashgate_http_shed_total 200")
+	require.Contains(t, getBody(t, srv.URL+"/metrics"), "flashgate_http_shed_total 200")
 
 	close(release)
 	for range max {
