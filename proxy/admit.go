@@ -186,6 +186,9 @@ func (a *Admitter) Close() {
 	a.vouchers.Close()
 	a.soldOut.Close()
 	a.admitted.Close()
+	if a.peers != nil {
+		a.peers.held.Close() // a message taken after it is dropped (ristretto refuses a Set once closed)
+	}
 }
 
 // Reserve runs a validated claim through the edge and, if admitted, through the
