@@ -452,6 +452,9 @@ func TestGiveBackDropsEveryProxysSoldOutFlag(t *testing.T) {
 	require.Eventually(t, func() bool {
 		return gate.PublishChange(ctx, b.rdb, code) == nil && !b.flagged(code)
 	}, 5*time.Second, 20*time.Millisecond, "B's watcher drops its flag")
+	// Every change published above has reached B's watcher: a late one would
+	// drop the flag set next (a fresh-clone .ci/run saw it, 2026-12-05).
+	require.NoError(t, (*b.admit.codes.sync.Load())(ctx))
 	require.Equal(t, "OUT_OF_STOCK", b.reserve(t, code, 3, code+"-3").Code())
 	require.True(t, b.flagged(code), "B holds the voucher sold out")
 
