@@ -66,7 +66,7 @@ func (a *Admitter) HeldElsewhere(code string, cl voucher.Claim) bool {
 // proxies on HeldChannel, and remembers theirs (HeldElsewhere), until ctx
 // ends.
 func (a *Admitter) SharePeers(ctx context.Context, rdb redis.UniversalClient, reg prometheus.Registerer) error {
-	p, err := newPeers(rdb, reg, a.log)
+	p, err := newPeers(rdb, reg)
 	if err != nil {
 		return err
 	}

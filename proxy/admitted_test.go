@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"testing"
@@ -116,7 +115,7 @@ func TestFullBoundLetsHeldRetriesThrough(t *testing.T) {
 // proxy names, for their hold and customer, and ignores its own messages and
 // any that are not a valid note.
 func TestPeersTakeOnlyWellFormedNotes(t *testing.T) {
-	p, err := newPeers(nil, nil, slog.New(slog.DiscardHandler))
+	p, err := newPeers(nil, nil)
 	require.NoError(t, err)
 	note := func(m peerMessage) string { b, _ := json.Marshal(m); return string(b) }
 	p.take(note(peerMessage{Proxy: "other", Code: "SALE", HoldMS: 60_000, Orders: []peerOrder{{"o-1", 7}, {"bad order", 8}}}))

@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/json"
-	"log/slog"
 	"sync/atomic"
 	"time"
 
@@ -60,21 +59,20 @@ const (
 type peers struct {
 	id    string
 	rdb   redis.UniversalClient
-	log   *slog.Logger
 	notes chan peerNote
 	held  *ristretto.Cache[string, int64] // code/orderId -> customer, admitted through another proxy
 
 	sent, received, dropped atomic.Uint64
 }
 
-func newPeers(rdb redis.UniversalClient, reg prometheus.Registerer, log *slog.Logger) (*peers, error) {
+func newPeers(rdb redis.UniversalClient, reg prometheus.Registerer) (*peers, error) {
 	held, err := ristretto.NewCache(&ristretto.Config[string, int64]{
 		NumCounters: 10 * peerMax, MaxCost: peerMax, BufferItems: 64,
 	})
 	if err != nil {
 		return nil, err
 	}
-	p := &peers{id: rand.Text(), rdb: rdb, log: log, notes: make(chan peerNote, peerQueue), held: held}
+	p := &peers{id: rand.Text(), rdb: rdb, notes: make(chan peerNote, peerQueue), held: held}
 	if reg != nil {
 		for _, m := range []struct {
 			way string
