@@ -28,7 +28,7 @@ import (
 //     answers would still come within the SLO, so nothing waits or is shed
 //     for a count;
 //   - mean above it: it shrinks by target/mean, at most by half, but never
-//     below where it starts (inflightStart).
+//     below where it starts (InflightStart).
 //
 // A growth is a probe: once the requests it let in had time to finish (two
 // mean held times, at least an interval), the answers per second must have
@@ -92,7 +92,6 @@ type inflightLimit struct {
 const InflightStart = 256
 
 const (
-	inflightStart   = InflightStart
 	inflightSamples = 8  // finished requests an interval needs before it is judged
 	inflightClip    = 4  // a held time counts at most this many targets
 	inflightGrowMax = 2  // per interval
@@ -108,7 +107,7 @@ const (
 
 func newInflightLimit(most int, slo time.Duration, now time.Time) *inflightLimit {
 	l := &inflightLimit{most: float64(max(most, 1)), target: slo / 2, every: slo / 4, start: now}
-	l.rest = min(inflightStart, l.most)
+	l.rest = min(InflightStart, l.most)
 	l.limit = l.rest
 	l.cur.Store(int64(l.limit))
 	return l
@@ -138,7 +137,7 @@ func (l *inflightLimit) done(held time.Duration, now time.Time) {
 	mean := l.sum / time.Duration(l.n)
 	rate := float64(l.n) / now.Sub(l.start).Seconds()
 	gradient := float64(l.target) / float64(max(mean, time.Microsecond))
-	probing := l.probeFrom > 0
+	probing, undone := l.probeFrom > 0, false
 	if probing && !now.Before(l.probeDue) {
 		probing = false
 		if rate < l.probeRate*(1+l.probeGain) {
@@ -146,19 +145,14 @@ func (l *inflightLimit) done(held time.Duration, now time.Time) {
 			// do (its CPUs, not a wait), and more in flight only makes each
 			// answer later, which the time in a slot does not show (the wait
 			// for a CPU before it). Back to what it was.
-			l.limit = l.probeFrom
+			l.limit, undone = l.probeFrom, true
 			l.holdOff = now.Add(inflightProbeWait * l.every)
 			l.shrunk.Add(1)
-			l.cur.Store(int64(l.limit))
-			l.probeFrom = 0
-			l.limited.Store(false)
-			l.start, l.sum, l.n = now, 0, 0
-			return
 		}
 		l.probeFrom = 0
 	}
 	switch {
-	case probing:
+	case probing, undone:
 	case !l.limited.Load():
 		l.limit += (l.rest - l.limit) * inflightReturn
 		if math.Abs(l.rest-l.limit) < 1 {
@@ -190,14 +184,14 @@ func registerInflight(reg prometheus.Registerer, bound func() int64, l *inflight
 		Name: "flashgate_http_inflight_limit",
 		Help: "The requests worked on at once now: MAX_INFLIGHT when set; else the bound moved every quarter of LATENCY_SLO by the mean time requests held their slots against half of LATENCY_SLO.",
 	}, func() float64 { return float64(bound()) }))
-	var zero atomic.Uint64
+	grown, shrunk := new(atomic.Uint64), new(atomic.Uint64) // 0 with a fixed bound
+	if l != nil {
+		grown, shrunk = &l.grown, &l.shrunk
+	}
 	for _, m := range []struct {
 		way string
 		n   *atomic.Uint64
-	}{{"grow", &zero}, {"shrink", &zero}} {
-		if l != nil {
-			m.n = map[string]*atomic.Uint64{"grow": &l.grown, "shrink": &l.shrunk}[m.way]
-		}
+	}{{"grow", grown}, {"shrink", shrunk}} {
 		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name:        "flashgate_http_inflight_limit_moves_total",
 			Help:        "Times the self-sized bound on requests in flight (MAX_INFLIGHT 0) grew (requests found it full and held their slots less than half of LATENCY_SLO on average) or shrank back toward its start (they found it full and held them longer); 0 with MAX_INFLIGHT set.",
