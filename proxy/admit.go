@@ -132,9 +132,7 @@ func NewAdmitter(base context.Context, g *gate.Gate, ledger *LedgerClient, cfg A
 	if err != nil {
 		return nil, fmt.Errorf("sold-out cache: %w", err)
 	}
-	admitted, err := ristretto.NewCache(&ristretto.Config[string, int64]{
-		NumCounters: 10 * admittedMax, MaxCost: admittedMax, BufferItems: 64,
-	})
+	admitted, err := newOrderCache()
 	if err != nil {
 		return nil, fmt.Errorf("admitted cache: %w", err)
 	}

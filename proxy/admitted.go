@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/dgraph-io/ristretto/v2"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
@@ -27,6 +28,22 @@ func admittedFor(v voucher.Voucher) time.Duration { return v.Hold(admittedTTL) }
 // evicts, and an evicted order's retry is only shed like a new one.
 const admittedMax = 200_000
 
+// newOrderCache returns a cache of orders (admittedKey) to their customer, of
+// admittedMax orders: those answered 201 here (AdmittedHere), and those
+// another proxy named (HeldElsewhere).
+func newOrderCache() (*ristretto.Cache[string, int64], error) {
+	return ristretto.NewCache(&ristretto.Config[string, int64]{
+		NumCounters: 10 * admittedMax, MaxCost: admittedMax, BufferItems: 64,
+	})
+}
+
+// holdsOrder reports whether orders remembers cl's order on code for cl's
+// customer.
+func holdsOrder(orders *ristretto.Cache[string, int64], code string, cl voucher.Claim) bool {
+	customer, ok := orders.Get(admittedKey(code, cl.OrderID))
+	return ok && customer == cl.CustomerID
+}
+
 // AdmittedHere reports whether this proxy answered 201 to cl's order and
 // customer on flash voucher code within a reservation's hold: a retry of an
 // admitted order, which takes no new use and is answered from its row, so a
@@ -38,8 +55,7 @@ const admittedMax = 200_000
 // window asks Redis (holdsUse). A use released since only lets in a request
 // that is then answered from its row, as any other.
 func (a *Admitter) AdmittedHere(code string, cl voucher.Claim) bool {
-	customer, ok := a.admitted.Get(admittedKey(code, cl.OrderID))
-	return ok && customer == cl.CustomerID
+	return holdsOrder(a.admitted, code, cl)
 }
 
 // WritingHere reports whether this proxy is writing cl's order for cl's

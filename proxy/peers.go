@@ -50,7 +50,6 @@ const (
 	peerQueue    = 4096                   // admitted orders waiting to be published; past it they are dropped (counted)
 	peerEvery    = 2 * time.Millisecond   // the orders of this long go in one message per voucher
 	peerMaxBatch = 256                    // orders in one message at most
-	peerMax      = admittedMax            // orders remembered from the other proxies
 	peerTimeout  = 500 * time.Millisecond // a publish's deadline
 )
 
@@ -66,9 +65,7 @@ type peers struct {
 }
 
 func newPeers(rdb redis.UniversalClient, reg prometheus.Registerer) (*peers, error) {
-	held, err := ristretto.NewCache(&ristretto.Config[string, int64]{
-		NumCounters: 10 * peerMax, MaxCost: peerMax, BufferItems: 64,
-	})
+	held, err := newOrderCache()
 	if err != nil {
 		return nil, err
 	}
@@ -107,8 +104,7 @@ func (p *peers) heldElsewhere(code string, cl voucher.Claim) bool {
 	if p == nil {
 		return false
 	}
-	customer, ok := p.held.Get(admittedKey(code, cl.OrderID))
-	return ok && customer == cl.CustomerID
+	return holdsOrder(p.held, code, cl)
 }
 
 // run publishes the queued notes and takes the other proxies' until ctx ends.
