@@ -8,7 +8,6 @@
 package main
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -167,12 +166,12 @@ func readLimits(e *envconf.Reader, redisTimeout time.Duration) LimitConfig {
 	}
 }
 
-// windowMax is the admission window's largest size: half of MAX_INFLIGHT, so
-// that admitted writes waiting on the ledger never fill the proxy and the
-// cheap answers (refusals, the window's own 503s) always find a slot; half of
-// the adaptive bound's start when MAX_INFLIGHT is 0.
-func windowMax(maxInflight int) int {
-	return max(cmp.Or(maxInflight, httpx.InflightStart)/2, windowLeast)
+// windowMax is the admission window's largest size: half of the bound on
+// requests in flight the proxy starts with (Serving.StartBound), so that
+// admitted writes waiting on the ledger never fill the proxy and the cheap
+// answers (refusals, the window's own 503s) always find a slot.
+func windowMax(startBound int) int {
+	return max(startBound/2, windowLeast)
 }
 
 func main() {
@@ -213,7 +212,7 @@ func run(cfg Config, log *slog.Logger) error {
 	admit, err := NewAdmitter(ctx, gate.New(rdb), ledger, AdmitConfig{
 		SoldOutTTL: cfg.SoldOutTTL, VoucherCacheTTL: cfg.VoucherCacheTTL, RedisTimeout: cfg.RedisTimeout,
 		Coalesce: cfg.Coalesce, MaxBatch: cfg.MaxBatch, Registerer: metrics.Registry,
-		WriteTarget: cfg.WriteTarget, WindowMax: windowMax(cfg.MaxInflight),
+		WriteTarget: cfg.WriteTarget, WindowMax: windowMax(cfg.StartBound()),
 		CodesRefresh: cfg.CodesRefresh, Lookups: cfg.LedgerLookups, CheckoutKeys: cfg.CheckoutKeys,
 	}, log)
 	if err != nil {

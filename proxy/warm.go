@@ -1,7 +1,6 @@
 package main
 
 import (
-	"cmp"
 	"context"
 	"crypto/rand"
 	"fmt"
@@ -103,6 +102,6 @@ func warmUp(ctx context.Context, srv Server, cfg Config, log *slog.Logger) {
 	}
 	httpx.WarmUp{
 		Path: api.ReservationsPath(warmUpCode), Body: []byte(`{"customerId":0,"orderId":"warm-up","orderAmount":1}`),
-		Token: srv.token, Want: http.StatusBadRequest, Requests: cfg.WarmRequests, Conns: cmp.Or(cfg.MaxInflight, httpx.InflightStart),
+		Token: srv.token, Want: http.StatusBadRequest, Requests: cfg.WarmRequests, Conns: cfg.StartBound(),
 	}.Run(ctx, srv.Handler(), log)
 }

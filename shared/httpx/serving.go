@@ -1,6 +1,7 @@
 package httpx
 
 import (
+	"cmp"
 	"time"
 
 	"github.com/flashgate/flashgate/shared/envconf"
@@ -30,6 +31,10 @@ func (s Serving) InflightCap() int {
 	}
 	return s.MaxClientConns
 }
+
+// StartBound is the bound on requests in flight a service starts with:
+// MAX_INFLIGHT, or where the self-sized bound starts when it is 0.
+func (s Serving) StartBound() int { return cmp.Or(s.MaxInflight, InflightStart) }
 
 // ReadServing reads the Serving settings from e, with their defaults.
 func ReadServing(e *envconf.Reader) Serving {
