@@ -40,6 +40,10 @@ type AttackOptions struct {
 	// a fraction of the generator's CPU per request. The generator shares
 	// the stack's CPUs, so it is the default (--lean); off only to compare.
 	Lean bool
+	// Sender is the lean sender's shape: SenderLoop (one event loop for
+	// every connection, as wrk has; the default where the system has epoll)
+	// or SenderWorkers (a goroutine per request in flight).
+	Sender string
 	// LocalIP, when set, is the address requests are sent from (on loopback
 	// any of 127.0.0.0/8): a client at an address of its own, as the edge's
 	// per-client limits see it. Empty: the system's choice.
@@ -53,8 +57,15 @@ type AttackOptions struct {
 	Results vegeta.Encoder
 }
 
+// The lean sender's shapes (AttackOptions.Sender).
+const (
+	SenderLoop    = "loop"
+	SenderWorkers = "workers"
+)
+
 // DefaultAttack suits one loopback machine.
-var DefaultAttack = AttackOptions{Workers: 0, MaxWorkers: 4096, Connections: 4096, Timeout: 15 * time.Second, Lean: true}
+var DefaultAttack = AttackOptions{Workers: 0, MaxWorkers: 4096, Connections: 4096, Timeout: 15 * time.Second, Lean: true,
+	Sender: SenderLoop}
 
 // upFrontSLO is the answer time the workers started up front are sized
 // for: the stack's LATENCY_SLO (100 ms), so a rate answered within it never

@@ -20,5 +20,6 @@ func AttackFlags(fs *flag.FlagSet, o *AttackOptions) {
 	fs.IntVar(&o.MaxWorkers, "max-workers", DefaultAttack.MaxWorkers, "most requests in flight")
 	fs.IntVar(&o.Connections, "connections", DefaultAttack.Connections, "idle keep-alive connections kept")
 	fs.DurationVar(&o.Timeout, "timeout", DefaultAttack.Timeout, "per-request timeout")
+	fs.StringVar(&o.Sender, "sender", DefaultAttack.Sender, "the lean client's shape: loop (one epoll event loop owns every connection, as in wrk) or workers (a goroutine per request in flight); loop is workers where the system has no epoll")
 	fs.BoolVar(&o.Lean, "lean", DefaultAttack.Lean, "send through the lean HTTP/1.1 client (about a quarter of Go's transport's CPU per request); -lean=false: Go's")
 }

@@ -19,14 +19,24 @@ import (
 )
 
 // sendLean is Fire without vegeta: the same open model (each request leaves at
-// its planned time whether or not the earlier ones were answered; a worker
-// per request in flight, up to MaxWorkers), on kept-alive HTTP/1.1
-// connections that each worker owns, writing each request from its
-// prebuilt body and reading each answer with a parser that reads only what a
-// Shot keeps. vegeta's per-request work (an http.Request, a Result, the
-// Go transport's goroutines) is most of a generator's CPU; on a machine whose
-// CPUs the stack shares, that CPU is the stack's.
+// its planned time whether or not the earlier ones were answered, up to
+// MaxWorkers in flight), on kept-alive HTTP/1.1 connections, writing each
+// request from its prebuilt body and reading each answer with a parser that
+// reads only what a Shot keeps. vegeta's per-request work (an http.Request, a
+// Result, the Go transport's goroutines) is most of a generator's CPU; on a
+// machine whose CPUs the stack shares, that CPU is the stack's. It sends from
+// one event loop (sendLoop) where the system has epoll, unless o.Sender asks
+// for a goroutine per request in flight (sendWorkers).
 func sendLean(ctx context.Context, target string, bodies [][]byte, plan Plan, rate float64, o AttackOptions) (Volley, error) {
+	if loopSupported && o.Sender != SenderWorkers {
+		return sendLoop(ctx, target, bodies, plan, rate, o)
+	}
+	return sendWorkers(ctx, target, bodies, plan, rate, o)
+}
+
+// sendWorkers is sendLean with a worker goroutine per request in flight, up
+// to MaxWorkers, each on a connection of its own.
+func sendWorkers(ctx context.Context, target string, bodies [][]byte, plan Plan, rate float64, o AttackOptions) (Volley, error) {
 	u, err := url.Parse(target)
 	if err != nil {
 		return Volley{}, fmt.Errorf("send to %s: %w", target, err)
@@ -83,6 +93,13 @@ func sendLean(ctx context.Context, target string, bodies [][]byte, plan Plan, ra
 	for _, w := range s.done {
 		v.Shots = append(v.Shots, w...)
 	}
+	finish(&v, target, o)
+	return v, nil
+}
+
+// finish puts v's shots in the order their answers arrived and hands them to
+// o.Results.
+func finish(v *Volley, target string, o AttackOptions) {
 	slices.SortFunc(v.Shots, func(a, b Shot) int { return a.At.Add(a.Latency).Compare(b.At.Add(b.Latency)) })
 	if o.Results != nil {
 		for _, sh := range v.Shots {
@@ -91,10 +108,9 @@ func sendLean(ctx context.Context, target string, bodies [][]byte, plan Plan, ra
 			}
 		}
 	}
-	return v, nil
 }
 
-// leanSender is one sendLean's shared state.
+// leanSender is one sendWorkers' shared state.
 type leanSender struct {
 	host    string
 	head    []byte // the request up to its Content-Length's value
@@ -220,14 +236,28 @@ func (s *leanSender) exchange(lc *leanConn, body []byte, reused bool, sh *Shot) 
 	return keep, nil
 }
 
-// readHead reads an answer's status line and headers: its status, its body's
-// length (the server always sends Content-Length for these small bodies) and
-// whether the connection stays open.
+// readHead reads an answer's status line and headers and parses them
+// (parseHead).
 func readHead(br *bufio.Reader) (status, length int, keep bool, err error) {
-	line, err := br.ReadSlice('\n')
-	if err != nil {
-		return 0, 0, false, err
+	var head []byte
+	for {
+		line, err := br.ReadSlice('\n')
+		if err != nil {
+			return 0, 0, false, err
+		}
+		if len(bytes.TrimRight(line, "\r\n")) == 0 {
+			return parseHead(head)
+		}
+		head = append(head, line...)
 	}
+}
+
+// parseHead parses an answer's status line and headers, each ending in a
+// newline, without the blank line after them: its status, its body's length
+// (the server always sends Content-Length for these small bodies) and whether
+// the connection stays open.
+func parseHead(head []byte) (status, length int, keep bool, err error) {
+	line, rest, _ := bytes.Cut(head, []byte("\n"))
 	if len(line) < 12 || !bytes.HasPrefix(line, []byte("HTTP/1.")) {
 		return 0, 0, false, fmt.Errorf("malformed status line %q", line)
 	}
@@ -235,15 +265,9 @@ func readHead(br *bufio.Reader) (status, length int, keep bool, err error) {
 		return 0, 0, false, fmt.Errorf("malformed status line %q", line)
 	}
 	keep, length = true, -1
-	for {
-		line, err = br.ReadSlice('\n')
-		if err != nil {
-			return 0, 0, false, err
-		}
+	for len(rest) > 0 {
+		line, rest, _ = bytes.Cut(rest, []byte("\n"))
 		h := bytes.TrimRight(line, "\r\n")
-		if len(h) == 0 {
-			break
-		}
 		name, value, _ := bytes.Cut(h, []byte(":"))
 		value = bytes.TrimSpace(value)
 		switch {
