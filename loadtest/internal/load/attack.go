@@ -44,6 +44,10 @@ type AttackOptions struct {
 	// every connection, as wrk has; the default where the system has epoll)
 	// or SenderWorkers (a goroutine per request in flight).
 	Sender string
+	// Loops is how many event loops SenderLoop runs, each on a goroutine of
+	// its own with its share of the requests and of the connections (wrk's
+	// threads); one takes at most one CPU.
+	Loops int
 	// LocalIP, when set, is the address requests are sent from (on loopback
 	// any of 127.0.0.0/8): a client at an address of its own, as the edge's
 	// per-client limits see it. Empty: the system's choice.
@@ -65,7 +69,7 @@ const (
 
 // DefaultAttack suits one loopback machine.
 var DefaultAttack = AttackOptions{Workers: 0, MaxWorkers: 4096, Connections: 4096, Timeout: 15 * time.Second, Lean: true,
-	Sender: SenderLoop}
+	Sender: SenderLoop, Loops: 1}
 
 // upFrontSLO is the answer time the workers started up front are sized
 // for: the stack's LATENCY_SLO (100 ms), so a rate answered within it never

@@ -21,5 +21,6 @@ func AttackFlags(fs *flag.FlagSet, o *AttackOptions) {
 	fs.IntVar(&o.Connections, "connections", DefaultAttack.Connections, "idle keep-alive connections kept")
 	fs.DurationVar(&o.Timeout, "timeout", DefaultAttack.Timeout, "per-request timeout")
 	fs.StringVar(&o.Sender, "sender", DefaultAttack.Sender, "the lean client's shape: loop (one epoll event loop owns every connection, as in wrk) or workers (a goroutine per request in flight); loop is workers where the system has no epoll")
+	fs.IntVar(&o.Loops, "loops", DefaultAttack.Loops, "event loops of --sender loop, each with its share of the requests and the connections (wrk's -t); one takes at most one CPU (18-43 us of CPU per request on a 2-core VM), and each more costs CPU per request (two: 54-56 us against 36-37 at 5,000/s), so add one only when one loop's CPU is full")
 	fs.BoolVar(&o.Lean, "lean", DefaultAttack.Lean, "send through the lean HTTP/1.1 client (about a quarter of Go's transport's CPU per request); -lean=false: Go's")
 }

@@ -27,14 +27,25 @@ func TestSendLean(t *testing.T) {
 	forEachSender(t, testSendLean)
 }
 
-// forEachSender runs test with each shape of the lean sender.
-func forEachSender(t *testing.T, test func(t *testing.T, sender string)) {
-	for _, sender := range []string{SenderLoop, SenderWorkers} {
-		t.Run(sender, func(t *testing.T) { test(t, sender) })
+// forEachSender runs test with each shape of the lean sender: one event
+// loop, three, and a goroutine per request; as gives an AttackOptions that
+// shape.
+func forEachSender(t *testing.T, test func(t *testing.T, as func(AttackOptions) AttackOptions)) {
+	for _, shape := range []struct {
+		name   string
+		sender string
+		loops  int
+	}{{"loop", SenderLoop, 1}, {"3loops", SenderLoop, 3}, {"workers", SenderWorkers, 0}} {
+		t.Run(shape.name, func(t *testing.T) {
+			test(t, func(o AttackOptions) AttackOptions {
+				o.Sender, o.Loops = shape.sender, shape.loops
+				return o
+			})
+		})
 	}
 }
 
-func testSendLean(t *testing.T, sender string) {
+func testSendLean(t *testing.T, as func(AttackOptions) AttackOptions) {
 	var served atomic.Int64
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var body struct {
@@ -68,7 +79,7 @@ func testSendLean(t *testing.T, sender string) {
 	}
 	start := time.Now()
 	v, err := sendLean(context.Background(), srv.URL+"/vouchers/LEAN/reservations", bodies, plan, 1000,
-		AttackOptions{MaxWorkers: 64, Timeout: 5 * time.Second, Sender: sender})
+		as(AttackOptions{MaxWorkers: 64, Timeout: 5 * time.Second}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -102,7 +113,7 @@ func TestSendLeanLocalIP(t *testing.T) {
 	forEachSender(t, testSendLeanLocalIP)
 }
 
-func testSendLeanLocalIP(t *testing.T, sender string) {
+func testSendLeanLocalIP(t *testing.T, as func(AttackOptions) AttackOptions) {
 	var mu sync.Mutex
 	peers := map[string]int{}
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -121,7 +132,7 @@ func testSendLeanLocalIP(t *testing.T, sender string) {
 		bodies[i] = reserveBody(o, 5000)
 	}
 	v, err := sendLean(context.Background(), srv.URL+"/vouchers/LOCAL/reservations", bodies, plan, 2000,
-		AttackOptions{MaxWorkers: 8, Timeout: 5 * time.Second, LocalIP: "127.0.0.2", Sender: sender})
+		as(AttackOptions{MaxWorkers: 8, Timeout: 5 * time.Second, LocalIP: "127.0.0.2"}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -142,7 +153,7 @@ func TestSendLeanOpensUpFrontConnections(t *testing.T) {
 	forEachSender(t, testSendLeanOpensUpFrontConnections)
 }
 
-func testSendLeanOpensUpFrontConnections(t *testing.T, sender string) {
+func testSendLeanOpensUpFrontConnections(t *testing.T, as func(AttackOptions) AttackOptions) {
 	var accepted atomic.Int64
 	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
@@ -161,7 +172,7 @@ func testSendLeanOpensUpFrontConnections(t *testing.T, sender string) {
 	for i, o := range plan.Orders {
 		bodies[i] = reserveBody(o, 5000)
 	}
-	o := AttackOptions{Workers: 20, MaxWorkers: 64, Timeout: 5 * time.Second, Sender: sender}
+	o := as(AttackOptions{Workers: 20, MaxWorkers: 64, Timeout: 5 * time.Second})
 	v, err := sendLean(context.Background(), srv.URL+"/vouchers/UPFRONT/reservations", bodies, plan, 2000, o)
 	require.NoError(t, err)
 	require.Len(t, v.Shots, 200)
@@ -256,9 +267,9 @@ const conflict = "HTTP/1.1 409 Conflict\r\nContent-Type: application/json\r\nCon
 // A server that closes each kept-alive connection when its second request
 // arrives, without a byte of answer (an idle close racing the request), costs
 // no request: each is sent once more on a new connection and counted as a
-// replay. An answer larger than the read buffer, in pieces, is read whole.
+// replay (with several loops, each loop's first request finds a fresh one). An answer larger than the read buffer, in pieces, is read whole.
 func TestSendLeanResendsOnAStaleConnection(t *testing.T) {
-	forEachSender(t, func(t *testing.T, sender string) {
+	forEachSender(t, func(t *testing.T, as func(AttackOptions) AttackOptions) {
 		big := `{"error":"OUT_OF_STOCK","pad":"` + strings.Repeat("x", 5000) + `"}`
 		addr, accepted := rawServer(t, func(k int) (string, bool, bool) {
 			if k > 0 {
@@ -267,8 +278,8 @@ func TestSendLeanResendsOnAStaleConnection(t *testing.T) {
 			return fmt.Sprintf("HTTP/1.1 409 Conflict\r\nContent-Length: %d\r\n\r\n%s", len(big), big), false, false
 		})
 		plan := NewPlan("STALE", Crowd{Requests: 60, Customers: 60, Seed: 1})
-		v, err := sendLean(context.Background(), "http://"+addr+"/vouchers/STALE/reservations", leanBodies(plan), plan, 600,
-			AttackOptions{Workers: 1, MaxWorkers: 1, Timeout: 5 * time.Second, Sender: sender})
+		o := as(AttackOptions{Workers: 1, MaxWorkers: 1, Timeout: 5 * time.Second})
+		v, err := sendLean(context.Background(), "http://"+addr+"/vouchers/STALE/reservations", leanBodies(plan), plan, 600, o)
 		require.NoError(t, err)
 		require.Len(t, v.Shots, 60)
 		for _, sh := range v.Shots {
@@ -276,7 +287,11 @@ func TestSendLeanResendsOnAStaleConnection(t *testing.T) {
 			require.Equal(t, uint16(409), sh.Status)
 			require.Equal(t, "OUT_OF_STOCK", sh.Code)
 		}
-		require.EqualValues(t, 59, v.Replays, "every request after the first was resent once")
+		firsts := 1 // requests that found a fresh connection: the first (each loop's first)
+		if o.Sender == SenderLoop {
+			firsts = o.Loops
+		}
+		require.EqualValues(t, 60-firsts, v.Replays, "every request after the first was resent once")
 		require.EqualValues(t, 60, accepted.Load())
 	})
 }
@@ -285,7 +300,7 @@ func TestSendLeanResendsOnAStaleConnection(t *testing.T) {
 // nobody listens on fails at once; either is a Shot with Req -1 and the
 // error, and the other requests are answered.
 func TestSendLeanTimeoutsAndRefusals(t *testing.T) {
-	forEachSender(t, func(t *testing.T, sender string) {
+	forEachSender(t, func(t *testing.T, as func(AttackOptions) AttackOptions) {
 		var served atomic.Int64
 		addr, _ := rawServer(t, func(int) (string, bool, bool) {
 			if served.Add(1)%5 == 0 {
@@ -296,7 +311,7 @@ func TestSendLeanTimeoutsAndRefusals(t *testing.T) {
 		plan := NewPlan("SLOW", Crowd{Requests: 50, Customers: 50, Seed: 1})
 		start := time.Now()
 		v, err := sendLean(context.Background(), "http://"+addr+"/vouchers/SLOW/reservations", leanBodies(plan), plan, 1000,
-			AttackOptions{MaxWorkers: 64, Timeout: 300 * time.Millisecond, Sender: sender})
+			as(AttackOptions{MaxWorkers: 64, Timeout: 300 * time.Millisecond}))
 		require.NoError(t, err)
 		require.Len(t, v.Shots, 50)
 		var failed int
@@ -318,7 +333,7 @@ func TestSendLeanTimeoutsAndRefusals(t *testing.T) {
 		closed := ln.Addr().String()
 		ln.Close()
 		v, err = sendLean(context.Background(), "http://"+closed+"/vouchers/SLOW/reservations", leanBodies(plan), plan, 1000,
-			AttackOptions{MaxWorkers: 64, Timeout: time.Second, Sender: sender})
+			as(AttackOptions{MaxWorkers: 64, Timeout: time.Second}))
 		require.NoError(t, err)
 		require.Len(t, v.Shots, 50)
 		for _, sh := range v.Shots {
@@ -331,7 +346,7 @@ func TestSendLeanTimeoutsAndRefusals(t *testing.T) {
 // With MaxWorkers connections all waiting, the rate falls behind: never more
 // requests in flight than MaxWorkers, and every one is still sent.
 func TestSendLeanHoldsMaxWorkers(t *testing.T) {
-	forEachSender(t, func(t *testing.T, sender string) {
+	forEachSender(t, func(t *testing.T, as func(AttackOptions) AttackOptions) {
 		var inflight, most atomic.Int64
 		addr, accepted := rawServer(t, func(int) (string, bool, bool) {
 			n := inflight.Add(1)
@@ -344,7 +359,7 @@ func TestSendLeanHoldsMaxWorkers(t *testing.T) {
 		plan := NewPlan("MOST", Crowd{Requests: 100, Customers: 100, Seed: 1})
 		start := time.Now()
 		v, err := sendLean(context.Background(), "http://"+addr+"/vouchers/MOST/reservations", leanBodies(plan), plan, 100_000,
-			AttackOptions{Workers: 2, MaxWorkers: 5, Timeout: 5 * time.Second, Sender: sender})
+			as(AttackOptions{Workers: 2, MaxWorkers: 5, Timeout: 5 * time.Second}))
 		require.NoError(t, err)
 		require.Len(t, v.Shots, 100)
 		for _, sh := range v.Shots {

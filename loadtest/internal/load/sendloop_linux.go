@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/url"
 	"strconv"
+	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -31,6 +32,8 @@ const loopSupported = true
 // connection is busy opens a new one, up to MaxWorkers, after which the rate
 // falls behind; a kept-alive connection closed before any byte of its answer
 // is dialled again and the request sent once more (counted in replays).
+// One loop takes at most one CPU; o.Loops of them (wrk's threads) share the
+// requests and the connections between them.
 func sendLoop(ctx context.Context, target string, bodies [][]byte, plan Plan, rate float64, o AttackOptions) (Volley, error) {
 	u, err := url.Parse(target)
 	if err != nil {
@@ -40,47 +43,101 @@ func sendLoop(ctx context.Context, target string, bodies [][]byte, plan Plan, ra
 	if err != nil {
 		return Volley{}, fmt.Errorf("send to %s: %w", target, err)
 	}
-	l := &eventLoop{host: u.Host, bodies: bodies, plan: plan, timeout: o.Timeout,
+	proto := eventLoop{host: u.Host, bodies: bodies, plan: plan, timeout: o.Timeout,
 		head: []byte("POST " + u.RequestURI() + " HTTP/1.1\r\nHost: " + u.Host +
 			"\r\nContent-Type: application/json\r\nContent-Length: ")}
-	if l.family, l.sa, err = sockaddrOf(addr.IP, addr.Port); err != nil {
+	if _, _, err = sockaddrOf(addr.IP, addr.Port); err != nil {
 		return Volley{}, fmt.Errorf("send to %s: %w", target, err)
 	}
+	var localIP net.IP
 	if o.LocalIP != "" {
-		ip := net.ParseIP(o.LocalIP)
-		if ip == nil {
+		if localIP = net.ParseIP(o.LocalIP); localIP == nil {
 			return Volley{}, fmt.Errorf("send from %q: not an IP address", o.LocalIP)
 		}
-		if _, l.local, err = sockaddrOf(ip, 0); err != nil {
+		if _, _, err = sockaddrOf(localIP, 0); err != nil {
 			return Volley{}, fmt.Errorf("send from %s: %w", o.LocalIP, err)
 		}
 	}
-	if l.ep, err = unix.EpollCreate1(unix.EPOLL_CLOEXEC); err != nil {
-		return Volley{}, fmt.Errorf("send to %s: epoll: %w", target, err)
-	}
-	defer l.closeAll()
-
 	n := len(plan.Requests)
 	at := func(i int) time.Duration { return time.Duration(float64(i) / max(rate, 1) * float64(time.Second)) }
 	if o.Schedule != nil {
 		n = min(n, len(o.Schedule))
 		at = func(i int) time.Duration { return o.Schedule[i] }
 	}
-	most := max(o.MaxWorkers, 1)
-	l.shots = make([]Shot, 0, n)
 
+	// Each loop sends every loops-th request, from its own connections: its
+	// share of the up-front ones and of MaxWorkers.
+	loops := max(o.Loops, 1)
+	ls := make([]*eventLoop, loops)
+	for k := range ls {
+		l := proto
+		l.next, l.step = k, loops
+		// Each loop its own socket addresses: Connect and Bind write into them.
+		l.family, l.sa, _ = sockaddrOf(addr.IP, addr.Port)
+		if localIP != nil {
+			_, l.local, _ = sockaddrOf(localIP, 0)
+		}
+		l.shots = make([]Shot, 0, n/loops+1)
+		if l.ep, err = unix.EpollCreate1(unix.EPOLL_CLOEXEC); err != nil {
+			for _, l := range ls[:k] {
+				l.closeAll()
+			}
+			return Volley{}, fmt.Errorf("send to %s: epoll: %w", target, err)
+		}
+		ls[k] = &l
+	}
 	// The connections started up front are open before the clock starts, as
 	// sendWorkers' are (see there why).
-	for up := min(o.UpFront(rate), n); l.open < up; {
+	up := min(o.UpFront(rate), n)
+	var wg sync.WaitGroup
+	for k, l := range ls {
+		wg.Go(func() { l.openUpFront(share(up, k, loops), o.Timeout) })
+	}
+	wg.Wait()
+	start := time.Now()
+	most := max(o.MaxWorkers, loops)
+	for k, l := range ls {
+		wg.Go(func() {
+			defer l.closeAll()
+			l.run(ctx, start, n, at, share(most, k, loops))
+		})
+	}
+	wg.Wait()
+	v := Volley{Rate: rate, Shots: make([]Shot, 0, n)}
+	for _, l := range ls {
+		v.Shots = append(v.Shots, l.shots...)
+		v.Replays += l.replays
+	}
+	finish(&v, target, o)
+	return v, nil
+}
+
+// share is part k of total split into parts as evenly as whole numbers go.
+func share(total, k, parts int) int {
+	n := total / parts
+	if k < total%parts {
+		n++
+	}
+	return n
+}
+
+// openUpFront dials up connections and waits, at most timeout, until each is
+// open or failed.
+func (l *eventLoop) openUpFront(up int, timeout time.Duration) {
+	for l.open < up {
 		if _, err := l.dial(); err != nil {
 			break
 		}
 	}
-	for give := time.Now().Add(o.Timeout); l.connecting > 0 && time.Now().Before(give); {
+	for give := time.Now().Add(timeout); l.connecting > 0 && time.Now().Before(give); {
 		l.wait(50)
 	}
+}
 
-	start, lastScan := time.Now(), time.Now()
+// run sends l's requests (l.next, then every l.step-th up to n), request i at
+// start plus at(i), on at most most connections, and reads every answer.
+func (l *eventLoop) run(ctx context.Context, start time.Time, n int, at func(int) time.Duration, most int) {
+	lastScan := start
 	for {
 		now := time.Now()
 		stopped := ctx.Err() != nil
@@ -92,18 +149,19 @@ func sendLoop(ctx context.Context, target string, bodies [][]byte, plan Plan, ra
 				if l.open >= most {
 					break // every connection busy: the rate falls behind, as sendWorkers' does
 				}
+				var err error
 				if c, err = l.dial(); err != nil {
 					l.shots = append(l.shots, Shot{Seq: uint64(l.next), Req: -1, At: now, Err: l.dialError(err).Error()})
-					l.next++
+					l.next += l.step
 					continue
 				}
 			}
 			l.inflight++
 			l.assign(c, leanJob{i: l.next, at: now}, false)
-			l.next++
+			l.next += l.step
 		}
 		if l.inflight == 0 && l.connecting == 0 && (stopped || l.next >= n) {
-			break
+			return
 		}
 		wait := 50 // ms: the longest sleep, so that timeouts and ctx are seen
 		if !stopped && l.next < n && (len(l.idle) > 0 || l.open < most) {
@@ -116,9 +174,6 @@ func sendLoop(ctx context.Context, target string, bodies [][]byte, plan Plan, ra
 			l.expire(now)
 		}
 	}
-	v := Volley{Rate: rate, Shots: l.shots, Replays: l.replays}
-	finish(&v, target, o)
-	return v, nil
 }
 
 // sockaddrOf is ip:port as a socket address, with its family.
@@ -154,7 +209,7 @@ type eventLoop struct {
 	open       int // connections open or opening
 	connecting int
 	inflight   int // requests sent and not yet answered
-	next       int // the next request of the plan to send
+	next, step int // the next request of the plan to send, and the one after it is next+step
 
 	shots   []Shot
 	replays int64

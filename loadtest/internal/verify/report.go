@@ -201,12 +201,15 @@ func WriteReportFiles(dir, pageName string, page []byte, jsonName string, v any)
 func latencyPlot(s *Summary) (string, error) {
 	p := plot.New(plot.Title(s.Label+" "+s.Code+": latency over time"), plot.Downsample(4000),
 		plot.Label(func(r *vegeta.Result) string { return plotLabel(r.Code) }))
-	// The plot wants every result, in sequence order.
+	// The plot takes every result in sequence order and wants their times
+	// never to step back: each of several event loops stamps its own
+	// requests, so the plan's order may step back a few microseconds. The
+	// plot's sequence is the order they were sent in.
 	shots := slices.Clone(s.Shots)
-	slices.SortFunc(shots, func(a, b load.Shot) int { return cmp.Compare(a.Seq, b.Seq) })
+	slices.SortFunc(shots, func(a, b load.Shot) int { return cmp.Or(a.At.Compare(b.At), cmp.Compare(a.Seq, b.Seq)) })
 	for i := range shots {
 		sh := &shots[i]
-		if err := p.Add(&vegeta.Result{Attack: s.Label, Seq: sh.Seq, Code: sh.Status, Timestamp: sh.At, Latency: sh.Latency}); err != nil {
+		if err := p.Add(&vegeta.Result{Attack: s.Label, Seq: uint64(i), Code: sh.Status, Timestamp: sh.At, Latency: sh.Latency}); err != nil {
 			return "", err
 		}
 	}
