@@ -207,11 +207,12 @@ func TestUpFront(t *testing.T) {
 }
 
 // rawServer serves on a loopback listener with answer, called for each
-// request a connection reads (k counts them from 0 on that connection); it
+// request a connection reads (conn counts connections from 0 in the order
+// they were accepted, k the requests from 0 on that connection); it
 // returns what to write back, or close to close the connection without an
 // answer, or hold to never answer. It returns the address and the count of
 // connections accepted.
-func rawServer(t *testing.T, answer func(k int) (reply string, close, hold bool)) (string, *atomic.Int64) {
+func rawServer(t *testing.T, answer func(conn, k int) (reply string, close, hold bool)) (string, *atomic.Int64) {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
@@ -224,7 +225,7 @@ func rawServer(t *testing.T, answer func(k int) (reply string, close, hold bool)
 			if err != nil {
 				return
 			}
-			accepted.Add(1)
+			conn := int(accepted.Add(1) - 1)
 			conns.Add(1)
 			go func() {
 				defer conns.Done()
@@ -236,7 +237,7 @@ func rawServer(t *testing.T, answer func(k int) (reply string, close, hold bool)
 						return
 					}
 					_, _ = io.Copy(io.Discard, req.Body)
-					reply, closeIt, hold := answer(k)
+					reply, closeIt, hold := answer(conn, k)
 					switch {
 					case hold:
 						_, _ = io.Copy(io.Discard, c) // until the client gives up
@@ -271,7 +272,7 @@ const conflict = "HTTP/1.1 409 Conflict\r\nContent-Type: application/json\r\nCon
 func TestSendLeanResendsOnAStaleConnection(t *testing.T) {
 	forEachSender(t, func(t *testing.T, as func(AttackOptions) AttackOptions) {
 		big := `{"error":"OUT_OF_STOCK","pad":"` + strings.Repeat("x", 5000) + `"}`
-		addr, accepted := rawServer(t, func(k int) (string, bool, bool) {
+		addr, accepted := rawServer(t, func(_, k int) (string, bool, bool) {
 			if k > 0 {
 				return "", true, false
 			}
@@ -296,13 +297,34 @@ func TestSendLeanResendsOnAStaleConnection(t *testing.T) {
 	})
 }
 
+// A connection opened up front waits idle until the first request, and the
+// server may have closed it as idle by then: the request is sent once more on
+// a new connection, as on any kept-alive one.
+func TestSendLeanResendsOnAnUpFrontConnectionClosed(t *testing.T) {
+	forEachSender(t, func(t *testing.T, as func(AttackOptions) AttackOptions) {
+		addr, _ := rawServer(t, func(conn, _ int) (string, bool, bool) {
+			return conflict, conn == 0, false
+		})
+		plan := NewPlan("IDLE", Crowd{Requests: 5, Customers: 5, Seed: 1})
+		v, err := sendLean(context.Background(), "http://"+addr+"/vouchers/IDLE/reservations", leanBodies(plan), plan, 100,
+			as(AttackOptions{Workers: 1, MaxWorkers: 1, Timeout: 5 * time.Second}))
+		require.NoError(t, err)
+		require.Len(t, v.Shots, 5)
+		for _, sh := range v.Shots {
+			require.Empty(t, sh.Err)
+			require.Equal(t, uint16(409), sh.Status)
+		}
+		require.EqualValues(t, 1, v.Replays)
+	})
+}
+
 // A request never answered fails after Timeout, and one sent to a port
 // nobody listens on fails at once; either is a Shot with Req -1 and the
 // error, and the other requests are answered.
 func TestSendLeanTimeoutsAndRefusals(t *testing.T) {
 	forEachSender(t, func(t *testing.T, as func(AttackOptions) AttackOptions) {
 		var served atomic.Int64
-		addr, _ := rawServer(t, func(int) (string, bool, bool) {
+		addr, _ := rawServer(t, func(int, int) (string, bool, bool) {
 			if served.Add(1)%5 == 0 {
 				return "", false, true
 			}
@@ -348,7 +370,7 @@ func TestSendLeanTimeoutsAndRefusals(t *testing.T) {
 func TestSendLeanHoldsMaxWorkers(t *testing.T) {
 	forEachSender(t, func(t *testing.T, as func(AttackOptions) AttackOptions) {
 		var inflight, most atomic.Int64
-		addr, accepted := rawServer(t, func(int) (string, bool, bool) {
+		addr, accepted := rawServer(t, func(int, int) (string, bool, bool) {
 			n := inflight.Add(1)
 			for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
 			}

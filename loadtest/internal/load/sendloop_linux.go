@@ -221,7 +221,7 @@ type loopConn struct {
 	connecting bool
 	closed     bool
 	busy       bool
-	reused     bool // it carried an answer before the request now on it
+	reused     bool // it carried an answer, or waited idle, before the request now on it
 	replayed   bool // the request on it was sent once already, on a connection since closed
 	watchOut   bool // EPOLLOUT is in its interest set
 	job        leanJob
@@ -298,7 +298,8 @@ func (l *eventLoop) event(c *loopConn, ev uint32) {
 			}
 			return
 		}
-		if !c.busy {
+		if !c.busy { // opened up front: it waits idle, where the server may close it as idle
+			c.reused = true
 			l.interest(c, false)
 			l.idle = append(l.idle, c)
 			return
