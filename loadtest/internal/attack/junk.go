@@ -154,31 +154,39 @@ func runJunk(ctx context.Context, cfg Config) (*Result, error) {
 	last := first
 	for i := range z.Rounds {
 		run.alone = append(run.alone, sendSale(ctx, r, codes[1+3*i], z.Rate, z.Round).Shots...)
-		c0, err := r.counters(ctx)
-		if err != nil {
-			return nil, err
+		// The two floods take turns going first (junk, reference; then
+		// reference, junk; ...), so that neither always meets the stack just
+		// after the sale alone, nor always just after the other's drain.
+		var junkShots, refShots []load.Shot
+		for k := range 2 {
+			junk := (i+k)%2 == 0
+			code, ref := codes[2+3*i], ""
+			if !junk {
+				code, ref = codes[3+3*i], codes[0]
+			}
+			c0, err := r.counters(ctx)
+			if err != nil {
+				return nil, err
+			}
+			shots, fc := saleBesideFlood(ctx, r, code, z, ref)
+			// What the flood left queued drains before the next one.
+			load.Sleep(ctx, junkDrain)
+			if last, err = r.counters(ctx); err != nil {
+				return nil, err
+			}
+			if junk {
+				junkShots = shots
+				run.flooded = append(run.flooded, shots...)
+				run.flood.add(fc)
+				run.junkWin.add(between(c0, last))
+			} else {
+				refShots = shots
+				run.referenced = append(run.referenced, shots...)
+				run.reference.add(fc)
+				run.refWin.add(between(c0, last))
+			}
 		}
-		shots0, fc := saleBesideFlood(ctx, r, codes[2+3*i], z, "")
-		run.flooded = append(run.flooded, shots0...)
-		run.flood.add(fc)
-		// What the flood left queued drains before the next round.
-		load.Sleep(ctx, junkDrain)
-		c1, err := r.counters(ctx)
-		if err != nil {
-			return nil, err
-		}
-		shots, fc := saleBesideFlood(ctx, r, codes[3+3*i], z, codes[0])
-		run.referenced = append(run.referenced, shots...)
-		run.reference.add(fc)
-		junkRound := saleFigures(run.flooded[len(run.flooded)-len(shots0):])
-		refRound := saleFigures(shots)
-		run.ratios = append(run.ratios, junkRound.p99/max(refRound.p99, 0.001))
-		load.Sleep(ctx, junkDrain)
-		if last, err = r.counters(ctx); err != nil {
-			return nil, err
-		}
-		run.junkWin.add(between(c0, c1))
-		run.refWin.add(between(c1, last))
+		run.ratios = append(run.ratios, saleFigures(junkShots).p99/max(saleFigures(refShots).p99, 0.001))
 	}
 	run.lookups = last.lookups - first.lookups
 	return judgeJunk(z, run), nil
