@@ -27,8 +27,9 @@ import (
 // workers when all are busy), so a slow server shows up as latency instead of
 // as a lower rate, as long as MaxWorkers is not reached.
 type AttackOptions struct {
-	// Workers are started up front, each with its connection open (the
-	// lean sender), before the first request leaves: a crowd's connections
+	// Workers are the connections opened up front (the lean sender's; with
+	// --sender workers and vegeta, a worker each), before the first request
+	// leaves: a crowd's connections
 	// end at the load balancer in front of the proxies, which keeps its own
 	// open, and wrk and wrk2 open theirs before they measure. 0: UpFront's
 	// rule. More start when all are busy, up to MaxWorkers.

@@ -16,7 +16,7 @@ func (m *MultiFlag) Set(v string) error { *m = append(*m, v); return nil }
 
 // AttackFlags registers the load generator's flags.
 func AttackFlags(fs *flag.FlagSet, o *AttackOptions) {
-	fs.IntVar(&o.Workers, "workers", DefaultAttack.Workers, "load generator workers started up front, each with its connection open before the first request (as wrk2 opens its connections); 0: the requests the rate sends in 100 ms (the latency SLO), at least 64")
+	fs.IntVar(&o.Workers, "workers", DefaultAttack.Workers, "connections the load generator opens before the first request (as wrk2 opens its own; with --sender workers or --lean=false, a worker each); 0: the requests the rate sends in 100 ms (the latency SLO), at least 64")
 	fs.IntVar(&o.MaxWorkers, "max-workers", DefaultAttack.MaxWorkers, "most requests in flight")
 	fs.IntVar(&o.Connections, "connections", DefaultAttack.Connections, "idle keep-alive connections kept")
 	fs.DurationVar(&o.Timeout, "timeout", DefaultAttack.Timeout, "per-request timeout")
