@@ -29,10 +29,10 @@ import (
 type AttackOptions struct {
 	// Workers are the connections opened up front (the lean sender's; with
 	// --sender workers and vegeta, a worker each), before the first request
-	// leaves: a crowd's connections
-	// end at the load balancer in front of the proxies, which keeps its own
-	// open, and wrk and wrk2 open theirs before they measure. 0: UpFront's
-	// rule. More start when all are busy, up to MaxWorkers.
+	// leaves: a crowd's connections end at the load balancer in front of the
+	// proxies, which keeps its own open, and wrk and wrk2 open theirs before
+	// they measure. 0: UpFront's rule. More start when all are busy, up to
+	// MaxWorkers.
 	Workers     int
 	MaxWorkers  int           // most requests in flight
 	Connections int           // idle keep-alive connections kept per host
