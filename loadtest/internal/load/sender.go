@@ -37,19 +37,13 @@ func sendLean(ctx context.Context, target string, bodies [][]byte, plan Plan, ra
 // sendWorkers is sendLean with a worker goroutine per request in flight, up
 // to MaxWorkers, each on a connection of its own.
 func sendWorkers(ctx context.Context, target string, bodies [][]byte, plan Plan, rate float64, o AttackOptions) (Volley, error) {
-	u, err := url.Parse(target)
+	r, err := newLeanRun(target, plan, rate, o)
 	if err != nil {
-		return Volley{}, fmt.Errorf("send to %s: %w", target, err)
+		return Volley{}, err
 	}
-	s := &leanSender{host: u.Host, head: []byte("POST " + u.RequestURI() + " HTTP/1.1\r\nHost: " + u.Host +
-		"\r\nContent-Type: application/json\r\nContent-Length: "), bodies: bodies, plan: plan, timeout: o.Timeout,
+	s := &leanSender{host: r.host, head: r.head, bodies: bodies, plan: plan, timeout: o.Timeout,
 		jobs: make(chan leanJob), dialer: net.Dialer{Timeout: o.Timeout, LocalAddr: LocalTCPAddr(o.LocalIP)}}
-	n := len(plan.Requests)
-	at := func(i int) time.Duration { return time.Duration(float64(i) / max(rate, 1) * float64(time.Second)) }
-	if o.Schedule != nil {
-		n = min(n, len(o.Schedule))
-		at = func(i int) time.Duration { return o.Schedule[i] }
-	}
+	n, at := r.n, r.at
 	var wg sync.WaitGroup
 	workers, most := 0, max(o.MaxWorkers, 1)
 	// The workers started up front open their connections before the clock
@@ -227,64 +221,121 @@ func (s *leanSender) exchange(lc *leanConn, body []byte, reused bool, sh *Shot) 
 	if _, err := io.ReadFull(lc.br, b); err != nil {
 		return false, err
 	}
-	sh.Status = uint16(status)
-	if status == 201 {
-		sh.OrderID = jsonString(b, "orderId")
-	} else if status >= 300 {
-		sh.Code = jsonString(b, "error")
-	}
+	sh.setAnswer(status, b)
 	return keep, nil
 }
 
-// readHead reads an answer's status line and headers and parses them
-// (parseHead).
+// readHead reads an answer's status line and headers (answerHead).
 func readHead(br *bufio.Reader) (status, length int, keep bool, err error) {
-	var head []byte
+	var h answerHead
 	for {
 		line, err := br.ReadSlice('\n')
 		if err != nil {
 			return 0, 0, false, err
 		}
-		if len(bytes.TrimRight(line, "\r\n")) == 0 {
-			return parseHead(head)
+		if done, err := h.line(line); err != nil {
+			return 0, 0, false, err
+		} else if done {
+			return h.status, h.length, h.keep, nil
 		}
-		head = append(head, line...)
 	}
 }
 
-// parseHead parses an answer's status line and headers, each ending in a
-// newline, without the blank line after them: its status, its body's length
-// (the server always sends Content-Length for these small bodies) and whether
-// the connection stays open.
+// parseHead parses an answer's head that is whole in head, its blank line
+// included (answerHead).
 func parseHead(head []byte) (status, length int, keep bool, err error) {
-	line, rest, _ := bytes.Cut(head, []byte("\n"))
-	if len(line) < 12 || !bytes.HasPrefix(line, []byte("HTTP/1.")) {
-		return 0, 0, false, fmt.Errorf("malformed status line %q", line)
-	}
-	if status, err = strconv.Atoi(string(line[9:12])); err != nil {
-		return 0, 0, false, fmt.Errorf("malformed status line %q", line)
-	}
-	keep, length = true, -1
-	for len(rest) > 0 {
-		line, rest, _ = bytes.Cut(rest, []byte("\n"))
-		h := bytes.TrimRight(line, "\r\n")
-		name, value, _ := bytes.Cut(h, []byte(":"))
-		value = bytes.TrimSpace(value)
-		switch {
-		case bytes.EqualFold(name, []byte("Content-Length")):
-			if length, err = strconv.Atoi(string(value)); err != nil || length < 0 {
-				return 0, 0, false, fmt.Errorf("malformed Content-Length %q", value)
-			}
-		case bytes.EqualFold(name, []byte("Connection")) && bytes.EqualFold(value, []byte("close")):
-			keep = false
-		case bytes.EqualFold(name, []byte("Transfer-Encoding")):
-			return 0, 0, false, fmt.Errorf("unexpected Transfer-Encoding %q", value)
+	var h answerHead
+	for len(head) > 0 {
+		var line []byte
+		line, head, _ = bytes.Cut(head, []byte("\n"))
+		if done, err := h.line(line); err != nil {
+			return 0, 0, false, err
+		} else if done {
+			return h.status, h.length, h.keep, nil
 		}
 	}
-	if length < 0 {
-		return 0, 0, false, errors.New("an answer without Content-Length")
+	return 0, 0, false, errors.New("an answer's head without the blank line that ends it")
+}
+
+// answerHead is an answer's status line and headers, taken a line at a time:
+// its status, its body's length (the server always sends Content-Length for
+// these small bodies) and whether the connection stays open.
+type answerHead struct {
+	status, length int
+	keep           bool
+	started        bool // the status line was taken
+}
+
+// line takes the head's next line; done is true at the blank line that ends
+// the head.
+func (h *answerHead) line(line []byte) (done bool, err error) {
+	if !h.started {
+		h.started, h.keep, h.length = true, true, -1
+		if len(line) < 12 || !bytes.HasPrefix(line, []byte("HTTP/1.")) {
+			return false, fmt.Errorf("malformed status line %q", line)
+		}
+		if h.status, err = strconv.Atoi(string(line[9:12])); err != nil {
+			return false, fmt.Errorf("malformed status line %q", line)
+		}
+		return false, nil
 	}
-	return status, length, keep, nil
+	hd := bytes.TrimRight(line, "\r\n")
+	if len(hd) == 0 {
+		if h.length < 0 {
+			return true, errors.New("an answer without Content-Length")
+		}
+		return true, nil
+	}
+	name, value, _ := bytes.Cut(hd, []byte(":"))
+	value = bytes.TrimSpace(value)
+	switch {
+	case bytes.EqualFold(name, []byte("Content-Length")):
+		if h.length, err = strconv.Atoi(string(value)); err != nil || h.length < 0 {
+			return false, fmt.Errorf("malformed Content-Length %q", value)
+		}
+	case bytes.EqualFold(name, []byte("Connection")) && bytes.EqualFold(value, []byte("close")):
+		h.keep = false
+	case bytes.EqualFold(name, []byte("Transfer-Encoding")):
+		return false, fmt.Errorf("unexpected Transfer-Encoding %q", value)
+	}
+	return false, nil
+}
+
+// setAnswer puts an answer's status on sh, with what its body says that a
+// Shot keeps: the orderId of a 201, the error code of a refusal.
+func (sh *Shot) setAnswer(status int, body []byte) {
+	sh.Status = uint16(status)
+	if status == 201 {
+		sh.OrderID = jsonString(body, "orderId")
+	} else if status >= 300 {
+		sh.Code = jsonString(body, "error")
+	}
+}
+
+// leanRun is what both lean senders take from their arguments: the
+// server's host:port, each request's text up to its Content-Length's value,
+// how many of the plan's requests leave, and when each is due from the start.
+type leanRun struct {
+	host string
+	head []byte
+	n    int
+	at   func(int) time.Duration
+}
+
+func newLeanRun(target string, plan Plan, rate float64, o AttackOptions) (leanRun, error) {
+	u, err := url.Parse(target)
+	if err != nil {
+		return leanRun{}, fmt.Errorf("send to %s: %w", target, err)
+	}
+	r := leanRun{host: u.Host, n: len(plan.Requests),
+		head: []byte("POST " + u.RequestURI() + " HTTP/1.1\r\nHost: " + u.Host +
+			"\r\nContent-Type: application/json\r\nContent-Length: "),
+		at: func(i int) time.Duration { return time.Duration(float64(i) / max(rate, 1) * float64(time.Second)) }}
+	if o.Schedule != nil {
+		r.n = min(r.n, len(o.Schedule))
+		r.at = func(i int) time.Duration { return o.Schedule[i] }
+	}
+	return r, nil
 }
 
 // resultOf is a shot in vegeta's result form, for AttackOptions.Results.

@@ -392,3 +392,39 @@ func TestSendLeanHoldsMaxWorkers(t *testing.T) {
 		require.GreaterOrEqual(t, time.Since(start), 100/5*20*time.Millisecond)
 	})
 }
+
+// Both senders read an answer's head through answerHead: readHead from a
+// connection's buffer, parseHead from bytes already read. They agree on
+// every head, well formed or not.
+func TestAnswerHead(t *testing.T) {
+	for _, c := range []struct {
+		head           string
+		status, length int
+		keep           bool
+		err            string
+	}{
+		{head: "HTTP/1.1 409 Conflict\r\nContent-Type: application/json\r\nContent-Length: 24\r\n\r\n", status: 409, length: 24, keep: true},
+		{head: "HTTP/1.1 201 Created\nconnection: Close\ncontent-length: 7\n\n", status: 201, length: 7},
+		{head: "HTTP/1.1 503 Service Unavailable\r\nRetry-After: 1\r\n\r\n", err: "without Content-Length"},
+		{head: "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n", err: "unexpected Transfer-Encoding"},
+		{head: "HTTP/1.1 200 OK\r\nContent-Length: -1\r\n\r\n", err: "malformed Content-Length"},
+		{head: "SMTP ready\r\n\r\n", err: "malformed status line"},
+	} {
+		for name, read := range map[string]func(string) (int, int, bool, error){
+			"readHead": func(h string) (int, int, bool, error) {
+				return readHead(bufio.NewReader(strings.NewReader(h + "body")))
+			},
+			"parseHead": func(h string) (int, int, bool, error) { return parseHead([]byte(h)) },
+		} {
+			status, length, keep, err := read(c.head)
+			if c.err != "" {
+				require.ErrorContains(t, err, c.err, "%s(%q)", name, c.head)
+				continue
+			}
+			require.NoError(t, err, "%s(%q)", name, c.head)
+			require.Equal(t, []any{c.status, c.length, c.keep}, []any{status, length, keep}, "%s(%q)", name, c.head)
+		}
+	}
+	_, _, _, err := parseHead([]byte("HTTP/1.1 200 OK\r\nContent-Length: 2\r\n"))
+	require.ErrorContains(t, err, "without the blank line")
+}

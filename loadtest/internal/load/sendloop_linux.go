@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"net/url"
 	"strconv"
 	"sync"
 	"time"
@@ -35,17 +34,15 @@ const loopSupported = true
 // One loop takes at most one CPU; o.Loops of them (wrk's threads) share the
 // requests and the connections between them.
 func sendLoop(ctx context.Context, target string, bodies [][]byte, plan Plan, rate float64, o AttackOptions) (Volley, error) {
-	u, err := url.Parse(target)
+	r, err := newLeanRun(target, plan, rate, o)
+	if err != nil {
+		return Volley{}, err
+	}
+	addr, err := net.ResolveTCPAddr("tcp", r.host)
 	if err != nil {
 		return Volley{}, fmt.Errorf("send to %s: %w", target, err)
 	}
-	addr, err := net.ResolveTCPAddr("tcp", u.Host)
-	if err != nil {
-		return Volley{}, fmt.Errorf("send to %s: %w", target, err)
-	}
-	proto := eventLoop{host: u.Host, bodies: bodies, plan: plan, timeout: o.Timeout,
-		head: []byte("POST " + u.RequestURI() + " HTTP/1.1\r\nHost: " + u.Host +
-			"\r\nContent-Type: application/json\r\nContent-Length: ")}
+	proto := eventLoop{host: r.host, head: r.head, bodies: bodies, plan: plan, timeout: o.Timeout}
 	if _, _, err = sockaddrOf(addr.IP, addr.Port); err != nil {
 		return Volley{}, fmt.Errorf("send to %s: %w", target, err)
 	}
@@ -58,12 +55,7 @@ func sendLoop(ctx context.Context, target string, bodies [][]byte, plan Plan, ra
 			return Volley{}, fmt.Errorf("send from %s: %w", o.LocalIP, err)
 		}
 	}
-	n := len(plan.Requests)
-	at := func(i int) time.Duration { return time.Duration(float64(i) / max(rate, 1) * float64(time.Second)) }
-	if o.Schedule != nil {
-		n = min(n, len(o.Schedule))
-		at = func(i int) time.Duration { return o.Schedule[i] }
-	}
+	n, at := r.n, r.at
 
 	// Each loop sends every loops-th request, from its own connections: its
 	// share of the up-front ones and of MaxWorkers.
@@ -398,7 +390,7 @@ func (l *eventLoop) read(c *loopConn) {
 		}
 		return
 	}
-	status, length, keep, err := parseHead(c.in[:end+2])
+	status, length, keep, err := parseHead(c.in[:end+4])
 	if err != nil {
 		l.fail(c, err)
 		return
@@ -412,12 +404,8 @@ func (l *eventLoop) read(c *loopConn) {
 	}
 	now := time.Now()
 	body := c.in[end+4 : whole]
-	sh := Shot{Seq: uint64(c.job.i), Req: int32(c.job.i), Status: uint16(status), At: c.job.at, Latency: now.Sub(c.job.at)}
-	if status == 201 {
-		sh.OrderID = jsonString(body, "orderId")
-	} else if status >= 300 {
-		sh.Code = jsonString(body, "error")
-	}
+	sh := Shot{Seq: uint64(c.job.i), Req: int32(c.job.i), At: c.job.at, Latency: now.Sub(c.job.at)}
+	sh.setAnswer(status, body)
 	l.shots = append(l.shots, sh)
 	l.inflight--
 	c.busy, c.reused = false, true
