@@ -158,15 +158,15 @@ func runJunk(ctx context.Context, cfg Config) (*Result, error) {
 		// reference, junk; ...), so that neither always meets the stack just
 		// after the sale alone, nor always just after the other's drain.
 		var junkShots, refShots []load.Shot
+		c0, err := r.counters(ctx)
+		if err != nil {
+			return nil, err
+		}
 		for k := range 2 {
 			junk := (i+k)%2 == 0
 			code, ref := codes[2+3*i], ""
 			if !junk {
 				code, ref = codes[3+3*i], codes[0]
-			}
-			c0, err := r.counters(ctx)
-			if err != nil {
-				return nil, err
 			}
 			shots, fc := saleBesideFlood(ctx, r, code, z, ref)
 			// What the flood left queued drains before the next one.
@@ -185,6 +185,7 @@ func runJunk(ctx context.Context, cfg Config) (*Result, error) {
 				run.reference.add(fc)
 				run.refWin.add(between(c0, last))
 			}
+			c0 = last // the next flood's window starts where this one's ended
 		}
 		run.ratios = append(run.ratios, saleFigures(junkShots).p99/max(saleFigures(refShots).p99, 0.001))
 	}
