@@ -193,18 +193,27 @@ func TestAdaptiveBoundShrinksWhenAnswersMissTheSLO(t *testing.T) {
 		return n
 	}
 
+	// Full with answers well within the target, it grows. Whether a growth
+	// stays is the probe's to judge (TestInflightLimitMoves): on a machine
+	// busy with other work the answers a second may not rise with it, and the
+	// growth is undone, so the counter says it grew, not the bound at one
+	// moment (a make test run once saw 256 after 1 s).
+	grew := regexp.MustCompile(`flashgate_http_inflight_limit_moves_total\{way="grow"\} [1-9]`)
 	stop := make(chan struct{})
-	time.AfterFunc(time.Second, func() { close(stop) })
-	load(stop)
-	grown := bound()
-	t.Logf("bound after 1 s of 40ms requests: %d", grown)
-	require.Greater(t, grown, InflightStart, "full with answers well within the target: grown")
-
-	hold.Store(int64(2 * slo))
-	stop = make(chan struct{})
 	done := make(chan struct{})
 	go func() { defer close(done); load(stop) }()
 	start := time.Now()
+	require.Eventually(t, func() bool { return grew.MatchString(getBody(t, srv.URL+"/metrics")) }, 20*time.Second,
+		20*time.Millisecond, "full with answers well within the target: grown")
+	t.Logf("grown after %v of 40ms requests; bound now %d", time.Since(start).Round(time.Millisecond), bound())
+	close(stop)
+	<-done
+
+	hold.Store(int64(2 * slo))
+	stop = make(chan struct{})
+	done = make(chan struct{})
+	go func() { defer close(done); load(stop) }()
+	start = time.Now()
 	require.Eventually(t, func() bool { return bound() == InflightStart }, 20*time.Second, 50*time.Millisecond,
 		"full with answers over the target: back to its start")
 	t.Logf("back at %d after %v of 400ms requests", InflightStart, time.Since(start).Round(time.Millisecond))
