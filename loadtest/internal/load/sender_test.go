@@ -73,10 +73,7 @@ func testSendLean(t *testing.T, as func(AttackOptions) AttackOptions) {
 	defer srv.Close()
 
 	plan := NewPlan("LEAN", Crowd{Requests: 300, Customers: 100, Retry: 0.1, Seed: 3})
-	bodies := make([][]byte, len(plan.Orders))
-	for i, o := range plan.Orders {
-		bodies[i] = reserveBody(o, 5000)
-	}
+	bodies := leanBodies(plan)
 	start := time.Now()
 	v, err := sendLean(context.Background(), srv.URL+"/vouchers/LEAN/reservations", bodies, plan, 1000,
 		as(AttackOptions{MaxWorkers: 64, Timeout: 5 * time.Second}))
@@ -127,10 +124,7 @@ func testSendLeanLocalIP(t *testing.T, as func(AttackOptions) AttackOptions) {
 	}))
 	defer srv.Close()
 	plan := NewPlan("LOCAL", Crowd{Requests: 40, Customers: 40, Seed: 1})
-	bodies := make([][]byte, len(plan.Orders))
-	for i, o := range plan.Orders {
-		bodies[i] = reserveBody(o, 5000)
-	}
+	bodies := leanBodies(plan)
 	v, err := sendLean(context.Background(), srv.URL+"/vouchers/LOCAL/reservations", bodies, plan, 2000,
 		as(AttackOptions{MaxWorkers: 8, Timeout: 5 * time.Second, LocalIP: "127.0.0.2"}))
 	if err != nil {
@@ -168,17 +162,8 @@ func testSendLeanOpensUpFrontConnections(t *testing.T, as func(AttackOptions) At
 	srv.Start()
 	defer srv.Close()
 	plan := NewPlan("UPFRONT", Crowd{Requests: 200, Customers: 200, Seed: 1})
-	bodies := make([][]byte, len(plan.Orders))
-	for i, o := range plan.Orders {
-		bodies[i] = reserveBody(o, 5000)
-	}
-	o := as(AttackOptions{Workers: 20, MaxWorkers: 64, Timeout: 5 * time.Second})
-	v, err := sendLean(context.Background(), srv.URL+"/vouchers/UPFRONT/reservations", bodies, plan, 2000, o)
-	require.NoError(t, err)
-	require.Len(t, v.Shots, 200)
-	for _, sh := range v.Shots {
-		require.Empty(t, sh.Err)
-	}
+	sendAnswered(t, srv.URL+"/vouchers/UPFRONT/reservations", plan, 2000,
+		as(AttackOptions{Workers: 20, MaxWorkers: 64, Timeout: 5 * time.Second}))
 	// Every connection was dialled before sendLean returned; the server's
 	// accept loop may count the last of them a moment later.
 	require.Eventually(t, func() bool { return accepted.Load() >= 20 }, 5*time.Second, 10*time.Millisecond,
@@ -263,6 +248,19 @@ func leanBodies(plan Plan) [][]byte {
 	return bodies
 }
 
+// sendAnswered sends plan's requests to target through sendLean and requires
+// a Shot for each, every one answered (no transport error).
+func sendAnswered(t *testing.T, target string, plan Plan, rate float64, o AttackOptions) Volley {
+	t.Helper()
+	v, err := sendLean(context.Background(), target, leanBodies(plan), plan, rate, o)
+	require.NoError(t, err)
+	require.Len(t, v.Shots, len(plan.Requests))
+	for _, sh := range v.Shots {
+		require.Empty(t, sh.Err)
+	}
+	return v
+}
+
 const conflict = "HTTP/1.1 409 Conflict\r\nContent-Type: application/json\r\nContent-Length: 24\r\n\r\n{\"error\":\"OUT_OF_STOCK\"}"
 
 // A server that closes each kept-alive connection when its second request
@@ -280,11 +278,8 @@ func TestSendLeanResendsOnAStaleConnection(t *testing.T) {
 		})
 		plan := NewPlan("STALE", Crowd{Requests: 60, Customers: 60, Seed: 1})
 		o := as(AttackOptions{Workers: 1, MaxWorkers: 1, Timeout: 5 * time.Second})
-		v, err := sendLean(context.Background(), "http://"+addr+"/vouchers/STALE/reservations", leanBodies(plan), plan, 600, o)
-		require.NoError(t, err)
-		require.Len(t, v.Shots, 60)
+		v := sendAnswered(t, "http://"+addr+"/vouchers/STALE/reservations", plan, 600, o)
 		for _, sh := range v.Shots {
-			require.Empty(t, sh.Err)
 			require.Equal(t, uint16(409), sh.Status)
 			require.Equal(t, "OUT_OF_STOCK", sh.Code)
 		}
@@ -306,12 +301,9 @@ func TestSendLeanResendsOnAnUpFrontConnectionClosed(t *testing.T) {
 			return conflict, conn == 0, false
 		})
 		plan := NewPlan("IDLE", Crowd{Requests: 5, Customers: 5, Seed: 1})
-		v, err := sendLean(context.Background(), "http://"+addr+"/vouchers/IDLE/reservations", leanBodies(plan), plan, 100,
+		v := sendAnswered(t, "http://"+addr+"/vouchers/IDLE/reservations", plan, 100,
 			as(AttackOptions{Workers: 1, MaxWorkers: 1, Timeout: 5 * time.Second}))
-		require.NoError(t, err)
-		require.Len(t, v.Shots, 5)
 		for _, sh := range v.Shots {
-			require.Empty(t, sh.Err)
 			require.Equal(t, uint16(409), sh.Status)
 		}
 		require.EqualValues(t, 1, v.Replays)
@@ -380,13 +372,8 @@ func TestSendLeanHoldsMaxWorkers(t *testing.T) {
 		})
 		plan := NewPlan("MOST", Crowd{Requests: 100, Customers: 100, Seed: 1})
 		start := time.Now()
-		v, err := sendLean(context.Background(), "http://"+addr+"/vouchers/MOST/reservations", leanBodies(plan), plan, 100_000,
+		sendAnswered(t, "http://"+addr+"/vouchers/MOST/reservations", plan, 100_000,
 			as(AttackOptions{Workers: 2, MaxWorkers: 5, Timeout: 5 * time.Second}))
-		require.NoError(t, err)
-		require.Len(t, v.Shots, 100)
-		for _, sh := range v.Shots {
-			require.Empty(t, sh.Err)
-		}
 		require.LessOrEqual(t, most.Load(), int64(5))
 		require.LessOrEqual(t, accepted.Load(), int64(5))
 		require.GreaterOrEqual(t, time.Since(start), 100/5*20*time.Millisecond)
