@@ -62,7 +62,10 @@ func measureFlashMax(ctx context.Context, r *rig, cfg Config) (float64, []string
 	var steps []string
 	best, err := ladder.Climb(func(rate float64) (bool, error) {
 		for again := 0; ; again++ {
-			ok, err := tryFlashRate(ctx, r, cfg, rate, step, again > 0, &steps)
+			ok, line, err := tryFlashRate(ctx, r, cfg, rate, step, again > 0)
+			if line != "" {
+				steps = append(steps, line)
+			}
 			if ok || err != nil || again >= maxRechecks {
 				return ok, err
 			}
@@ -211,19 +214,20 @@ func (res *Result) overloadChecks(bound time.Duration) []verify.Check {
 const maxRechecks = 1
 
 // tryFlashRate is one step of measureFlashMax: rate for step on a fresh flash
-// voucher with a use for every request, its line appended to steps.
-func tryFlashRate(ctx context.Context, r *rig, cfg Config, rate float64, step time.Duration, recheck bool, steps *[]string) (bool, error) {
+// voucher with a use for every request, and its line of the report ("" when
+// it did not run to the end).
+func tryFlashRate(ctx context.Context, r *rig, cfg Config, rate float64, step time.Duration, recheck bool) (bool, string, error) {
 	n := load.RequestCount(rate, step)
 	spec := verify.VoucherSpec{Code: verify.NewCode("overload-max"), Stock: n, PerUser: 1, Flash: true}
 	if err := r.bench.CreateVoucher(ctx, spec); err != nil {
-		return false, err
+		return false, "", err
 	}
 	plan := load.NewPlan(spec.Code, load.Crowd{Requests: n, Customers: n, Seed: cfg.Seed})
 	o := cfg.Attack
 	o.Lean = true
 	v := load.Fire(ctx, load.ReserveURL(r.entry, spec.Code), plan, load.OrderAmount, rate, o)
 	if err := ctx.Err(); err != nil {
-		return false, err
+		return false, "", err
 	}
 	sum := burst.Summarize(burst.Config{Label: "max", Rate: rate, Duration: step}, spec, plan, v)
 	ok, why := verify.DefaultSustain.Judge(sum)
@@ -231,8 +235,8 @@ func tryFlashRate(ctx context.Context, r *rig, cfg Config, rate float64, step ti
 	if recheck {
 		again = " (again)"
 	}
-	*steps = append(*steps, fmt.Sprintf("%.0f/s%s: %s (achieved %.0f/s, p99 %.1f ms, errors %.2f%%)%s",
-		rate, again, verify.Verdict(ok), sum.AchievedRate, sum.All.P99, 100*sum.ErrorRate, suffix(why)))
+	line := fmt.Sprintf("%.0f/s%s: %s (achieved %.0f/s, p99 %.1f ms, errors %.2f%%)%s",
+		rate, again, verify.Verdict(ok), sum.AchievedRate, sum.All.P99, 100*sum.ErrorRate, suffix(why))
 	load.Sleep(ctx, 500*time.Millisecond) // let the writes of the step drain
-	return ok, nil
+	return ok, line, nil
 }
