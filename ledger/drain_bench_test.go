@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/flashgate/flashgate/ledger/internal/admissions"
+	"github.com/flashgate/flashgate/ledger/internal/store"
 	"github.com/flashgate/flashgate/shared/devstack"
 	"github.com/flashgate/flashgate/shared/voucher"
 )
@@ -44,7 +45,9 @@ func BenchmarkLogPathDrain(b *testing.B) {
 		for n := range each {
 			for _, code := range codes {
 				cl := voucher.Claim{CustomerID: int64(n + 1), OrderID: fmt.Sprintf("%s-%d", code, n), OrderAmount: 5_000}
-				require.NoError(b, p.Append(context.Background(), code, []voucher.Claim{cl})[0])
+				now := time.Now()
+				rec := store.Logged{Claim: cl, DiscountAmount: 500, AdmittedAt: now, ExpiresAt: now.Add(15 * time.Minute)}
+				require.NoError(b, p.Append(context.Background(), code, []store.Logged{rec})[0])
 			}
 		}
 		stop := l.consume(b)

@@ -252,7 +252,7 @@ func (g *Gate) release(ctx context.Context, code, mode string, orderIDs []string
 	for _, id := range orderIDs {
 		args = append(args, id)
 	}
-	v, err := g.run(ctx, releaseScript, Keys(code), args...)
+	v, err := g.run(ctx, releaseScript, loggedKeys(code), args...)
 	if err != nil {
 		return 0, fmt.Errorf("release %s: %w", code, err)
 	}

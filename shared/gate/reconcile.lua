@@ -16,6 +16,10 @@
 --                                   a customer the database disagrees with rewritten
 -- KEYS[4] voucher:{CODE}:meta       unused
 -- KEYS[5] voucher:{CODE}:done       orders the database holds are removed
+-- KEYS[6] voucher:{CODE}:logged     promises (promise.lua): an order promised
+--                                   a 201 whose row is not written yet is never
+--                                   freed, however old (its record is in the
+--                                   admissions log, or may be in flight to it)
 -- ARGV[1]    cutoff, unix millis in Redis's clock: a Redis-only order admitted
 --            at or after it is kept, its database write may have been in
 --            flight when the database was read (the caller's Redis clock then,
@@ -66,7 +70,8 @@ for i = 2, #ARGV, 2 do
     -- A hanging admission: in Redis, not in the database, admitted before the
     -- cutoff. An unreadable admission time counts as old: nothing we wrote
     -- looks like that.
-    if value and (tonumber(string.match(value, ':(%d+)$')) or 0) < cutoff then
+    local promised = KEYS[6] and redis.call('HEXISTS', KEYS[6], order) == 1
+    if value and not promised and (tonumber(string.match(value, ':(%d+)$')) or 0) < cutoff then
       redis.call('HDEL', KEYS[3], order)
       count(customerOf(value), -1)
       out[#out + 1] = order

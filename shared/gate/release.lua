@@ -9,6 +9,10 @@
 -- KEYS[4] voucher:{CODE}:meta       totalLimit read: remaining never goes above it minus
 --                                   the orders still held
 -- KEYS[5] voucher:{CODE}:done       hash orderId -> customerId of finished orders
+-- KEYS[6] voucher:{CODE}:logged     optional: promises (promise.lua); "giveback"
+--                                   and "drop" skip a promised order (its 201
+--                                   stands and its record is, or may be, in the
+--                                   admissions log): forget the promise first
 -- ARGV[1] the mode:
 --         "release"  give the uses back and record the orders in done (their
 --                    database row gave its use back: cancel, expiry, refund)
@@ -42,6 +46,9 @@ end
 local released = 0
 for i = 2, #ARGV do
   local held = redis.call('HGET', KEYS[3], ARGV[i])
+  if held and mode ~= 'release' and KEYS[6] and redis.call('HEXISTS', KEYS[6], ARGV[i]) == 1 then
+    held = nil
+  end
   if held then
     local customer = customerOf(held)
     redis.call('HDEL', KEYS[3], ARGV[i])

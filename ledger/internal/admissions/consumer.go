@@ -213,7 +213,7 @@ func (c *Consumer) writePartition(ctx context.Context, p kgo.FetchTopicPartition
 func (c *Consumer) writeRecords(ctx context.Context, recs []*kgo.Record) error {
 	var batch []sale.Batch
 	var recsOf [][]*kgo.Record // batch[i]'s records, claim by claim
-	at := map[string]int{}     // voucher code -> its index in batch
+	at := map[string]int{}     // voucher code (and whether promised) -> its index in batch
 	var failed []store.FailedAdmission
 	var dead []*kgo.Record
 	for _, r := range recs {
@@ -228,13 +228,23 @@ func (c *Consumer) writeRecords(ctx context.Context, recs []*kgo.Record) error {
 			dead = append(dead, deadLetter(r, ReasonUnreadable, err))
 			continue
 		}
-		i, ok := at[a.Code]
-		if !ok {
+		// A voucher's promised records and its older ones (decided at
+		// consume time) are two batches.
+		promised, ok := a.Promised()
+		key := a.Code
+		if ok {
+			key += "\x00promised"
+		}
+		i, seen := at[key]
+		if !seen {
 			i = len(batch)
-			at[a.Code] = i
+			at[key] = i
 			batch, recsOf = append(batch, sale.Batch{Code: a.Code}), append(recsOf, nil)
 		}
 		batch[i].Claims, recsOf[i] = append(batch[i].Claims, a.Claim()), append(recsOf[i], r)
+		if ok {
+			batch[i].Promised = append(batch[i].Promised, promised)
+		}
 	}
 	if len(batch) > 0 {
 		refused, err := c.w.WriteLogged(ctx, batch)
@@ -242,7 +252,7 @@ func (c *Consumer) writeRecords(ctx context.Context, recs []*kgo.Record) error {
 			return err
 		}
 		for _, rf := range refused {
-			i := at[rf.Code]
+			i := rf.Batch
 			r := recordOf(recsOf[i], batch[i].Claims, rf.Claim.OrderID)
 			failed = append(failed, store.FailedAdmission{Code: rf.Code, OrderID: rf.Claim.OrderID, CustomerID: rf.Claim.CustomerID,
 				OrderAmount: rf.Claim.OrderAmount, Reason: rf.Reason, Message: messageOf(rf.Err),

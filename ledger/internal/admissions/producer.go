@@ -7,7 +7,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/flashgate/flashgate/shared/voucher"
+	"github.com/flashgate/flashgate/ledger/internal/store"
 )
 
 // Producer appends admissions to the admissions topic. Its client is
@@ -49,16 +49,15 @@ func NewProducer(brokers []string, topic string, clock func() time.Time) (*Produ
 // Close disconnects; every Append waited for its acknowledgements.
 func (p *Producer) Close() { p.client.Close() }
 
-// Append produces one admission per claim of voucher code and returns, once
-// the broker acknowledged or refused each, nil or the error of each claim.
-func (p *Producer) Append(ctx context.Context, code string, claims []voucher.Claim) []error {
-	errs := make([]error, len(claims))
-	recs := make([]*kgo.Record, 0, len(claims))
-	at := make(map[*kgo.Record]int, len(claims)) // the results come in the order the broker answered
-	now := p.clock().UTC()
-	for i, cl := range claims {
-		rec, err := Admission{Code: code, CustomerID: cl.CustomerID, OrderID: cl.OrderID,
-			OrderAmount: cl.OrderAmount, AdmittedAt: now}.record(p.topic)
+// Append produces one admission per promised claim of voucher code (what
+// its 201 says) and returns, once the broker acknowledged or refused each,
+// nil or the error of each.
+func (p *Producer) Append(ctx context.Context, code string, promised []store.Logged) []error {
+	errs := make([]error, len(promised))
+	recs := make([]*kgo.Record, 0, len(promised))
+	at := make(map[*kgo.Record]int, len(promised)) // the results come in the order the broker answered
+	for i, l := range promised {
+		rec, err := admissionOf(code, l).record(p.topic)
 		if err != nil {
 			errs[i] = err
 			continue
@@ -68,7 +67,7 @@ func (p *Producer) Append(ctx context.Context, code string, claims []voucher.Cla
 	for _, r := range p.client.ProduceSync(ctx, recs...) {
 		if r.Err != nil {
 			i := at[r.Record]
-			errs[i] = fmt.Errorf("produce admission %s/%s to %s: %w", code, claims[i].OrderID, p.topic, r.Err)
+			errs[i] = fmt.Errorf("produce admission %s/%s to %s: %w", code, promised[i].Claim.OrderID, p.topic, r.Err)
 		}
 	}
 	return errs

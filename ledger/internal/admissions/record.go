@@ -14,6 +14,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/flashgate/flashgate/ledger/internal/store"
 	"github.com/flashgate/flashgate/shared/voucher"
 )
 
@@ -28,13 +29,36 @@ const (
 func DeadLetterTopic(topic string) string { return topic + ".dlt" }
 
 // Admission is one record of the admissions topic: a use the gate took for
-// an order, not yet written.
+// an order, not yet written, with everything its 201 promised. The record is
+// the decision: the consumer writes DiscountAmount and ExpiresAt as they are,
+// whatever the voucher's terms are by then. A record without them (produced
+// before they existed) is written with the terms at consume time, as it
+// always was.
 type Admission struct {
-	Code        string    `json:"code"`
-	CustomerID  int64     `json:"customerId"`
-	OrderID     string    `json:"orderId"`
-	OrderAmount int64     `json:"orderAmount"`
-	AdmittedAt  time.Time `json:"admittedAt"`
+	Code           string     `json:"code"`
+	CustomerID     int64      `json:"customerId"`
+	OrderID        string     `json:"orderId"`
+	OrderAmount    int64      `json:"orderAmount"`
+	AdmittedAt     time.Time  `json:"admittedAt"`
+	DiscountAmount *int64     `json:"discountAmount,omitempty"`
+	ExpiresAt      *time.Time `json:"expiresAt,omitempty"`
+}
+
+// admissionOf is the record of a promised admission l of voucher code.
+func admissionOf(code string, l store.Logged) Admission {
+	d, e := l.DiscountAmount, l.ExpiresAt.UTC()
+	return Admission{Code: code, CustomerID: l.Claim.CustomerID, OrderID: l.Claim.OrderID,
+		OrderAmount: l.Claim.OrderAmount, AdmittedAt: l.AdmittedAt.UTC(), DiscountAmount: &d, ExpiresAt: &e}
+}
+
+// Promised is a as the consumer writes it when it carries its promise
+// (ok false: an older record, decided at consume time).
+func (a Admission) Promised() (store.Logged, bool) {
+	if a.DiscountAmount == nil || a.ExpiresAt == nil {
+		return store.Logged{}, false
+	}
+	return store.Logged{Claim: a.Claim(), DiscountAmount: *a.DiscountAmount, AdmittedAt: a.AdmittedAt,
+		ExpiresAt: *a.ExpiresAt}, true
 }
 
 // Claim is the admission as the group commit writes it.

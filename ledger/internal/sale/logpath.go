@@ -6,16 +6,15 @@ import (
 	"time"
 
 	"github.com/flashgate/flashgate/ledger/internal/store"
-	"github.com/flashgate/flashgate/shared/gate"
 	"github.com/flashgate/flashgate/shared/voucher"
 )
 
 // AdmissionLog makes admissions durable in the admissions log (the article's
 // Approach B, for vouchers whose writePath is log): Append returns once the
-// broker acknowledged or refused each claim, with nil or the error of each.
-// An error means the record is not in the log.
+// broker acknowledged or refused each promised claim, with nil or the error
+// of each. An error means the record is not in the log.
 type AdmissionLog interface {
-	Append(ctx context.Context, code string, claims []voucher.Claim) []error
+	Append(ctx context.Context, code string, promised []store.Logged) []error
 }
 
 // UseLog sends the admitted writes of log vouchers to a (before the ledger
@@ -26,39 +25,37 @@ func (l *Ledger) UseLog(a AdmissionLog) { l.admissions = a }
 // KAFKA_ADMISSIONS_BROKERS.
 var ErrNoLog = fmt.Errorf("writePath log needs Kafka (KAFKA_ADMISSIONS_BROKERS): %w", voucher.ErrUnavailable)
 
-// appendAdmitted is WriteAdmittedMany for voucher v whose writePath is log:
-// retries of orders that have a row are answered from it, as the group commit
-// answers them; the others are produced to the admissions log and answered
-// once the broker acknowledged them (the consumer writes their rows). A claim
-// the log did not take gets its use back in Redis and a 503: never a 201
-// without a durable record.
+// appendAdmitted is WriteAdmittedMany for voucher v whose writePath is log.
+// Every claim is answered from the truth: an order that has a row from its
+// row; one whose record is in the log from its promise in Redis (the 201 it
+// got, replayed, or ORDER_CONFLICT for another customer or amount, as the
+// row would answer); a new one is promised, produced to the admissions log
+// and answered 201 once the broker acknowledged it. When the truth cannot be
+// read, 503: never a 201 without a durable record, never a second record of
+// one order.
 func (l *Ledger) appendAdmitted(ctx context.Context, v voucher.Voucher, claims []voucher.Claim) []store.Written {
 	code := v.Code
 	out := make([]store.Written, len(claims))
-	fresh := make([]int, 0, len(claims))
-	// One indexed read, no lock: the voucher's row stays off the path. A
-	// failed read sends every claim to the log, where the consumer answers
-	// the retries among them from their rows.
-	existing, found, err := l.store.ExistingMany(ctx, code, claims)
-	var holding []gate.Order
-	for i, cl := range claims {
-		if err != nil || !found[i] {
-			fresh = append(fresh, i)
-			continue
+	if l.gate == nil {
+		for i := range out {
+			out[i].Err = ErrNoGate
 		}
-		out[i] = existing[i]
-		if r := existing[i].Reservation; r.Status.Active() && r.VoucherCode == code && r.CustomerID == cl.CustomerID {
-			holding = append(holding, gate.Order{OrderID: r.OrderID, CustomerID: r.CustomerID})
-		}
-	}
-	l.reassert(ctx, code, holding)
-	if len(fresh) == 0 {
 		return out
 	}
-	batch := make([]voucher.Claim, len(fresh))
-	ids := make([]string, len(fresh))
-	for j, i := range fresh {
-		batch[j], ids[j] = claims[i], claims[i].OrderID
+	// One indexed read, no lock: the voucher's row stays off the path.
+	fresh, err := l.answerFromRows(ctx, code, claims, out, nil)
+	if err != nil {
+		l.unreadable(ctx, code, claims, out, fresh, err)
+		return out
+	}
+	promised := l.promise(ctx, v, claims, out, fresh)
+	if len(promised) == 0 {
+		return out
+	}
+	batch := make([]store.Logged, len(promised))
+	ids := make([]string, len(promised))
+	for j, i := range promised {
+		batch[j], ids[j] = l.promiseOf(v, claims[i], out[i].Reservation.CreatedAt), claims[i].OrderID
 	}
 	var errs []error
 	writing := l.settler.Writing(code, ids)
@@ -71,119 +68,23 @@ func (l *Ledger) appendAdmitted(ctx context.Context, v voucher.Voucher, claims [
 		}
 	}
 	writing()
-	now := l.store.Clock()
-	var givenBack []string
-	for j, i := range fresh {
-		cl := claims[i]
+	var logged, failed []string
+	for j, i := range promised {
 		if errs[j] != nil {
-			out[i].Err = fmt.Errorf("append %s/%s: %w: %w", code, cl.OrderID, errs[j], voucher.ErrUnavailable)
-			givenBack = append(givenBack, cl.OrderID)
+			out[i] = store.Written{Err: fmt.Errorf("append %s/%s: %w: %w", code, claims[i].OrderID, errs[j], voucher.ErrUnavailable)}
+			failed = append(failed, claims[i].OrderID)
 			continue
 		}
-		// The row the consumer will write, as the 201 needs it.
-		out[i].Reservation = voucher.Reservation{OrderID: cl.OrderID, CustomerID: cl.CustomerID, VoucherCode: code,
-			Status: voucher.Reserved, DiscountAmount: v.DiscountFor(cl.OrderAmount), CreatedAt: now}
+		logged = append(logged, claims[i].OrderID)
 	}
-	if len(givenBack) > 0 && l.gate != nil {
-		if _, err := l.gate.GiveBack(context.WithoutCancel(ctx), code, givenBack...); err != nil {
-			l.log.Error("give back after a failed append to the admissions log", "code", code, "orders", len(givenBack), "err", err)
-		}
-	}
-	return out
-}
-
-// Refusal is an admission from the log that the database refused for good
-// (a guard fired: stock, the customer's limit, the order taken by another
-// voucher or customer, the voucher's window): it goes to the dead-letter
-// topic, and its Redis use was given back.
-type Refusal struct {
-	Code   string // the voucher
-	Claim  voucher.Claim
-	Reason string // the refusal's error code, such as OUT_OF_STOCK
-	Err    error
-}
-
-// WriteLogged writes admissions read from the log, of one or several
-// vouchers (one Batch each), in one transaction (Writer.WriteBatches: the
-// vouchers' rows locked in code order; voucher by voucher, splitting, when a
-// guard fires, as the synchronous path does), idempotent by orderId: an
-// admission whose order already has its own row (a redelivery) changes
-// nothing. It returns the refused ones, whose uses it gave back in Redis; an
-// error is a fault (the database could not tell): nothing was decided and
-// the whole batch must be written again.
-func (l *Ledger) WriteLogged(ctx context.Context, batch []Batch) ([]Refusal, error) {
-	writing := make([]func(), len(batch))
-	for i, b := range batch {
-		ids := make([]string, len(b.Claims))
-		for j, cl := range b.Claims {
-			ids[j] = cl.OrderID
-		}
-		writing[i] = l.settler.Writing(b.Code, ids)
-	}
-	outs, err := l.writer.WriteBatches(ctx, batch)
-	for _, done := range writing {
-		done()
-	}
-	if err != nil {
-		return nil, fmt.Errorf("write the logged admissions of %d vouchers: %w", len(batch), err)
-	}
-	for i, b := range batch {
-		for j := range outs[i] {
-			if voucher.IsFault(outs[i][j].Err) {
-				return nil, fmt.Errorf("write logged admission %s/%s: %w", b.Code, b.Claims[j].OrderID, outs[i][j].Err)
-			}
-		}
-	}
-	var refused []Refusal
-	for i, b := range batch {
-		r, err := l.settleLogged(ctx, b.Code, b.Claims, outs[i])
-		if err != nil {
-			return nil, err
-		}
-		refused = append(refused, r...)
-	}
-	return refused, nil
-}
-
-// settleLogged tells Redis what the database decided of voucher code's
-// logged claims (out): a row that holds a use is held, a refused claim's use
-// is given back (dropped for out of stock); it returns the refusals.
-func (l *Ledger) settleLogged(ctx context.Context, code string, claims []voucher.Claim, out []store.Written) ([]Refusal, error) {
-	var refused []Refusal
-	var givenBack, dropped []string
-	var holding []gate.Order
-	for i, w := range out {
-		cl := claims[i]
-		own := w.Reservation.VoucherCode == code && w.Reservation.CustomerID == cl.CustomerID
-		if w.Reservation.Status.Active() && own {
-			holding = append(holding, gate.Order{OrderID: w.Reservation.OrderID, CustomerID: w.Reservation.CustomerID})
-		}
-		switch {
-		case w.Err == nil:
-		case w.Replayed && own:
-			// This order's own row, written by an earlier delivery of this
-			// record or by a retry: nothing to write, nothing to give back
-			// (a row that gave its use back gave it in Redis too).
-		case voucher.ErrorCode(w.Err) == voucher.CodeOutOfStock:
-			dropped = append(dropped, cl.OrderID) // Redis counted one too many: see Ledger.WriteAdmittedMany
-			refused = append(refused, Refusal{Code: code, Claim: cl, Reason: voucher.CodeOutOfStock, Err: w.Err})
-		default:
-			givenBack = append(givenBack, cl.OrderID)
-			refused = append(refused, Refusal{Code: code, Claim: cl, Reason: voucher.ErrorCode(w.Err), Err: w.Err})
-		}
-	}
-	if l.gate == nil {
-		return refused, nil
-	}
-	l.reassert(ctx, code, holding)
 	bg := context.WithoutCancel(ctx)
-	if _, err := l.gate.GiveBack(bg, code, givenBack...); err != nil {
-		return nil, fmt.Errorf("give back %d refused admissions of %s: %w", len(givenBack), code, err)
+	if err := l.gate.MarkLogged(bg, code, logged...); err != nil {
+		// The records are in the log: their promises stay pending (their
+		// retries answer 503) until the consumer writes their rows.
+		l.log.Error("promises not marked logged", "code", code, "orders", len(logged), "err", err)
 	}
-	if _, err := l.gate.Drop(bg, code, dropped...); err != nil {
-		return nil, fmt.Errorf("drop %d admissions of %s refused as out of stock: %w", len(dropped), code, err)
-	}
-	return refused, nil
+	l.unpromise(bg, code, failed, true)
+	return out
 }
 
 // LogWait bounds how long a read or a change of one order waits for its

@@ -111,6 +111,10 @@ func (w *Writer) writeBatch(ctx context.Context, code string, claims []voucher.C
 type Batch struct {
 	Code   string
 	Claims []voucher.Claim
+	// Promised: the claims' records as their 201s promised them (the
+	// consumer writes them as they are); nil for older records, decided
+	// with the terms at consume time.
+	Promised []store.Logged
 }
 
 // WriteBatches is WriteBatch for several flash vouchers at once, one batch

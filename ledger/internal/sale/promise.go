@@ -1,0 +1,263 @@
+package sale
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+
+	"github.com/flashgate/flashgate/ledger/internal/store"
+	"github.com/flashgate/flashgate/shared/gate"
+	"github.com/flashgate/flashgate/shared/voucher"
+)
+
+// errPromisePending answers a retry of an order whose record may be in
+// flight to the broker (its promise is not yet acknowledged): a 503, never
+// a second record nor a 201 the log may not hold.
+var errPromisePending = voucher.Errorf(voucher.CodeUnavailable,
+	"the reservation's admission is being logged: retry shortly")
+
+// promiseOf is what the 201 of claim cl of voucher v admitted at at
+// promises: the discount and the hold's expiry of v's terms at admission.
+func (l *Ledger) promiseOf(v voucher.Voucher, cl voucher.Claim, at time.Time) store.Logged {
+	return store.Logged{Claim: cl, DiscountAmount: v.DiscountFor(cl.OrderAmount), AdmittedAt: at,
+		ExpiresAt: at.Add(l.store.HoldOf(v)).Truncate(time.Millisecond)}
+}
+
+// promised is the reservation a promise answers with (the 201 it gave).
+func promised(code string, p store.Logged) voucher.Reservation {
+	amount := p.Claim.OrderAmount
+	return voucher.Reservation{OrderID: p.Claim.OrderID, CustomerID: p.Claim.CustomerID, VoucherCode: code,
+		Status: voucher.Reserved, DiscountAmount: p.DiscountAmount, CreatedAt: p.AdmittedAt, ExpiresAt: p.ExpiresAt,
+		OrderAmount: &amount}
+}
+
+// answerPromise answers claim cl of an order of voucher code that has
+// promise p, as its row will: the same 201 replayed, ORDER_CONFLICT for
+// another customer or amount, 503 while the record may be in flight.
+func answerPromise(code string, p gate.Promise, cl voucher.Claim) store.Written {
+	if !p.Logged {
+		return store.Written{Err: errPromisePending}
+	}
+	r := promised(code, store.Logged{Claim: voucher.Claim{CustomerID: p.CustomerID, OrderID: p.OrderID, OrderAmount: p.OrderAmount},
+		DiscountAmount: p.DiscountAmount, AdmittedAt: p.AdmittedAt, ExpiresAt: p.ExpiresAt})
+	return store.Written{Reservation: r, Err: store.RetryAnswer(r, code, cl), Replayed: true}
+}
+
+// answerFromRows answers the claims (those at only, or all when only is
+// nil) whose orders have a row, from it, as the group commit answers them,
+// and makes Redis hold this voucher's active ones; it returns the indexes of
+// the others. An error: the rows could not be read, nothing was answered.
+func (l *Ledger) answerFromRows(ctx context.Context, code string, claims []voucher.Claim, out []store.Written, only []int) ([]int, error) {
+	if only == nil {
+		only = make([]int, len(claims))
+		for i := range only {
+			only[i] = i
+		}
+	}
+	some := make([]voucher.Claim, len(only))
+	for j, i := range only {
+		some[j] = claims[i]
+	}
+	existing, found, err := l.store.ExistingMany(ctx, code, some)
+	if err != nil {
+		return only, err
+	}
+	var rest []int
+	var holding []gate.Order
+	for j, i := range only {
+		if !found[j] {
+			rest = append(rest, i)
+			continue
+		}
+		out[i] = existing[j]
+		if r := existing[j].Reservation; r.Status.Active() && r.VoucherCode == code && r.CustomerID == claims[i].CustomerID {
+			holding = append(holding, gate.Order{OrderID: r.OrderID, CustomerID: r.CustomerID})
+		}
+	}
+	l.reassert(ctx, code, holding)
+	return rest, nil
+}
+
+// unreadable answers the claims at idx 503 (the truth could not be read)
+// and parks them: the settler gives back, once the database answers, the
+// uses of those that have neither a row nor a promise.
+func (l *Ledger) unreadable(ctx context.Context, code string, claims []voucher.Claim, out []store.Written, idx []int, err error) {
+	ids := make([]string, len(idx))
+	for j, i := range idx {
+		out[i] = store.Written{Err: fmt.Errorf("answer %s/%s: %w: %w", code, claims[i].OrderID, err, voucher.ErrUnavailable)}
+		ids[j] = claims[i].OrderID
+	}
+	l.log.Warn("log voucher's orders answered 503: their truth could not be read", "code", code, "orders", len(ids), "err", err)
+	l.settler.Park(code, ids)
+}
+
+// promise records the promise of each claim at fresh (no row) in Redis and
+// returns the indexes of those to produce, each with its 201 in out. Every
+// other claim is answered: from the promise its order had (a retry), from
+// the row the consumer wrote meanwhile, ORDER_CONFLICT when another log
+// voucher holds its orderId (its use here given back), 503 when Redis
+// fails. A repeated orderId follows its first claim.
+func (l *Ledger) promise(ctx context.Context, v voucher.Voucher, claims []voucher.Claim, out []store.Written, fresh []int) []int {
+	code := v.Code
+	now := l.store.Clock().UTC().Truncate(time.Millisecond) // as the promise keeps it
+	first := map[string]int{}
+	var lead, followers []int
+	for _, i := range fresh {
+		if _, dup := first[claims[i].OrderID]; dup {
+			followers = append(followers, i)
+			continue
+		}
+		first[claims[i].OrderID] = i
+		lead = append(lead, i)
+	}
+	defer func() {
+		for _, i := range followers {
+			o := out[first[claims[i].OrderID]]
+			if o.Err == nil {
+				o = store.Written{Reservation: o.Reservation, Err: store.RetryAnswer(o.Reservation, code, claims[i]), Replayed: true}
+			}
+			out[i] = o
+		}
+	}()
+	ps := make([]gate.Promise, len(lead))
+	for j, i := range lead {
+		p := l.promiseOf(v, claims[i], now)
+		ps[j] = gate.Promise{OrderID: claims[i].OrderID, CustomerID: claims[i].CustomerID, OrderAmount: claims[i].OrderAmount,
+			DiscountAmount: p.DiscountAmount, AdmittedAt: p.AdmittedAt, ExpiresAt: p.ExpiresAt}
+	}
+	had, found, err := l.gate.Promise(ctx, code, ps)
+	if err != nil {
+		l.unreadable(ctx, code, claims, out, lead, fmt.Errorf("promise in redis: %w", err))
+		return nil
+	}
+	var made []int
+	for j, i := range lead {
+		if found[j] {
+			out[i] = answerPromise(code, had[j], claims[i])
+			continue
+		}
+		made = append(made, i)
+		out[i] = store.Written{Reservation: promised(code, l.promiseOf(v, claims[i], now))}
+	}
+	mine := l.claimOrders(ctx, v, claims, out, made)
+	if len(mine) == 0 {
+		return nil
+	}
+	// A retry that raced the consumer's commit (the row written and its
+	// promise removed after the first read) is answered from the row.
+	rest, err := l.answerFromRows(ctx, code, claims, out, mine)
+	if err != nil {
+		l.unpromise(context.WithoutCancel(ctx), code, idsAt(claims, mine), false)
+		l.unreadable(ctx, code, claims, out, mine, err)
+		return nil
+	}
+	if len(rest) < len(mine) {
+		inRest := make(map[int]bool, len(rest))
+		for _, i := range rest {
+			inRest[i] = true
+		}
+		var written []int
+		for _, i := range mine {
+			if !inRest[i] {
+				written = append(written, i)
+			}
+		}
+		l.unpromise(context.WithoutCancel(ctx), code, idsAt(claims, written), false)
+	}
+	return rest
+}
+
+// claimOrders names voucher v as the log voucher of the orders at made
+// (each just promised), and returns those it holds. An orderId another log
+// voucher holds is ORDER_CONFLICT (its promise removed and the use its
+// claim took here given back); one Redis could not name is a 503.
+func (l *Ledger) claimOrders(ctx context.Context, v voucher.Voucher, claims []voucher.Claim, out []store.Written, made []int) []int {
+	code := v.Code
+	expires := v.EndsAt.Add(orderClaimSlack)
+	if now := l.store.Clock(); expires.Before(now) {
+		expires = now.Add(orderClaimSlack)
+	}
+	owners := make([]string, len(made))
+	errs := make([]error, len(made))
+	var g errgroup.Group
+	g.SetLimit(orderCalls)
+	for j, i := range made {
+		g.Go(func() error {
+			owners[j], errs[j] = l.gate.ClaimOrder(ctx, claims[i].OrderID, code, expires)
+			return nil
+		})
+	}
+	_ = g.Wait()
+	var mine, taken, unknown []int
+	for j, i := range made {
+		switch {
+		case errs[j] != nil:
+			unknown = append(unknown, i)
+		case owners[j] != code:
+			taken = append(taken, i)
+			out[i] = store.Written{Err: voucher.ErrOrderConflict}
+		default:
+			mine = append(mine, i)
+		}
+	}
+	bg := context.WithoutCancel(ctx)
+	l.unpromise(bg, code, idsAt(claims, taken), true)
+	if len(unknown) > 0 {
+		l.unpromise(bg, code, idsAt(claims, unknown), false)
+		l.unreadable(ctx, code, claims, out, unknown, fmt.Errorf("claim the orderIds in redis: %w", errs[0]))
+	}
+	return mine
+}
+
+// orderClaimSlack is how long past its voucher's end an orderId's claim
+// (gate.ClaimOrder) lives at most, as the voucher's keys do.
+const orderClaimSlack = 24 * time.Hour
+
+// orderCalls bounds the Redis calls of one batch's orderId claims in flight.
+const orderCalls = 16
+
+// unpromise removes the promises of orderIDs of code and frees their
+// orderIds; giveBack then gives their uses back in Redis (their records are
+// not in the log). A failure is logged: a promise left behind keeps its use
+// held (undersell) until the consumer or an operator removes it.
+func (l *Ledger) unpromise(ctx context.Context, code string, orderIDs []string, giveBack bool) {
+	if len(orderIDs) == 0 || l.gate == nil {
+		return
+	}
+	if err := l.gate.Forget(ctx, code, orderIDs...); err != nil {
+		l.log.Error("promises not removed", "code", code, "orders", len(orderIDs), "err", err)
+		return
+	}
+	l.freeOrders(ctx, code, orderIDs)
+	if !giveBack {
+		return
+	}
+	if _, err := l.gate.GiveBack(ctx, code, orderIDs...); err != nil {
+		l.log.Error("give back after a failed append to the admissions log", "code", code, "orders", len(orderIDs), "err", err)
+	}
+}
+
+// freeOrders frees the orderIds code holds (gate.ClaimOrder). A failure is
+// logged: the claim outlives its order until its expiry, and only refuses
+// the same orderId on another log voucher meanwhile.
+func (l *Ledger) freeOrders(ctx context.Context, code string, orderIDs []string) {
+	var g errgroup.Group
+	g.SetLimit(orderCalls)
+	for _, id := range orderIDs {
+		g.Go(func() error { return l.gate.FreeOrder(ctx, id, code) })
+	}
+	if err := g.Wait(); err != nil {
+		l.log.Error("orderIds not freed", "code", code, "orders", len(orderIDs), "err", err)
+	}
+}
+
+// idsAt is the orderIds of the claims at idx.
+func idsAt(claims []voucher.Claim, idx []int) []string {
+	ids := make([]string, len(idx))
+	for j, i := range idx {
+		ids[j] = claims[i].OrderID
+	}
+	return ids
+}

@@ -1,0 +1,234 @@
+package gate
+
+import (
+	"context"
+	_ "embed"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+)
+
+var (
+	//go:embed promise.lua
+	promiseLua string
+	//go:embed order.lua
+	orderLua string
+	//go:embed limit.lua
+	limitLua string
+
+	promiseScript = newScript(promiseLua)
+	orderScript   = newScript(orderLua)
+	limitScript   = newScript(limitLua)
+)
+
+// LoggedKey is the hash of a log voucher's promises (promise.lua), in the
+// voucher's slot: orderId -> Promise.encode.
+func LoggedKey(code string) string { return "voucher:{" + code + "}:logged" }
+
+// OrderKey is the key naming the log voucher an orderId is promised on
+// (order.lua), in the order's own slot. orderID must be valid
+// (voucher.ValidOrderID: no braces).
+func OrderKey(orderID string) string { return "flashgate:order:{" + orderID + "}" }
+
+// loggedKeys are the voucher's keys and its promises, the keys the scripts
+// that must respect promises take.
+func loggedKeys(code string) []string { return append(Keys(code), LoggedKey(code)) }
+
+// Promise is what a 201 for a log voucher's order promised, kept in Redis
+// until the consumer wrote the order's row: a retry is answered from it, and
+// no give-back, reconcile or settler frees the order's use meanwhile.
+type Promise struct {
+	OrderID        string
+	CustomerID     int64
+	OrderAmount    int64
+	DiscountAmount int64
+	AdmittedAt     time.Time
+	ExpiresAt      time.Time
+	// Logged: the broker acknowledged the record. A pending promise's
+	// record may be in flight: its order is answered 503 until it is settled.
+	Logged bool
+}
+
+// encode is p's value in the hash: "state:customer:amount:discount:admitted:expires".
+func (p Promise) encode() string {
+	state := "p"
+	if p.Logged {
+		state = "l"
+	}
+	return strings.Join([]string{state, strconv.FormatInt(p.CustomerID, 10), strconv.FormatInt(p.OrderAmount, 10),
+		strconv.FormatInt(p.DiscountAmount, 10), strconv.FormatInt(p.AdmittedAt.UnixMilli(), 10),
+		strconv.FormatInt(p.ExpiresAt.UnixMilli(), 10)}, ":")
+}
+
+// decodePromise reads a value of the hash.
+func decodePromise(orderID, s string) (Promise, error) {
+	f := strings.Split(s, ":")
+	if len(f) != 6 || (f[0] != "p" && f[0] != "l") {
+		return Promise{}, fmt.Errorf("promise of %s: malformed %q: %w", orderID, s, ErrBadState)
+	}
+	n := make([]int64, 5)
+	for i := range n {
+		v, err := strconv.ParseInt(f[i+1], 10, 64)
+		if err != nil {
+			return Promise{}, fmt.Errorf("promise of %s: malformed %q: %w", orderID, s, ErrBadState)
+		}
+		n[i] = v
+	}
+	return Promise{OrderID: orderID, CustomerID: n[0], OrderAmount: n[1], DiscountAmount: n[2],
+		AdmittedAt: time.UnixMilli(n[3]).UTC(), ExpiresAt: time.UnixMilli(n[4]).UTC(), Logged: f[0] == "l"}, nil
+}
+
+// Promise records ps (pending) for orders of code that have none, and
+// returns, per promise, the one the order had already (found false when
+// this call recorded it).
+func (g *Gate) Promise(ctx context.Context, code string, ps []Promise) (had []Promise, found []bool, err error) {
+	if len(ps) == 0 {
+		return nil, nil, nil
+	}
+	if err := checkCode(code); err != nil {
+		return nil, nil, err
+	}
+	args := make([]any, 0, 1+2*len(ps))
+	args = append(args, "make")
+	for _, p := range ps {
+		p.Logged = false
+		args = append(args, p.OrderID, p.encode())
+	}
+	v, err := g.run(ctx, promiseScript, loggedKeys(code), args...)
+	if err != nil {
+		return nil, nil, fmt.Errorf("promise %s: %w", code, err)
+	}
+	return decodePromises(code, ps, v)
+}
+
+// Promises reads the promises of orderIDs of code (found false: none).
+func (g *Gate) Promises(ctx context.Context, code string, orderIDs ...string) ([]Promise, []bool, error) {
+	if len(orderIDs) == 0 {
+		return nil, nil, nil
+	}
+	if err := checkCode(code); err != nil {
+		return nil, nil, err
+	}
+	args := []any{"read"}
+	ps := make([]Promise, len(orderIDs))
+	for i, id := range orderIDs {
+		args, ps[i].OrderID = append(args, id), id
+	}
+	v, err := g.run(ctx, promiseScript, loggedKeys(code), args...)
+	if err != nil {
+		return nil, nil, fmt.Errorf("promises %s: %w", code, err)
+	}
+	return decodePromises(code, ps, v)
+}
+
+// decodePromises reads promise.lua's answer to make or read about ps.
+func decodePromises(code string, ps []Promise, v any) ([]Promise, []bool, error) {
+	raw, ok := v.([]any)
+	if !ok || len(raw) != len(ps) {
+		return nil, nil, fmt.Errorf("promise %s: unexpected reply %v: %w", code, v, ErrBadState)
+	}
+	had, found := make([]Promise, len(ps)), make([]bool, len(ps))
+	for i, r := range raw {
+		s, ok := r.(string)
+		if !ok {
+			return nil, nil, fmt.Errorf("promise %s: unexpected reply %v: %w", code, v, ErrBadState)
+		}
+		if s == "" {
+			continue
+		}
+		p, err := decodePromise(ps[i].OrderID, s)
+		if err != nil {
+			return nil, nil, err
+		}
+		had[i], found[i] = p, true
+	}
+	return had, found, nil
+}
+
+// MarkLogged records that the broker acknowledged the records of orderIDs.
+func (g *Gate) MarkLogged(ctx context.Context, code string, orderIDs ...string) error {
+	return g.promiseOp(ctx, code, "logged", orderIDs)
+}
+
+// Forget removes the promises of orderIDs: their rows are written, or their
+// records are not in the log (a failed produce) or were refused. It does not
+// give their uses back: GiveBack, which skips orders with a promise, does.
+func (g *Gate) Forget(ctx context.Context, code string, orderIDs ...string) error {
+	return g.promiseOp(ctx, code, "forget", orderIDs)
+}
+
+func (g *Gate) promiseOp(ctx context.Context, code, op string, orderIDs []string) error {
+	if len(orderIDs) == 0 {
+		return nil
+	}
+	if err := checkCode(code); err != nil {
+		return err
+	}
+	args := make([]any, 0, 1+len(orderIDs))
+	args = append(args, op)
+	for _, id := range orderIDs {
+		args = append(args, id)
+	}
+	if _, err := g.run(ctx, promiseScript, loggedKeys(code), args...); err != nil {
+		return fmt.Errorf("promise %s %s: %w", op, code, err)
+	}
+	return nil
+}
+
+// ClaimOrder names code as the log voucher orderID is promised on, until
+// expires, unless another voucher holds it: owner is then that voucher.
+func (g *Gate) ClaimOrder(ctx context.Context, orderID, code string, expires time.Time) (owner string, err error) {
+	if err := checkCode(code); err != nil {
+		return "", err
+	}
+	v, err := g.run(ctx, orderScript, []string{OrderKey(orderID)}, "claim", code, expires.UnixMilli())
+	if err != nil {
+		return "", fmt.Errorf("claim order %s for %s: %w", orderID, code, err)
+	}
+	owner, ok := v.(string)
+	if !ok {
+		return "", fmt.Errorf("claim order %s for %s: unexpected reply %v: %w", orderID, code, v, ErrBadState)
+	}
+	return owner, nil
+}
+
+// FreeOrder deletes orderID's claim if code holds it.
+func (g *Gate) FreeOrder(ctx context.Context, orderID, code string) error {
+	if err := checkCode(code); err != nil {
+		return err
+	}
+	if _, err := g.run(ctx, orderScript, []string{OrderKey(orderID)}, "free", code); err != nil {
+		return fmt.Errorf("free order %s of %s: %w", orderID, code, err)
+	}
+	return nil
+}
+
+// LowerLimit takes a lower totalLimit into Redis before the database (see
+// limit.lua): refused (nothing changed) when the uses Redis holds, those of
+// records still in the admissions log included, exceed it. loaded is false
+// when the voucher is not in Redis (nothing changed). Undo it with Update and
+// the database's terms.
+func (g *Gate) LowerLimit(ctx context.Context, code string, total int) (loaded, refused bool, held int64, err error) {
+	if err := checkCode(code); err != nil {
+		return false, false, 0, err
+	}
+	v, err := g.run(ctx, limitScript, Keys(code), total)
+	if err != nil {
+		return false, false, 0, fmt.Errorf("lower the limit of %s: %w", code, err)
+	}
+	r, ok := v.([]any)
+	if !ok || len(r) < 1 {
+		return false, false, 0, fmt.Errorf("lower the limit of %s: unexpected reply %v: %w", code, v, ErrBadState)
+	}
+	switch r[0] {
+	case int64(0):
+		return false, false, 0, nil
+	case int64(-1):
+		if len(r) == 3 {
+			held, _ = r[2].(int64)
+		}
+		return true, true, held, nil
+	}
+	return true, false, 0, nil
+}

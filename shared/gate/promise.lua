@@ -1,0 +1,68 @@
+#!lua
+-- promise.lua: the promises of a log voucher's admissions whose records are
+-- not written yet (the answer a 201 gave, kept until the consumer wrote the
+-- row), in the voucher's slot so that one script reads them with its orders.
+--
+-- KEYS[1] voucher:{CODE}:remaining  its expiry is the promises' (followTTL's way)
+-- KEYS[2] voucher:{CODE}:users      unused
+-- KEYS[3] voucher:{CODE}:orders     unused
+-- KEYS[4] voucher:{CODE}:meta       unused
+-- KEYS[5] voucher:{CODE}:done       unused
+-- KEYS[6] voucher:{CODE}:logged     hash orderId ->
+--         "state:customerId:orderAmount:discountAmount:admittedAtMillis:expiresAtMillis",
+--         state p (pending: the record may be in flight to the broker) or
+--         l (logged: the broker acknowledged it)
+-- ARGV[1] the operation:
+--   "make":   ARGV[2..] orderId1, value1, orderId2, value2, ... (values
+--             with state p): records each order's promise unless it has
+--             one; the hash takes KEYS[1]'s expiry. Returns one
+--             string per order: "" when it recorded it, else the promise it
+--             already had.
+--   "logged": ARGV[2..] orderIds: a pending promise becomes logged. Returns
+--             how many changed.
+--   "forget": ARGV[2..] orderIds: the promises are removed. Returns how many
+--             there were.
+--   "read":   ARGV[2..] orderIds: one string per order, "" when none.
+-- Errors (before any write) on an unknown operation or a bad ARGV layout.
+
+local op = ARGV[1]
+if op == 'make' then
+  if (#ARGV - 1) % 2 ~= 0 then
+    return redis.error_reply('ERR promise: make takes orderId, value pairs')
+  end
+  local out = {}
+  for i = 2, #ARGV, 2 do
+    local had = redis.call('HGET', KEYS[6], ARGV[i])
+    if had then
+      out[#out + 1] = had
+    else
+      redis.call('HSET', KEYS[6], ARGV[i], ARGV[i + 1])
+      out[#out + 1] = ''
+    end
+  end
+  local at = redis.call('PEXPIRETIME', KEYS[1])
+  if at > 0 then
+    redis.call('PEXPIREAT', KEYS[6], at)
+  end
+  return out
+elseif op == 'logged' then
+  local n = 0
+  for i = 2, #ARGV do
+    local had = redis.call('HGET', KEYS[6], ARGV[i])
+    if had and string.sub(had, 1, 2) == 'p:' then
+      redis.call('HSET', KEYS[6], ARGV[i], 'l:' .. string.sub(had, 3))
+      n = n + 1
+    end
+  end
+  return n
+elseif op == 'forget' then
+  if #ARGV < 2 then return 0 end
+  return redis.call('HDEL', KEYS[6], unpack(ARGV, 2))
+elseif op == 'read' then
+  local out = {}
+  for i = 2, #ARGV do
+    out[#out + 1] = redis.call('HGET', KEYS[6], ARGV[i]) or ''
+  end
+  return out
+end
+return redis.error_reply('ERR promise: unknown operation ' .. tostring(op))
