@@ -58,9 +58,58 @@ func (o *Operator) Create(ctx context.Context, v voucher.Voucher, actor string) 
 	return v, nil
 }
 
-// Change applies a PATCH to a voucher and answers its view.
+// Change applies a PATCH to a voucher and answers its view. A lower
+// totalLimit of a log voucher is taken in Redis first (lowerLogged): only
+// Redis counts the uses held by records still in the admissions log.
 func (o *Operator) Change(ctx context.Context, code string, p voucher.VoucherPatch, actor string) (voucher.Voucher, error) {
+	if p.TotalLimit != nil && o.gate != nil {
+		cur, err := o.store.CurrentTerms(ctx, code)
+		if err != nil {
+			return voucher.Voucher{}, err
+		}
+		if cur.FlashSale && cur.WritePath == voucher.WritePathLog && *p.TotalLimit < cur.TotalLimit {
+			return o.lowerLogged(ctx, code, p, actor)
+		}
+	}
 	return o.change(ctx, code, actor, store.ActionUpdate, p.Apply)
+}
+
+// lowerLogged applies a PATCH that lowers a log voucher's totalLimit, under
+// the voucher's lock (no reconcile or other lowering between its steps):
+// Redis takes the new limit first, in the step admissions take too, and
+// refuses it (LIMIT_BELOW_USED, nothing changed) when the uses held there
+// (rows, and records the consumer has not written yet) exceed it; then the
+// database commits it, and if the database refuses or fails, Redis gets
+// the database's terms back. A voucher Redis does not hold is left to the
+// database's own check (its next load reads the database).
+func (o *Operator) lowerLogged(ctx context.Context, code string, p voucher.VoucherPatch, actor string) (voucher.Voucher, error) {
+	err := o.store.WithVoucherLock(ctx, code, func(ctx context.Context) error {
+		loaded, refused, held, err := o.gate.LowerLimit(ctx, code, *p.TotalLimit)
+		switch {
+		case err != nil:
+			return fmt.Errorf("lower the limit of %s in redis: %w: %w", code, err, voucher.ErrUnavailable)
+		case refused:
+			return voucher.Errorf(voucher.CodeLimitBelowUsed,
+				"totalLimit cannot go below the uses held now (%d, admissions still in the log included)", held)
+		}
+		_, _, _, err = o.store.ChangeVoucher(ctx, code, actor, store.ActionUpdate, p.Apply)
+		if err != nil && loaded {
+			// Undo: the database's terms (the old limit, or whatever a
+			// change racing this one committed) go back to Redis.
+			bg := context.WithoutCancel(ctx)
+			if cur, terr := o.store.CurrentTerms(bg, code); terr != nil {
+				o.log.Error("a refused limit stays lowered in redis: the reconciler will restore it", "code", code, "err", terr)
+			} else if _, uerr := o.gate.Update(bg, code, cur); uerr != nil {
+				o.log.Error("a refused limit stays lowered in redis: the reconciler will restore it", "code", code, "err", uerr)
+			}
+		}
+		return err
+	})
+	if err != nil {
+		return voucher.Voucher{}, err
+	}
+	o.announce(ctx, code, true)
+	return o.store.Voucher(ctx, code)
 }
 
 // SetPaused pauses or resumes a voucher and answers its view. It is

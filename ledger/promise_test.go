@@ -1,0 +1,243 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/flashgate/flashgate/shared/api"
+	"github.com/flashgate/flashgate/shared/devstack"
+	"github.com/flashgate/flashgate/shared/devstack/devstacktest"
+	"github.com/flashgate/flashgate/shared/gate"
+)
+
+// promiseBody is what a 201 of a log voucher promised, and when it came.
+type promiseBody struct {
+	OrderID        string `json:"orderId"`
+	DiscountAmount int64  `json:"discountAmount"`
+	answered       time.Time
+}
+
+// logVoucher creates a flash voucher of writePath log with s's terms.
+func (l *testLedger) logVoucher(tb testing.TB, s voucherSpec) {
+	tb.Helper()
+	r := l.call(tb, http.MethodPost, "/admin/vouchers", pathSpec{s, "log"})
+	require.Equal(tb, http.StatusCreated, r.Status, r.Raw)
+	l.checks.addFlash(s.Code)
+}
+
+// reserve201 reserves and returns the 201's promise.
+func (l *testLedger) reserve201(tb testing.TB, code string, customer int64, order string, amount int64) promiseBody {
+	tb.Helper()
+	r := l.reserve(tb, code, customer, order, amount)
+	require.Equal(tb, http.StatusCreated, r.Status, "Reserve(%s/%s) = %d %s", code, order, r.Status, r.Raw)
+	var p promiseBody
+	require.NoError(tb, json.Unmarshal([]byte(r.Raw), &p))
+	p.answered = time.Now()
+	return p
+}
+
+// requireRows checks that each promise has its row, with the promised
+// discount, created at its admission (before its 201) and expiring the
+// hold's length (15 minutes: the tests' HOLD_TTL) after it.
+func (l *testLedger) requireRows(tb testing.TB, code string, ps []promiseBody) {
+	tb.Helper()
+	for _, p := range ps {
+		var discount int64
+		var created, expires time.Time
+		err := l.pool.QueryRow(context.Background(), `SELECT discount_amount, created_at, expires_at FROM voucher_redemption
+			WHERE voucher_code = $1 AND order_id = $2 AND status = 'RESERVED'`, code, p.OrderID).Scan(&discount, &created, &expires)
+		require.NoError(tb, err, "row of %s/%s", code, p.OrderID)
+		assert.Equal(tb, p.DiscountAmount, discount, "discount of %s/%s", code, p.OrderID)
+		assert.False(tb, created.After(p.answered), "created_at %v of %s/%s after its 201 at %v", created, code, p.OrderID, p.answered)
+		assert.InDelta(tb, (15 * time.Minute).Seconds(), expires.Sub(created).Seconds(), 0.002,
+			"expires_at - created_at of %s/%s", code, p.OrderID)
+	}
+}
+
+// TestLogPathPromiseKept: a 201 on a log voucher is final. Three orders are
+// answered 201 on each of seven log vouchers while no consumer runs; then
+// each voucher is paused, ended, has its minimum or start raised, its
+// perUserLimit dropped below a customer's uses, or its discount or holdTtl
+// changed; the consumer then writes every order with the terms its 201
+// promised (discount, and expires_at counted from admission), none is
+// dead-lettered, and Redis agrees with Postgres.
+func TestLogPathPromiseKept(t *testing.T) {
+	t.Parallel()
+	k := newKafka(t, 2)
+	l := newTestLedger(t, ledgerOptions{kafka: k.ListenAddrs()})
+	changes := []struct {
+		name string
+		do   func(code string) reply
+	}{
+		{"pause", func(code string) reply { return l.call(t, http.MethodPost, "/admin/vouchers/"+code+"/pause", nil) }},
+		{"ended", func(code string) reply {
+			return l.patch(t, code, map[string]any{"endsAt": time.Now().Add(1500 * time.Millisecond)})
+		}},
+		{"minimum", func(code string) reply { return l.patch(t, code, map[string]any{"minOrderAmount": 500_000}) }},
+		{"starts", func(code string) reply {
+			return l.patch(t, code, map[string]any{"startsAt": time.Now().Add(30 * time.Minute)})
+		}},
+		{"perUser", func(code string) reply { return l.patch(t, code, map[string]any{"perUserLimit": 1}) }},
+		{"discount", func(code string) reply { return l.patch(t, code, map[string]any{"discountAmount": 7_000}) }},
+		{"holdTtl", func(code string) reply { return l.patch(t, code, map[string]any{"holdTtl": "2s"}) }},
+	}
+	codes := make([]string, len(changes))
+	promises := make([][]promiseBody, len(changes))
+	for i := range changes {
+		codes[i] = newCode(t)
+		l.logVoucher(t, spec(codes[i], 10, 2, true))
+		// Customer 1 holds two uses: a perUserLimit of 1 is below them.
+		for j, c := range []int64{1, 1, 2} {
+			promises[i] = append(promises[i], l.reserve201(t, codes[i], c, codes[i]+"-"+string(rune('a'+j)), 200_000))
+		}
+	}
+	for i, c := range changes {
+		r := c.do(codes[i])
+		require.Equal(t, http.StatusOK, r.Status, "%s: %s", c.name, r.Raw)
+	}
+	time.Sleep(2 * time.Second) // past the shortened window
+	l.consume(t)
+	for i, c := range changes {
+		t.Run(c.name, func(t *testing.T) {
+			l.waitUsed(t, codes[i], 3)
+			l.requireRows(t, codes[i], promises[i])
+			assert.Equal(t, 3, l.counts(t, codes[i]).Active)
+		})
+	}
+	assert.Zero(t, testutil.ToFloat64(l.svc.admitted.DeadLetter), "dead-lettered records")
+}
+
+// TestLogPathLimitBelowLog: PATCH totalLimit below the uses held by records
+// still in the admissions log is refused (LIMIT_BELOW_USED) and changes
+// nothing, in Postgres or Redis; the three records are then written.
+func TestLogPathLimitBelowLog(t *testing.T) {
+	t.Parallel()
+	k := newKafka(t, 2)
+	l := newTestLedger(t, ledgerOptions{kafka: k.ListenAddrs()})
+	code := newCode(t)
+	l.logVoucher(t, spec(code, 10, 1, true))
+	var ps []promiseBody
+	for i := range 3 {
+		ps = append(ps, l.reserve201(t, code, int64(i+1), code+"-"+string(rune('a'+i)), 5_000))
+	}
+	r := l.patch(t, code, map[string]any{"totalLimit": 1})
+	require.Equal(t, http.StatusConflict, r.Status, "PATCH totalLimit 1 with 3 records in the log: %s", r.Raw)
+	assert.Contains(t, r.Raw, "LIMIT_BELOW_USED")
+	assert.EqualValues(t, 7, redisState(t, l.gate, code).Remaining, "Redis remaining after the refused PATCH")
+	v := view(t, l.call(t, http.MethodGet, "/admin/vouchers/"+code, nil), http.StatusOK)
+	assert.Equal(t, 10, v.TotalLimit)
+
+	r = l.patch(t, code, map[string]any{"totalLimit": 3})
+	require.Equal(t, http.StatusOK, r.Status, "PATCH totalLimit 3, the uses held: %s", r.Raw)
+	assert.EqualValues(t, 0, redisState(t, l.gate, code).Remaining)
+	l.consume(t)
+	l.waitUsed(t, code, 3)
+	l.requireRows(t, code, ps)
+	assert.Zero(t, testutil.ToFloat64(l.svc.admitted.DeadLetter), "dead-lettered records")
+}
+
+// TestLogPathRetryFromPromise: while an order's record waits in the log, a
+// retry of it is answered from its promise: with another amount (even one
+// below the minimum) ORDER_CONFLICT, producing nothing and giving nothing
+// back; with the same one the original 201, replayed. Once written, one row
+// with the promised discount, and Redis holds exactly its use.
+func TestLogPathRetryFromPromise(t *testing.T) {
+	t.Parallel()
+	k := newKafka(t, 2)
+	l := newTestLedger(t, ledgerOptions{kafka: k.ListenAddrs()})
+	code := newCode(t)
+	l.logVoucher(t, spec(code, 3, 1, true))
+	order := code + "-o"
+	p := l.reserve201(t, code, 1, order, 5_000)
+	for _, amount := range []int64{10, 7_000} {
+		r := l.reserve(t, code, 1, order, amount)
+		assert.Equal(t, http.StatusConflict, r.Status, "retry at %d while the record waits: %s", amount, r.Raw)
+		assert.Contains(t, r.Raw, "ORDER_CONFLICT")
+	}
+	r := l.reserve(t, code, 1, order, 5_000)
+	require.Equal(t, http.StatusCreated, r.Status, "same retry while the record waits: %s", r.Raw)
+	assert.Equal(t, "true", r.Header.Get(api.HeaderReplayed))
+	var again promiseBody
+	require.NoError(t, json.Unmarshal([]byte(r.Raw), &again))
+	assert.Equal(t, p.DiscountAmount, again.DiscountAmount)
+
+	l.consume(t)
+	l.waitUsed(t, code, 1)
+	l.requireRows(t, code, []promiseBody{p})
+	// Two more customers take the two uses left, and both are written.
+	l.reserve201(t, code, 2, code+"-o2", 5_000)
+	l.reserve201(t, code, 3, code+"-o3", 5_000)
+	l.waitUsed(t, code, 3)
+	assert.Zero(t, testutil.ToFloat64(l.svc.admitted.DeadLetter), "dead-lettered records")
+	st := redisState(t, l.gate, code)
+	assert.EqualValues(t, 0, st.Remaining)
+	assert.Len(t, st.Orders, 3)
+}
+
+// TestLogPathOrderOnTwoVouchers: the same orderId on two log vouchers while
+// the first's record waits: the second is ORDER_CONFLICT and the use its
+// claim took there is given back at once.
+func TestLogPathOrderOnTwoVouchers(t *testing.T) {
+	t.Parallel()
+	k := newKafka(t, 2)
+	l := newTestLedger(t, ledgerOptions{kafka: k.ListenAddrs()})
+	a, b := newCode(t), newCode(t)
+	l.logVoucher(t, spec(a, 5, 1, true))
+	l.logVoucher(t, spec(b, 5, 1, true))
+	order := a + "-shared"
+	l.reserve201(t, a, 1, order, 5_000)
+	r := l.reserve(t, b, 1, order, 5_000)
+	assert.Equal(t, http.StatusConflict, r.Status, "the same orderId on a second log voucher: %s", r.Raw)
+	assert.Contains(t, r.Raw, "ORDER_CONFLICT")
+	st := redisState(t, l.gate, b)
+	assert.EqualValues(t, 5, st.Remaining, "Redis remaining of the second voucher")
+	assert.Empty(t, st.Orders)
+
+	l.consume(t)
+	l.waitUsed(t, a, 1)
+	assert.Equal(t, 0, l.counts(t, b).Rows)
+	assert.Zero(t, testutil.ToFloat64(l.svc.admitted.DeadLetter), "dead-lettered records")
+	n, err := l.rdb.Exists(context.Background(), gate.LoggedKey(a), gate.OrderKey(order)).Result()
+	require.NoError(t, err)
+	assert.Zero(t, n, "promise keys left once the row is written")
+}
+
+// TestLogPathUnreadableRows: when the existing orders cannot be read, the
+// admitted writes of a log voucher (a retry of an order whose record waits,
+// and a new one) are answered 503, never 201: nothing is produced. (The
+// read fails because the table is renamed, on a Postgres of the test's own.)
+func TestLogPathUnreadableRows(t *testing.T) {
+	t.Parallel()
+	pg := devstacktest.NewPostgres(t, devstack.PostgresOptions{})
+	k := newKafka(t, 2)
+	l := newTestLedger(t, ledgerOptions{kafka: k.ListenAddrs(), db: pg.URL()})
+	code := newCode(t)
+	l.logVoucher(t, spec(code, 5, 2, true))
+	l.reserve201(t, code, 1, code+"-o1", 5_000)
+
+	l.exec(t, `ALTER TABLE voucher_redemption RENAME TO voucher_redemption_away`)
+	claims := []any{claimBody(1, code+"-o1", 5_000), claimBody(2, code+"-o2", 5_000)}
+	r := l.call(t, http.MethodPost, api.InternalPrefix+api.ReservationsPath(code)+"/batch", map[string]any{"claims": claims})
+	l.exec(t, `ALTER TABLE voucher_redemption_away RENAME TO voucher_redemption`)
+	var batch struct{ Results []struct{ Status int } }
+	if r.Status == http.StatusOK {
+		require.NoError(t, json.Unmarshal([]byte(r.Raw), &batch), r.Raw)
+		require.Len(t, batch.Results, 2, r.Raw)
+		for i, res := range batch.Results {
+			assert.Equal(t, http.StatusServiceUnavailable, res.Status, "claim %d with the rows unreadable: %s", i, r.Raw)
+		}
+	} else {
+		assert.Equal(t, http.StatusServiceUnavailable, r.Status, r.Raw)
+	}
+	l.consume(t)
+	l.waitUsed(t, code, 1)
+	time.Sleep(500 * time.Millisecond) // a second record, if any, would be written by now
+	assert.Equal(t, 1, l.counts(t, code).Rows, "rows: o1 once, o2 never")
+}
