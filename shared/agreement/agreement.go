@@ -72,6 +72,8 @@ func (d Diff) Unloaded() bool { return len(d.Problems) == 1 && d.Problems[0] == 
 //   - Redis' per-customer counts against voucher_customer_usage.used_count
 //     (a count of 0 on either side is the same as no entry);
 //   - Redis' terms (gate.Meta) against the voucher row;
+//   - promises of a log voucher's admissions (gate.LoggedKey): none may be
+//     left once the consumer wrote their rows;
 //   - and, inside the database, used_count and the usage table against the
 //     active rows, since Redis cannot agree with a database that disagrees
 //     with itself.
@@ -108,6 +110,9 @@ func Compare(ctx context.Context, rdb redis.UniversalClient, db Querier, code st
 	compareCounts(&d, "per-customer uses: customer %d: redis users %d, database voucher_customer_usage %d",
 		got.users, want.usage)
 	compareTerms(&d, got.terms, want.terms)
+	for _, id := range got.promises {
+		d.addf("order %s: a promise left in redis %s: its record is not written", id, gate.LoggedKey(code))
+	}
 	return d, nil
 }
 
@@ -118,6 +123,7 @@ type side struct {
 	orders    map[string]int64 // orderId -> customer
 	users     map[int64]int64  // customer -> uses; no zero counts
 	usage     map[int64]int64  // database only: voucher_customer_usage, no zero counts
+	promises  []string         // redis only: orderIds promised and not written (gate.LoggedKey)
 }
 
 // dbSQL reads a voucher's terms, its active orders and its usage rows in one
@@ -177,7 +183,12 @@ func readRedis(ctx context.Context, rdb redis.UniversalClient, code string) (s s
 	if err != nil || !ok {
 		return side{}, ok, wrap(code, err) // unloaded between the two reads
 	}
-	s = side{terms: terms, remaining: st.Remaining,
+	promises, err := rdb.HKeys(ctx, gate.LoggedKey(code)).Result()
+	if err != nil {
+		return side{}, false, wrap(code, err)
+	}
+	slices.Sort(promises)
+	s = side{terms: terms, remaining: st.Remaining, promises: promises,
 		orders: make(map[string]int64, len(st.Orders)), users: make(map[int64]int64, len(users))}
 	for _, o := range st.Orders {
 		s.orders[o.OrderID] = o.CustomerID

@@ -100,10 +100,11 @@ var errStillInLog = voucher.Errorf(voucher.CodeUnavailable,
 	"the reservation is still being written (the admissions log is behind): retry shortly")
 
 // awaitLogged runs op (a read or a change of orderID) and, while it finds no
-// row of the order of a log voucher whose use Redis holds (its admission
-// was answered 201 and its record is still in the log), runs it again until
-// the row appears, LogWait has passed (errStillInLog) or ctx ends. Any other
-// answer is op's own.
+// row of the order of a log voucher whose record is still in the log (its
+// promise is in Redis, or, for a record produced before promises, Redis
+// holds its use), waits for the row until it appears, LogWait has passed
+// (errStillInLog) or ctx ends. While the promise stands it reads only the
+// promise, not op's transaction again. Any other answer is op's own.
 func (l *Ledger) awaitLogged(ctx context.Context, code, orderID string, op func() error) error {
 	err := op()
 	if voucher.ErrorCode(err) != voucher.CodeReservationNotFound || l.gate == nil {
@@ -115,14 +116,20 @@ func (l *Ledger) awaitLogged(ctx context.Context, code, orderID string, op func(
 	}
 	deadline := time.Now().Add(LogWait)
 	for {
-		_, held, herr := l.gate.Holder(ctx, code, orderID)
-		if herr != nil {
-			return fmt.Errorf("is order %s/%s in the log: %w: %w", code, orderID, herr, voucher.ErrUnavailable)
+		_, promised, perr := l.gate.Promises(ctx, code, orderID)
+		if perr != nil {
+			return fmt.Errorf("is order %s/%s in the log: %w: %w", code, orderID, perr, voucher.ErrUnavailable)
 		}
-		if !held {
-			// Not admitted, or given back: no row is coming, unless it
-			// committed between the two reads (then this read finds it).
-			return op()
+		if !promised[0] {
+			_, held, herr := l.gate.Holder(ctx, code, orderID)
+			if herr != nil {
+				return fmt.Errorf("is order %s/%s in the log: %w: %w", code, orderID, herr, voucher.ErrUnavailable)
+			}
+			// Not held: not admitted, or given back, so no row is coming
+			// unless it committed meanwhile (then this read finds it).
+			if err = op(); !held || voucher.ErrorCode(err) != voucher.CodeReservationNotFound {
+				return err
+			}
 		}
 		if time.Now().After(deadline) {
 			return errStillInLog
@@ -131,9 +138,6 @@ func (l *Ledger) awaitLogged(ctx context.Context, code, orderID string, op func(
 		case <-ctx.Done():
 			return fmt.Errorf("wait for order %s/%s in the log: %w: %w", code, orderID, ctx.Err(), voucher.ErrUnavailable)
 		case <-time.After(logPoll):
-		}
-		if err = op(); voucher.ErrorCode(err) != voucher.CodeReservationNotFound {
-			return err
 		}
 	}
 }

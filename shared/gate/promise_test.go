@@ -1,0 +1,149 @@
+package gate
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// promisedCode is testCode whose promises are deleted before and after.
+func promisedCode(t *testing.T, g *Gate, rdb *redis.Client, suffix string) string {
+	t.Helper()
+	code := testCode(t, g, suffix)
+	require.NoError(t, rdb.Del(context.Background(), LoggedKey(code)).Err())
+	t.Cleanup(func() { rdb.Del(context.Background(), LoggedKey(code)) })
+	return code
+}
+
+// TestPromise: a promise is recorded once (a second make answers the first),
+// read back as recorded, marked logged, and forgotten; it takes the
+// voucher's expiry.
+func TestPromise(t *testing.T) {
+	t.Parallel()
+	g, rdb := newGate(t)
+	ctx := context.Background()
+	code := promisedCode(t, g, rdb, "v")
+	load(t, g, code, 10, 2)
+	at := time.UnixMilli(time.Now().UnixMilli()).UTC()
+	p := Promise{OrderID: "o1", CustomerID: 7, OrderAmount: 5_000, DiscountAmount: 500, AdmittedAt: at, ExpiresAt: at.Add(time.Minute)}
+	had, found, err := g.Promise(ctx, code, []Promise{p})
+	require.NoError(t, err)
+	assert.Equal(t, []bool{false}, found)
+	other := p
+	other.OrderAmount = 10
+	had, found, err = g.Promise(ctx, code, []Promise{other})
+	require.NoError(t, err)
+	require.Equal(t, []bool{true}, found)
+	assert.Equal(t, p, had[0], "the promise a second make finds")
+	ttl, err := rdb.PExpireTime(ctx, LoggedKey(code)).Result()
+	require.NoError(t, err)
+	assert.Positive(t, ttl, "the promises take the voucher's expiry")
+
+	require.NoError(t, g.MarkLogged(ctx, code, "o1"))
+	got, found, err := g.Promises(ctx, code, "o1", "o2")
+	require.NoError(t, err)
+	assert.Equal(t, []bool{true, false}, found)
+	p.Logged = true
+	assert.Equal(t, p, got[0])
+
+	require.NoError(t, g.Forget(ctx, code, "o1"))
+	_, found, err = g.Promises(ctx, code, "o1")
+	require.NoError(t, err)
+	assert.Equal(t, []bool{false}, found)
+}
+
+// TestPromisedOrderIsNeverFreed: neither a give-back, a drop nor a reconcile
+// frees a promised order, however old; once its promise is forgotten, a
+// give-back does.
+func TestPromisedOrderIsNeverFreed(t *testing.T) {
+	t.Parallel()
+	g, rdb := newGate(t)
+	ctx := context.Background()
+	code := promisedCode(t, g, rdb, "v")
+	old := time.UnixMilli(time.Now().Add(-10 * time.Minute).UnixMilli()).UTC()
+	v := testMeta(10, 2)
+	loadVoucher(t, g, code, v, Order{OrderID: "promised", CustomerID: 1, AdmittedAt: old},
+		Order{OrderID: "hanging", CustomerID: 2, AdmittedAt: old})
+	_, _, err := g.Promise(ctx, code, []Promise{{OrderID: "promised", CustomerID: 1, OrderAmount: testAmount,
+		DiscountAmount: 1, AdmittedAt: old, ExpiresAt: old.Add(time.Hour)}})
+	require.NoError(t, err)
+
+	for _, free := range []func(context.Context, string, ...string) (int, error){g.GiveBack, g.Drop} {
+		n, err := free(ctx, code, "promised")
+		require.NoError(t, err)
+		assert.Zero(t, n, "a promised order given back or dropped")
+	}
+	res, err := g.Reconcile(ctx, code, v, nil, time.Minute)
+	require.NoError(t, err)
+	assert.Equal(t, []string{"hanging"}, res.Released, "a reconcile with no row for either")
+	owners, _ := orderOwners(t, g, code)
+	assert.Equal(t, map[string]int64{"promised": 1}, owners)
+
+	require.NoError(t, g.Forget(ctx, code, "promised"))
+	n, err := g.GiveBack(ctx, code, "promised")
+	require.NoError(t, err)
+	assert.Equal(t, 1, n, "given back once its promise is forgotten")
+}
+
+// TestClaimOrder: an orderId is claimed by one voucher at a time; another
+// voucher's free leaves it.
+func TestClaimOrder(t *testing.T) {
+	t.Parallel()
+	g, rdb := newGate(t)
+	ctx := context.Background()
+	order := "claim-" + testCode(t, g, "o")
+	t.Cleanup(func() { rdb.Del(context.Background(), OrderKey(order)) })
+	expires := time.Now().Add(time.Minute)
+	for _, step := range []struct{ code, want string }{{"A", "A"}, {"B", "A"}, {"A", "A"}} {
+		owner, err := g.ClaimOrder(ctx, order, step.code, expires)
+		require.NoError(t, err)
+		assert.Equal(t, step.want, owner, "ClaimOrder(%s)", step.code)
+	}
+	require.NoError(t, g.FreeOrder(ctx, order, "B"))
+	owner, err := g.ClaimOrder(ctx, order, "B", expires)
+	require.NoError(t, err)
+	assert.Equal(t, "A", owner, "after another voucher's free")
+	require.NoError(t, g.FreeOrder(ctx, order, "A"))
+	owner, err = g.ClaimOrder(ctx, order, "B", expires)
+	require.NoError(t, err)
+	assert.Equal(t, "B", owner, "after its own voucher's free")
+}
+
+// TestLowerLimit: a lower totalLimit is refused below the uses held (held
+// reported, nothing changed), taken at them (remaining 0, meta's totalLimit
+// the new one), and undone by Update with the old terms.
+func TestLowerLimit(t *testing.T) {
+	t.Parallel()
+	g, _ := newGate(t)
+	ctx := context.Background()
+	code := testCode(t, g, "v")
+	v := testMeta(10, 3)
+	loadVoucher(t, g, code, v)
+	_, _, err := g.Reserve(ctx, code, []Item{{1, "a", testAmount}, {2, "b", testAmount}, {3, "c", testAmount}})
+	require.NoError(t, err)
+
+	loaded, refused, held, err := g.LowerLimit(ctx, code, 2)
+	require.NoError(t, err)
+	assert.Equal(t, []any{true, true, int64(3)}, []any{loaded, refused, held})
+	_, remaining, _, err := g.Meta(ctx, code)
+	require.NoError(t, err)
+	assert.EqualValues(t, 7, remaining, "remaining after a refused lowering")
+
+	loaded, refused, _, err = g.LowerLimit(ctx, code, 3)
+	require.NoError(t, err)
+	assert.True(t, loaded && !refused)
+	meta, remaining, _, err := g.Meta(ctx, code)
+	require.NoError(t, err)
+	assert.EqualValues(t, 0, remaining)
+	assert.Equal(t, 3, meta.TotalLimit)
+
+	_, err = g.Update(ctx, code, v)
+	require.NoError(t, err)
+	_, remaining, _, err = g.Meta(ctx, code)
+	require.NoError(t, err)
+	assert.EqualValues(t, 7, remaining, "remaining after the undo")
+}
