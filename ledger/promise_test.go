@@ -241,3 +241,28 @@ func TestLogPathUnreadableRows(t *testing.T) {
 	time.Sleep(500 * time.Millisecond) // a second record, if any, would be written by now
 	assert.Equal(t, 1, l.counts(t, code).Rows, "rows: o1 once, o2 never")
 }
+
+// TestLogPathForeignOrderGivesBack: an orderId whose row is another
+// voucher's is ORDER_CONFLICT on a log voucher, and the use its claim took
+// there in Redis is given back at once, as on sync.
+func TestLogPathForeignOrderGivesBack(t *testing.T) {
+	t.Parallel()
+	k := newKafka(t, 2)
+	l := newTestLedger(t, ledgerOptions{kafka: k.ListenAddrs()})
+	syncCode, logCode := newCode(t), newCode(t)
+	l.createVoucher(t, spec(syncCode, 5, 1, true))
+	l.logVoucher(t, spec(logCode, 5, 1, true))
+	order := syncCode + "-o"
+	require.Equal(t, http.StatusCreated, l.reserve(t, syncCode, 1, order, 5_000).Status)
+	// As a proxy sends it: the gate admits it (the log voucher does not hold
+	// it), then the ledger's admitted write answers it.
+	res, _, err := l.gate.Reserve(context.Background(), logCode, []gate.Item{{CustomerID: 1, OrderID: order, OrderAmount: 5_000}})
+	require.NoError(t, err)
+	require.Equal(t, []gate.Result{gate.Reserved}, res)
+	r := l.call(t, http.MethodPost, api.InternalPrefix+api.ReservationsPath(logCode), claimBody(1, order, 5_000))
+	assert.Equal(t, http.StatusConflict, r.Status, "the orderId of a sync voucher's row on a log voucher: %s", r.Raw)
+	assert.Contains(t, r.Raw, "ORDER_CONFLICT")
+	st := redisState(t, l.gate, logCode)
+	assert.EqualValues(t, 5, st.Remaining, "Redis remaining of the log voucher")
+	assert.Empty(t, st.Orders)
+}

@@ -66,17 +66,29 @@ func (l *Ledger) answerFromRows(ctx context.Context, code string, claims []vouch
 	}
 	var rest []int
 	var holding []gate.Order
+	var foreign []string
 	for j, i := range only {
 		if !found[j] {
 			rest = append(rest, i)
 			continue
 		}
 		out[i] = existing[j]
-		if r := existing[j].Reservation; r.Status.Active() && r.VoucherCode == code && r.CustomerID == claims[i].CustomerID {
+		r := existing[j].Reservation
+		switch {
+		case r.VoucherCode != code:
+			// ORDER_CONFLICT: the orderId is another voucher's, so the use
+			// the gate took here for it is this claim's, and no row holds it.
+			foreign = append(foreign, r.OrderID)
+		case r.Status.Active() && r.CustomerID == claims[i].CustomerID:
 			holding = append(holding, gate.Order{OrderID: r.OrderID, CustomerID: r.CustomerID})
 		}
 	}
 	l.reassert(ctx, code, holding)
+	if len(foreign) > 0 {
+		if _, err := l.gate.GiveBack(context.WithoutCancel(ctx), code, foreign...); err != nil {
+			l.log.Error("give back the uses of orderIds of other vouchers", "code", code, "orders", len(foreign), "err", err)
+		}
+	}
 	return rest, nil
 }
 
