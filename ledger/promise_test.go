@@ -266,3 +266,49 @@ func TestLogPathForeignOrderGivesBack(t *testing.T) {
 	assert.EqualValues(t, 5, st.Remaining, "Redis remaining of the log voucher")
 	assert.Empty(t, st.Orders)
 }
+
+// TestLogPathPendingPromiseTakenOver: a promise a ledger left pending (it
+// died before the broker answered) is answered 503 while it is young; past
+// promiseStale, a retry of the same claim takes it over and produces its
+// record with the promise's own values (201 replayed), and the consumer
+// writes that row. A retry with another amount is never the one to take it
+// over.
+func TestLogPathPendingPromiseTakenOver(t *testing.T) {
+	t.Parallel()
+	k := newKafka(t, 2)
+	l := newTestLedger(t, ledgerOptions{kafka: k.ListenAddrs()})
+	code := newCode(t)
+	l.logVoucher(t, spec(code, 5, 1, true))
+	ctx := context.Background()
+	young, old := code+"-young", code+"-old"
+	res, _, err := l.gate.Reserve(ctx, code, []gate.Item{{CustomerID: 1, OrderID: young, OrderAmount: 5_000},
+		{CustomerID: 2, OrderID: old, OrderAmount: 5_000}})
+	require.NoError(t, err)
+	require.Equal(t, []gate.Result{gate.Reserved, gate.Reserved}, res)
+	now := time.UnixMilli(time.Now().UnixMilli()).UTC()
+	then := now.Add(-time.Minute)
+	_, _, err = l.gate.Promise(ctx, code, []gate.Promise{
+		{OrderID: young, CustomerID: 1, OrderAmount: 5_000, DiscountAmount: 4_000, AdmittedAt: now, ExpiresAt: now.Add(15 * time.Minute)},
+		{OrderID: old, CustomerID: 2, OrderAmount: 5_000, DiscountAmount: 4_000, AdmittedAt: then, ExpiresAt: then.Add(15 * time.Minute)},
+	})
+	require.NoError(t, err)
+
+	r := l.reserve(t, code, 1, young, 5_000)
+	assert.Equal(t, http.StatusServiceUnavailable, r.Status, "a retry of a young pending promise: %s", r.Raw)
+	r = l.reserve(t, code, 2, old, 7_000)
+	assert.Equal(t, http.StatusServiceUnavailable, r.Status, "another amount on a stale pending promise: %s", r.Raw)
+	r = l.reserve(t, code, 2, old, 5_000)
+	require.Equal(t, http.StatusCreated, r.Status, "the same claim on a stale pending promise: %s", r.Raw)
+	assert.Equal(t, "true", r.Header.Get(api.HeaderReplayed))
+	assert.Contains(t, r.Raw, `"discountAmount":4000`)
+
+	// The young one's ledger is gone too: remove its promise and hold, as a
+	// produce that failed would have.
+	require.NoError(t, l.gate.Forget(ctx, code, young))
+	_, err = l.gate.GiveBack(ctx, code, young)
+	require.NoError(t, err)
+	l.consume(t)
+	l.waitUsed(t, code, 1)
+	l.requireRows(t, code, []promiseBody{{OrderID: old, DiscountAmount: 4_000, answered: then}})
+	assert.Zero(t, testutil.ToFloat64(l.svc.admitted.DeadLetter), "dead-lettered records")
+}

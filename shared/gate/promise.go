@@ -45,8 +45,9 @@ type Promise struct {
 	DiscountAmount int64
 	AdmittedAt     time.Time
 	ExpiresAt      time.Time
-	// Logged: the broker acknowledged the record. A pending promise's
-	// record may be in flight: its order is answered 503 until it is settled.
+	// Logged: the broker acknowledged the record. A pending (or taken
+	// over) promise's record may be in flight: its order is answered 503
+	// until it is settled.
 	Logged bool
 }
 
@@ -64,7 +65,7 @@ func (p Promise) encode() string {
 // decodePromise reads a value of the hash.
 func decodePromise(orderID, s string) (Promise, error) {
 	f := strings.Split(s, ":")
-	if len(f) != 6 || (f[0] != "p" && f[0] != "l") {
+	if len(f) != 6 || (f[0] != "p" && f[0] != "t" && f[0] != "l") {
 		return Promise{}, fmt.Errorf("promise of %s: malformed %q: %w", orderID, s, ErrBadState)
 	}
 	n := make([]int64, 5)
@@ -144,6 +145,53 @@ func decodePromises(code string, ps []Promise, v any) ([]Promise, []bool, error)
 		had[i], found[i] = p, true
 	}
 	return had, found, nil
+}
+
+// Abandon removes the pending promises of orderIDs whose produce failed,
+// unless a retry took one over meanwhile (its record may be in the log
+// now); it returns those it removed, whose uses may be given back.
+func (g *Gate) Abandon(ctx context.Context, code string, orderIDs ...string) ([]string, error) {
+	if len(orderIDs) == 0 {
+		return nil, nil
+	}
+	if err := checkCode(code); err != nil {
+		return nil, err
+	}
+	args := []any{"abandon"}
+	for _, id := range orderIDs {
+		args = append(args, id)
+	}
+	v, err := g.run(ctx, promiseScript, loggedKeys(code), args...)
+	if err != nil {
+		return nil, fmt.Errorf("abandon promises of %s: %w", code, err)
+	}
+	r, ok := v.([]any)
+	if !ok || len(r) != len(orderIDs) {
+		return nil, fmt.Errorf("abandon promises of %s: unexpected reply %v: %w", code, v, ErrBadState)
+	}
+	var removed []string
+	for i, x := range r {
+		if x == int64(1) {
+			removed = append(removed, orderIDs[i])
+		}
+	}
+	return removed, nil
+}
+
+// TakeOver marks orderID's pending promise taken over when it was admitted
+// before cutoff: its ledger died before the broker answered (or is still
+// waiting far longer than a produce may take), and the caller produces its
+// record again with the same values (the consumer writes one row of two
+// such records). It reports whether it did.
+func (g *Gate) TakeOver(ctx context.Context, code, orderID string, cutoff time.Time) (bool, error) {
+	if err := checkCode(code); err != nil {
+		return false, err
+	}
+	v, err := g.run(ctx, promiseScript, loggedKeys(code), "takeover", orderID, cutoff.UnixMilli())
+	if err != nil {
+		return false, fmt.Errorf("take over the promise of %s/%s: %w", code, orderID, err)
+	}
+	return v == int64(1), nil
 }
 
 // MarkLogged records that the broker acknowledged the records of orderIDs.

@@ -10,18 +10,26 @@
 -- KEYS[5] voucher:{CODE}:done       unused
 -- KEYS[6] voucher:{CODE}:logged     hash orderId ->
 --         "state:customerId:orderAmount:discountAmount:admittedAtMillis:expiresAtMillis",
---         state p (pending: the record may be in flight to the broker) or
---         l (logged: the broker acknowledged it)
+--         state p (pending: the record may be in flight to the broker), t
+--         (taken over: a retry of a pending promise left by a ledger that
+--         died produces its record again, with the same values) or l
+--         (logged: the broker acknowledged it)
 -- ARGV[1] the operation:
 --   "make":   ARGV[2..] orderId1, value1, orderId2, value2, ... (values
 --             with state p): records each order's promise unless it has
 --             one; the hash takes KEYS[1]'s expiry. Returns one
 --             string per order: "" when it recorded it, else the promise it
 --             already had.
---   "logged": ARGV[2..] orderIds: a pending promise becomes logged. Returns
---             how many changed.
+--   "logged": ARGV[2..] orderIds: a pending or taken-over promise becomes
+--             logged. Returns how many changed.
 --   "forget": ARGV[2..] orderIds: the promises are removed. Returns how many
 --             there were.
+--   "abandon": ARGV[2..] orderIds: the pending promises (state p: nobody took
+--             them over) are removed, after a produce that failed. Returns
+--             one 1 (removed) or 0 per order.
+--   "takeover": ARGV[2] orderId, ARGV[3] cutoff (unix millis): a pending or
+--             taken-over promise admitted before cutoff becomes taken over.
+--             Returns 1 if it did, else 0.
 --   "read":   ARGV[2..] orderIds: one string per order, "" when none.
 -- Errors (before any write) on an unknown operation or a bad ARGV layout.
 
@@ -49,7 +57,7 @@ elseif op == 'logged' then
   local n = 0
   for i = 2, #ARGV do
     local had = redis.call('HGET', KEYS[6], ARGV[i])
-    if had and string.sub(had, 1, 2) == 'p:' then
+    if had and (string.sub(had, 1, 2) == 'p:' or string.sub(had, 1, 2) == 't:') then
       redis.call('HSET', KEYS[6], ARGV[i], 'l:' .. string.sub(had, 3))
       n = n + 1
     end
@@ -58,6 +66,26 @@ elseif op == 'logged' then
 elseif op == 'forget' then
   if #ARGV < 2 then return 0 end
   return redis.call('HDEL', KEYS[6], unpack(ARGV, 2))
+elseif op == 'abandon' then
+  local out = {}
+  for i = 2, #ARGV do
+    local had = redis.call('HGET', KEYS[6], ARGV[i])
+    if had and string.sub(had, 1, 2) == 'p:' then
+      redis.call('HDEL', KEYS[6], ARGV[i])
+      out[#out + 1] = 1
+    else
+      out[#out + 1] = 0
+    end
+  end
+  return out
+elseif op == 'takeover' then
+  local had = redis.call('HGET', KEYS[6], ARGV[2])
+  local cutoff = tonumber(ARGV[3])
+  if not had or not cutoff then return 0 end
+  local state, admitted = string.match(had, '^([pt]):%d+:%-?%d+:%-?%d+:(%d+):')
+  if not state or tonumber(admitted) >= cutoff then return 0 end
+  redis.call('HSET', KEYS[6], ARGV[2], 't:' .. string.sub(had, 3))
+  return 1
 elseif op == 'read' then
   local out = {}
   for i = 2, #ARGV do

@@ -56,12 +56,17 @@ func (p *Producer) Append(ctx context.Context, code string, promised []store.Log
 	errs := make([]error, len(promised))
 	recs := make([]*kgo.Record, 0, len(promised))
 	at := make(map[*kgo.Record]int, len(promised)) // the results come in the order the broker answered
+	now := p.clock()
 	for i, l := range promised {
 		rec, err := admissionOf(code, l).record(p.topic)
 		if err != nil {
 			errs[i] = err
 			continue
 		}
+		// Stamped when produced, not admitted: franz-go times a record's
+		// delivery from its timestamp, and a record produced again for an
+		// old promise (sale.promiseStale) would time out at once.
+		rec.Timestamp = now
 		recs, at[rec] = append(recs, rec), i
 	}
 	for _, r := range p.client.ProduceSync(ctx, recs...) {

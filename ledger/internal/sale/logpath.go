@@ -48,14 +48,14 @@ func (l *Ledger) appendAdmitted(ctx context.Context, v voucher.Voucher, claims [
 		l.unreadable(ctx, code, claims, out, fresh, err)
 		return out
 	}
-	promised := l.promise(ctx, v, claims, out, fresh)
-	if len(promised) == 0 {
+	produce := l.promise(ctx, v, claims, out, fresh)
+	if len(produce) == 0 {
 		return out
 	}
-	batch := make([]store.Logged, len(promised))
-	ids := make([]string, len(promised))
-	for j, i := range promised {
-		batch[j], ids[j] = l.promiseOf(v, claims[i], out[i].Reservation.CreatedAt), claims[i].OrderID
+	batch := make([]store.Logged, len(produce))
+	ids := make([]string, len(produce))
+	for j, p := range produce {
+		batch[j], ids[j] = p.rec, p.rec.Claim.OrderID
 	}
 	var errs []error
 	writing := l.settler.Writing(code, ids)
@@ -69,21 +69,28 @@ func (l *Ledger) appendAdmitted(ctx context.Context, v voucher.Voucher, claims [
 	}
 	writing()
 	var logged, failed []string
-	for j, i := range promised {
-		if errs[j] != nil {
-			out[i] = store.Written{Err: fmt.Errorf("append %s/%s: %w: %w", code, claims[i].OrderID, errs[j], voucher.ErrUnavailable)}
-			failed = append(failed, claims[i].OrderID)
-			continue
+	for j, p := range produce {
+		id := p.rec.Claim.OrderID
+		switch {
+		case errs[j] == nil:
+			logged = append(logged, id)
+		case p.retaken:
+			// The first produce's record may be in the log: the promise
+			// stays, and the next retry takes it over again.
+			out[p.i] = store.Written{Err: fmt.Errorf("append %s/%s again: %w: %w", code, id, errs[j], voucher.ErrUnavailable)}
+		default:
+			out[p.i] = store.Written{Err: fmt.Errorf("append %s/%s: %w: %w", code, id, errs[j], voucher.ErrUnavailable)}
+			failed = append(failed, id)
 		}
-		logged = append(logged, claims[i].OrderID)
 	}
 	bg := context.WithoutCancel(ctx)
 	if err := l.gate.MarkLogged(bg, code, logged...); err != nil {
 		// The records are in the log: their promises stay pending (their
-		// retries answer 503) until the consumer writes their rows.
+		// retries answer 503, or take them over) until the consumer writes
+		// their rows.
 		l.log.Error("promises not marked logged", "code", code, "orders", len(logged), "err", err)
 	}
-	l.unpromise(bg, code, failed, true)
+	l.abandon(bg, code, failed)
 	return out
 }
 

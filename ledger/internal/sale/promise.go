@@ -105,13 +105,29 @@ func (l *Ledger) unreadable(ctx context.Context, code string, claims []voucher.C
 	l.settler.Park(code, ids)
 }
 
+// production is a record appendAdmitted produces: the promise of claim i,
+// new, or retaken from a promise its ledger left pending (takeOver).
+type production struct {
+	i       int
+	rec     store.Logged
+	retaken bool
+}
+
+// promiseStale is how old a pending promise is when a retry of it takes it
+// over and produces its record again: past any produce a live ledger still
+// waits for (produceTimeout for a record never sent; a record sent is
+// answered within the broker's request timeout), so its ledger died or lost
+// its broker. Two records of one promise are harmless: they carry the same
+// values, and the consumer writes one row.
+const promiseStale = 10 * time.Second
+
 // promise records the promise of each claim at fresh (no row) in Redis and
-// returns the indexes of those to produce, each with its 201 in out. Every
-// other claim is answered: from the promise its order had (a retry), from
-// the row the consumer wrote meanwhile, ORDER_CONFLICT when another log
-// voucher holds its orderId (its use here given back), 503 when Redis
-// fails. A repeated orderId follows its first claim.
-func (l *Ledger) promise(ctx context.Context, v voucher.Voucher, claims []voucher.Claim, out []store.Written, fresh []int) []int {
+// returns the records to produce, each claim's 201 in out. Every other
+// claim is answered: from the promise its order had (a retry), from the row
+// the consumer wrote meanwhile, ORDER_CONFLICT when another log voucher
+// holds its orderId (its use here given back), 503 when Redis fails. A
+// repeated orderId follows its first claim.
+func (l *Ledger) promise(ctx context.Context, v voucher.Voucher, claims []voucher.Claim, out []store.Written, fresh []int) []production {
 	code := v.Code
 	now := l.store.Clock().UTC().Truncate(time.Millisecond) // as the promise keeps it
 	first := map[string]int{}
@@ -145,17 +161,22 @@ func (l *Ledger) promise(ctx context.Context, v voucher.Voucher, claims []vouche
 		return nil
 	}
 	var made []int
+	var produce []production
 	for j, i := range lead {
-		if found[j] {
-			out[i] = answerPromise(code, had[j], claims[i])
+		if !found[j] {
+			made = append(made, i)
+			out[i] = store.Written{Reservation: promised(code, l.promiseOf(v, claims[i], now))}
 			continue
 		}
-		made = append(made, i)
-		out[i] = store.Written{Reservation: promised(code, l.promiseOf(v, claims[i], now))}
+		out[i] = answerPromise(code, had[j], claims[i])
+		if p, ok := l.takeOver(ctx, code, had[j], claims[i], now); ok {
+			out[i] = store.Written{Reservation: promised(code, p), Replayed: true}
+			produce = append(produce, production{i: i, rec: p, retaken: true})
+		}
 	}
 	mine := l.claimOrders(ctx, v, claims, out, made)
 	if len(mine) == 0 {
-		return nil
+		return produce
 	}
 	// A retry that raced the consumer's commit (the row written and its
 	// promise removed after the first read) is answered from the row.
@@ -163,7 +184,7 @@ func (l *Ledger) promise(ctx context.Context, v voucher.Voucher, claims []vouche
 	if err != nil {
 		l.unpromise(context.WithoutCancel(ctx), code, idsAt(claims, mine), false)
 		l.unreadable(ctx, code, claims, out, mine, err)
-		return nil
+		return produce
 	}
 	if len(rest) < len(mine) {
 		inRest := make(map[int]bool, len(rest))
@@ -178,7 +199,46 @@ func (l *Ledger) promise(ctx context.Context, v voucher.Voucher, claims []vouche
 		}
 		l.unpromise(context.WithoutCancel(ctx), code, idsAt(claims, written), false)
 	}
-	return rest
+	for _, i := range rest {
+		produce = append(produce, production{i: i, rec: l.promiseOf(v, claims[i], now)})
+	}
+	return produce
+}
+
+// takeOver takes over promise p of claim cl's order when p is still pending
+// promiseStale after its admission and cl is the same claim (customer and
+// amount; another is answered from p as it stands), and returns the record
+// to produce again: p's own values.
+func (l *Ledger) takeOver(ctx context.Context, code string, p gate.Promise, cl voucher.Claim, now time.Time) (store.Logged, bool) {
+	if p.Logged || p.CustomerID != cl.CustomerID || p.OrderAmount != cl.OrderAmount || now.Sub(p.AdmittedAt) < promiseStale {
+		return store.Logged{}, false
+	}
+	ok, err := l.gate.TakeOver(ctx, code, p.OrderID, now.Add(-promiseStale))
+	if err != nil || !ok {
+		return store.Logged{}, false // answered 503 as pending
+	}
+	l.log.Warn("a pending promise taken over: its record is produced again", "code", code, "order", p.OrderID,
+		"admittedAt", p.AdmittedAt)
+	return store.Logged{Claim: cl, DiscountAmount: p.DiscountAmount, AdmittedAt: p.AdmittedAt, ExpiresAt: p.ExpiresAt}, true
+}
+
+// abandon removes the promises of orderIDs whose produce failed and gives
+// back the uses of those no retry took over meanwhile (a retaken one's
+// record may be in the log).
+func (l *Ledger) abandon(ctx context.Context, code string, orderIDs []string) {
+	if len(orderIDs) == 0 {
+		return
+	}
+	removed, err := l.gate.Abandon(ctx, code, orderIDs...)
+	if err != nil {
+		// Left pending: a retry takes them over after promiseStale.
+		l.log.Error("promises of failed produces not removed", "code", code, "orders", len(orderIDs), "err", err)
+		return
+	}
+	l.freeOrders(ctx, code, removed)
+	if _, err := l.gate.GiveBack(ctx, code, removed...); err != nil {
+		l.log.Error("give back after a failed append to the admissions log", "code", code, "orders", len(removed), "err", err)
+	}
 }
 
 // claimOrders names voucher v as the log voucher of the orders at made
