@@ -12,24 +12,16 @@ import (
 var (
 	//go:embed promise.lua
 	promiseLua string
-	//go:embed order.lua
-	orderLua string
 	//go:embed limit.lua
 	limitLua string
 
 	promiseScript = newScript(promiseLua)
-	orderScript   = newScript(orderLua)
 	limitScript   = newScript(limitLua)
 )
 
 // LoggedKey is the hash of a log voucher's promises (promise.lua), in the
 // voucher's slot: orderId -> Promise.encode.
 func LoggedKey(code string) string { return "voucher:{" + code + "}:logged" }
-
-// OrderKey is the key naming the log voucher an orderId is promised on
-// (order.lua), in the order's own slot. orderID must be valid
-// (voucher.ValidOrderID: no braces).
-func OrderKey(orderID string) string { return "flashgate:order:{" + orderID + "}" }
 
 // loggedKeys are the voucher's keys and its promises, the keys the scripts
 // that must respect promises take.
@@ -220,34 +212,6 @@ func (g *Gate) promiseOp(ctx context.Context, code, op string, orderIDs []string
 	}
 	if _, err := g.run(ctx, promiseScript, loggedKeys(code), args...); err != nil {
 		return fmt.Errorf("promise %s %s: %w", op, code, err)
-	}
-	return nil
-}
-
-// ClaimOrder names code as the log voucher orderID is promised on, until
-// expires, unless another voucher holds it: owner is then that voucher.
-func (g *Gate) ClaimOrder(ctx context.Context, orderID, code string, expires time.Time) (owner string, err error) {
-	if err := checkCode(code); err != nil {
-		return "", err
-	}
-	v, err := g.run(ctx, orderScript, []string{OrderKey(orderID)}, "claim", code, expires.UnixMilli())
-	if err != nil {
-		return "", fmt.Errorf("claim order %s for %s: %w", orderID, code, err)
-	}
-	owner, ok := v.(string)
-	if !ok {
-		return "", fmt.Errorf("claim order %s for %s: unexpected reply %v: %w", orderID, code, v, ErrBadState)
-	}
-	return owner, nil
-}
-
-// FreeOrder deletes orderID's claim if code holds it.
-func (g *Gate) FreeOrder(ctx context.Context, orderID, code string) error {
-	if err := checkCode(code); err != nil {
-		return err
-	}
-	if _, err := g.run(ctx, orderScript, []string{OrderKey(orderID)}, "free", code); err != nil {
-		return fmt.Errorf("free order %s of %s: %w", orderID, code, err)
 	}
 	return nil
 }

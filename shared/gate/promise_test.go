@@ -98,19 +98,21 @@ func TestClaimOrder(t *testing.T) {
 	order := "claim-" + testCode(t, g, "o")
 	t.Cleanup(func() { rdb.Del(context.Background(), OrderKey(order)) })
 	expires := time.Now().Add(time.Minute)
-	for _, step := range []struct{ code, want string }{{"A", "A"}, {"B", "A"}, {"A", "A"}} {
-		owner, err := g.ClaimOrder(ctx, order, step.code, expires)
-		require.NoError(t, err)
-		assert.Equal(t, step.want, owner, "ClaimOrder(%s)", step.code)
+	claim := func(code string) string {
+		t.Helper()
+		owners, errs := g.ClaimOrders(ctx, code, []string{order}, expires)
+		require.NoError(t, errs[0])
+		return owners[0]
 	}
-	require.NoError(t, g.FreeOrder(ctx, order, "B"))
-	owner, err := g.ClaimOrder(ctx, order, "B", expires)
-	require.NoError(t, err)
-	assert.Equal(t, "A", owner, "after another voucher's free")
-	require.NoError(t, g.FreeOrder(ctx, order, "A"))
-	owner, err = g.ClaimOrder(ctx, order, "B", expires)
-	require.NoError(t, err)
-	assert.Equal(t, "B", owner, "after its own voucher's free")
+	for _, step := range []struct{ code, want string }{{"A", "A"}, {"B", "A"}, {"A", "A"}} {
+		assert.Equal(t, step.want, claim(step.code), "ClaimOrders(%s)", step.code)
+	}
+	require.NoError(t, g.FreeOrders(ctx, "B", order))
+	assert.Equal(t, "A", claim("B"), "after another voucher's free")
+	require.NoError(t, g.FreeOrders(ctx, "A", order))
+	assert.Equal(t, "B", claim("B"), "after its own voucher's free")
+	require.NoError(t, rdb.ScriptFlush(ctx).Err()) // the pipeline sends the script itself then
+	assert.Equal(t, "B", claim("C"), "after SCRIPT FLUSH")
 }
 
 // TestLowerLimit: a lower totalLimit is refused below the uses held (held

@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"time"
 
-	"golang.org/x/sync/errgroup"
-
 	"github.com/flashgate/flashgate/ledger/internal/store"
 	"github.com/flashgate/flashgate/shared/gate"
 	"github.com/flashgate/flashgate/shared/voucher"
@@ -251,22 +249,13 @@ func (l *Ledger) claimOrders(ctx context.Context, v voucher.Voucher, claims []vo
 	if now := l.store.Clock(); expires.Before(now) {
 		expires = now.Add(orderClaimSlack)
 	}
-	owners := make([]string, len(made))
-	errs := make([]error, len(made))
-	var g errgroup.Group
-	g.SetLimit(orderCalls)
-	for j, i := range made {
-		g.Go(func() error {
-			owners[j], errs[j] = l.gate.ClaimOrder(ctx, claims[i].OrderID, code, expires)
-			return nil
-		})
-	}
-	_ = g.Wait()
+	owners, errs := l.gate.ClaimOrders(ctx, code, idsAt(claims, made), expires)
 	var mine, taken, unknown []int
+	var failure error
 	for j, i := range made {
 		switch {
 		case errs[j] != nil:
-			unknown = append(unknown, i)
+			unknown, failure = append(unknown, i), errs[j]
 		case owners[j] != code:
 			taken = append(taken, i)
 			out[i] = store.Written{Err: voucher.ErrOrderConflict}
@@ -278,17 +267,14 @@ func (l *Ledger) claimOrders(ctx context.Context, v voucher.Voucher, claims []vo
 	l.unpromise(bg, code, idsAt(claims, taken), true)
 	if len(unknown) > 0 {
 		l.unpromise(bg, code, idsAt(claims, unknown), false)
-		l.unreadable(ctx, code, claims, out, unknown, fmt.Errorf("claim the orderIds in redis: %w", errs[0]))
+		l.unreadable(ctx, code, claims, out, unknown, fmt.Errorf("claim the orderIds in redis: %w", failure))
 	}
 	return mine
 }
 
 // orderClaimSlack is how long past its voucher's end an orderId's claim
-// (gate.ClaimOrder) lives at most, as the voucher's keys do.
+// (gate.ClaimOrders) lives at most, as the voucher's keys do.
 const orderClaimSlack = 24 * time.Hour
-
-// orderCalls bounds the Redis calls of one batch's orderId claims in flight.
-const orderCalls = 16
 
 // unpromise removes the promises of orderIDs of code and frees their
 // orderIds; giveBack then gives their uses back in Redis (their records are
@@ -311,16 +297,11 @@ func (l *Ledger) unpromise(ctx context.Context, code string, orderIDs []string, 
 	}
 }
 
-// freeOrders frees the orderIds code holds (gate.ClaimOrder). A failure is
+// freeOrders frees the orderIds code holds (gate.ClaimOrders). A failure is
 // logged: the claim outlives its order until its expiry, and only refuses
 // the same orderId on another log voucher meanwhile.
 func (l *Ledger) freeOrders(ctx context.Context, code string, orderIDs []string) {
-	var g errgroup.Group
-	g.SetLimit(orderCalls)
-	for _, id := range orderIDs {
-		g.Go(func() error { return l.gate.FreeOrder(ctx, id, code) })
-	}
-	if err := g.Wait(); err != nil {
+	if err := l.gate.FreeOrders(ctx, code, orderIDs...); err != nil {
 		l.log.Error("orderIds not freed", "code", code, "orders", len(orderIDs), "err", err)
 	}
 }
