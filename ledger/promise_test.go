@@ -11,10 +11,13 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/flashgate/flashgate/ledger/internal/admissions"
+	"github.com/flashgate/flashgate/ledger/internal/store"
 	"github.com/flashgate/flashgate/shared/api"
 	"github.com/flashgate/flashgate/shared/devstack"
 	"github.com/flashgate/flashgate/shared/devstack/devstacktest"
 	"github.com/flashgate/flashgate/shared/gate"
+	"github.com/flashgate/flashgate/shared/voucher"
 )
 
 // promiseBody is what a 201 of a log voucher promised, and when it came.
@@ -311,4 +314,38 @@ func TestLogPathPendingPromiseTakenOver(t *testing.T) {
 	l.waitUsed(t, code, 1)
 	l.requireRows(t, code, []promiseBody{{OrderID: old, DiscountAmount: 4_000, answered: then}})
 	assert.Zero(t, testutil.ToFloat64(l.svc.admitted.DeadLetter), "dead-lettered records")
+}
+
+// TestLogPathConstraintDeadLetters: a record the database's own constraints
+// refuse (a negative orderAmount: ck_order_amount, which no admission
+// breaks) is dead-lettered as a bug, not retried forever: the records
+// behind it in its partition are written.
+func TestLogPathConstraintDeadLetters(t *testing.T) {
+	t.Parallel()
+	k := newKafka(t, 1)
+	l := newTestLedger(t, ledgerOptions{kafka: k.ListenAddrs()})
+	code := newCode(t)
+	s := spec(code, 5, 1, true)
+	s.MinOrderAmount = 0
+	l.logVoucher(t, s)
+	p, err := admissions.NewProducer(k.ListenAddrs(), admissions.DefaultTopic, time.Now)
+	require.NoError(t, err)
+	t.Cleanup(p.Close)
+	now := time.Now()
+	recs := []store.Logged{
+		{Claim: voucher.Claim{CustomerID: 1, OrderID: code + "-bad", OrderAmount: -5}, AdmittedAt: now, ExpiresAt: now.Add(time.Hour)},
+		{Claim: voucher.Claim{CustomerID: 2, OrderID: code + "-good", OrderAmount: 5_000}, DiscountAmount: 5_000,
+			AdmittedAt: now, ExpiresAt: now.Add(time.Hour)},
+	}
+	for _, err := range p.Append(context.Background(), code, recs) {
+		require.NoError(t, err)
+	}
+	l.consume(t)
+	l.waitUsed(t, code, 1)
+	deadline := time.Now().Add(10 * time.Second)
+	for testutil.ToFloat64(l.svc.admitted.DeadLetter) < 1 && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	assert.EqualValues(t, 1, testutil.ToFloat64(l.svc.admitted.DeadLetter), "dead-lettered records")
+	assert.Equal(t, 1, l.counts(t, code).Rows)
 }
