@@ -48,7 +48,9 @@ func (l *Ledger) appendAdmitted(ctx context.Context, v voucher.Voucher, claims [
 		l.unreadable(ctx, code, claims, out, fresh, err)
 		return out
 	}
-	produce := l.promise(ctx, v, claims, out, fresh)
+	lead, followers := distinct(claims, fresh)
+	defer answerFollowers(code, claims, out, followers) // once the lead's answer is final
+	produce := l.promise(ctx, v, claims, out, lead)
 	if len(produce) == 0 {
 		return out
 	}

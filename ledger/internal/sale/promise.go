@@ -119,34 +119,15 @@ type production struct {
 // values, and the consumer writes one row.
 const promiseStale = 10 * time.Second
 
-// promise records the promise of each claim at fresh (no row) in Redis and
-// returns the records to produce, each claim's 201 in out. Every other
-// claim is answered: from the promise its order had (a retry), from the row
-// the consumer wrote meanwhile, ORDER_CONFLICT when another log voucher
-// holds its orderId (its use here given back), 503 when Redis fails. A
-// repeated orderId follows its first claim.
-func (l *Ledger) promise(ctx context.Context, v voucher.Voucher, claims []voucher.Claim, out []store.Written, fresh []int) []production {
+// promise records the promise of each claim at lead (no row; distinct
+// orderIds) in Redis and returns the records to produce, each claim's 201
+// in out. Every other claim is answered: from the promise its order had (a
+// retry), from the row the consumer wrote meanwhile, ORDER_CONFLICT when
+// another log voucher holds its orderId (its use here given back), 503 when
+// Redis fails.
+func (l *Ledger) promise(ctx context.Context, v voucher.Voucher, claims []voucher.Claim, out []store.Written, lead []int) []production {
 	code := v.Code
 	now := l.store.Clock().UTC().Truncate(time.Millisecond) // as the promise keeps it
-	first := map[string]int{}
-	var lead, followers []int
-	for _, i := range fresh {
-		if _, dup := first[claims[i].OrderID]; dup {
-			followers = append(followers, i)
-			continue
-		}
-		first[claims[i].OrderID] = i
-		lead = append(lead, i)
-	}
-	defer func() {
-		for _, i := range followers {
-			o := out[first[claims[i].OrderID]]
-			if o.Err == nil {
-				o = store.Written{Reservation: o.Reservation, Err: store.RetryAnswer(o.Reservation, code, claims[i]), Replayed: true}
-			}
-			out[i] = o
-		}
-	}()
 	ps := make([]gate.Promise, len(lead))
 	for j, i := range lead {
 		p := l.promiseOf(v, claims[i], now)
@@ -189,13 +170,19 @@ func (l *Ledger) promise(ctx context.Context, v voucher.Voucher, claims []vouche
 		for _, i := range rest {
 			inRest[i] = true
 		}
-		var written []int
+		var own, foreign []int
 		for _, i := range mine {
-			if !inRest[i] {
-				written = append(written, i)
+			switch {
+			case inRest[i]:
+			case out[i].Reservation.VoucherCode == code:
+				own = append(own, i)
+			default:
+				foreign = append(foreign, i) // its use here is this claim's: given back once unpromised
 			}
 		}
-		l.unpromise(context.WithoutCancel(ctx), code, idsAt(claims, written), false)
+		bg := context.WithoutCancel(ctx)
+		l.unpromise(bg, code, idsAt(claims, own), false)
+		l.unpromise(bg, code, idsAt(claims, foreign), true)
 	}
 	for _, i := range rest {
 		produce = append(produce, production{i: i, rec: l.promiseOf(v, claims[i], now)})
@@ -303,6 +290,38 @@ func (l *Ledger) unpromise(ctx context.Context, code string, orderIDs []string, 
 func (l *Ledger) freeOrders(ctx context.Context, code string, orderIDs []string) {
 	if err := l.gate.FreeOrders(ctx, code, orderIDs...); err != nil {
 		l.log.Error("orderIds not freed", "code", code, "orders", len(orderIDs), "err", err)
+	}
+}
+
+// distinct splits the claims at fresh into the first claim of each orderId
+// (lead) and the later ones (followers).
+func distinct(claims []voucher.Claim, fresh []int) (lead, followers []int) {
+	seen := map[string]bool{}
+	for _, i := range fresh {
+		if seen[claims[i].OrderID] {
+			followers = append(followers, i)
+			continue
+		}
+		seen[claims[i].OrderID] = true
+		lead = append(lead, i)
+	}
+	return lead, followers
+}
+
+// answerFollowers answers each claim at followers as the first claim of its
+// orderId was answered (out, once final): a replay of its 201 for the same
+// claim, ORDER_CONFLICT for another, the same error.
+func answerFollowers(code string, claims []voucher.Claim, out []store.Written, followers []int) {
+	first := map[string]int{}
+	for i := len(claims) - 1; i >= 0; i-- {
+		first[claims[i].OrderID] = i
+	}
+	for _, i := range followers {
+		o := out[first[claims[i].OrderID]]
+		if o.Err == nil {
+			o = store.Written{Reservation: o.Reservation, Err: store.RetryAnswer(o.Reservation, code, claims[i]), Replayed: true}
+		}
+		out[i] = o
 	}
 }
 
