@@ -9,6 +9,13 @@
 -- KEYS[4] voucher:{CODE}:meta       rebuilt from the terms and flashSale; its
 --                                   generation names this load (prelude)
 -- KEYS[5] voucher:{CODE}:done       rebuilt: orderId -> customerId, finished orders
+-- KEYS[6] voucher:{CODE}:logged     optional, read: promises (promise.lua) of
+--                                   admissions whose rows the database does not
+--                                   hold yet survive an unload; each order not
+--                                   among the snapshot's is held again, taking a
+--                                   use (remaining never below 0), so that the
+--                                   records still in the admissions log are not
+--                                   sold a second time
 -- ARGV[1]    remaining
 -- ARGV[2..10] the terms block (prelude's termsValid): expire-at (unix millis,
 --            PEXPIREAT on all five keys), discountAmount, minOrderAmount,
@@ -52,6 +59,20 @@ for i = 13, last, 3 do
 end
 for i = last + 1, #ARGV, 2 do
   redis.call('HSET', KEYS[5], ARGV[i], ARGV[i + 1])
+end
+if KEYS[6] then
+  local promised = redis.call('HGETALL', KEYS[6])
+  local left = tonumber(ARGV[1])
+  for i = 1, #promised, 2 do
+    local order = promised[i]
+    local customer, at = string.match(promised[i + 1], '^[ptl]:(%d+):%-?%d+:%-?%d+:(%d+):')
+    if customer and redis.call('HSETNX', KEYS[3], order, customer .. ':' .. at) == 1 then
+      redis.call('HINCRBY', KEYS[2], customer, 1)
+      redis.call('HDEL', KEYS[5], order)
+      if left > 0 then left = left - 1 end
+    end
+  end
+  redis.call('SET', KEYS[1], left)
 end
 expireAll(ARGV[2])
 return 1

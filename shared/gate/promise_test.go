@@ -149,3 +149,26 @@ func TestLowerLimit(t *testing.T) {
 	require.NoError(t, err)
 	assert.EqualValues(t, 7, remaining, "remaining after the undo")
 }
+
+// TestLoadHoldsPromised: a voucher loaded again while a promise survives
+// (its record still in the admissions log, no row yet) holds the promised
+// order and counts its use, so that it is not sold a second time.
+func TestLoadHoldsPromised(t *testing.T) {
+	t.Parallel()
+	g, rdb := newGate(t)
+	ctx := context.Background()
+	code := promisedCode(t, g, rdb, "v")
+	v := testMeta(5, 2)
+	loadVoucher(t, g, code, v, Order{OrderID: "row", CustomerID: 1})
+	at := time.UnixMilli(time.Now().UnixMilli()).UTC()
+	_, _, err := g.Promise(ctx, code, []Promise{{OrderID: "logged", CustomerID: 2, OrderAmount: testAmount,
+		DiscountAmount: 1, AdmittedAt: at, ExpiresAt: at.Add(time.Hour)}})
+	require.NoError(t, err)
+	require.NoError(t, g.Unload(ctx, code))
+
+	loadVoucher(t, g, code, v, Order{OrderID: "row", CustomerID: 1})
+	owners, remaining := orderOwners(t, g, code)
+	assert.Equal(t, map[string]int64{"row": 1, "logged": 2}, owners)
+	assert.EqualValues(t, 3, remaining)
+	assert.Equal(t, map[int64]int{1: 1, 2: 1}, users(t, rdb, code))
+}

@@ -46,7 +46,9 @@ type State struct {
 // live counter is never overwritten. It reports whether it loaded. All five keys
 // expire at Voucher.EndsAt + 24h. A snapshot whose counter exceeds
 // TotalLimit minus its orders is refused, as it could oversell, and so is an
-// order both active and finished.
+// order both active and finished. The orders of a log voucher promised 201s
+// whose rows are not written yet (their promises, LoggedKey, outlive an
+// Unload) are held too, each taking a use.
 func (g *Gate) Load(ctx context.Context, code string, snap Snapshot) (bool, error) {
 	if err := checkCode(code); err != nil {
 		return false, err
@@ -84,7 +86,7 @@ func (g *Gate) Load(ctx context.Context, code string, snap Snapshot) (bool, erro
 	for _, o := range snap.Finished {
 		args = append(args, o.OrderID, strconv.FormatInt(o.CustomerID, 10))
 	}
-	v, err := g.run(ctx, loadScript, Keys(code), args...)
+	v, err := g.run(ctx, loadScript, loggedKeys(code), args...)
 	if err != nil {
 		return false, fmt.Errorf("load %s: %w", code, err)
 	}

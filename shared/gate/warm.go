@@ -11,7 +11,8 @@ import (
 // scripts are every script the gate runs, for Warm.
 var scripts = []*redis.Script{reserveScript, releaseScript, loadScript, metaScript, stateScript,
 	reconcileScript, reconcileScanScript, reconcileEndScript,
-	unloadScript, holdScript, updateScript, reassertScript, generationScript, holderScript}
+	unloadScript, holdScript, updateScript, reassertScript, generationScript, holderScript,
+	promiseScript, orderScript, limitScript}
 
 // Warm opens conns connections to Redis at once (conns PINGs in parallel, so
 // that the pool holds them: go-redis keeps an idle connection 30 minutes) and loads
