@@ -3,12 +3,14 @@ package main
 import (
 	"encoding/json"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/flashgate/flashgate/ledger/internal/admissions"
 	"github.com/flashgate/flashgate/ledger/internal/store"
 )
 
@@ -26,6 +28,17 @@ func (l *testLedger) failedPage(tb testing.TB, all bool) []store.FailedAdmission
 	}
 	require.NoError(tb, json.Unmarshal([]byte(r.Raw), &page))
 	return page.Admissions
+}
+
+// failedOf is the failed admissions of voucher code among fs.
+func failedOf(fs []store.FailedAdmission, code string) []store.FailedAdmission {
+	var mine []store.FailedAdmission
+	for _, f := range fs {
+		if f.Code == code {
+			mine = append(mine, f)
+		}
+	}
+	return mine
 }
 
 // waitFailed waits until the failed list has an open admission of order
@@ -86,7 +99,7 @@ func TestLogPathReplayRefusedAgain(t *testing.T) {
 	assert.Nil(t, again.Resolution, "the admission refused again is open")
 	assert.Equal(t, "OUT_OF_STOCK", again.Reason)
 	assert.NotEqual(t, first.Offset, again.Offset, "the failure of the replay's record")
-	all := l.failedPage(t, true)
+	all := failedOf(l.failedPage(t, true), code)
 	require.Len(t, all, 1, "one row per order: %+v", all)
 
 	// A discard closes it; the voucher's books are put back for the checks.
@@ -96,4 +109,35 @@ func TestLogPathReplayRefusedAgain(t *testing.T) {
 	l.store.ForgetTerms(code)
 	r = l.call(t, http.MethodPost, "/admin/vouchers/"+code+"/reconcile", nil)
 	require.Equal(t, http.StatusOK, r.Status, r.Raw)
+}
+
+// TestLogPathUnmappedCheckDeadLetters: a record the database refuses with an
+// error no answer maps (a CHECK the ledger does not know, as a negative
+// orderAmount breaks ck_order_amount once nothing checks it first) is
+// dead-lettered with the error and its use given back, and the records of
+// its partition behind it are written: it does not block the partition's
+// poll loop forever.
+func TestLogPathUnmappedCheckDeadLetters(t *testing.T) {
+	t.Parallel()
+	k := newKafka(t, 1)
+	l := newTestLedger(t, ledgerOptions{kafka: k.ListenAddrs()})
+	code := newCode(t)
+	r := l.call(t, http.MethodPost, "/admin/vouchers", pathSpec{spec(code, 10, 1, true), "log"})
+	require.Equal(t, http.StatusCreated, r.Status, r.Raw)
+	l.checks.addFlash(code)
+	// A CHECK of this test's own: it fires on one order of this voucher only.
+	poison, check := "poison-"+code, "ck_poison_"+strings.NewReplacer("-", "_").Replace(strings.ToLower(code))
+	l.exec(t, `ALTER TABLE voucher_redemption ADD CONSTRAINT `+check+` CHECK (order_id <> '`+poison+`') NOT VALID`)
+	t.Cleanup(func() { l.exec(t, `ALTER TABLE voucher_redemption DROP CONSTRAINT `+check) })
+	for i, order := range []string{poison, "behind-1", "behind-2"} {
+		require.Equal(t, http.StatusCreated, l.reserve(t, code, int64(i+1), order, 5_000).Status)
+	}
+	l.consume(t)
+	l.waitUsed(t, code, 2)
+	f := l.waitFailed(t, poison, func(store.FailedAdmission) bool { return true })
+	assert.Equal(t, admissions.ReasonRejected, f.Reason)
+	assert.Contains(t, f.Message, check)
+	st := redisState(t, l.gate, code)
+	assert.Len(t, st.Orders, 2, "Redis holds the written orders only")
+	assert.EqualValues(t, 8, st.Remaining, "the rejected order's use is given back")
 }

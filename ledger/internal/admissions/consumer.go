@@ -16,9 +16,11 @@ import (
 )
 
 // Writer writes a batch of admissions of one or several vouchers in one
-// transaction (sale.Ledger).
+// transaction (sale.Ledger), and gives back the uses of those the database
+// rejected outright.
 type Writer interface {
 	WriteLogged(ctx context.Context, batch []sale.Batch) ([]sale.Refusal, error)
+	GiveBackLogged(ctx context.Context, code string, orderIDs []string) error
 }
 
 // FailedStore keeps the refused admissions for the operator
@@ -238,6 +240,9 @@ func (c *Consumer) writeRecords(ctx context.Context, recs []*kgo.Record) error {
 	}
 	if len(batch) > 0 {
 		refused, err := c.w.WriteLogged(ctx, batch)
+		if _, ok := store.Rejected(err); ok {
+			refused, err = c.writeAlone(ctx, batch)
+		}
 		if err != nil {
 			return err
 		}
