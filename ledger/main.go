@@ -173,6 +173,7 @@ type service struct {
 	outbox   *outbox.Metrics
 	admitted *admissions.Metrics
 	consumer *admissions.Consumer // nil without an admissions log
+	lag      *admissions.GroupLag // the consumer group's lag; nil without an admissions log
 }
 
 // build migrates the database and wires the ledger from cfg; it starts
@@ -227,10 +228,18 @@ func build(base context.Context, cfg Config, log *slog.Logger, alive func() erro
 			closeAll()
 			return nil, nil, err
 		}
+		if svc.lag, err = admissions.NewGroupLag(cfg.Admissions.Brokers, cfg.Admissions.Topic, cfg.Admissions.Group,
+			time.Now, svc.admitted, log); err != nil {
+			closeAll()
+			return nil, nil, err
+		}
+		svc.lag.Covering(producer.InFlight)
+		closeProducer := closeAll
+		closeAll = func() { svc.lag.Close(); closeProducer() }
 	}
 	var logLag func() (time.Duration, bool)
-	if svc.consumer != nil {
-		logLag = svc.consumer.Lag
+	if svc.lag != nil {
+		logLag = svc.lag.Lag
 		svc.settler.UseLogLag(logLag)
 	}
 	svc.jobs = jobs.New(svc.store, g, pub, svc.settler, svc.ledger.Warmup, log, jobs.Config{
@@ -340,6 +349,7 @@ func (svc *service) startBackground(ctx context.Context, stop <-chan struct{}) (
 		// that takes its partition writes it again, idempotently.
 		cctx, cancel := context.WithCancel(ctx)
 		go func() { <-stop; cancel() }()
+		go svc.lag.Run(cctx, admissions.LagInterval)
 		if err := consumer.Run(cctx); err != nil {
 			svc.log.Error("admissions consumer did not start: log vouchers' admissions are not written", "err", err)
 		}

@@ -24,6 +24,7 @@ type Producer struct {
 	client *kgo.Client
 	topic  string
 	clock  func() time.Time
+	flying inFlight
 }
 
 // produceTimeout bounds a record that never left the client (no broker
@@ -49,9 +50,14 @@ func NewProducer(brokers []string, topic string, clock func() time.Time) (*Produ
 // Close disconnects; every Append waited for its acknowledgements.
 func (p *Producer) Close() { p.client.Close() }
 
+// InFlight is when the oldest Append still waiting for the broker started
+// (false: none waits): GroupLag.Covering takes it.
+func (p *Producer) InFlight() (time.Time, bool) { return p.flying.oldest() }
+
 // Append produces one admission per claim of voucher code and returns, once
 // the broker acknowledged or refused each, nil or the error of each claim.
 func (p *Producer) Append(ctx context.Context, code string, claims []voucher.Claim) []error {
+	defer p.flying.start(p.clock())()
 	errs := make([]error, len(claims))
 	recs := make([]*kgo.Record, 0, len(claims))
 	at := make(map[*kgo.Record]int, len(claims)) // the results come in the order the broker answered
