@@ -224,16 +224,10 @@ func build(base context.Context, cfg Config, log *slog.Logger, alive func() erro
 		svc.ledger.UseLog(producer)
 		closeStores := closeAll
 		closeAll = func() { producer.Close(); closeStores() }
-		if svc.consumer, err = svc.newConsumer(); err != nil {
+		if err := svc.consumeLog(producer); err != nil {
 			closeAll()
 			return nil, nil, err
 		}
-		if svc.lag, err = admissions.NewGroupLag(cfg.Admissions.Brokers, cfg.Admissions.Topic, cfg.Admissions.Group,
-			time.Now, svc.admitted, log); err != nil {
-			closeAll()
-			return nil, nil, err
-		}
-		svc.lag.Covering(producer.InFlight)
 		closeProducer := closeAll
 		closeAll = func() { svc.lag.Close(); closeProducer() }
 	}
@@ -384,6 +378,20 @@ func warmRedis(ctx context.Context, rdb redis.UniversalClient, n int, log *slog.
 		return
 	}
 	log.Info("redis connections warm", "conns", n, "took", time.Since(start).String())
+}
+
+// consumeLog wires the admissions log's consumer and the measure of its
+// group's lag, which covers producer's appends in flight.
+func (svc *service) consumeLog(producer *admissions.Producer) (err error) {
+	if svc.consumer, err = svc.newConsumer(); err != nil {
+		return err
+	}
+	a := svc.cfg.Admissions
+	if svc.lag, err = admissions.NewGroupLag(a.Brokers, a.Topic, a.Group, time.Now, svc.admitted, svc.log); err != nil {
+		return err
+	}
+	svc.lag.Covering(producer.InFlight)
+	return nil
 }
 
 // newConsumer returns a member of the admissions consumer group writing
