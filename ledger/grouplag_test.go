@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"net/http"
 	"sync"
 	"testing"
@@ -10,6 +11,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/flashgate/flashgate/shared/api"
 )
 
 // runLog runs l's admissions consumer and group lag measure as main runs
@@ -114,6 +117,11 @@ func TestLogPathGroupLagProduceInFlight(t *testing.T) {
 	require.Equal(t, http.StatusCreated, l.reserve(t, code, 2, code+"-o2", 5_000).Status)
 	l.waitUsed(t, code, 1)
 	l.waitLagKnown(t)
+	var lag api.AdmissionsLag
+	r = l.call(t, http.MethodGet, api.RouteAdmissionsLag, nil)
+	require.Equal(t, http.StatusOK, r.Status, r.Raw)
+	require.NoError(t, json.Unmarshal([]byte(r.Raw), &lag))
+	assert.True(t, lag.Log && lag.Known && lag.LagSeconds != nil, "GET %s = %s", api.RouteAdmissionsLag, r.Raw)
 
 	release := make(chan struct{})
 	held := make(chan struct{})
