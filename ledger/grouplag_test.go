@@ -95,6 +95,12 @@ func TestLogPathGroupLagStuckMember(t *testing.T) {
 		require.True(t, known, "ledger %d's lag known", i+1)
 		assert.GreaterOrEqual(t, lag, time.Since(answered), "ledger %d's lag covers the stuck record", i+1)
 		l.requireHeld(t, stuck, stuck+"-o1")
+		// The settler too: the order parked as a proxy that lost its
+		// answer parks it, its wait over, is not settled while its record
+		// may wait in the log.
+		l.settler.ParkFor(stuck, []string{stuck + "-o1"}, 0)
+		l.settler.Resolve(context.Background())
+		l.requireHeld(t, stuck, stuck+"-o1")
 	}
 	require.NoError(t, tx.Rollback(context.Background()))
 	l1.waitUsed(t, stuck, 1)
