@@ -191,3 +191,27 @@ func TestLogPathGroupLagRevoked(t *testing.T) {
 	require.True(t, known, "l1's lag known once the group caught up")
 	assert.Less(t, lag, time.Since(caughtUp), "l1's lag once the group caught up")
 }
+
+// TestLogPathGroupLagBrokerDown: while the broker cannot be asked, the lag
+// is not taken as caught up: it grows with the time since the last
+// measurement that proved the group had consumed everything.
+func TestLogPathGroupLagBrokerDown(t *testing.T) {
+	t.Parallel()
+	k := newKafka(t, 2)
+	l := newTestLedger(t, ledgerOptions{kafka: k.ListenAddrs(), grace: time.Second})
+	code := newCode(t)
+	r := l.call(t, http.MethodPost, "/admin/vouchers", pathSpec{spec(code, 10, 1, true), "log"})
+	require.Equal(t, http.StatusCreated, r.Status, r.Raw)
+	l.checks.addFlash(code)
+	l.runLog(t)
+	require.Equal(t, http.StatusCreated, l.reserve(t, code, 1, code+"-o1", 5_000).Status)
+	l.waitUsed(t, code, 1)
+	l.waitLagKnown(t)
+
+	k.Close()
+	down := time.Now()
+	time.Sleep(2500 * time.Millisecond)
+	lag, known := l.svc.lag.Lag()
+	require.True(t, known, "the lag stays known, from the last measurement")
+	assert.GreaterOrEqual(t, lag, time.Since(down), "the lag grows while the broker is down")
+}
