@@ -5,11 +5,13 @@ import (
 	"encoding/json"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/flashgate/flashgate/shared/api"
@@ -214,4 +216,59 @@ func TestLogPathGroupLagBrokerDown(t *testing.T) {
 	lag, known := l.svc.lag.Lag()
 	require.True(t, known, "the lag stays known, from the last measurement")
 	assert.GreaterOrEqual(t, lag, time.Since(down), "the lag grows while the broker is down")
+}
+
+// TestLogPathGroupLagErrorOnlyPolls: a consumer whose polls come back with
+// errors only (the broker refuses its fetches) has consumed nothing: the
+// lag covers the record waiting, and the reconciler keeps its hold past
+// HANGING_GRACE; once the fetches succeed, it is written.
+func TestLogPathGroupLagErrorOnlyPolls(t *testing.T) {
+	t.Parallel()
+	k := newKafka(t, 1)
+	l := newTestLedger(t, ledgerOptions{kafka: k.ListenAddrs(), grace: time.Second})
+	code := newCode(t)
+	r := l.call(t, http.MethodPost, "/admin/vouchers", pathSpec{spec(code, 10, 1, true), "log"})
+	require.Equal(t, http.StatusCreated, r.Status, r.Raw)
+	l.checks.addFlash(code)
+	l.runLog(t)
+	require.Equal(t, http.StatusCreated, l.reserve(t, code, 2, code+"-o2", 5_000).Status)
+	l.waitUsed(t, code, 1)
+	l.waitLagKnown(t)
+
+	var failing atomic.Bool
+	failing.Store(true)
+	k.ControlKey(int16(kmsg.Fetch), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
+		k.KeepControl()
+		if !failing.Load() {
+			return nil, nil, false
+		}
+		return refusedFetch(kreq.(*kmsg.FetchRequest)), nil, true
+	})
+	require.Equal(t, http.StatusCreated, l.reserve(t, code, 1, code+"-o1", 5_000).Status)
+	answered := time.Now()
+	time.Sleep(2500 * time.Millisecond) // past HANGING_GRACE, with a margin
+	lag, known := l.svc.lag.Lag()
+	require.True(t, known)
+	assert.GreaterOrEqual(t, lag, time.Since(answered), "the lag covers the record the polls did not return")
+	l.requireHeld(t, code, code+"-o1")
+	failing.Store(false)
+	l.waitUsed(t, code, 2)
+}
+
+// refusedFetch answers req with TOPIC_AUTHORIZATION_FAILED on each of its
+// partitions: an error the client returns from its poll, with no records.
+func refusedFetch(req *kmsg.FetchRequest) *kmsg.FetchResponse {
+	resp := req.ResponseKind().(*kmsg.FetchResponse)
+	resp.Version = req.Version
+	for _, rt := range req.Topics {
+		st := kmsg.NewFetchResponseTopic()
+		st.Topic, st.TopicID = rt.Topic, rt.TopicID
+		for _, rp := range rt.Partitions {
+			sp := kmsg.NewFetchResponseTopicPartition()
+			sp.Partition, sp.ErrorCode = rp.Partition, kerr.TopicAuthorizationFailed.Code
+			st.Partitions = append(st.Partitions, sp)
+		}
+		resp.Topics = append(resp.Topics, st)
+	}
+	return resp
 }
