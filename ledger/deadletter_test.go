@@ -73,14 +73,15 @@ func TestLogPathReplayRefusedAgain(t *testing.T) {
 	r := l.call(t, http.MethodPost, "/admin/vouchers", pathSpec{spec(code, 3, 1, true), "log"})
 	require.Equal(t, http.StatusCreated, r.Status, r.Raw)
 	l.checks.addFlash(code)
-	for i, order := range []string{"again-1", "again-2", "again-3"} {
+	again := code + "-again-3"
+	for i, order := range []string{code + "-again-1", code + "-again-2", again} {
 		require.Equal(t, http.StatusCreated, l.reserve(t, code, int64(i+1), order, 5_000).Status)
 	}
 	l.exec(t, `UPDATE voucher SET total_limit = 2 WHERE code = $1`, code)
 	l.store.ForgetTerms(code)
 	l.consume(t)
 	l.waitUsed(t, code, 2)
-	first := l.waitFailed(t, "again-3", func(f store.FailedAdmission) bool { return true })
+	first := l.waitFailed(t, again, func(f store.FailedAdmission) bool { return true })
 	assert.Equal(t, "OUT_OF_STOCK", first.Reason)
 	assert.Equal(t, 1, first.Failures)
 
@@ -92,18 +93,18 @@ func TestLogPathReplayRefusedAgain(t *testing.T) {
 	require.Equal(t, http.StatusOK, r.Status, r.Raw)
 	l.exec(t, `UPDATE voucher SET total_limit = 2 WHERE code = $1`, code)
 	l.store.ForgetTerms(code)
-	r = l.call(t, http.MethodPost, "/admin/admissions/failed/"+code+"/again-3/replay", nil)
+	r = l.call(t, http.MethodPost, "/admin/admissions/failed/"+code+"/"+again+"/replay", nil)
 	require.Equal(t, http.StatusCreated, r.Status, "replay: %s", r.Raw)
 
-	again := l.waitFailed(t, "again-3", func(f store.FailedAdmission) bool { return f.Failures == 2 })
-	assert.Nil(t, again.Resolution, "the admission refused again is open")
-	assert.Equal(t, "OUT_OF_STOCK", again.Reason)
-	assert.NotEqual(t, first.Offset, again.Offset, "the failure of the replay's record")
+	second := l.waitFailed(t, again, func(f store.FailedAdmission) bool { return f.Failures == 2 })
+	assert.Nil(t, second.Resolution, "the admission refused again is open")
+	assert.Equal(t, "OUT_OF_STOCK", second.Reason)
+	assert.NotEqual(t, first.Offset, second.Offset, "the failure of the replay's record")
 	all := failedOf(l.failedPage(t, true), code)
 	require.Len(t, all, 1, "one row per order: %+v", all)
 
 	// A discard closes it; the voucher's books are put back for the checks.
-	r = l.call(t, http.MethodPost, "/admin/admissions/failed/"+code+"/again-3/discard", nil)
+	r = l.call(t, http.MethodPost, "/admin/admissions/failed/"+code+"/"+again+"/discard", nil)
 	require.Equal(t, http.StatusOK, r.Status, r.Raw)
 	l.exec(t, `UPDATE voucher SET total_limit = 3 WHERE code = $1`, code)
 	l.store.ForgetTerms(code)
@@ -129,7 +130,7 @@ func TestLogPathUnmappedCheckDeadLetters(t *testing.T) {
 	poison, check := "poison-"+code, "ck_poison_"+strings.NewReplacer("-", "_").Replace(strings.ToLower(code))
 	l.exec(t, `ALTER TABLE voucher_redemption ADD CONSTRAINT `+check+` CHECK (order_id <> '`+poison+`') NOT VALID`)
 	t.Cleanup(func() { l.exec(t, `ALTER TABLE voucher_redemption DROP CONSTRAINT `+check) })
-	for i, order := range []string{poison, "behind-1", "behind-2"} {
+	for i, order := range []string{poison, code + "-behind-1", code + "-behind-2"} {
 		require.Equal(t, http.StatusCreated, l.reserve(t, code, int64(i+1), order, 5_000).Status)
 	}
 	l.consume(t)
