@@ -2,12 +2,14 @@ package admissions
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
@@ -161,6 +163,11 @@ func (g *GroupLag) record(ctx context.Context, at time.Time, ends, starts map[in
 	committed, err := g.adm.FetchOffsets(ctx, g.group)
 	if err == nil {
 		err = committed.Error()
+	}
+	if errors.Is(err, kerr.GroupIDNotFound) {
+		// A group that never committed (some brokers answer so): nothing
+		// consumed, which only empty partitions can prove.
+		committed, err = kadm.OffsetResponses{}, nil
 	}
 	if err != nil {
 		return fmt.Errorf("fetch the offsets of group %s: %w", g.group, err)
