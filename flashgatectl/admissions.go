@@ -24,7 +24,8 @@ func (a *app) admissionsFailed() *cobra.Command {
 		Long: `List the admissions of writePath log vouchers that the database refused when
 the consumer wrote them (dead letters): each is also in the dead-letter
 topic, and its use was given back in Redis. A replay refused again is open
-again, with its new reason, and FAILURES counts the refusals.`,
+again, with its new reason, and FAILURES counts the refusals. At most the
+oldest 500 are listed.`,
 		Args: exactArgs(),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			c, ctx, cancel := a.client(cmd.Context())
