@@ -60,7 +60,7 @@ the question, and without a terminal --yes is required.`,
 	f.DurationVar(&a.timeout, "timeout", 30*time.Second, "how long a command waits for the ledger, retries of 503 included")
 	_ = root.RegisterFlagCompletionFunc("output", cobra.FixedCompletions([]string{"table", "json"}, cobra.ShellCompDirectiveNoFileComp))
 
-	root.AddCommand(a.vouchersCommand(), a.reservationsCommand(), a.eventsCommand(), a.auditCommand())
+	root.AddCommand(a.vouchersCommand(), a.reservationsCommand(), a.eventsCommand(), a.admissionsCommand(), a.auditCommand())
 	return root
 }
 

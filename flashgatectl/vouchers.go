@@ -71,7 +71,7 @@ func (a *app) vouchersList() *cobra.Command {
 func (a *app) vouchersGet() *cobra.Command {
 	return &cobra.Command{
 		Use:               "get CODE",
-		Short:             "Show a voucher: its terms, state and counters",
+		Short:             "Show a voucher: its terms, state and counters (a log voucher's: and the consumer group's lag)",
 		Args:              exactArgs("CODE"),
 		ValidArgsFunction: a.completeCode,
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -81,7 +81,15 @@ func (a *app) vouchersGet() *cobra.Command {
 			if err != nil {
 				return called(err)
 			}
-			return a.emit(v, func(w io.Writer) { voucherFields(w, v) })
+			if v.WritePath != voucher.WritePathLog || a.output == "json" {
+				return a.emit(v, func(w io.Writer) { voucherFields(w, v) })
+			}
+			// A log voucher's rows follow its 201s by the group's lag.
+			l, err := c.AdmissionsLag(ctx)
+			if err != nil {
+				return called(err)
+			}
+			return a.emit(v, func(w io.Writer) { voucherFields(w, v); row(w, "logLag", lagCell(l)) })
 		},
 	}
 }

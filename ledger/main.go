@@ -173,6 +173,7 @@ type service struct {
 	outbox   *outbox.Metrics
 	admitted *admissions.Metrics
 	consumer *admissions.Consumer // nil without an admissions log
+	lag      *admissions.GroupLag // the consumer group's lag; nil without an admissions log
 }
 
 // build migrates the database and wires the ledger from cfg; it starts
@@ -223,14 +224,16 @@ func build(base context.Context, cfg Config, log *slog.Logger, alive func() erro
 		svc.ledger.UseLog(producer)
 		closeStores := closeAll
 		closeAll = func() { producer.Close(); closeStores() }
-		if svc.consumer, err = svc.newConsumer(); err != nil {
+		if err := svc.consumeLog(producer); err != nil {
 			closeAll()
 			return nil, nil, err
 		}
+		closeProducer := closeAll
+		closeAll = func() { svc.lag.Close(); closeProducer() }
 	}
 	var logLag func() (time.Duration, bool)
-	if svc.consumer != nil {
-		logLag = svc.consumer.Lag
+	if svc.lag != nil {
+		logLag = svc.lag.Lag
 		svc.settler.UseLogLag(logLag)
 	}
 	svc.jobs = jobs.New(svc.store, g, pub, svc.settler, svc.ledger.Warmup, log, jobs.Config{
@@ -340,6 +343,7 @@ func (svc *service) startBackground(ctx context.Context, stop <-chan struct{}) (
 		// that takes its partition writes it again, idempotently.
 		cctx, cancel := context.WithCancel(ctx)
 		go func() { <-stop; cancel() }()
+		go svc.lag.Run(cctx, admissions.LagInterval)
 		if err := consumer.Run(cctx); err != nil {
 			svc.log.Error("admissions consumer did not start: log vouchers' admissions are not written", "err", err)
 		}
@@ -374,6 +378,20 @@ func warmRedis(ctx context.Context, rdb redis.UniversalClient, n int, log *slog.
 		return
 	}
 	log.Info("redis connections warm", "conns", n, "took", time.Since(start).String())
+}
+
+// consumeLog wires the admissions log's consumer and the measure of its
+// group's lag, which covers producer's appends in flight.
+func (svc *service) consumeLog(producer *admissions.Producer) (err error) {
+	if svc.consumer, err = svc.newConsumer(); err != nil {
+		return err
+	}
+	a := svc.cfg.Admissions
+	if svc.lag, err = admissions.NewGroupLag(a.Brokers, a.Topic, a.Group, time.Now, svc.admitted, svc.log); err != nil {
+		return err
+	}
+	svc.lag.Covering(producer.InFlight)
+	return nil
 }
 
 // newConsumer returns a member of the admissions consumer group writing

@@ -36,6 +36,7 @@ var ledgerScopes = map[string][]httpx.Scope{
 	"POST /admin/vouchers/:code/reconcile":                 {httpx.ScopeWrite},
 	"POST /admin/events/:id/retry":                         {httpx.ScopeWrite},
 	"GET /admin/admissions/failed":                         {httpx.ScopeRead},
+	"GET /admin/admissions/lag":                            {httpx.ScopeRead},
 	"POST /admin/admissions/failed/:code/:orderId/replay":  {httpx.ScopeWrite},
 	"POST /admin/admissions/failed/:code/:orderId/discard": {httpx.ScopeWrite},
 	"POST /internal/vouchers/:code/reservations":           {httpx.ScopeInternal},

@@ -38,6 +38,7 @@ const (
 	RouteFailedAdmission     = RouteFailedAdmissions + "/:code/:orderId" // the base of the two below
 	RouteAdmissionReplay     = RouteFailedAdmission + "/replay"          // POST admits it again
 	RouteAdmissionDiscard    = RouteFailedAdmission + "/discard"         // POST closes it
+	RouteAdmissionsLag       = "/admin/admissions/lag"                   // GET the consumer group's lag
 
 	// InternalPrefix puts a route among the ledger's internal ones (what
 	// proxies call).

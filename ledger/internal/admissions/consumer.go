@@ -16,9 +16,11 @@ import (
 )
 
 // Writer writes a batch of admissions of one or several vouchers in one
-// transaction (sale.Ledger).
+// transaction (sale.Ledger), and gives back the uses of those the database
+// rejected outright.
 type Writer interface {
 	WriteLogged(ctx context.Context, batch []sale.Batch) ([]sale.Refusal, error)
+	GiveBackLogged(ctx context.Context, code string, orderIDs []string) error
 }
 
 // FailedStore keeps the refused admissions for the operator
@@ -57,10 +59,6 @@ type Consumer struct {
 	failed FailedStore
 	cfg    ConsumerConfig
 	log    *slog.Logger
-
-	mu     sync.Mutex
-	oldest map[int32]time.Time // per partition: the admission time of its oldest record not written yet
-	polled bool                // a poll came back since Run started
 }
 
 // NewConsumer returns a consumer that joins cfg.Group once Run starts (a
@@ -101,7 +99,7 @@ func NewConsumer(cfg ConsumerConfig, w Writer, failed FailedStore, log *slog.Log
 	if cfg.ClientID != "" {
 		opts = append(opts, kgo.ClientID(cfg.ClientID))
 	}
-	return &Consumer{opts: opts, w: w, failed: failed, cfg: cfg, log: log, oldest: map[int32]time.Time{}}, nil
+	return &Consumer{opts: opts, w: w, failed: failed, cfg: cfg, log: log}, nil
 }
 
 // Run joins the group and consumes until ctx is done, then leaves the group.
@@ -124,9 +122,6 @@ func (c *Consumer) Run(ctx context.Context) error {
 		if ctx.Err() != nil || fetches.IsClientClosed() {
 			return nil
 		}
-		c.mu.Lock()
-		c.polled = true
-		c.mu.Unlock()
 		fetches.EachError(func(topic string, p int32, err error) {
 			c.log.Warn("admissions fetch failed", "topic", topic, "partition", p, "err", err)
 		})
@@ -163,11 +158,6 @@ func (c *Consumer) Run(ctx context.Context) error {
 // while the database cannot decide, until they are all written or
 // dead-lettered (true) or ctx ends (false: nothing may be committed).
 func (c *Consumer) writePartition(ctx context.Context, p kgo.FetchTopicPartition) bool {
-	c.mu.Lock()
-	if _, ok := c.oldest[p.Partition]; !ok || c.oldest[p.Partition].IsZero() {
-		c.oldest[p.Partition] = p.Records[0].Timestamp
-	}
-	c.mu.Unlock()
 	for {
 		err := c.writeRecords(ctx, p.Records)
 		if err == nil {
@@ -182,20 +172,6 @@ func (c *Consumer) writePartition(ctx context.Context, p kgo.FetchTopicPartition
 		case <-time.After(c.cfg.Backoff):
 		}
 	}
-	last := p.Records[len(p.Records)-1]
-	lag := max(p.HighWatermark-(last.Offset+1), 0)
-	secs := 0.0
-	if lag > 0 {
-		secs = c.cfg.Clock().Sub(last.Timestamp).Seconds()
-	}
-	c.cfg.Metrics.ObserveLag(p.Partition, lag, secs)
-	c.mu.Lock()
-	if lag > 0 {
-		c.oldest[p.Partition] = last.Timestamp // the records behind it are younger
-	} else {
-		c.oldest[p.Partition] = time.Time{}
-	}
-	c.mu.Unlock()
 	c.cfg.Metrics.written.Add(float64(len(p.Records)))
 	return true
 }
@@ -248,6 +224,9 @@ func (c *Consumer) writeRecords(ctx context.Context, recs []*kgo.Record) error {
 	}
 	if len(batch) > 0 {
 		refused, err := c.w.WriteLogged(ctx, batch)
+		if _, ok := store.Rejected(err); ok {
+			refused, err = c.writeAlone(ctx, batch)
+		}
 		if err != nil {
 			return err
 		}
@@ -308,20 +287,4 @@ func deadLetter(r *kgo.Record, reason string, err error) *kgo.Record {
 		{Key: "message", Value: []byte(messageOf(err))},
 		{Key: "source", Value: []byte(fmt.Sprintf("%s/%d@%d", r.Topic, r.Partition, r.Offset))},
 	}}
-}
-
-// Lag is the age of the oldest admission this member has not written yet,
-// over the partitions it consumes (0: caught up), measured from the records
-// it polled; known is false until its first poll came back, when it cannot
-// tell.
-func (c *Consumer) Lag() (lag time.Duration, known bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	now := c.cfg.Clock()
-	for _, t := range c.oldest {
-		if !t.IsZero() {
-			lag = max(lag, now.Sub(t))
-		}
-	}
-	return lag, c.polled
 }

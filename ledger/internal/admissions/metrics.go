@@ -7,14 +7,16 @@ import (
 )
 
 // Metrics are the admissions log's metrics, on the consuming ledgers: sum
-// the counters over them; a partition's lag is reported by the ledger that
-// owns it.
+// the counters over them. The lag is the group's, measured from the broker
+// by every ledger (GroupLag): take the largest over them, never the sum.
 type Metrics struct {
-	written    prometheus.Counter
-	DeadLetter prometheus.Counter   // read by the tests
-	lagRecords *prometheus.GaugeVec // by partition
-	lagSeconds *prometheus.GaugeVec // by partition
-	faults     prometheus.Counter
+	written     prometheus.Counter
+	DeadLetter  prometheus.Counter   // read by the tests
+	lagRecords  *prometheus.GaugeVec // by partition
+	lagSeconds  *prometheus.GaugeVec // by partition
+	groupLag    prometheus.Gauge
+	lagFailures prometheus.Counter
+	faults      prometheus.Counter
 }
 
 // NewMetrics registers the admissions log's metrics on reg (nil: a throwaway
@@ -34,26 +36,34 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}),
 		lagRecords: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "flashgate_admissions_lag_records",
-			Help: "Admission records of a partition not written yet (high watermark - next offset).",
+			Help: "Admission records of a partition the consumer group has not committed yet (end offset - the group's committed offset), measured from the broker by every ledger.",
 		}, []string{"partition"}),
 		lagSeconds: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "flashgate_admissions_lag_seconds",
 			Help: "Age of the newest admission record written from a partition while records wait behind it (0: caught up).",
 		}, []string{"partition"}),
+		groupLag: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "flashgate_admissions_group_lag_seconds",
+			Help: "The consumer group's lag that the reconciler and the settler trust: every admission acknowledged longer ago was committed by the group, and no produce of this ledger is in flight longer (-1: not known yet, no hold of a log voucher is freed).",
+		}),
+		lagFailures: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "flashgate_admissions_lag_measure_failures_total",
+			Help: "Measurements of the consumer group's lag the broker did not answer (the lag grows meanwhile).",
+		}),
 		faults: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "flashgate_admissions_write_faults_total",
 			Help: "Batches of admissions the database could not decide (written again after a pause).",
 		}),
 	}
-	reg.MustRegister(m.written, m.DeadLetter, m.lagRecords, m.lagSeconds, m.faults)
+	reg.MustRegister(m.written, m.DeadLetter, m.lagRecords, m.lagSeconds, m.groupLag, m.lagFailures, m.faults)
 	return m
 }
 
-// ObserveLag records a partition's lag after a batch of it was written:
-// records not written yet and the age of the newest written while records
-// wait behind it.
+func partitionLabel(p int32) string { return strconv.Itoa(int(p)) }
+
+// ObserveLag sets a partition's lag series: records the group has not
+// committed and the time since it had committed them all.
 func (m *Metrics) ObserveLag(partition int32, records int64, seconds float64) {
-	label := strconv.Itoa(int(partition))
-	m.lagRecords.WithLabelValues(label).Set(float64(records))
-	m.lagSeconds.WithLabelValues(label).Set(seconds)
+	m.lagRecords.WithLabelValues(partitionLabel(partition)).Set(float64(records))
+	m.lagSeconds.WithLabelValues(partitionLabel(partition)).Set(seconds)
 }

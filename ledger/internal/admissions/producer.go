@@ -24,6 +24,7 @@ type Producer struct {
 	client *kgo.Client
 	topic  string
 	clock  func() time.Time
+	flying inFlight
 }
 
 // produceTimeout bounds a record that never left the client (no broker
@@ -49,10 +50,15 @@ func NewProducer(brokers []string, topic string, clock func() time.Time) (*Produ
 // Close disconnects; every Append waited for its acknowledgements.
 func (p *Producer) Close() { p.client.Close() }
 
+// InFlight is when the oldest Append still waiting for the broker started
+// (false: none waits): GroupLag.Covering takes it.
+func (p *Producer) InFlight() (time.Time, bool) { return p.flying.oldest() }
+
 // Append produces one admission per promised claim of voucher code (what
 // its 201 says) and returns, once the broker acknowledged or refused each,
 // nil or the error of each.
 func (p *Producer) Append(ctx context.Context, code string, promised []store.Logged) []error {
+	defer p.flying.start(p.clock())()
 	errs := make([]error, len(promised))
 	recs := make([]*kgo.Record, 0, len(promised))
 	at := make(map[*kgo.Record]int, len(promised)) // the results come in the order the broker answered

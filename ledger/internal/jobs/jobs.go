@@ -18,10 +18,10 @@ type Config struct {
 	ExpiryInterval    time.Duration
 	ReconcileInterval time.Duration
 	HangingGrace      time.Duration // an admission younger than this may still be on its way to the DB
-	// LogLag is the admissions consumer's measured lag (known false until
-	// it can tell): a writePath log voucher's records wait in the log for
-	// that long, so the reconciler frees a hold of one only past
-	// HangingGrace plus twice the lag. nil: never.
+	// LogLag is the admissions consumer group's lag (admissions.GroupLag;
+	// known false until it can tell): a writePath log voucher's records
+	// wait in the log for that long, so the reconciler frees a hold of one
+	// only past HangingGrace plus twice the lag. nil: never.
 	LogLag      func() (lag time.Duration, known bool)
 	ExpiryBatch int      // rows per sweep transaction; default 500
 	Metrics     *Metrics // nil: not exported

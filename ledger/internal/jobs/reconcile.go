@@ -288,9 +288,10 @@ func (j *Jobs) observe(rep Report, kinds []string) {
 const neverFree = 100 * 365 * 24 * time.Hour
 
 // graceOf is how old a Redis hold of v with no row must be before the
-// reconciler frees it: HANGING_GRACE, and for a log voucher the consumer's
-// measured lag on top (LogLag), since a record still in the log is a hold
-// whose row is coming.
+// reconciler frees it: HANGING_GRACE, and for a log voucher the consumer
+// group's lag on top (LogLag: every record acknowledged longer ago is
+// committed, and no produce of this ledger is in flight longer), since a
+// record still in the log is a hold whose row is coming.
 func (j *Jobs) graceOf(v voucher.Voucher) time.Duration {
 	if v.WritePath != voucher.WritePathLog {
 		return j.Config.HangingGrace
@@ -302,6 +303,7 @@ func (j *Jobs) graceOf(v voucher.Voucher) time.Duration {
 	if !known {
 		return neverFree
 	}
-	// Twice the lag: it is measured between polls, and grows meanwhile.
+	// Twice the lag: a margin over the clocks of Redis, the broker and
+	// this ledger, which measure the hold's age and the lag.
 	return j.Config.HangingGrace + 2*lag
 }

@@ -57,24 +57,39 @@ func NewSettler(st *store.Store, g *gate.Gate, now func() time.Time, log *slog.L
 		Unsettled: map[string]map[string]parked{}, Writes: map[string]map[string]int{}}
 }
 
-// UseLogLag gives the settler the admissions consumer's measured lag (before
-// the ledger serves): a parked order of a writePath log voucher with no row
-// may have its record still in the log, so it is settled only while that
-// consumer is caught up, and never without one.
+// UseLogLag gives the settler the admissions consumer group's lag (before
+// the ledger serves; admissions.GroupLag): a parked order of a writePath log
+// voucher with no row may have its record still in the log, so it is
+// settled only once the group has consumed every record acknowledged before
+// the order could last be written (the lag is shorter than the time since),
+// and never without a known lag.
 func (s *Settler) UseLogLag(f func() (time.Duration, bool)) { s.logLag = f }
 
-// logBehind reports whether code is a log voucher whose records may still be
-// in the log: its orders' fate cannot be told from the database yet.
-func (s *Settler) logBehind(ctx context.Context, code string) bool {
+// logDue keeps those of code's parked orders ids whose records, if any, the
+// admissions group has consumed: all of them unless code is a log voucher.
+func (s *Settler) logDue(ctx context.Context, code string, ids []string) []string {
 	v, err := s.store.Terms(ctx, code)
 	if err != nil || v.WritePath != voucher.WritePathLog {
-		return false
+		return ids
 	}
 	if s.logLag == nil {
-		return true
+		return nil
 	}
 	lag, known := s.logLag()
-	return !known || lag > 0
+	if !known {
+		return nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.now()
+	var due []string
+	for _, id := range ids {
+		// The later of the two: Drain clears notBefore.
+		if p, ok := s.Unsettled[code][id]; ok && now.Sub(maxTime(p.since, p.notBefore)) > lag {
+			due = append(due, id)
+		}
+	}
+	return due
 }
 
 // WaitAfterFault sets the fence (none until it is set): how long after a
@@ -276,6 +291,9 @@ const UnsettledGiveUp = 10 * time.Minute
 func (s *Settler) Resolve(ctx context.Context) int {
 	settled := 0
 	for code, ids := range s.Due() {
+		if ids = s.logDue(ctx, code, ids); len(ids) == 0 {
+			continue // a record may still be in the log: asked again next round, until unsettledGiveUp leaves it to the reconciler
+		}
 		held, ok := s.resolve(ctx, code, ids)
 		if !ok {
 			continue // the database or Redis still does not answer: try again later
@@ -357,9 +375,6 @@ func (s *Settler) Due() map[string][]string {
 // releases the others. held maps each order found active to whether Redis
 // holds it now; ok is false when the database or the release failed.
 func (s *Settler) resolve(ctx context.Context, code string, ids []string) (held map[string]bool, ok bool) {
-	if s.logBehind(ctx, code) {
-		return nil, false // asked again next round, until unsettledGiveUp leaves it to the reconciler
-	}
 	active, err := s.store.ActiveOf(ctx, code, ids)
 	if err != nil {
 		return nil, false

@@ -27,6 +27,7 @@ type FailedAdmission struct {
 	Resolution  *string    `json:"resolution"` // null while open; replayed or discarded
 	ResolvedAt  *time.Time `json:"resolvedAt"`
 	ResolvedBy  *string    `json:"resolvedBy"`
+	Failures    int        `json:"failures"` // times the order's admissions were refused (a replay refused again: 2)
 }
 
 // The resolutions of a failed admission.
@@ -35,8 +36,11 @@ const (
 	ResolutionDiscarded = "discarded"
 )
 
-// InsertFailedAdmissions records refused admissions; one already recorded
-// (a redelivery of its record) is kept as it was.
+// InsertFailedAdmissions records refused admissions. One already recorded
+// from the same record (a redelivery) is kept as it was; one recorded from
+// another record of the order (a replay, refused again) is reopened with
+// the new failure, its failures counted: a dead letter never disappears
+// behind an earlier resolution.
 func (s *Store) InsertFailedAdmissions(ctx context.Context, fs []FailedAdmission) error {
 	if len(fs) == 0 {
 		return nil
@@ -47,7 +51,15 @@ func (s *Store) InsertFailedAdmissions(ctx context.Context, fs []FailedAdmission
 			INSERT INTO admission_failed (voucher_code, order_id, customer_id, order_amount, reason, message,
 			                              log_partition, log_offset, admitted_at)
 			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
-			ON CONFLICT (voucher_code, order_id) DO NOTHING`,
+			ON CONFLICT (voucher_code, order_id) DO UPDATE SET
+				customer_id = EXCLUDED.customer_id, order_amount = EXCLUDED.order_amount,
+				reason = EXCLUDED.reason, message = EXCLUDED.message,
+				log_partition = EXCLUDED.log_partition, log_offset = EXCLUDED.log_offset,
+				admitted_at = EXCLUDED.admitted_at, failed_at = now(),
+				resolution = NULL, resolved_at = NULL, resolved_by = NULL,
+				failures = admission_failed.failures + 1
+			WHERE (admission_failed.log_partition, admission_failed.log_offset)
+			      IS DISTINCT FROM (EXCLUDED.log_partition, EXCLUDED.log_offset)`,
 			f.Code, f.OrderID, f.CustomerID, f.OrderAmount, f.Reason, f.Message, f.Partition, f.Offset, f.AdmittedAt)
 	}
 	if err := s.pool.SendBatch(ctx, b).Close(); err != nil {
@@ -57,12 +69,12 @@ func (s *Store) InsertFailedAdmissions(ctx context.Context, fs []FailedAdmission
 }
 
 const failedColumns = `voucher_code, order_id, customer_id, order_amount, reason, message, log_partition, log_offset,
-	admitted_at, failed_at, resolution, resolved_at, resolved_by`
+	admitted_at, failed_at, resolution, resolved_at, resolved_by, failures`
 
 func scanFailed(row pgx.CollectableRow) (FailedAdmission, error) {
 	var f FailedAdmission
 	err := row.Scan(&f.Code, &f.OrderID, &f.CustomerID, &f.OrderAmount, &f.Reason, &f.Message, &f.Partition, &f.Offset,
-		&f.AdmittedAt, &f.FailedAt, &f.Resolution, &f.ResolvedAt, &f.ResolvedBy)
+		&f.AdmittedAt, &f.FailedAt, &f.Resolution, &f.ResolvedAt, &f.ResolvedBy, &f.Failures)
 	return f, err
 }
 

@@ -22,6 +22,19 @@ func (a *admin) admissionRoutes(r gin.IRoutes) {
 	r.GET(api.RouteFailedAdmissions, a.failedAdmissions)
 	r.POST(api.RouteAdmissionReplay, a.replayAdmission)
 	r.POST(api.RouteAdmissionDiscard, a.discardAdmission)
+	r.GET(api.RouteAdmissionsLag, a.admissionsLag)
+}
+
+// admissionsLag answers the consumer group's lag as this ledger measures it
+// (every ledger measures the whole group).
+func (a *admin) admissionsLag(c *gin.Context) {
+	lag, known, on := a.ledger.LogLag()
+	out := api.AdmissionsLag{Log: on, Known: known}
+	if known {
+		secs := lag.Seconds()
+		out.LagSeconds = &secs
+	}
+	c.JSON(http.StatusOK, out)
 }
 
 // failedAdmissions lists the refused admissions still open, oldest first

@@ -28,6 +28,7 @@ var scopes = httpx.RouteScopes{
 	httpx.RouteKey(http.MethodGet, api.RouteAudit):               {httpx.ScopeRead},
 	httpx.RouteKey(http.MethodGet, api.RouteEvents):              {httpx.ScopeRead},
 	httpx.RouteKey(http.MethodGet, api.RouteFailedAdmissions):    {httpx.ScopeRead},
+	httpx.RouteKey(http.MethodGet, api.RouteAdmissionsLag):       {httpx.ScopeRead},
 
 	httpx.RouteKey(http.MethodPost, api.RouteVouchers):         {httpx.ScopeWrite},
 	httpx.RouteKey(http.MethodPatch, api.RouteVoucher):         {httpx.ScopeWrite},

@@ -21,8 +21,8 @@ import (
 // WrkLogSale is a writePath log voucher sold out by wrk flat out: what the
 // 201s cost the consumer behind them. Its lag is the ledger's own gauges
 // (flashgate_admissions_lag_records, summed over partitions, and
-// flashgate_admissions_lag_seconds, the largest), which the consumer sets
-// after each batch it wrote.
+// flashgate_admissions_lag_seconds, the largest), which the ledger measures
+// from the broker every second (the consumer group's committed offsets).
 type WrkLogSale struct {
 	Stock       int     `json:"stock"`
 	Connections int     `json:"connections"`
