@@ -134,8 +134,8 @@ func runRetries(ctx context.Context, cfg Config) (*Result, error) {
 	}
 	client := clientFrom("", 16)
 	url, body := load.ReserveURL(r.st.ProxyURL, code), reserveBody(code+"-o1", 1)
-	if a, err := call(ctx, client, http.MethodPost, url, "", body); err != nil || a.Status != http.StatusCreated {
-		return nil, fmt.Errorf("the order: %v %v", a, err)
+	if err := firstOrder(ctx, client, url, body); err != nil {
+		return nil, err
 	}
 	before, err := r.ledgerMetrics(ctx)
 	if err != nil {
@@ -175,6 +175,22 @@ func runRetries(ctx context.Context, cfg Config) (*Result, error) {
 	res.want("300 retries reach the ledger at most a few dozen times", calls <= 36, "%.0f calls", calls)
 	res.want("retries are charged to the client's budget", got["429 RATE_LIMITED"] > 0, "%v", got)
 	return res.finish(), nil
+}
+
+// firstOrder sends the order until it is answered 201, a second apart while
+// it is refused 429 or 503.
+func firstOrder(ctx context.Context, client *http.Client, url string, body []byte) error {
+	for range 10 {
+		a, err := call(ctx, client, http.MethodPost, url, "", body)
+		if err != nil || a.Status == http.StatusCreated {
+			return err
+		}
+		if a.Status != http.StatusTooManyRequests && a.Status != http.StatusServiceUnavailable {
+			return fmt.Errorf("the order: %v", a)
+		}
+		time.Sleep(time.Second)
+	}
+	return fmt.Errorf("the order was never answered 201")
 }
 
 // runStranger: a stranger, refused at CUSTOMER_RATE=1, sends the victim's
