@@ -125,7 +125,9 @@ func TestClientRefusedOnlyWhileBucketEmpty(t *testing.T) {
 	var wg sync.WaitGroup
 	var tally statusTally
 	for i := range 21 {
-		wg.Go(func() { tally.add(send(nat, s.ProxyURL, code, int64(1_000+i), fmt.Sprintf("%s-bot-%d", code, i)).status) })
+		wg.Go(func() {
+			tally.add(send(nat, s.ProxyURL, code, int64(1_000+i), fmt.Sprintf("%s-bot-%d", code, i)).status)
+		})
 	}
 	wg.Wait()
 	burst := time.Now()
