@@ -133,7 +133,8 @@ func (a *Admitter) remember(code string, cl voucher.Claim, reply []byte, hold ti
 // replay answers a retry of an order this proxy answered 201, which Redis
 // still holds (the gate said Duplicate: not released, expired or refunded
 // since), with that first answer, marked replayed, without a ledger write:
-// the ledger would only have replayed its row's first answer too. ok is
+// the ledger would have answered the same (a reserve's 201 carries the order
+// and its discount, never its state: a confirm since changes nothing in it). ok is
 // false for an order answered elsewhere, or for another customer or amount.
 func (a *Admitter) replay(code string, cl voucher.Claim) (Reply, bool) {
 	body, ok := a.admittedAnswer(code, cl)
