@@ -206,7 +206,7 @@ func (l *limits) chargeClient(c *gin.Context) bool {
 // before its Retry-After, and puts its time off once by a new Retry-After
 // (comebacks): a retry loop is decided less often than a client that waits.
 func (l *limits) refuseEarly(c *gin.Context, order string) bool {
-	if l.comebacks == nil {
+	if !l.comebacks.holding() { // a sale going well: no lock taken
 		return false
 	}
 	now := l.now()
