@@ -267,9 +267,19 @@ func checkService(t *testing.T, m manifests, service, addrVar string, settings m
 	require.Len(t, c.EnvFrom, 1)
 	assert.Equal(t, name, c.EnvFrom[0].ConfigMapRef.Name)
 
-	// The port the service listens on, named http, and the probes on it.
+	// The port the service listens on, named http, and the probes on it;
+	// with METRICS_ADDR, a second one named metrics, where Prometheus scrapes.
 	_, port, _ := strings.Cut(cm.Data[addrVar], ":")
-	require.Len(t, c.Ports, 1)
+	scrape := port
+	if _, metricsPort, ok := strings.Cut(cm.Data["METRICS_ADDR"], ":"); ok {
+		require.Len(t, c.Ports, 2)
+		assert.Equal(t, "metrics", c.Ports[1].Name)
+		assert.Equal(t, metricsPort, strconv.Itoa(int(c.Ports[1].ContainerPort)), "%s serves /metrics on %s", service, cm.Data["METRICS_ADDR"])
+		scrape = metricsPort
+	} else {
+		require.Len(t, c.Ports, 1)
+	}
+	assert.Equal(t, scrape, pod.Annotations["prometheus.io/port"], "Prometheus scrapes where /metrics is")
 	assert.Equal(t, "http", c.Ports[0].Name)
 	assert.Equal(t, port, strconv.Itoa(int(c.Ports[0].ContainerPort)), "%s listens on %s", service, cm.Data[addrVar])
 	assert.Equal(t, "/readyz", c.ReadinessProbe.HTTPGet.Path)

@@ -58,7 +58,7 @@ type Admitter struct {
 
 	vouchers *ristretto.Cache[string, cachedVoucher]
 	soldOut  *ristretto.Cache[string, *soldOutFlag]
-	admitted *ristretto.Cache[string, int64] // code/orderId -> customer, of the orders answered 201 here (AdmittedHere)
+	admitted *ristretto.Cache[string, admittedOrder] // code/orderId -> the orders answered 201 here (AdmittedHere)
 	batcher  *batch.Batcher[string, gate.Item, gate.Result]
 	forward  *batch.Batcher[forwardKey, voucher.Claim, Reply] // admitted writes to the ledger, per voucher and lane
 	lane     atomic.Uint32                                    // round robin over forwardLanes
@@ -132,7 +132,7 @@ func NewAdmitter(base context.Context, g *gate.Gate, ledger *LedgerClient, cfg A
 	if err != nil {
 		return nil, fmt.Errorf("sold-out cache: %w", err)
 	}
-	admitted, err := newOrderCache()
+	admitted, err := newAdmittedCache()
 	if err != nil {
 		return nil, fmt.Errorf("admitted cache: %w", err)
 	}
@@ -189,14 +189,20 @@ func (a *Admitter) Close() {
 	}
 }
 
-// Reserve runs a validated claim through the edge and, if admitted, through the
-// ledger, whose answer is relayed as it is. It never answers 201 unless the
-// script said RESERVED or DUPLICATE and the ledger wrote (or had) the
-// reservation. token is the request's checkout token ("" when it had none),
-// checked first for a voucher that requires one. Each outcome is counted in
+// ReserveVetted runs a claim that Vet passed (v is its voucher's terms)
+// through the edge and, if admitted, through the ledger, whose answer is
+// relayed as it is. It never answers 201 unless the script said RESERVED or
+// DUPLICATE and the ledger wrote (or had) the reservation, or this proxy
+// answered the order 201 itself (replayed). Each outcome is counted in
 // flashgate_reserve_total.
-func (a *Admitter) Reserve(ctx context.Context, code string, cl voucher.Claim, token string) (Reply, error) {
-	rep, err := a.reserve(ctx, code, cl, token)
+func (a *Admitter) ReserveVetted(ctx context.Context, code string, cl voucher.Claim, v voucher.Voucher) (Reply, error) {
+	rep, err := a.decide(ctx, code, cl, v)
+	a.count(rep, err)
+	return rep, err
+}
+
+// count counts an outcome in flashgate_reserve_total.
+func (a *Admitter) count(rep Reply, err error) {
 	outcome := rep.Outcome()
 	if err != nil {
 		if outcome = voucher.ErrorCode(err); outcome == "" {
@@ -204,23 +210,9 @@ func (a *Admitter) Reserve(ctx context.Context, code string, cl voucher.Claim, t
 		}
 	}
 	a.metrics.outcome.Get(outcome).Inc()
-	return rep, err
 }
 
-func (a *Admitter) reserve(ctx context.Context, code string, cl voucher.Claim, token string) (Reply, error) {
-	v, err := a.Voucher(ctx, code)
-	if err != nil {
-		return Reply{}, err
-	}
-	// The token is checked here, for flash and standard vouchers alike,
-	// before anything is taken or written: the gate and the ledger never see
-	// a reserve it refused (so neither checks it).
-	if err := a.cfg.CheckoutKeys.Check(v, token, cl.CustomerID, time.Now()); err != nil {
-		if err == voucher.ErrCheckoutTokenUnconfigured {
-			a.logUnverifiable(code)
-		}
-		return Reply{}, err
-	}
+func (a *Admitter) decide(ctx context.Context, code string, cl voucher.Claim, v voucher.Voucher) (Reply, error) {
 	// No eligibility check here: a retry of an order is answered from the
 	// order's own state before the voucher's terms, and only Redis (flash) or
 	// the ledger (standard) knows that state and the terms of this second.
@@ -284,6 +276,11 @@ func (a *Admitter) reserveFlash(ctx context.Context, code string, cl voucher.Cla
 		}
 		return Reply{}, fmt.Errorf("reserve %s: %w", code, err)
 	}
+	if res == gate.Duplicate {
+		if rep, ok := a.replay(code, cl); ok {
+			return rep, nil
+		}
+	}
 	// From here the claim holds a use in Redis, or is a retry of one that
 	// does: what becomes of it is decided by the ledger's write, not by the
 	// client, so the write goes on when the client leaves (LEDGER_TIMEOUT
@@ -310,7 +307,7 @@ func (a *Admitter) reserveFlash(ctx context.Context, code string, cl voucher.Cla
 	}
 	switch {
 	case err == nil && rep.Status == http.StatusCreated:
-		a.remember(code, cl, hold)
+		a.remember(code, cl, rep.Body, hold)
 	case res == gate.Reserved && alone && notDelivered(rep, err):
 		a.giveBack(code, cl.OrderID)
 	case err != nil && !notDelivered(rep, err):

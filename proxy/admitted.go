@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"net/http"
 	"time"
 
 	"github.com/dgraph-io/ristretto/v2"
@@ -44,8 +45,25 @@ func holdsOrder(orders *ristretto.Cache[string, int64], code string, cl voucher.
 	return ok && customer == cl.CustomerID
 }
 
-// AdmittedHere reports whether this proxy answered 201 to cl's order and
-// customer on flash voucher code within a reservation's hold: a retry of an
+// admittedOrder is what this proxy remembers of an order it answered 201:
+// whose it is, for how much, and the answer itself, which a retry that Redis
+// still holds is answered with (replayed) without a ledger write.
+type admittedOrder struct {
+	customer, amount int64
+	reply            []byte
+}
+
+// newAdmittedCache returns the cache of the orders answered 201 here, of
+// admittedMax orders.
+func newAdmittedCache() (*ristretto.Cache[string, admittedOrder], error) {
+	return ristretto.NewCache(&ristretto.Config[string, admittedOrder]{
+		NumCounters: 10 * admittedMax, MaxCost: admittedMax, BufferItems: 64,
+	})
+}
+
+// AdmittedHere reports whether this proxy answered 201 to cl's order,
+// customer and order amount on flash voucher code within a reservation's
+// hold (another amount is the ledger's ORDER_CONFLICT to answer): a retry of an
 // admitted order, which takes no new use and is answered from its row, so a
 // full bound on requests in flight (MAX_INFLIGHT) lets it in. It asks
 // nothing of Redis: the bound is full when the proxy is at its limit, and a
@@ -55,7 +73,18 @@ func holdsOrder(orders *ristretto.Cache[string, int64], code string, cl voucher.
 // window asks Redis (holdsUse). A use released since only lets in a request
 // that is then answered from its row, as any other.
 func (a *Admitter) AdmittedHere(code string, cl voucher.Claim) bool {
-	return holdsOrder(a.admitted, code, cl)
+	_, ok := a.admittedAnswer(code, cl)
+	return ok
+}
+
+// admittedAnswer returns the 201 this proxy answered cl's order with, when
+// it did for cl's customer and amount.
+func (a *Admitter) admittedAnswer(code string, cl voucher.Claim) ([]byte, bool) {
+	o, ok := a.admitted.Get(admittedKey(code, cl.OrderID))
+	if !ok || o.customer != cl.CustomerID || o.amount != cl.OrderAmount {
+		return nil, false
+	}
+	return o.reply, true
 }
 
 // WritingHere reports whether this proxy is writing cl's order for cl's
@@ -94,7 +123,24 @@ func (a *Admitter) SharePeers(ctx context.Context, rdb redis.UniversalClient, re
 // admittedKey is the key of an order in the admitted cache.
 func admittedKey(code, orderID string) string { return code + "/" + orderID }
 
-// remember records, for hold, an order this proxy answered 201 (AdmittedHere).
-func (a *Admitter) remember(code string, cl voucher.Claim, hold time.Duration) {
-	a.admitted.SetWithTTL(admittedKey(code, cl.OrderID), cl.CustomerID, 1, hold)
+// remember records, for hold, an order this proxy answered 201 with reply
+// (AdmittedHere).
+func (a *Admitter) remember(code string, cl voucher.Claim, reply []byte, hold time.Duration) {
+	o := admittedOrder{customer: cl.CustomerID, amount: cl.OrderAmount, reply: reply}
+	a.admitted.SetWithTTL(admittedKey(code, cl.OrderID), o, 1, hold)
+}
+
+// replay answers a retry of an order this proxy answered 201, which Redis
+// still holds (the gate said Duplicate: not released, expired or refunded
+// since), with that first answer, marked replayed, without a ledger write:
+// the ledger would have answered the same (a reserve's 201 carries the order
+// and its discount, never its state: a confirm since changes nothing in it). ok is
+// false for an order answered elsewhere, or for another customer or amount.
+func (a *Admitter) replay(code string, cl voucher.Claim) (Reply, bool) {
+	body, ok := a.admittedAnswer(code, cl)
+	if !ok || len(body) == 0 {
+		return Reply{}, false
+	}
+	a.metrics.replayed.Inc()
+	return Reply{Status: http.StatusCreated, Body: body, Replayed: true}, true
 }

@@ -24,8 +24,16 @@ const headerForwardedFor = "X-Forwarded-For"
 // left-most of the list when every address in it is trusted). Only an address
 // a trusted proxy appended is believed: whatever a client writes into the
 // header itself stands to the left of it.
+//
+// An address is normalised before it becomes a key: a port written after it
+// (an X-Forwarded-For entry as ip:port) is dropped, an IPv4-mapped IPv6
+// address is its IPv4, and an IPv6 address is its network of v6Bits
+// (CLIENT_KEY_IPV6_PREFIX, /64 by default): one host is given a whole /64,
+// and keyed by the address alone a bot would hold as many buckets as it
+// picks addresses.
 type clientKeys struct {
 	trusted []netip.Prefix
+	v6Bits  int // 1-128; 0: 128 (every address its own key)
 }
 
 // parseTrustedProxies reads TRUSTED_PROXIES: CIDRs (or single addresses)
@@ -55,14 +63,17 @@ func parseTrustedProxies(s string) ([]netip.Prefix, error) {
 }
 
 // key returns the client key of c's request: "token:" and a token's name, or
-// an address.
+// an address (normalised: a /64 for IPv6).
 func (k clientKeys) key(c *gin.Context) string {
 	if name := httpx.ClientName(c); name != "" {
 		return "token:" + name
 	}
-	peer := peerAddr(c.Request.RemoteAddr)
+	peer, ok := parseHop(peerAddr(c.Request.RemoteAddr))
+	if !ok {
+		return c.Request.RemoteAddr
+	}
 	if !k.isTrusted(peer) {
-		return peer
+		return k.normal(peer)
 	}
 	hops := c.Request.Header.Values(headerForwardedFor)
 	client := peer
@@ -73,25 +84,46 @@ func (k clientKeys) key(c *gin.Context) string {
 			if hop == "" {
 				continue
 			}
-			if !k.isTrusted(hop) {
-				return hop
+			a, ok := parseHop(hop)
+			if !ok {
+				return hop // not an address: a key of its own, as the client wrote it
 			}
-			client = hop
+			if !k.isTrusted(a) {
+				return k.normal(a)
+			}
+			client = a
 		}
 	}
-	return client
+	return k.normal(client)
 }
 
-// isTrusted reports whether addr is one of the trusted proxies.
-func (k clientKeys) isTrusted(addr string) bool {
-	if len(k.trusted) == 0 {
-		return false
-	}
-	a, err := netip.ParseAddr(addr)
+// parseHop reads an address as a proxy or a client wrote it: bare, with a
+// port (ip:port, [ipv6]:port), IPv4-mapped, with a zone; the address alone.
+func parseHop(s string) (netip.Addr, bool) {
+	a, err := netip.ParseAddr(s)
 	if err != nil {
-		return false
+		ap, perr := netip.ParseAddrPort(s)
+		if perr != nil {
+			return netip.Addr{}, false
+		}
+		a = ap.Addr()
 	}
-	a = a.Unmap()
+	return a.Unmap().WithZone(""), true
+}
+
+// normal is a's client key: the address, or for IPv6 its network of v6Bits.
+func (k clientKeys) normal(a netip.Addr) string {
+	if a.Is6() && k.v6Bits > 0 && k.v6Bits < 128 {
+		p, err := a.Prefix(k.v6Bits)
+		if err == nil {
+			return p.String()
+		}
+	}
+	return a.String()
+}
+
+// isTrusted reports whether a is one of the trusted proxies.
+func (k clientKeys) isTrusted(a netip.Addr) bool {
 	for _, p := range k.trusted {
 		if p.Contains(a) {
 			return true

@@ -25,6 +25,7 @@ type LimitConfig struct {
 	CustomerRate  int            // CUSTOMER_RATE: reserves a second per customerId per voucher; 0: off
 	CustomerBurst int            // CUSTOMER_BURST; 0: CustomerRate
 	Trusted       []netip.Prefix // TRUSTED_PROXIES
+	IPv6Prefix    int            // CLIENT_KEY_IPV6_PREFIX: the bits of an IPv6 client key; 0: 128
 	EarlyRetries  bool           // RETRY_EARLY_REFUSED: a retry before its Retry-After is refused again
 	RedisTimeout  time.Duration  // deadline of the customer limit's Redis call
 }
@@ -61,7 +62,7 @@ type limits struct {
 
 // newLimits builds the limits; rdb carries the customer buckets.
 func newLimits(cfg LimitConfig, rdb redis.UniversalClient, reg prometheus.Registerer) *limits {
-	l := &limits{keys: clientKeys{trusted: cfg.Trusted}, now: time.Now}
+	l := &limits{keys: clientKeys{trusted: cfg.Trusted, v6Bits: cfg.IPv6Prefix}, now: time.Now}
 	if cfg.ClientRate > 0 {
 		l.clients = newBuckets(cfg.ClientRate, burstOr(cfg.ClientBurst, cfg.ClientRate), maxClientBuckets)
 	}
@@ -93,91 +94,128 @@ func burstOr(burst, rate int) int {
 	return rate
 }
 
-// guard is the reserve route's gate before the gate (httpx.Service.Guard):
-// an order this proxy answered 201 passes untouched (its retry takes nothing
-// new and is answered 201 from its row); an order or client key back before
-// its Retry-After is refused again (refuseEarly); a client key over
-// CLIENT_RATE is refused. Every 503 or 429 the reserve gets, here or further
-// on (the shedder, the window, a fault), is remembered with its Retry-After.
-//
-// Its lookups run only when something may refuse: with CLIENT_RATE off and
-// no order told to come back later (a sale going well), a reserve costs it
-// the reading of its claim, which the handler then uses (PeekClaim: the body
-// is read once), and nothing else until an answer is a 503 or a 429.
-func (l *limits) guard(admittedHere func(code string, cl voucher.Claim) bool) gin.HandlerFunc {
+// edgeChecks are what the guard asks before it charges anything: the
+// sender must be known to be whose it says before it spends a budget.
+type edgeChecks struct {
+	// vet passes a reserve's claim (Admitter.Vet: a known code, its
+	// voucher's terms, the checkout token it requires) or returns the error
+	// it is answered with.
+	vet func(c *gin.Context, code string, cl voucher.Claim) error
+	// known reports whether code may be a voucher's (the set of codes).
+	known func(ctx context.Context, code string) bool
+}
+
+// guard is the gate before the gate (httpx.Service.Guard), after the bearer
+// token's check and before the shedder, so that a refusal takes no slot of
+// MAX_INFLIGHT. A reserve is checked before it is charged: its claim valid
+// (else the handler answers 400), then vetted (edgeChecks.vet: a made-up code
+// or a missing checkout token is answered here and charges nothing), then
+// charged: its client key's bucket (CLIENT_RATE: the sender's own budget, a
+// retry of an order answered 201 included), its order's early retry, its
+// customer's bucket (CUSTOMER_RATE, in Redis). Every 503 or 429 a vetted
+// reserve gets further on (the shedder, the window, a fault) is remembered
+// with its Retry-After for its order and customer. The order routes (get,
+// confirm, release, refund) are answered 404 for a code outside the set and
+// charged to the client key's bucket before they reach the ledger.
+func (l *limits) guard(checks edgeChecks) gin.HandlerFunc {
 	return func(c *gin.Context) {
-		if c.Request.Method != http.MethodPost || c.FullPath() != api.RouteReservations {
-			return
-		}
-		var code string
-		var cl voucher.Claim
-		claimed := false // the body is a valid claim
-		if cd, err := httpx.CodeParam(c); err == nil {
-			code = cd
-			cl, claimed = httpx.PeekClaim(c)
-		}
-		passes := func() bool { return claimed && admittedHere(code, cl) } // an order this proxy answered 201
-		comeback := func() string {                                        // the order's key in comebacks
-			if !claimed {
-				return ""
+		switch c.FullPath() {
+		case api.RouteReservations:
+			if c.Request.Method == http.MethodPost {
+				l.guardReserve(c, checks.vet)
 			}
-			return "order:" + admittedKey(code, cl.OrderID)
-		}
-		if l.clients != nil || l.comebacks.holding() {
-			if passes() {
-				return
-			}
-			order := comeback()
-			var key, client string // only CLIENT_RATE's refusals tell a client key to come back
-			if l.clients != nil {
-				key = l.keys.key(c)
-				client = "client:" + key
-			}
-			if l.refuseEarly(c, client, order) {
-				return
-			}
-			if l.clients != nil {
-				if ok, wait := l.clients.take(key, l.now()); !ok {
-					l.refuse(c, causeClient, wait, "too many reserves from this client; retry after Retry-After", client, order)
-					return
-				}
-			}
-		}
-		c.Next()
-		if st := c.Writer.Status(); l.comebacks != nil && claimed &&
-			(st == http.StatusServiceUnavailable || st == http.StatusTooManyRequests) && !passes() {
-			if d, ok := httpx.RetryAfterOf(c.Writer.Header()); ok {
-				now := l.now()
-				l.comebacks.set(comeback(), now.Add(d), now)
-			}
+		case api.RouteReservation, api.RouteConfirm, api.RouteRefund:
+			l.guardOrder(c, checks.known)
 		}
 	}
 }
 
-// refuseEarly refuses a reserve whose client key (when not "") or order
-// (when not "") is back before its Retry-After, and puts its time off once by
-// a new Retry-After (comebacks): a retry loop is decided less often than a
-// client that waits.
-func (l *limits) refuseEarly(c *gin.Context, client, order string) bool {
-	if l.comebacks == nil {
+// guardReserve is guard for a reserve.
+func (l *limits) guardReserve(c *gin.Context, vet func(*gin.Context, string, voucher.Claim) error) {
+	code, err := httpx.CodeParam(c)
+	if err != nil {
+		return
+	}
+	cl, ok := httpx.PeekClaim(c)
+	if !ok {
+		return
+	}
+	if err := vet(c, code, cl); err != nil {
+		httpx.WriteError(c, err)
+		c.Abort()
+		return
+	}
+	order := "order:" + admittedKey(code, cl.OrderID) + "/" + strconv.FormatInt(cl.CustomerID, 10)
+	if !l.chargeClient(c) || l.refuseEarly(c, order) || !l.customer(c, code, cl, order) {
+		return
+	}
+	c.Next()
+	if st := c.Writer.Status(); l.comebacks != nil &&
+		(st == http.StatusServiceUnavailable || st == http.StatusTooManyRequests) {
+		if d, ok := httpx.RetryAfterOf(c.Writer.Header()); ok {
+			now := l.now()
+			l.comebacks.set(order, now.Add(d), now)
+		}
+	}
+}
+
+// guardOrder is guard for an order's route: a code outside the set is
+// answered 404 here, and the request is charged to its client key.
+func (l *limits) guardOrder(c *gin.Context, known func(context.Context, string) bool) {
+	code, _, err := httpx.OrderParams(c)
+	if err != nil {
+		return // the handler answers the invalid path
+	}
+	if !known(c, code) {
+		httpx.WriteError(c, voucher.ErrVoucherNotFound)
+		c.Abort()
+		return
+	}
+	l.chargeClient(c)
+}
+
+// chargeClient takes a token from the client key's bucket (CLIENT_RATE) and
+// reports whether the request may go on (false: it was answered 429). Only a
+// client key whose bucket is empty is refused: one that comes back before the
+// Retry-After of its last 429 with the bucket still empty is told a longer
+// one (cause early_client), but a shared key (a NAT, a shop's token) is served
+// as soon as its bucket has a token, whoever emptied it.
+func (l *limits) chargeClient(c *gin.Context) bool {
+	if l.clients == nil {
+		return true
+	}
+	key := l.keys.key(c)
+	now := l.now()
+	ok, wait := l.clients.take(key, now)
+	if ok {
+		return true
+	}
+	client := "client:" + key
+	if l.comebacks != nil {
+		penalty := time.Duration(httpx.RetryAfterSeconds(0)) * time.Second
+		if until, early := l.comebacks.early(client, now, penalty); early {
+			l.refuse(c, causeEarlyClient, until.Sub(now), "sent again before its Retry-After; wait as long as Retry-After says")
+			return false
+		}
+	}
+	l.refuse(c, causeClient, wait, "too many requests from this client; retry after Retry-After", client)
+	return false
+}
+
+// refuseEarly refuses a reserve whose order (for its customer) is back
+// before its Retry-After, and puts its time off once by a new Retry-After
+// (comebacks): a retry loop is decided less often than a client that waits.
+func (l *limits) refuseEarly(c *gin.Context, order string) bool {
+	if !l.comebacks.holding() { // a sale going well: no lock taken
 		return false
 	}
 	now := l.now()
 	penalty := time.Duration(httpx.RetryAfterSeconds(0)) * time.Second
-	var until time.Time
-	var early bool
-	cause := causeEarlyClient
-	if client != "" {
-		until, early = l.comebacks.early(client, now, penalty)
-	}
-	if !early && order != "" {
-		cause = causeEarlyOrder
-		until, early = l.comebacks.early(order, now, penalty)
-	}
+	until, early := l.comebacks.early(order, now, penalty)
 	if !early {
 		return false
 	}
-	l.refuse(c, cause, until.Sub(now), "sent again before its Retry-After; wait as long as Retry-After says")
+	l.refuse(c, causeEarlyOrder, until.Sub(now), "sent again before its Retry-After; wait as long as Retry-After says")
 	return true
 }
 
@@ -200,20 +238,22 @@ func (l *limits) refuse(c *gin.Context, cause string, wait time.Duration, messag
 }
 
 // customer applies CUSTOMER_RATE to cl's customer on voucher code, and
-// reports whether the reserve may go on (false: it was answered 429). An
-// order this proxy answered 201 (admittedHere, asked only with CUSTOMER_RATE
-// on) takes no token: its retry takes nothing new. A Redis that fails to
-// answer lets the reserve through: the gate decides it, and answers the
-// fault, as it would have. Nil limits let everything through.
-func (l *limits) customer(c *gin.Context, code string, cl voucher.Claim, admittedHere func(code string, cl voucher.Claim) bool) bool {
-	if l == nil || l.customers == nil || admittedHere(code, cl) {
+// reports whether the reserve may go on (false: it was answered 429 and its
+// order told to come back later). Asked only of a vetted reserve: a request
+// in a customer's name without its checkout token, or for a made-up code,
+// never spends the customer's bucket nor makes its key. A retry of an order
+// answered 201 takes a token too: it is a request like any other. A Redis
+// that fails to answer lets the reserve through: the gate decides it, and
+// answers the fault, as it would have. Nil limits let everything through.
+func (l *limits) customer(c *gin.Context, code string, cl voucher.Claim, order string) bool {
+	if l == nil || l.customers == nil {
 		return true
 	}
 	ok, wait, err := l.customers.take(c, code, cl.CustomerID)
 	if err != nil || ok {
 		return true
 	}
-	l.refuse(c, causeCustomer, wait, "too many reserves for this customer on this voucher; retry after Retry-After")
+	l.refuse(c, causeCustomer, wait, "too many reserves for this customer on this voucher; retry after Retry-After", order)
 	return false
 }
 

@@ -77,7 +77,7 @@ func TestConfigLimits(t *testing.T) {
 	c, err = configFrom(envconf.NewFrom(map[string]string{"REDIS_URL": "redis://x", "PROXY_AUTH": "off", "CLIENT_RATE": "20",
 		"CLIENT_BURST": "40", "CUSTOMER_RATE": "1", "TRUSTED_PROXIES": "10.0.0.0/8,127.0.0.1"}))
 	require.NoError(t, err)
-	assert.Equal(t, LimitConfig{ClientRate: 20, ClientBurst: 40, CustomerRate: 1, EarlyRetries: true,
+	assert.Equal(t, LimitConfig{ClientRate: 20, ClientBurst: 40, CustomerRate: 1, EarlyRetries: true, IPv6Prefix: 64,
 		Trusted: c.Limits.Trusted, RedisTimeout: c.RedisTimeout}, c.Limits)
 	assert.Len(t, c.Limits.Trusted, 2)
 	_, err = configFrom(envconf.NewFrom(map[string]string{"REDIS_URL": "redis://x", "TRUSTED_PROXIES": "10.0.0.0/99"}))
@@ -178,4 +178,44 @@ func TestComebacksBoundedAndExpire(t *testing.T) {
 	assert.Equal(t, most-most/comebackShards+1, cb.len())
 	assert.EqualValues(t, cb.len(), cb.entries.Load(), "after a sweep")
 	assert.True(t, cb.holding())
+}
+
+// TestClientKeyNormalised: an IPv6 client is keyed by its /64 (or the
+// CLIENT_KEY_IPV6_PREFIX given), so that one host's network shares one
+// bucket; an X-Forwarded-For entry written as ip:port is keyed by its
+// address alone, and an IPv4-mapped address by its IPv4.
+func TestClientKeyNormalised(t *testing.T) {
+	trusted, err := parseTrustedProxies("127.0.0.1")
+	require.NoError(t, err)
+	for _, tc := range []struct {
+		peer, xff string
+		bits      int
+		want      string
+	}{
+		{peer: "[2001:db8:1:2:aaaa::1]:5555", bits: 64, want: "2001:db8:1:2::/64"},
+		{peer: "[2001:db8:1:2:bbbb::7]:5555", bits: 64, want: "2001:db8:1:2::/64"},
+		{peer: "[2001:db8:1:2:bbbb::7]:5555", bits: 48, want: "2001:db8:1::/48"},
+		{peer: "[2001:db8:1:2:bbbb::7]:5555", bits: 128, want: "2001:db8:1:2:bbbb::7"},
+		{peer: "[::ffff:192.0.2.7]:5555", bits: 64, want: "192.0.2.7"},
+		{peer: "127.0.0.1:5555", xff: "203.0.113.5:41000", bits: 64, want: "203.0.113.5"},
+		{peer: "127.0.0.1:5555", xff: "203.0.113.5:41001", bits: 64, want: "203.0.113.5"},
+		{peer: "127.0.0.1:5555", xff: "[2001:db8:9:9::5]:41001", bits: 64, want: "2001:db8:9:9::/64"},
+		{peer: "127.0.0.1:5555", xff: "2001:db8:9:9:1::5, 127.0.0.1:7000", bits: 64, want: "2001:db8:9:9::/64"},
+	} {
+		k := clientKeys{trusted: trusted, v6Bits: tc.bits}
+		c, _ := gin.CreateTestContext(httptest.NewRecorder())
+		c.Request = httptest.NewRequest(http.MethodPost, "/", nil)
+		c.Request.RemoteAddr = tc.peer
+		if tc.xff != "" {
+			c.Request.Header.Set(headerForwardedFor, tc.xff)
+		}
+		if got := k.key(c); got != tc.want {
+			t.Errorf("key(peer %s, X-Forwarded-For %q, /%d) = %q, want %q", tc.peer, tc.xff, tc.bits, got, tc.want)
+		}
+	}
+	cfg, err := configFrom(envconf.NewFrom(map[string]string{"REDIS_URL": "redis://x", "PROXY_AUTH": "off"}))
+	require.NoError(t, err)
+	assert.Equal(t, 64, cfg.Limits.IPv6Prefix, "CLIENT_KEY_IPV6_PREFIX's default")
+	_, err = configFrom(envconf.NewFrom(map[string]string{"REDIS_URL": "redis://x", "PROXY_AUTH": "off", "CLIENT_KEY_IPV6_PREFIX": "129"}))
+	require.ErrorContains(t, err, "CLIENT_KEY_IPV6_PREFIX")
 }

@@ -12,12 +12,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/http"
 	"os/signal"
 	"syscall"
 	"time"
 
-	"github.com/flashgate/flashgate/shared/api"
 	"github.com/flashgate/flashgate/shared/checkout"
 	"github.com/flashgate/flashgate/shared/envconf"
 	"github.com/flashgate/flashgate/shared/gate"
@@ -70,9 +68,9 @@ func configFrom(e *envconf.Reader) (Config, error) {
 			"how long the proxy waits at start for the ledger to answer (a ledger starting beside it); then it stops, naming the cause (exit 2)"),
 		LedgerToken: e.String("LEDGER_TOKEN", "", "bearer token sent to the ledger; the scope internal is all it needs"),
 		Token: e.String("PROXY_TOKEN", "",
-			"bearer token clients send (Authorization: Bearer <token>), with every scope of the edge (reserve, settle)"),
+			"bearer token clients send (Authorization: Bearer <token>), with every scope of the edge (reserve, settle, metrics)"),
 		Tokens: e.Tokens("PROXY_TOKENS", proxyScopes,
-			"more named client tokens, each with its scopes: name:token[:scope+scope...],...; a token without a scope list has both"),
+			"more named client tokens, each with its scopes: name:token[:scope+scope...],...; scopes: reserve (reserve, read a reservation), settle (confirm, release, refund), metrics (/metrics on the client port when METRICS_ADDR is unset); a token without a scope list has every one"),
 		OpenEdge: !e.Switch("PROXY_AUTH", true,
 			"off: the edge takes requests without a token (logged at WARN at start); on: PROXY_TOKEN or PROXY_TOKENS is required, the proxy refuses to start without one"),
 		SoldOutTTL: e.Duration("SOLDOUT_TTL", 2*time.Second,
@@ -114,6 +112,9 @@ func configFrom(e *envconf.Reader) (Config, error) {
 	if c.Limits.Trusted, err = parseTrustedProxies(trusted); err != nil {
 		return c, err
 	}
+	if c.Limits.IPv6Prefix > 128 {
+		return c, fmt.Errorf("CLIENT_KEY_IPV6_PREFIX=%d: want 1 to 128", c.Limits.IPv6Prefix)
+	}
 	if c.RedisURL == "" {
 		return c, errors.New("REDIS_URL is required")
 	}
@@ -135,7 +136,7 @@ func configFrom(e *envconf.Reader) (Config, error) {
 
 // proxyScopes are the scopes PROXY_TOKENS may give: the edge's routes take
 // no other (a read, write or internal token belongs to a ledger).
-var proxyScopes = []string{string(httpx.ScopeReserve), string(httpx.ScopeSettle)}
+var proxyScopes = []string{string(httpx.ScopeReserve), string(httpx.ScopeSettle), string(scopeMetrics)}
 
 // checkEdgeAuth refuses an edge without a token unless PROXY_AUTH=off says
 // so, PROXY_AUTH=off beside a token (which of the two was meant?), and
@@ -153,17 +154,20 @@ func checkEdgeAuth(c Config) error {
 
 // readLimits reads the per-client limits' settings (TRUSTED_PROXIES aside).
 func readLimits(e *envconf.Reader, redisTimeout time.Duration) LimitConfig {
-	return LimitConfig{
+	l := LimitConfig{
 		ClientRate: e.Int("CLIENT_RATE", 0, 0,
-			"reserves a second per client key (its named token, else its address: see TRUSTED_PROXIES), in a token bucket in each proxy; over it: 429 RATE_LIMITED with Retry-After, before the gate; 0: off"),
-		ClientBurst: e.Int("CLIENT_BURST", 0, 0, "the client bucket's size: reserves a client key may send at once; 0: CLIENT_RATE"),
+			"requests a second per client key (its named token, else its address: see TRUSTED_PROXIES and CLIENT_KEY_IPV6_PREFIX), reserves and the order routes (get, confirm, release, refund) alike, retries included, in a token bucket in each proxy, charged once the request is known to be for a voucher and, for a voucher that requires one, to carry a valid checkout token; over it: 429 RATE_LIMITED with Retry-After, before the gate; 0: off"),
+		ClientBurst: e.Int("CLIENT_BURST", 0, 0, "the client bucket's size: requests a client key may send at once; 0: CLIENT_RATE"),
+		IPv6Prefix: e.Int("CLIENT_KEY_IPV6_PREFIX", 64, 1,
+			"an IPv6 client address is keyed by its network of this many bits (64: one host's /64 shares one bucket; 128: every address its own); IPv4 addresses are keyed whole"),
 		CustomerRate: e.Int("CUSTOMER_RATE", 0, 0,
-			"reserves a second per customerId per voucher, in a bucket in Redis shared by every proxy (one Redis call per reserve); over it: 429 RATE_LIMITED with Retry-After, before the gate; 0: off"),
+			"reserves a second per customerId per voucher, in a bucket in Redis shared by every proxy (one Redis call per reserve), charged only once the reserve is known to be for a voucher and, for a voucher that requires one, to carry the customer's valid checkout token; over it: 429 RATE_LIMITED with Retry-After, before the gate; 0: off"),
 		CustomerBurst: e.Int("CUSTOMER_BURST", 0, 0, "the customer bucket's size; 0: CUSTOMER_RATE"),
 		EarlyRetries: e.Switch("REFUSE_EARLY_RETRIES", true,
-			"on: an order sent again before the Retry-After of its last 503 or 429, or a client key back before that of its last 429, is answered 429 RATE_LIMITED without being decided, with the time left as its Retry-After (a retry of an order this proxy answered 201 always passes)"),
+			"on: an order sent again for the same customer before the Retry-After of its last 503 or 429 is answered 429 RATE_LIMITED without being decided, with the time left as its Retry-After; a client key back before that of its last 429 while its bucket is still empty is told a longer Retry-After"),
 		RedisTimeout: redisTimeout,
 	}
+	return l
 }
 
 // windowMax is the admission window's largest size: half of the bound on
@@ -228,21 +232,19 @@ func run(cfg Config, log *slog.Logger) error {
 	// proxy then asks about every code, as before, and the next miss reads.
 	_ = admit.LoadCodes(stopping)
 	lim := newLimits(cfg.Limits, rdb, metrics.Registry)
+	// Readiness is probed in the background: a /readyz answers from what the
+	// last probes saw, and never reaches the ledger itself.
+	ready := newReadiness(ledgerReady(ledger))
+	ready.check(stopping)
+	go ready.run(ctx, readyEvery)
 	srv := &Server{log: log, admit: admit, ledger: ledger, limits: lim, token: cfg.Token, tokens: cfg.Tokens, metrics: metrics,
-		metricsElsewhere: cfg.MetricsAddr != "", maxInflight: cfg.MaxInflight, inflightCap: cfg.InflightCap(), latencySLO: cfg.LatencySLO, ready: func(c context.Context) error {
+		metricsElsewhere: cfg.MetricsAddr != "", maxInflight: cfg.MaxInflight, inflightCap: cfg.InflightCap(), latencySLO: cfg.LatencySLO, ready: func(context.Context) error {
 			// Ready while a ledger answers: without Redis, standard vouchers,
 			// confirm and release still work (flash reserves get a fast 503).
 			if err := life.Err(); err != nil {
 				return err
 			}
-			rep, err := ledger.Do(c, "readyz", http.MethodGet, api.ReadyzPath, nil)
-			if err != nil {
-				return fmt.Errorf("ledger: %w", err)
-			}
-			if rep.Status != http.StatusOK {
-				return fmt.Errorf("ledger not ready: %d", rep.Status)
-			}
-			return nil
+			return ready.err()
 		}}
 
 	if cfg.OpenEdge {

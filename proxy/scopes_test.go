@@ -10,13 +10,15 @@ import (
 
 // proxyScopes is the edge's route x scope table, written out here apart from
 // the code's: a shop front (reserve) reserves and reads its reservations, a
-// payment service (settle) confirms, refunds and releases.
+// payment service (settle) confirms, refunds and releases, a scraper
+// (metrics) reads /metrics on the client port.
 var proxyScopeTable = map[string][]httpx.Scope{
 	"POST /vouchers/:code/reservations":                  {httpx.ScopeReserve},
 	"GET /vouchers/:code/reservations/:orderId":          {httpx.ScopeReserve},
 	"POST /vouchers/:code/reservations/:orderId/confirm": {httpx.ScopeSettle},
 	"POST /vouchers/:code/reservations/:orderId/refund":  {httpx.ScopeSettle},
 	"DELETE /vouchers/:code/reservations/:orderId":       {httpx.ScopeSettle},
+	"GET /metrics": {scopeMetrics},
 }
 
 // TestRouteScopes sends every route the proxy registers with a token of each
@@ -34,5 +36,6 @@ func TestRouteScopes(t *testing.T) {
 	}
 	srv := proxyServer(s, check.All, httpx.NewMetrics("proxy"))
 	srv.tokens = tokens
+	check.Open = srv.openPaths() // /metrics needs a token here: no METRICS_ADDR
 	httpxtest.CheckRouteScopes(t, srv.Handler(), check)
 }

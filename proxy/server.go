@@ -11,6 +11,7 @@ import (
 	"github.com/flashgate/flashgate/shared/api"
 	"github.com/flashgate/flashgate/shared/envconf"
 	"github.com/flashgate/flashgate/shared/httpx"
+	"github.com/flashgate/flashgate/shared/voucher"
 )
 
 // Server is the proxy's HTTP face: the ledger's public routes, with reserve
@@ -60,9 +61,9 @@ func (s *Server) spare(c *gin.Context) bool {
 func (s *Server) Handler() *gin.Engine {
 	var guard gin.HandlerFunc
 	if s.limits != nil {
-		guard = s.limits.guard(s.admit.AdmittedHere)
+		guard = s.limits.guard(edgeChecks{vet: s.vet, known: s.admit.codes.Has})
 	}
-	r := httpx.NewServiceEngine(httpx.Service{Log: s.log, Metrics: s.metrics, MetricsElsewhere: s.metricsElsewhere,
+	r := httpx.NewServiceEngine(httpx.Service{Log: s.log, Metrics: s.metrics, MetricsElsewhere: s.metricsElsewhere, Open: s.openPaths(),
 		Token: s.token, Tokens: s.tokens, Scopes: scopes, Ready: func(c *gin.Context) error { return s.ready(c) }, MaxInflight: s.maxInflight, InflightCap: s.inflightCap, LatencySLO: s.latencySLO,
 		Spare: s.spare, Guard: guard})
 
@@ -74,6 +75,29 @@ func (s *Server) Handler() *gin.Engine {
 	return r
 }
 
+// scopeMetrics lets a token read the proxy's /metrics on its client port
+// (with a token required, and no METRICS_ADDR): they tell a voucher's stock
+// (flashgate_voucher_remaining), which tells a bot when to strike.
+const scopeMetrics httpx.Scope = "metrics"
+
+// openPaths are the routes that need no token: /healthz, /readyz and
+// /openapi.yaml always; /metrics only when the edge is open (PROXY_AUTH=off).
+// With a token required, /metrics on the client port needs one holding the
+// scope metrics: set METRICS_ADDR to serve it on a listener of its own,
+// without a token, where clients cannot reach it.
+func (s *Server) openPaths() []string {
+	if s.metricsElsewhere || s.token == "" && len(s.tokens) == 0 {
+		return nil // /metrics is not here (404), or every path is open anyway
+	}
+	var open []string
+	for _, p := range api.OpenPaths {
+		if p != api.MetricsPath {
+			open = append(open, p)
+		}
+	}
+	return open
+}
+
 // scopes are the scopes each of the edge's routes takes (PROXY_TOKENS'
 // name:token:scope+scope): a shop front holds reserve, a payment service
 // settle. The proxy checks them; its own LEDGER_TOKEN (internal) then relays.
@@ -83,6 +107,7 @@ var scopes = httpx.RouteScopes{
 	httpx.RouteKey(http.MethodPost, api.RouteConfirm):       {httpx.ScopeSettle},
 	httpx.RouteKey(http.MethodPost, api.RouteRefund):        {httpx.ScopeSettle},
 	httpx.RouteKey(http.MethodDelete, api.RouteReservation): {httpx.ScopeSettle},
+	httpx.RouteKey(http.MethodGet, api.MetricsPath):         {scopeMetrics},
 }
 
 func (s *Server) reserve(c *gin.Context) {
@@ -96,10 +121,12 @@ func (s *Server) reserve(c *gin.Context) {
 		httpx.WriteError(c, err)
 		return
 	}
-	if !s.limits.customer(c, code, cl, s.admit.AdmittedHere) {
-		return
+	var rep Reply
+	if v, ok := c.Get(vettedKey); ok { // the guard vetted it, then charged the limits
+		rep, err = s.admit.ReserveVetted(c, code, cl, v.(voucher.Voucher))
+	} else {
+		rep, err = s.admit.Reserve(c, code, cl, c.GetHeader(api.HeaderCheckoutToken))
 	}
-	rep, err := s.admit.Reserve(c, code, cl, c.GetHeader(api.HeaderCheckoutToken))
 	if err != nil {
 		httpx.WriteError(c, err)
 		return
@@ -108,6 +135,22 @@ func (s *Server) reserve(c *gin.Context) {
 		httpx.SetLocation(c, code, cl.OrderID)
 	}
 	relay(c, rep)
+}
+
+// vettedKey holds on a reserve's gin.Context the voucher terms the guard's
+// vet found, for the handler.
+const vettedKey = "flashgate.vetted"
+
+// vet is the limits' edgeChecks.vet: Admitter.Vet, with the request's
+// checkout token; a refusal is counted as the handler would have.
+func (s *Server) vet(c *gin.Context, code string, cl voucher.Claim) error {
+	v, err := s.admit.Vet(c, code, cl, c.GetHeader(api.HeaderCheckoutToken))
+	if err != nil {
+		s.admit.CountRefusal(err)
+		return err
+	}
+	c.Set(vettedKey, v)
+	return nil
 }
 
 // forward relays an order's route (get, confirm, refund, release: route is

@@ -266,6 +266,10 @@ type Service struct {
 	// MetricsElsewhere leaves /metrics off this engine: it is served on its
 	// own listener (METRICS_ADDR, ServeMetricsOn).
 	MetricsElsewhere bool
+	// Open are the paths that need no token; nil: api.OpenPaths. A service
+	// that keeps /metrics behind a token leaves it out (and gives GET
+	// /metrics its scopes in Scopes).
+	Open []string
 	// MaxInflight bounds the requests worked on at once (MAX_INFLIGHT); the
 	// excess is shed (Shedder). 0: InflightCap says.
 	MaxInflight int
@@ -294,16 +298,27 @@ type Service struct {
 // service adds its own routes.
 func NewServiceEngine(s Service) *gin.Engine {
 	r := NewEngine(s.Log)
+	open := s.Open
+	if open == nil {
+		open = api.OpenPaths
+	}
+	// A route takes the middleware registered before it: an open /metrics
+	// is registered before request ids and auth, one that needs a token
+	// after auth.
+	metricsOpen := slices.Contains(open, api.MetricsPath)
 	if s.Metrics != nil {
 		r.Use(s.Metrics.Middleware())
-		if !s.MetricsElsewhere {
+		if !s.MetricsElsewhere && metricsOpen {
 			s.Metrics.ServeMetrics(r)
 		}
 	}
 	r.Use(RequestID())
 	// Auth before the shedder: a request without a valid token never takes
 	// a slot, and the guard knows the token's name.
-	r.Use(Auth(s.tokens(), s.Scopes, api.OpenPaths...))
+	r.Use(Auth(s.tokens(), s.Scopes, open...))
+	if s.Metrics != nil && !s.MetricsElsewhere && !metricsOpen {
+		s.Metrics.ServeMetrics(r)
+	}
 	if s.Guard != nil {
 		r.Use(s.Guard)
 	}

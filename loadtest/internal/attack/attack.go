@@ -64,6 +64,13 @@ func Scenarios() []Scenario {
 		{Name: "hammer", Describe: "two groups behind a shedding proxy: one retries 503s at once, one waits Retry-After", Run: runHammer},
 		{Name: "creds", Describe: "scoped tokens: each token only what its scopes allow, the edge closed by default", Run: runCreds},
 		{Name: "csv", Describe: "orderIds that spreadsheets evaluate, exported as CSV", Run: runCSV},
+		{Name: "readyflood", Describe: "a flood of /readyz, /healthz and /metrics beside a slow ledger readiness, then real traffic", Run: runReadyFlood},
+		{Name: "notoken", Describe: "reserves in a customer's name without its checkout token, and for made-up codes", Run: runNoToken},
+		{Name: "retries", Describe: "300 retries of one admitted order at CLIENT_RATE=5", Run: runRetries},
+		{Name: "stranger", Describe: "a stranger sends the victim's orderId under its own customer", Run: runStranger},
+		{Name: "nat", Describe: "one bot's burst behind a NAT, a legitimate stream from the same address", Run: runNAT},
+		{Name: "ipv6", Describe: "a bot with every address of one /64", Run: runIPv6},
+		{Name: "stock", Describe: "the proxy's /metrics on its client port with edge auth on", Run: runStock},
 	}
 }
 
