@@ -33,8 +33,9 @@ type Config struct {
 	Addr              string                        // LEDGER_ADDR
 	DatabaseURL       string                        // DATABASE_URL
 	RedisURL          string                        // REDIS_URL; empty: no flash vouchers
-	Token             string                        // LEDGER_TOKEN, named "default", every scope; with Tokens empty too: auth off
+	Token             string                        // LEDGER_TOKEN, named "default", every scope
 	Tokens            map[string]envconf.Credential // LEDGER_TOKENS: "name:token[:scope+scope...],..." (audit actors)
+	OpenAdmin         bool                          // LEDGER_AUTH=off: no token required (and none set)
 	ReservationTTL    time.Duration                 // RESERVATION_TTL
 	ExpiryInterval    time.Duration                 // EXPIRY_INTERVAL
 	ReconcileInterval time.Duration                 // RECONCILE_INTERVAL
@@ -86,9 +87,11 @@ func configFrom(e *envconf.Reader) (Config, error) {
 		RedisURL: e.String("REDIS_URL", "",
 			"Redis for flash vouchers, in the proxy's form; unset: flash vouchers answer 503"),
 		Token: e.String("LEDGER_TOKEN", "",
-			"bearer token (actor default) with every scope; unset with LEDGER_TOKENS: auth off"),
+			"bearer token (actor default) with every scope; LEDGER_TOKEN or LEDGER_TOKENS is required unless LEDGER_AUTH=off"),
 		Tokens: e.Tokens("LEDGER_TOKENS", httpx.Scopes,
 			"more bearer tokens with the actor names the audit trail records and, optionally, their scopes: name:token[:scope+scope...],...; a token without a scope list has every scope; a proxy's needs only internal"),
+		OpenAdmin: !e.Switch("LEDGER_AUTH", true,
+			"off: every route is open without a token (logged at WARN at start); on: LEDGER_TOKEN or LEDGER_TOKENS is required, the ledger refuses to start without one"),
 		ReservationTTL: e.Duration("RESERVATION_TTL", 15*time.Minute,
 			"how long a reservation holds its use before the sweeper releases it"),
 		ExpiryInterval:    e.Duration("EXPIRY_INTERVAL", time.Minute, "how often the expiry sweeper runs"),
@@ -144,11 +147,29 @@ func configFrom(e *envconf.Reader) (Config, error) {
 		return c, fmt.Errorf("HANGING_GRACE (%v) must be above DB_TIMEOUT (%v) plus 200ms: a hold would be freed while its write could still commit",
 			c.HangingGrace, c.DBTimeout)
 	}
+	if err := httpx.CheckLoopback("DEBUG_ADDR", c.DebugAddr); err != nil {
+		return c, err
+	}
 	c.WriteTimeout = writeTimeoutFor(c.WriteTimeout, c.HangingGrace, c.DBTimeout)
 	if err := c.Shutdown.Check(c.WriteTimeout, "the group commit's deadline (WRITE_TIMEOUT)"); err != nil {
 		return c, err
 	}
-	return c, httpx.CheckTokens("LEDGER_TOKEN", c.Token, "LEDGER_TOKENS", c.Tokens)
+	return c, checkLedgerAuth(c)
+}
+
+// checkLedgerAuth refuses a ledger without a token unless LEDGER_AUTH=off
+// says so, LEDGER_AUTH=off beside a token (which of the two was meant?), and
+// LEDGER_TOKENS that make an actor ambiguous: the ledger fails closed, as the
+// proxy does.
+func checkLedgerAuth(c Config) error {
+	hasToken := c.Token != "" || len(c.Tokens) > 0
+	switch {
+	case !hasToken && !c.OpenAdmin:
+		return errors.New("LEDGER_TOKEN or LEDGER_TOKENS is required: without a token anyone who reaches the ledger can create, change, list or export vouchers and write admitted reservations; LEDGER_AUTH=off opens the ledger on purpose")
+	case hasToken && c.OpenAdmin:
+		return errors.New("LEDGER_AUTH=off and LEDGER_TOKEN or LEDGER_TOKENS are both set: unset one")
+	}
+	return httpx.CheckTokens("LEDGER_TOKEN", c.Token, "LEDGER_TOKENS", c.Tokens)
 }
 
 func main() {
@@ -287,8 +308,8 @@ func run(cfg Config, log *slog.Logger) error {
 	} else {
 		log.Warn("REDIS_URL is not set: flash-sale vouchers will answer 503")
 	}
-	if cfg.Token == "" && len(cfg.Tokens) == 0 {
-		log.Warn("LEDGER_TOKEN and LEDGER_TOKENS are not set: authentication is off")
+	if cfg.OpenAdmin {
+		log.Warn("LEDGER_AUTH=off: every route is open without a token; anyone who reaches the ledger can change, list or export vouchers and write admitted reservations")
 	}
 	svc.metrics.ServeMetricsOn(metricsLn, log)
 	jobsDone, err := svc.startBackground(ctx, stopping.Done())
