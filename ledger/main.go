@@ -48,6 +48,8 @@ type Config struct {
 	VoucherWait       time.Duration                 // VOUCHER_WAIT: longest wait for one of those slots
 	DBTimeout         time.Duration                 // DB_TIMEOUT: deadline of each statement and connection wait
 	WriteTimeout      time.Duration                 // WRITE_TIMEOUT, capped by writeTimeoutFor
+	ExportMax         int                           // EXPORT_MAX: CSV exports streaming at once, on a pool of as many connections
+	ExportTimeout     time.Duration                 // EXPORT_TIMEOUT: the deadline of one export, its transaction's on both sides
 	httpx.Serving                                   // MAX_CONNS, MAX_INFLIGHT, DEBUG_ADDR, SHUTDOWN_DELAY, SHUTDOWN_TIMEOUT
 	Events            outbox.Config                 // EVENTS, WEBHOOK_*, KAFKA_*, EVENT_RETENTION
 	Admissions        admissions.Config             // KAFKA_ADMISSIONS_*: the log of writePath log vouchers
@@ -111,6 +113,10 @@ func configFrom(e *envconf.Reader) (Config, error) {
 			"deadline of each Postgres statement and pool wait (below 2s), on the ledger's side and on the server's (statement_timeout)"),
 		WriteTimeout: e.Duration("WRITE_TIMEOUT", 10*time.Second,
 			"deadline of one group commit of admitted writes; capped at HANGING_GRACE minus DB_TIMEOUT and 100ms, so that no hold is freed while its write could still commit"),
+		ExportMax: e.Int("EXPORT_MAX", 2, 1,
+			"most CSV exports streaming at once, each on a connection of their own pool (beside DB_MAX_CONNS); one more is 429 RATE_LIMITED with Retry-After"),
+		ExportTimeout: e.Duration("EXPORT_TIMEOUT", time.Minute,
+			"deadline of one CSV export, however slowly its client reads: its transaction, and the snapshot that holds back vacuum, ends by then (statement_timeout and idle_in_transaction_session_timeout on its sessions too); the client then sees a broken transfer"),
 		Serving: httpx.ReadServing(e),
 	}
 	if err := e.Err(); err != nil {
@@ -210,6 +216,11 @@ func build(base context.Context, cfg Config, log *slog.Logger, alive func() erro
 		return nil, nil, err
 	}
 	closeAll = svc.store.Close
+	if err := svc.store.OpenExports(base, store.PoolConfig{URL: cfg.DatabaseURL, MaxConns: cfg.ExportMax,
+		Timeout: cfg.ExportTimeout}); err != nil {
+		closeAll()
+		return nil, nil, err
+	}
 	var g *gate.Gate
 	if cfg.RedisURL != "" {
 		if svc.rdb, err = gate.NewClient(cfg.RedisURL, gate.ClientOptions{Timeout: time.Second}); err != nil {
@@ -261,7 +272,7 @@ func build(base context.Context, cfg Config, log *slog.Logger, alive func() erro
 	svc.operator = sale.NewOperator(svc.store, g, pub, svc.ledger.Warmup, log)
 	svc.outbox = outbox.NewMetrics(reg)
 	svc.server = &web.Server{Log: log, Ledger: svc.ledger, Operator: svc.operator, Store: svc.store, Jobs: svc.jobs,
-		Token: cfg.Token, Tokens: cfg.Tokens, Metrics: svc.metrics, MetricsElsewhere: cfg.MetricsAddr != "", MaxInflight: cfg.MaxInflight, InflightCap: cfg.InflightCap(), LatencySLO: cfg.LatencySLO, HangingGrace: cfg.HangingGrace,
+		Token: cfg.Token, Tokens: cfg.Tokens, ExportMax: cfg.ExportMax, ExportTimeout: cfg.ExportTimeout, Metrics: svc.metrics, MetricsElsewhere: cfg.MetricsAddr != "", MaxInflight: cfg.MaxInflight, InflightCap: cfg.InflightCap(), LatencySLO: cfg.LatencySLO, HangingGrace: cfg.HangingGrace,
 		Ready: func(c *gin.Context) error {
 			// Ready while Postgres answers: without Redis, standard vouchers,
 			// confirm and release still work (flash reserves get a fast 503).
