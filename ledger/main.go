@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/gin-gonic/gin"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/flashgate/flashgate/ledger/internal/admissions"
@@ -273,20 +274,32 @@ func build(base context.Context, cfg Config, log *slog.Logger, alive func() erro
 	svc.outbox = outbox.NewMetrics(reg)
 	svc.server = &web.Server{Log: log, Ledger: svc.ledger, Operator: svc.operator, Store: svc.store, Jobs: svc.jobs,
 		Token: cfg.Token, Tokens: cfg.Tokens, ExportMax: cfg.ExportMax, ExportTimeout: cfg.ExportTimeout, Metrics: svc.metrics, MetricsElsewhere: cfg.MetricsAddr != "", MaxInflight: cfg.MaxInflight, InflightCap: cfg.InflightCap(), LatencySLO: cfg.LatencySLO, HangingGrace: cfg.HangingGrace,
-		Ready: func(c *gin.Context) error {
-			// Ready while Postgres answers: without Redis, standard vouchers,
-			// confirm and release still work (flash reserves get a fast 503).
-			if alive != nil {
-				if err := alive(); err != nil {
-					return err
-				}
-			}
-			if err := svc.store.Ping(c); err != nil {
-				return fmt.Errorf("postgres: %w", err)
-			}
-			return nil
-		}}
+		Ready: svc.readiness(alive)}
 	return svc, closeAll, nil
+}
+
+// readyEvery is how long a judgement of the pool's health answers /readyz:
+// a flood of probes reaches Postgres at most once per it.
+const readyEvery = 500 * time.Millisecond
+
+// readiness is the ledger's /readyz: not while alive says so (stopping),
+// else while its pool can serve (store.Health, judged at most once every
+// readyEvery). Without Redis, standard vouchers, confirm and release still
+// work (flash reserves get a fast 503): Redis is not asked.
+func (svc *service) readiness(alive func() error) func(*gin.Context) error {
+	health := svc.store.Health(readyEvery)
+	svc.metrics.Registry.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: "flashgate_ready_pings_total",
+		Help: "Pings /readyz sent to Postgres: at most one per 500ms whatever the probes' rate, none while the pool is busy with work.",
+	}, func() float64 { return float64(health.Pings()) }))
+	return func(c *gin.Context) error {
+		if alive != nil {
+			if err := alive(); err != nil {
+				return err
+			}
+		}
+		return health.Check(c)
+	}
 }
 
 func run(cfg Config, log *slog.Logger) error {
