@@ -64,6 +64,7 @@ func Scenarios() []Scenario {
 		{Name: "hammer", Describe: "two groups behind a shedding proxy: one retries 503s at once, one waits Retry-After", Run: runHammer},
 		{Name: "creds", Describe: "scoped tokens: each token only what its scopes allow, the edge closed by default", Run: runCreds},
 		{Name: "csv", Describe: "orderIds that spreadsheets evaluate, exported as CSV", Run: runCSV},
+		{Name: "exports", Describe: "40 readers start the CSV export of a big voucher and read nothing, real customers reserving beside them", Run: runExports},
 	}
 }
 
