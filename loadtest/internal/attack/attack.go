@@ -64,6 +64,8 @@ func Scenarios() []Scenario {
 		{Name: "hammer", Describe: "two groups behind a shedding proxy: one retries 503s at once, one waits Retry-After", Run: runHammer},
 		{Name: "creds", Describe: "scoped tokens: each token only what its scopes allow, the edge closed by default", Run: runCreds},
 		{Name: "csv", Describe: "orderIds that spreadsheets evaluate, exported as CSV", Run: runCSV},
+		{Name: "secrets", Describe: "webhook URLs holding a token and user:pass@ fail: their secrets in no log line and no answer", Run: runSecrets},
+		{Name: "ledger-closed", Describe: "a ledger started without a token or with pprof on every interface, and its open /metrics read for a scheduled code", Run: runClosed},
 		{Name: "exports", Describe: "40 readers start the CSV export of a big voucher and read nothing, real customers reserving beside them", Run: runExports},
 	}
 }
