@@ -77,7 +77,7 @@ func runExports(ctx context.Context, cfg Config) (*Result, error) {
 	refused := readers - statuses["200"]
 	res.want("the exports over EXPORT_MAX are 429 RATE_LIMITED with Retry-After",
 		statuses["200"] <= exportMax && statuses["429 RATE_LIMITED"] == refused && retryAfter == refused,
-		"%s; %d of the 429s with Retry-After", statuses, retryAfter)
+		"%s; %d of the refusals with Retry-After", statuses, retryAfter)
 	res.want("the stalled exports' transactions end by EXPORT_TIMEOUT", ended && sinceStart < timeout+10*time.Second,
 		"none left %s after the exports began (EXPORT_TIMEOUT %s)", sinceStart.Round(100*time.Millisecond), timeout)
 	return res.finish(), nil
