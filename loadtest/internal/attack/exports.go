@@ -30,9 +30,9 @@ const exportMax = 2
 // transactions (their snapshots) end by EXPORT_TIMEOUT.
 func runExports(ctx context.Context, cfg Config) (*Result, error) {
 	res := &Result{Scenario: "exports"}
-	readers, rows, reserves, timeout := 40, 150_000, 500, 10*time.Second
+	readers, rows, reserves, timeout := 40, 300_000, 500, 10*time.Second
 	if cfg.Short {
-		rows, reserves, timeout = 100_000, 150, 5*time.Second
+		rows, reserves, timeout = 150_000, 150, 5*time.Second
 	}
 	r, err := startRig(ctx, cfg, exportsAuth, []string{"EXPORT_TIMEOUT=" + timeout.String()}, nil)
 	if err != nil {
