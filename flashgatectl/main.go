@@ -52,6 +52,8 @@ type app struct {
 
 	// Global flags, filled by the root command's parse.
 	ledger, token, output string
+	tokenFile             string // --token-file
+	tokenStdin            bool   // --token-stdin
 	timeout               time.Duration
 }
 

@@ -76,7 +76,8 @@ func (a *app) reservationsExport() *cobra.Command {
 Postgres: header order_id,customer_id,status,order_amount,discount_amount,
 created_at,expires_at,confirmed_at,released_at,release_reason. To stdout, or
 with --file to a file that appears only once the whole export arrived (it is
-written beside it as FILE.partial first). -o does not apply.`,
+written beside it under an unpredictable temporary name first), readable by
+its owner alone (mode 0600). -o does not apply.`,
 		Args:              exactArgs("CODE"),
 		ValidArgsFunction: a.completeCode,
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -86,11 +87,14 @@ written beside it as FILE.partial first). -o does not apply.`,
 				_, err := c.StreamExport(ctx, args[0], a.stdout)
 				return exportError(err)
 			}
-			partial := file + ".partial"
-			f, err := os.Create(partial)
+			// Mode 0600 under a name no one can guess beforehand (a
+			// predictable one could be a planted link): the export holds
+			// every customer's orders.
+			f, err := os.CreateTemp(filepath.Dir(file), "."+filepath.Base(file)+".*.partial")
 			if err != nil {
 				return err
 			}
+			partial := f.Name()
 			n, err := c.StreamExport(ctx, args[0], f)
 			if cerr := f.Close(); err == nil && cerr != nil {
 				err = cerr
@@ -100,6 +104,7 @@ written beside it as FILE.partial first). -o does not apply.`,
 				return exportError(err)
 			}
 			if err := os.Rename(partial, file); err != nil {
+				os.Remove(partial)
 				return err
 			}
 			fmt.Fprintf(a.stderr, "wrote %d bytes to %s\n", n, filepath.Clean(file))

@@ -67,6 +67,12 @@ func TestReservations(t *testing.T) {
 	assert.Equal(t, ctl(t, "reservations", "export", code).stdout, string(got))
 	assert.Contains(t, r.stderr, "wrote")
 	assert.NoFileExists(t, file+".partial")
+	info, err := os.Stat(file)
+	require.NoError(t, err)
+	assert.Equal(t, os.FileMode(0o600), info.Mode().Perm(), "an export holds every customer's orders: its owner's alone")
+	left, err := filepath.Glob(filepath.Join(filepath.Dir(file), ".*partial"))
+	require.NoError(t, err)
+	assert.Empty(t, left, "no temporary file left behind")
 
 	r = ctl(t, "reservations", "export", "NO-SUCH-VOUCHER", "--file", file+"2")
 	assert.Equal(t, exitRefused, r.code, "stderr: %s", r.stderr)

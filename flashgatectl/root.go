@@ -34,8 +34,10 @@ vouchers (list, create, change, pause, resume, warm up, reconcile), their
 reservations (list, CSV export), the events outbox (tail, failed, retry) and
 the audit trail.
 
-The ledger and the token come from --ledger and --token, else from
-` + envLedger + ` and ` + envToken + ` (prefer the environment: a flag is visible in ps).
+The ledger and the token come from --ledger and --token (or --token-file,
+--token-stdin), else from ` + envLedger + ` and ` + envToken + ` (prefer a file,
+stdin or the environment: a flag is visible in ps). A token sent over
+http:// to a host other than this machine is warned about on stderr.
 Output is a table, or JSON with -o json (a list is a JSON array; events tail
 writes one JSON object per line). A change that alters a running sale (patch,
 pause, resume, events retry) asks you to type yes on a terminal; --yes skips
@@ -56,6 +58,8 @@ the question, and without a terminal --yes is required.`,
 	f := root.PersistentFlags()
 	f.StringVar(&a.ledger, "ledger", "", "the ledger's base URL (default $"+envLedger+", else "+defaultLedger+")")
 	f.StringVar(&a.token, "token", "", "a ledger token with the read or write scope the command needs (default $"+envToken+")")
+	f.StringVar(&a.tokenFile, "token-file", "", "read the token from the first line of this file instead")
+	f.BoolVar(&a.tokenStdin, "token-stdin", false, "read the token from the first line of stdin instead (a change then needs --yes)")
 	f.StringVarP(&a.output, "output", "o", "table", "output format: table or json")
 	f.DurationVar(&a.timeout, "timeout", 30*time.Second, "how long a command waits for the ledger, retries of 503 included")
 	_ = root.RegisterFlagCompletionFunc("output", cobra.FixedCompletions([]string{"table", "json"}, cobra.ShellCompDirectiveNoFileComp))
@@ -73,9 +77,6 @@ func (a *app) settle(cmd *cobra.Command) error {
 	if a.ledger == "" {
 		a.ledger = defaultLedger
 	}
-	if !cmd.Flags().Changed("token") {
-		a.token = a.getenv(envToken)
-	}
 	switch {
 	case a.output != "table" && a.output != "json":
 		return usagef("-o must be table or json, not %q", a.output)
@@ -84,7 +85,7 @@ func (a *app) settle(cmd *cobra.Command) error {
 	case a.timeout <= 0:
 		return usagef("--timeout must be above 0")
 	}
-	return nil
+	return a.settleToken(cmd)
 }
 
 // client returns a client of the ledger and a context bounded by --timeout.

@@ -55,7 +55,7 @@ func TestConfigTokens(t *testing.T) {
 // connections the pool may not hold: the start is refused, naming both.
 func TestConfigWarmConns(t *testing.T) {
 	env := func(kv ...string) *envconf.Reader {
-		m := map[string]string{"DATABASE_URL": "postgres://x"}
+		m := map[string]string{"DATABASE_URL": "postgres://x", "LEDGER_AUTH": "off"}
 		for i := 0; i < len(kv); i += 2 {
 			m[kv[i]] = kv[i+1]
 		}
@@ -85,4 +85,48 @@ func TestSettingsDocumented(t *testing.T) {
 // TestCommandLine runs bin/ledger --help and --version: exit 0, every setting listed.
 func TestCommandLine(t *testing.T) {
 	httpxtest.CheckCommandLine(t, ledgerBinary(t), "ledger", configFrom)
+}
+
+// TestConfigFailsClosed: a ledger without LEDGER_TOKEN or LEDGER_TOKENS
+// refuses to start unless LEDGER_AUTH=off says so (as the proxy does without
+// PROXY_TOKEN); LEDGER_AUTH=off beside a token is refused as ambiguous; and
+// DEBUG_ADDR must be loopback, since pprof answers no token.
+func TestConfigFailsClosed(t *testing.T) {
+	env := func(kv ...string) *envconf.Reader {
+		m := map[string]string{"DATABASE_URL": "postgres://x"}
+		for i := 0; i < len(kv); i += 2 {
+			m[kv[i]] = kv[i+1]
+		}
+		return envconf.NewFrom(m)
+	}
+	for _, tc := range []struct {
+		env  []string
+		want string // in the error; empty: valid
+	}{
+		{nil, "LEDGER_TOKEN or LEDGER_TOKENS is required"},
+		{[]string{"LEDGER_TOKEN", ""}, "LEDGER_AUTH=off opens the ledger on purpose"},
+		{[]string{"LEDGER_AUTH", "on"}, "LEDGER_TOKEN or LEDGER_TOKENS is required"},
+		{[]string{"LEDGER_AUTH", "off"}, ""},
+		{[]string{"LEDGER_TOKEN", "t0"}, ""},
+		{[]string{"LEDGER_TOKENS", "ops:t1"}, ""},
+		{[]string{"LEDGER_AUTH", "off", "LEDGER_TOKEN", "t0"}, "both set"},
+		{[]string{"LEDGER_AUTH", "off", "LEDGER_TOKENS", "ops:t1"}, "both set"},
+		{[]string{"LEDGER_TOKEN", "t0", "DEBUG_ADDR", "127.0.0.1:6061"}, ""},
+		{[]string{"LEDGER_TOKEN", "t0", "DEBUG_ADDR", "[::1]:6061"}, ""},
+		{[]string{"LEDGER_TOKEN", "t0", "DEBUG_ADDR", "localhost:6061"}, ""},
+		{[]string{"LEDGER_TOKEN", "t0", "DEBUG_ADDR", ":6061"}, "DEBUG_ADDR=:6061 must be a loopback address"},
+		{[]string{"LEDGER_TOKEN", "t0", "DEBUG_ADDR", "0.0.0.0:6061"}, "must be a loopback address"},
+		{[]string{"LEDGER_TOKEN", "t0", "DEBUG_ADDR", "10.1.2.3:6061"}, "must be a loopback address"},
+		{[]string{"LEDGER_TOKEN", "t0", "DEBUG_ADDR", "example.com:6061"}, "must be a loopback address"},
+	} {
+		_, err := configFrom(env(tc.env...))
+		if tc.want == "" {
+			assert.NoError(t, err, "configFrom(%v)", tc.env)
+			continue
+		}
+		if assert.Error(t, err, "configFrom(%v)", tc.env) {
+			assert.Contains(t, err.Error(), tc.want, "configFrom(%v)", tc.env)
+			assert.NotContains(t, err.Error(), "t0", "configFrom(%v): no token in the message", tc.env)
+		}
+	}
 }

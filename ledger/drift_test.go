@@ -185,7 +185,7 @@ func TestWriteTimeoutWithinGrace(t *testing.T) {
 		{map[string]string{"HANGING_GRACE": "5s", "WRITE_TIMEOUT": "20s", "DB_TIMEOUT": "1500ms"}, 3400 * time.Millisecond},
 		{map[string]string{"HANGING_GRACE": "1s", "DB_TIMEOUT": "1500ms"}, 0},
 	} {
-		env := map[string]string{"DATABASE_URL": "postgres://x"}
+		env := map[string]string{"DATABASE_URL": "postgres://x", "LEDGER_AUTH": "off"}
 		for k, v := range tc.env {
 			env[k] = v
 		}

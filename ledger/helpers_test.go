@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"io"
 	"log/slog"
@@ -60,6 +61,7 @@ type ledgerOptions struct {
 	db      string     // URL; default the shared test server
 	hook    redis.Hook // added to the ledger's Redis client: a seam to inject delays at
 	kafka   []string   // seed brokers of the admissions log (a kfake cluster); none: log vouchers answer 503
+	export  Config     // its ExportMax and ExportTimeout; zero: 4 exports of a minute
 }
 
 func newTestLedger(tb testing.TB, o ledgerOptions) *testLedger {
@@ -80,7 +82,8 @@ func newTestLedger(tb testing.TB, o ledgerOptions) *testLedger {
 	// jobs that wait to be called, no per-statement deadline, no bound on a
 	// standard voucher's reserves, logs discarded.
 	cfg := Config{DatabaseURL: o.db, Token: o.token, ReservationTTL: o.ttl, HangingGrace: o.grace,
-		ExpiryInterval: time.Hour, ReconcileInterval: time.Hour, MaxConns: 32, WriteBatch: 256, WriteTimeout: 10 * time.Second}
+		ExpiryInterval: time.Hour, ReconcileInterval: time.Hour, MaxConns: 32, WriteBatch: 256, WriteTimeout: 10 * time.Second,
+		ExportMax: cmp.Or(o.export.ExportMax, 4), ExportTimeout: cmp.Or(o.export.ExportTimeout, time.Minute)}
 	cfg.Events.On = true
 	cfg.Admissions = admissions.Config{Brokers: o.kafka, Topic: admissions.DefaultTopic, Group: admissions.DefaultGroup}
 	if !o.noRedis {

@@ -29,7 +29,7 @@ func TestPostgresStoppedAnswers503Fast(t *testing.T) {
 	require.NoError(t, err)
 	base := fmt.Sprintf("http://127.0.0.1:%d", port)
 	env := []string{"LEDGER_ADDR=" + base[len("http://"):], "DATABASE_URL=" + pg.URL(),
-		"REDIS_URL=" + devstacktest.RedisURL(t), "EXPIRY_INTERVAL=1h", "RECONCILE_INTERVAL=1h",
+		"REDIS_URL=" + devstacktest.RedisURL(t), devstack.OpenLedger, "EXPIRY_INTERVAL=1h", "RECONCILE_INTERVAL=1h",
 		"SHUTDOWN_DELAY=0s"} // no load balancer to wait for: a test's stop is immediate
 	led, err := devstack.StartService("ledger", filepath.Join(devstacktest.Binaries(t, "."), "ledger"), env, base+"/healthz", devstacktest.ServiceLog(t, "ledger"))
 	require.NoError(t, err)

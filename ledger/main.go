@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/gin-gonic/gin"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/flashgate/flashgate/ledger/internal/admissions"
@@ -33,8 +34,9 @@ type Config struct {
 	Addr              string                        // LEDGER_ADDR
 	DatabaseURL       string                        // DATABASE_URL
 	RedisURL          string                        // REDIS_URL; empty: no flash vouchers
-	Token             string                        // LEDGER_TOKEN, named "default", every scope; with Tokens empty too: auth off
+	Token             string                        // LEDGER_TOKEN, named "default", every scope
 	Tokens            map[string]envconf.Credential // LEDGER_TOKENS: "name:token[:scope+scope...],..." (audit actors)
+	OpenAdmin         bool                          // LEDGER_AUTH=off: no token required (and none set)
 	ReservationTTL    time.Duration                 // RESERVATION_TTL
 	ExpiryInterval    time.Duration                 // EXPIRY_INTERVAL
 	ReconcileInterval time.Duration                 // RECONCILE_INTERVAL
@@ -47,6 +49,8 @@ type Config struct {
 	VoucherWait       time.Duration                 // VOUCHER_WAIT: longest wait for one of those slots
 	DBTimeout         time.Duration                 // DB_TIMEOUT: deadline of each statement and connection wait
 	WriteTimeout      time.Duration                 // WRITE_TIMEOUT, capped by writeTimeoutFor
+	ExportMax         int                           // EXPORT_MAX: CSV exports streaming at once, on a pool of as many connections
+	ExportTimeout     time.Duration                 // EXPORT_TIMEOUT: the deadline of one export, its transaction's on both sides
 	httpx.Serving                                   // MAX_CONNS, MAX_INFLIGHT, DEBUG_ADDR, SHUTDOWN_DELAY, SHUTDOWN_TIMEOUT
 	Events            outbox.Config                 // EVENTS, WEBHOOK_*, KAFKA_*, EVENT_RETENTION
 	Admissions        admissions.Config             // KAFKA_ADMISSIONS_*: the log of writePath log vouchers
@@ -86,9 +90,11 @@ func configFrom(e *envconf.Reader) (Config, error) {
 		RedisURL: e.String("REDIS_URL", "",
 			"Redis for flash vouchers, in the proxy's form; unset: flash vouchers answer 503"),
 		Token: e.String("LEDGER_TOKEN", "",
-			"bearer token (actor default) with every scope; unset with LEDGER_TOKENS: auth off"),
+			"bearer token (actor default) with every scope; LEDGER_TOKEN or LEDGER_TOKENS is required unless LEDGER_AUTH=off"),
 		Tokens: e.Tokens("LEDGER_TOKENS", httpx.Scopes,
 			"more bearer tokens with the actor names the audit trail records and, optionally, their scopes: name:token[:scope+scope...],...; a token without a scope list has every scope; a proxy's needs only internal"),
+		OpenAdmin: !e.Switch("LEDGER_AUTH", true,
+			"off: every route is open without a token (logged at WARN at start); on: LEDGER_TOKEN or LEDGER_TOKENS is required, the ledger refuses to start without one"),
 		ReservationTTL: e.Duration("RESERVATION_TTL", 15*time.Minute,
 			"how long a reservation holds its use before the sweeper releases it"),
 		ExpiryInterval:    e.Duration("EXPIRY_INTERVAL", time.Minute, "how often the expiry sweeper runs"),
@@ -108,6 +114,10 @@ func configFrom(e *envconf.Reader) (Config, error) {
 			"deadline of each Postgres statement and pool wait (below 2s), on the ledger's side and on the server's (statement_timeout)"),
 		WriteTimeout: e.Duration("WRITE_TIMEOUT", 10*time.Second,
 			"deadline of one group commit of admitted writes; capped at HANGING_GRACE minus DB_TIMEOUT and 100ms, so that no hold is freed while its write could still commit"),
+		ExportMax: e.Int("EXPORT_MAX", 2, 1,
+			"most CSV exports streaming at once, each on a connection of their own pool (beside DB_MAX_CONNS); one more is 429 RATE_LIMITED with Retry-After"),
+		ExportTimeout: e.Duration("EXPORT_TIMEOUT", time.Minute,
+			"deadline of one CSV export, however slowly its client reads: its transaction, and the snapshot that holds back vacuum, ends by then (statement_timeout and idle_in_transaction_session_timeout on its sessions too); the client then sees a broken transfer"),
 		Serving: httpx.ReadServing(e),
 	}
 	if err := e.Err(); err != nil {
@@ -144,11 +154,29 @@ func configFrom(e *envconf.Reader) (Config, error) {
 		return c, fmt.Errorf("HANGING_GRACE (%v) must be above DB_TIMEOUT (%v) plus 200ms: a hold would be freed while its write could still commit",
 			c.HangingGrace, c.DBTimeout)
 	}
+	if err := httpx.CheckLoopback("DEBUG_ADDR", c.DebugAddr); err != nil {
+		return c, err
+	}
 	c.WriteTimeout = writeTimeoutFor(c.WriteTimeout, c.HangingGrace, c.DBTimeout)
 	if err := c.Shutdown.Check(c.WriteTimeout, "the group commit's deadline (WRITE_TIMEOUT)"); err != nil {
 		return c, err
 	}
-	return c, httpx.CheckTokens("LEDGER_TOKEN", c.Token, "LEDGER_TOKENS", c.Tokens)
+	return c, checkLedgerAuth(c)
+}
+
+// checkLedgerAuth refuses a ledger without a token unless LEDGER_AUTH=off
+// says so, LEDGER_AUTH=off beside a token (which of the two was meant?), and
+// LEDGER_TOKENS that make an actor ambiguous: the ledger fails closed, as the
+// proxy does.
+func checkLedgerAuth(c Config) error {
+	hasToken := c.Token != "" || len(c.Tokens) > 0
+	switch {
+	case !hasToken && !c.OpenAdmin:
+		return errors.New("LEDGER_TOKEN or LEDGER_TOKENS is required: without a token anyone who reaches the ledger can create, change, list or export vouchers and write admitted reservations; LEDGER_AUTH=off opens the ledger on purpose")
+	case hasToken && c.OpenAdmin:
+		return errors.New("LEDGER_AUTH=off and LEDGER_TOKEN or LEDGER_TOKENS are both set: unset one")
+	}
+	return httpx.CheckTokens("LEDGER_TOKEN", c.Token, "LEDGER_TOKENS", c.Tokens)
 }
 
 func main() {
@@ -190,6 +218,11 @@ func build(base context.Context, cfg Config, log *slog.Logger, alive func() erro
 		return nil, nil, err
 	}
 	closeAll = svc.store.Close
+	if err := svc.store.OpenExports(base, store.PoolConfig{URL: cfg.DatabaseURL, MaxConns: cfg.ExportMax,
+		Timeout: cfg.ExportTimeout}); err != nil {
+		closeAll()
+		return nil, nil, err
+	}
 	var g *gate.Gate
 	if cfg.RedisURL != "" {
 		if svc.rdb, err = gate.NewClient(cfg.RedisURL, gate.ClientOptions{Timeout: time.Second}); err != nil {
@@ -243,21 +276,33 @@ func build(base context.Context, cfg Config, log *slog.Logger, alive func() erro
 	svc.operator = sale.NewOperator(svc.store, g, pub, svc.ledger.Warmup, log)
 	svc.outbox = outbox.NewMetrics(reg)
 	svc.server = &web.Server{Log: log, Ledger: svc.ledger, Operator: svc.operator, Store: svc.store, Jobs: svc.jobs,
-		Token: cfg.Token, Tokens: cfg.Tokens, Metrics: svc.metrics, MetricsElsewhere: cfg.MetricsAddr != "", MaxInflight: cfg.MaxInflight, InflightCap: cfg.InflightCap(), LatencySLO: cfg.LatencySLO, HangingGrace: cfg.HangingGrace,
-		Ready: func(c *gin.Context) error {
-			// Ready while Postgres answers: without Redis, standard vouchers,
-			// confirm and release still work (flash reserves get a fast 503).
-			if alive != nil {
-				if err := alive(); err != nil {
-					return err
-				}
-			}
-			if err := svc.store.Ping(c); err != nil {
-				return fmt.Errorf("postgres: %w", err)
-			}
-			return nil
-		}}
+		Token: cfg.Token, Tokens: cfg.Tokens, ExportMax: cfg.ExportMax, ExportTimeout: cfg.ExportTimeout, Metrics: svc.metrics, MetricsElsewhere: cfg.MetricsAddr != "", MaxInflight: cfg.MaxInflight, InflightCap: cfg.InflightCap(), LatencySLO: cfg.LatencySLO, HangingGrace: cfg.HangingGrace,
+		Ready: svc.readiness(alive)}
 	return svc, closeAll, nil
+}
+
+// readyEvery is how long a judgement of the pool's health answers /readyz:
+// a flood of probes reaches Postgres at most once per it.
+const readyEvery = 500 * time.Millisecond
+
+// readiness is the ledger's /readyz: not while alive says so (stopping),
+// else while its pool can serve (store.Health, judged at most once every
+// readyEvery). Without Redis, standard vouchers, confirm and release still
+// work (flash reserves get a fast 503): Redis is not asked.
+func (svc *service) readiness(alive func() error) func(*gin.Context) error {
+	health := svc.store.Health(readyEvery)
+	svc.metrics.Registry.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: "flashgate_ready_pings_total",
+		Help: "Pings /readyz sent to Postgres: at most one per 500ms whatever the probes' rate, none while the pool is busy with work.",
+	}, func() float64 { return float64(health.Pings()) }))
+	return func(c *gin.Context) error {
+		if alive != nil {
+			if err := alive(); err != nil {
+				return err
+			}
+		}
+		return health.Check(c)
+	}
 }
 
 func run(cfg Config, log *slog.Logger) error {
@@ -290,8 +335,8 @@ func run(cfg Config, log *slog.Logger) error {
 	} else {
 		log.Warn("REDIS_URL is not set: flash-sale vouchers will answer 503")
 	}
-	if cfg.Token == "" && len(cfg.Tokens) == 0 {
-		log.Warn("LEDGER_TOKEN and LEDGER_TOKENS are not set: authentication is off")
+	if cfg.OpenAdmin {
+		log.Warn("LEDGER_AUTH=off: every route is open without a token; anyone who reaches the ledger can change, list or export vouchers and write admitted reservations")
 	}
 	svc.metrics.ServeMetricsOn(metricsLn, log)
 	jobsDone, err := svc.startBackground(ctx, stopping.Done())

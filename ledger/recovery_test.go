@@ -45,7 +45,7 @@ func startLedger(tb testing.TB, db, redis string, env ...string) *ledgerProcess 
 	require.NoError(tb, err)
 	addr := fmt.Sprintf("127.0.0.1:%d", port)
 	env = append([]string{
-		"LEDGER_ADDR=" + addr, "DATABASE_URL=" + db, "REDIS_URL=" + redis, "LEDGER_TOKEN=",
+		"LEDGER_ADDR=" + addr, "DATABASE_URL=" + db, "REDIS_URL=" + redis, devstack.OpenLedger,
 		"EXPIRY_INTERVAL=1h", "RECONCILE_INTERVAL=1h", "HANGING_GRACE=1s", "DB_MAX_CONNS=16",
 		"SHUTDOWN_DELAY=0s", // no load balancer to wait for: a test's stop is immediate
 	}, env...)

@@ -62,7 +62,7 @@ func TestSIGTERMUnderLoad(t *testing.T) {
 // (exit 2) with a message naming the variable and the bound; the pair tests
 // use (HANGING_GRACE=2s) is valid.
 func TestLedgerSettingsRefused(t *testing.T) {
-	base := map[string]string{"DATABASE_URL": "postgres://x"}
+	base := map[string]string{"DATABASE_URL": "postgres://x", "LEDGER_AUTH": "off"}
 	with := func(kv ...string) map[string]string {
 		m := map[string]string{}
 		for k, v := range base {

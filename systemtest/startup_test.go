@@ -104,7 +104,7 @@ func TestStartupErrors(t *testing.T) {
 	}
 	ledger := func(kv ...string) []string {
 		return append([]string{"LEDGER_ADDR=" + freeAddr(t), "DATABASE_URL=" + dbURL, "REDIS_URL=" + redisURL,
-			"EXPIRY_INTERVAL=1h", "RECONCILE_INTERVAL=1h", "SHUTDOWN_DELAY=0s"}, kv...)
+			"LEDGER_TOKEN=" + ledgerToken, "EXPIRY_INTERVAL=1h", "RECONCILE_INTERVAL=1h", "SHUTDOWN_DELAY=0s"}, kv...)
 	}
 	deadLedger := "http://" + freeAddr(t)
 	for _, tc := range []struct {
@@ -157,6 +157,15 @@ func TestStartupErrors(t *testing.T) {
 			[]string{"METRICS_ADDR=127.0.0.1:", "address already in use"}, 10 * time.Second},
 		{"ledger REDIS_URL without a scheme", "ledger", ledger("REDIS_URL=127.0.0.1:6379"),
 			[]string{"REDIS_URL", "redis://"}, 5 * time.Second},
+		// Fail closed: no token and no LEDGER_AUTH=off is a refusal, as on the edge.
+		{"ledger without a token", "ledger", ledger("LEDGER_TOKEN="),
+			[]string{"LEDGER_TOKEN or LEDGER_TOKENS is required", "LEDGER_AUTH=off"}, 5 * time.Second},
+		{"ledger LEDGER_AUTH=off beside a token", "ledger", ledger("LEDGER_AUTH=off"),
+			[]string{"LEDGER_AUTH=off and LEDGER_TOKEN or LEDGER_TOKENS are both set"}, 5 * time.Second},
+		{"ledger DEBUG_ADDR not loopback", "ledger", ledger("DEBUG_ADDR=0.0.0.0:0"),
+			[]string{"DEBUG_ADDR=0.0.0.0:0", "loopback"}, 5 * time.Second},
+		{"proxy DEBUG_ADDR not loopback", "proxy", proxy("DEBUG_ADDR=:0", "LEDGER_URL="+deadLedger, "LEDGER_START_WAIT=1m"),
+			[]string{"DEBUG_ADDR=:0", "loopback"}, 5 * time.Second},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), tc.within)

@@ -27,6 +27,27 @@ const (
 // start without PROXY_TOKEN or PROXY_TOKENS.
 const OpenEdge = "PROXY_AUTH=off"
 
+// OpenLedger is OpenEdge for a throwaway stack's ledger started without a
+// token (LEDGER_AUTH=off; the ledger logs a WARN). A production ledger
+// refuses to start without LEDGER_TOKEN or LEDGER_TOKENS.
+const OpenLedger = "LEDGER_AUTH=off"
+
+// LedgerAuth is the environment entry that gives a throwaway ledger its
+// credentials: LEDGER_TOKEN=token, or, with no token and no LEDGER_TOKENS in
+// env (the rest of its environment), OpenLedger. A ledger refuses
+// LEDGER_AUTH=off beside a token, and no token without it.
+func LedgerAuth(token string, env []string) string {
+	if token != "" {
+		return "LEDGER_TOKEN=" + token
+	}
+	for _, kv := range env {
+		if strings.HasPrefix(kv, "LEDGER_TOKENS=") && kv != "LEDGER_TOKENS=" {
+			return "LEDGER_TOKEN="
+		}
+	}
+	return OpenLedger
+}
+
 // Service is one of the project's own binaries (bin/ledger, bin/proxy) running as a
 // child process. Stop sends SIGTERM and kills it after 10s; Kill sends SIGKILL, as a
 // crash would; Restart runs it again with the same binary and environment.

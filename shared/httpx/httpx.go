@@ -402,11 +402,14 @@ func validRequestID(id string) bool {
 }
 
 // ServeDebug serves net/http/pprof on addr (loopback only, for profiling under
-// load); it returns at once when addr is empty. A taken or foreign address
-// stops the start (Listen), naming DEBUG_ADDR.
+// load); it returns at once when addr is empty. A taken or foreign address,
+// or one that is not loopback (CheckLoopback), stops the start, naming DEBUG_ADDR.
 func ServeDebug(addr string, log *slog.Logger) error {
 	if addr == "" {
 		return nil
+	}
+	if err := CheckLoopback("DEBUG_ADDR", addr); err != nil {
+		return err
 	}
 	ln, err := Listen("DEBUG_ADDR", addr)
 	if err != nil {

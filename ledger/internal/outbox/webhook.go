@@ -10,7 +10,9 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -54,14 +56,70 @@ func NewWebhook(target string, cfg WebhookConfig) *Webhook {
 	}
 }
 
-// redactURL drops what may hold a secret (user info, query) from a URL.
+// redactURL drops what may hold a secret (user info, query, fragment) from a
+// URL. One that does not parse is not shown at all: which part of it is the
+// secret cannot be told.
 func redactURL(raw string) string {
 	u, err := url.Parse(raw)
 	if err != nil {
-		return raw
+		return "(a URL that does not parse)"
 	}
-	u.User, u.RawQuery, u.Fragment = nil, "", ""
+	u.User, u.RawQuery, u.ForceQuery, u.Fragment, u.RawFragment = nil, "", false, "", ""
 	return u.String()
+}
+
+// redactErr is err of a call to target without target's secrets: Go's
+// *url.Error (a refused connection, a timeout) names the whole URL, query
+// string and user name included (only a password is masked), and the error
+// becomes an event's last_error, served by GET /admin/events?status=failed
+// and logged. Whatever of the secrets the inner error still names (a
+// redirect's target) is cut out too.
+func redactErr(err error, target string) error {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		err = fmt.Errorf("POST %s: %w", redactURL(target), ue.Err)
+	}
+	msg := err.Error()
+	for _, secret := range urlSecrets(target) {
+		msg = strings.ReplaceAll(msg, secret, "REDACTED")
+	}
+	return errors.New(msg)
+}
+
+// minSecret is the shortest part of a URL cut out of an error's text: a
+// shorter one would cut words out of the message and hides nothing.
+const minSecret = 4
+
+// urlSecrets are the parts of raw that may be a secret: its query string,
+// user name, password and fragment (raw and unescaped), longest first.
+func urlSecrets(raw string) []string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return []string{raw}
+	}
+	var out []string
+	add := func(ss ...string) {
+		for _, s := range ss {
+			if len(s) >= minSecret {
+				out = append(out, s)
+			}
+		}
+	}
+	add(u.RawQuery, u.Fragment, u.RawFragment)
+	if q, err := url.QueryUnescape(u.RawQuery); err == nil {
+		add(q)
+	}
+	for _, vs := range u.Query() {
+		add(vs...)
+	}
+	if u.User != nil {
+		add(u.User.String(), u.User.Username())
+		if p, ok := u.User.Password(); ok {
+			add(p)
+		}
+	}
+	slices.SortFunc(out, func(a, b string) int { return len(b) - len(a) })
+	return out
 }
 
 // Name implements Sink.
@@ -145,7 +203,7 @@ func (w *Webhook) deliverOne(ctx context.Context, stop <-chan struct{}, e events
 func (w *Webhook) post(ctx context.Context, e events.Event, body []byte) error {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, w.url, bytes.NewReader(body))
 	if err != nil {
-		return err
+		return redactErr(err, w.url)
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("User-Agent", "flashgate-webhook/1")
@@ -154,7 +212,7 @@ func (w *Webhook) post(ctx context.Context, e events.Event, body []byte) error {
 	req.Header.Set("Flashgate-Event-Type", e.Type)
 	resp, err := w.client.Do(req)
 	if err != nil {
-		return err
+		return redactErr(err, w.url)
 	}
 	defer resp.Body.Close()
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10)) // keep the connection

@@ -50,8 +50,8 @@ func withStatementDeadlines(cfg *pgxpool.Config, timeout time.Duration) {
 // commit once the lock came free, after its caller was told it failed and
 // its use had been given back in Redis. With these, a write whose caller's
 // deadline passed can still commit only within about timeout of its start
-// (Settler.WaitAfterFault). A statement that must run longer (the streaming
-// export) lifts them for its own transaction.
+// (Settler.WaitAfterFault). The streaming export, which must run longer,
+// has a pool of its own with the export's deadline (OpenExports).
 func withServerDeadlines(cfg *pgxpool.Config, timeout time.Duration) {
 	ms := strconv.FormatInt(max(timeout.Milliseconds(), 1), 10)
 	cfg.ConnConfig.RuntimeParams["statement_timeout"] = ms
@@ -59,13 +59,10 @@ func withServerDeadlines(cfg *pgxpool.Config, timeout time.Duration) {
 }
 
 type deadlineCancelKey struct{}
-type noDeadlineKey struct{}
 
-// withoutStatementDeadline marks ctx's statements as exempt: a streaming
-// export reads for as long as its client does.
-func withoutStatementDeadline(ctx context.Context) context.Context {
-	return context.WithValue(ctx, noDeadlineKey{}, true)
-}
+// noDeadlineKey, set to a non-nil value, exempts a context's statements from
+// statementDeadline; a nil value keeps them under it whatever a parent said.
+type noDeadlineKey struct{}
 
 func (t statementDeadline) start(ctx context.Context) context.Context {
 	if ctx.Value(noDeadlineKey{}) != nil {
@@ -131,8 +128,39 @@ func Open(ctx context.Context, c PoolConfig, ttl time.Duration) (*Store, error) 
 	return New(pool, ttl), nil
 }
 
-// Close closes the store's connections.
-func (s *Store) Close() { s.pool.Close() }
+// Close closes the store's connections, the exports' too.
+func (s *Store) Close() {
+	if s.exports != nil {
+		s.exports.Close()
+	}
+	s.pool.Close()
+}
+
+// exportApp names the exports' sessions in pg_stat_activity.
+const exportApp = "flashgate-ledger-export"
+
+// OpenExports gives the streaming export (EachRecord) a pool of its own: at
+// most c.MaxConns connections (EXPORT_MAX), none kept open, so that exports
+// never take a connection that writes admissions, and a deadline of
+// c.Timeout (EXPORT_TIMEOUT) on every statement, on both sides of the
+// connection: the export's transaction, and so the snapshot that holds back
+// vacuum on the voucher's hot row, ends by then however slowly its client
+// reads. Its sessions are named flashgate-ledger-export in pg_stat_activity.
+func (s *Store) OpenExports(ctx context.Context, c PoolConfig) error {
+	cfg, err := pgxpool.ParseConfig(c.URL)
+	if err != nil {
+		return fmt.Errorf("DATABASE_URL: %w", err)
+	}
+	cfg.MaxConns, cfg.MinConns = int32(c.MaxConns), 0
+	cfg.MaxConnIdleTime = time.Minute
+	cfg.ConnConfig.RuntimeParams["application_name"] = exportApp
+	withStatementDeadlines(cfg, c.Timeout)
+	withServerDeadlines(cfg, c.Timeout)
+	if s.exports, err = pgxpool.NewWithConfig(ctx, cfg); err != nil {
+		return fmt.Errorf("connect to postgres for exports: %w", err)
+	}
+	return nil
+}
 
 // CheckURL reports whether url is a Postgres connection string pgx accepts,
 // without connecting (the start-up check of DATABASE_URL).

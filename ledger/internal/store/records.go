@@ -74,20 +74,20 @@ func (s *Store) Records(ctx context.Context, code string, f RecordFilter) (rs []
 // EachRecord calls each for every reservation of a voucher, oldest first, as
 // the rows arrive from Postgres: nothing is collected, so an export of any
 // size holds one row at a time. VOUCHER_NOT_FOUND (before any call) when the
-// voucher does not exist.
+// voucher does not exist. The rows are read in one read-only transaction on
+// the exports' own pool (OpenExports), whose deadline, on both sides, ends it
+// however slowly each returns; ctx's deadline (the whole export's) ends it
+// sooner.
 func (s *Store) EachRecord(ctx context.Context, code string, each func(voucher.Record) error) error {
 	if err := voucherExists(ctx, s.pool, code); err != nil {
 		return Translate(fmt.Errorf("export %s: %w", code, err))
 	}
-	// Read-only, in a transaction of its own that lifts the sessions'
-	// server-side deadlines (withServerDeadlines): the export reads for as
-	// long as its client does.
-	ctx = withoutStatementDeadline(ctx)
+	pool := s.pool
+	if s.exports != nil {
+		pool = s.exports
+	}
 	var eachErr error
-	err := pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, `SET LOCAL statement_timeout = 0; SET LOCAL idle_in_transaction_session_timeout = 0`); err != nil {
-			return err
-		}
+	err := pgx.BeginTxFunc(ctx, pool, pgx.TxOptions{AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
 		rows, err := tx.Query(ctx, `
 			SELECT `+reservationColumns+` -- reservations export
 			FROM voucher_redemption r WHERE r.voucher_code = $1 ORDER BY r.id`, code)

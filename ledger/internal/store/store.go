@@ -27,10 +27,13 @@ import (
 // nothing. This file holds the vouchers; reservations.go writes reservations
 // and redemptions.go moves them through their states.
 type Store struct {
-	pool   *pgxpool.Pool
-	ttl    time.Duration
-	Clock  func() time.Time // ages the terms cache
-	events bool             // write the outbox's events (EVENTS=off: only to measure what they cost)
+	pool *pgxpool.Pool
+	// exports is the streaming export's own small pool (OpenExports); nil:
+	// exports read through pool, under its deadlines.
+	exports *pgxpool.Pool
+	ttl     time.Duration
+	Clock   func() time.Time // ages the terms cache
+	events  bool             // write the outbox's events (EVENTS=off: only to measure what they cost)
 
 	// terms caches each voucher's terms for at most termsTTL: an admin change
 	// reaches every ledger within that, and at once the one that made it (and

@@ -20,16 +20,18 @@ import (
 // listings, the export and the audit trail. Every change is made under the
 // name of the token that asked (httpx.ActorFrom).
 type admin struct {
-	op     *sale.Operator
-	ledger *sale.Ledger
-	store  *store.Store
-	jobs   *jobs.Jobs // nil in tests that do not run the background jobs
-	log    *slog.Logger
+	op      *sale.Operator
+	ledger  *sale.Ledger
+	store   *store.Store
+	jobs    *jobs.Jobs // nil in tests that do not run the background jobs
+	log     *slog.Logger
+	exports exportBudget
 }
 
 // adminRoutes registers the admin routes on r.
 func (s *Server) adminRoutes(r gin.IRoutes) {
-	a := &admin{op: s.Operator, ledger: s.Ledger, store: s.Store, jobs: s.Jobs, log: s.Log}
+	a := &admin{op: s.Operator, ledger: s.Ledger, store: s.Store, jobs: s.Jobs, log: s.Log,
+		exports: newExportBudget(s.ExportMax, s.ExportTimeout)}
 	r.POST(api.RouteVouchers, a.create)
 	r.GET(api.RouteVouchers, a.list)
 	r.GET(api.RouteVoucher, a.get)
@@ -212,6 +214,12 @@ func (a *admin) export(c *gin.Context) {
 		httpx.WriteError(c, err)
 		return
 	}
+	done, err := a.exports.start(c)
+	if err != nil {
+		httpx.WriteError(c, err)
+		return
+	}
+	defer done()
 	writeExport(c, a.store, code, a.log)
 }
 

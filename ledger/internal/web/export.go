@@ -1,6 +1,7 @@
 package web
 
 import (
+	"context"
 	"encoding/csv"
 	"log/slog"
 	"net/http"
@@ -19,11 +20,67 @@ var CSVHeader = []string{"order_id", "customer_id", "status", "order_amount", "d
 	"created_at", "expires_at", "confirmed_at", "released_at", "release_reason"}
 
 // Export tuning: rows between flushes, and how long one flush may wait for a
-// slow reader (the server's WriteTimeout would end a long export).
+// slow reader (the server's WriteTimeout would end a long export), never past
+// the export's own deadline.
 const (
 	exportFlushRows    = 500
 	exportWriteTimeout = 30 * time.Second
 )
+
+// errTooManyExports refuses an export over EXPORT_MAX: each holds a
+// connection of the exports' pool and a snapshot for as long as it streams.
+var errTooManyExports = voucher.Errorf(voucher.CodeRateLimited,
+	"too many exports at once (EXPORT_MAX); retry after Retry-After")
+
+// exportBudget is what the exports may take together: slots (EXPORT_MAX, nil:
+// no bound) and the deadline of each (EXPORT_TIMEOUT, 0: none).
+type exportBudget struct {
+	slots   chan struct{}
+	timeout time.Duration
+}
+
+func newExportBudget(most int, timeout time.Duration) exportBudget {
+	b := exportBudget{timeout: timeout}
+	if most > 0 {
+		b.slots = make(chan struct{}, most)
+	}
+	return b
+}
+
+// start takes a slot without waiting (errTooManyExports when none is free:
+// a crowd of exports must not queue on the ledger) and gives c's request the
+// export's deadline; done gives both back.
+func (b exportBudget) start(c *gin.Context) (done func(), err error) {
+	if b.slots != nil {
+		select {
+		case b.slots <- struct{}{}:
+		default:
+			return nil, errTooManyExports
+		}
+	}
+	cancel := func() {}
+	if b.timeout > 0 {
+		var ctx context.Context
+		ctx, cancel = context.WithTimeout(c.Request.Context(), b.timeout)
+		c.Request = c.Request.WithContext(ctx)
+	}
+	return func() {
+		cancel()
+		if b.slots != nil {
+			<-b.slots
+		}
+	}, nil
+}
+
+// writeDeadline is how long one write of the export may wait for its reader:
+// exportWriteTimeout, never past the export's deadline.
+func writeDeadline(c *gin.Context) time.Time {
+	at := time.Now().Add(exportWriteTimeout)
+	if d, ok := c.Request.Context().Deadline(); ok && d.Before(at) {
+		return d
+	}
+	return at
+}
 
 // csvRow is a reservation as a row of the export: times in RFC 3339 with
 // nanoseconds in UTC (as the JSON answers have them), an empty cell for NULL.
@@ -77,13 +134,14 @@ func writeExport(c *gin.Context, st *store.Store, code string, log *slog.Logger)
 	started, n := false, 0
 	start := func() error {
 		started = true
+		_ = rc.SetWriteDeadline(writeDeadline(c))
 		c.Header("Content-Type", "text/csv; charset=utf-8")
 		c.Header("Content-Disposition", `attachment; filename="`+code+`-reservations.csv"`)
 		c.Status(http.StatusOK)
 		return w.Write(CSVHeader)
 	}
 	flush := func() error {
-		_ = rc.SetWriteDeadline(time.Now().Add(exportWriteTimeout))
+		_ = rc.SetWriteDeadline(writeDeadline(c))
 		w.Flush()
 		if err := w.Error(); err != nil {
 			return err

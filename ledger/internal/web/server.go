@@ -37,6 +37,13 @@ type Server struct {
 
 	HangingGrace time.Duration // HANGING_GRACE, served on api.SettingsPath
 
+	// ExportMax bounds the CSV exports streaming at once (EXPORT_MAX): one
+	// more is 429 RATE_LIMITED with Retry-After. 0: no bound.
+	ExportMax int
+	// ExportTimeout ends an export, its transaction with it (EXPORT_TIMEOUT).
+	// 0: no deadline beyond the exports' pool's.
+	ExportTimeout time.Duration
+
 	MaxInflight int           // MAX_INFLIGHT; 0: InflightCap says
 	InflightCap int           // with MaxInflight 0, the adaptive bound's most (MAX_CONNS); both 0: no bound
 	LatencySLO  time.Duration // LATENCY_SLO: the excess waits for a slot up to half of it; 0: shed at once

@@ -71,6 +71,10 @@ func Scenarios() []Scenario {
 		{Name: "nat", Describe: "one bot's burst behind a NAT, a legitimate stream from the same address", Run: runNAT},
 		{Name: "ipv6", Describe: "a bot with every address of one /64", Run: runIPv6},
 		{Name: "stock", Describe: "the proxy's /metrics on its client port with edge auth on", Run: runStock},
+		{Name: "secrets", Describe: "webhook URLs holding a token and user:pass@ fail: their secrets in no log line and no answer", Run: runSecrets},
+		{Name: "ledger-closed", Describe: "a ledger started without a token or with pprof on every interface, and its open /metrics read for a scheduled code", Run: runClosed},
+		{Name: "ledger-readyz", Describe: "64 clients flood the ledger's open /readyz while customers reserve beside them", Run: runLedgerReadyz},
+		{Name: "exports", Describe: "40 readers start the CSV export of a big voucher and read nothing, real customers reserving beside them", Run: runExports},
 	}
 }
 

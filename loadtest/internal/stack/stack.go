@@ -23,7 +23,7 @@ import (
 // Options configures a local flashgate stack.
 type Options struct {
 	BinDir      string    // where bin/ledger and bin/proxy are
-	Token       string    // LEDGER_TOKEN shared by ledger and proxy
+	Token       string    // LEDGER_TOKEN shared by ledger and proxy; empty (and no LEDGER_TOKENS in LedgerEnv): LEDGER_AUTH=off
 	DurablePG   bool      // fsync on, as in production
 	PGSettings  []string  // more settings of the throwaway Postgres, "name=value" each
 	RedisAOF    bool      // appendonly yes, appendfsync everysec
@@ -125,7 +125,7 @@ func Start(o Options) (s *Stack, err error) {
 	}
 	s.proxyBin, s.ledgerBin = proxyBin, ledgerBin
 	env := append([]string{"LEDGER_ADDR=" + s.LedgerAddr, "DATABASE_URL=" + cmp.Or(o.LedgerDBURL, s.DBURL),
-		"REDIS_URL=" + cmp.Or(o.LedgerRedisURL, s.RedisURL), "LEDGER_TOKEN=" + o.Token}, o.LedgerEnv...)
+		"REDIS_URL=" + cmp.Or(o.LedgerRedisURL, s.RedisURL), devstack.LedgerAuth(o.Token, o.LedgerEnv)}, o.LedgerEnv...)
 	s.ledgerEnv = env
 	if s.Ledger, err = devstack.StartService("ledger", ledgerBin, env, s.LedgerURL+api.HealthzPath, s.serviceLog); err != nil {
 		return s, err

@@ -13,7 +13,7 @@ import (
 
 // FlashgateOptions configures StartFlashgate.
 type FlashgateOptions struct {
-	LedgerToken string   // LEDGER_TOKEN; the proxy sends it
+	LedgerToken string   // LEDGER_TOKEN; the proxy sends it; empty (and no LEDGER_TOKENS): LEDGER_AUTH=off
 	ProxyToken  string   // PROXY_TOKEN: required from the proxy's clients; empty: an open edge (devstack.OpenEdge)
 	LedgerEnv   []string // more of the ledger's environment
 	ProxyEnv    []string // more of the proxy's environment
@@ -52,7 +52,7 @@ func StartFlashgate(o FlashgateOptions) (f *Flashgate, err error) {
 		return f, err
 	}
 	f.Ledger, f.LedgerURL, err = startOnFreePort("ledger", filepath.Join(bin, "ledger"), "LEDGER_ADDR", append([]string{
-		"DATABASE_URL=" + f.postgres.URL(), "REDIS_URL=" + f.redis.URL(), "LEDGER_TOKEN=" + o.LedgerToken,
+		"DATABASE_URL=" + f.postgres.URL(), "REDIS_URL=" + f.redis.URL(), devstack.LedgerAuth(o.LedgerToken, o.LedgerEnv),
 		"EXPIRY_INTERVAL=1h", "RECONCILE_INTERVAL=1h",
 	}, o.LedgerEnv...), o.Log)
 	if err != nil {
