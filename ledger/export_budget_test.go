@@ -17,8 +17,10 @@ import (
 // session of the exports' own pool; one more export is 429 RATE_LIMITED with
 // Retry-After; a reserve is served meanwhile; and at EXPORT_TIMEOUT the
 // stalled exports' transactions (their snapshots) end and their slots free.
+//
+// Not parallel: it counts the export sessions of the package's one Postgres,
+// where another test's export would be counted too.
 func TestExportBudget(t *testing.T) {
-	t.Parallel()
 	const timeout = 5 * time.Second
 	l := newTestLedger(t, ledgerOptions{export: Config{ExportMax: 2, ExportTimeout: timeout}})
 	code, other := newCode(t), newCode(t)

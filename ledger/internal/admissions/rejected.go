@@ -2,6 +2,7 @@ package admissions
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/flashgate/flashgate/ledger/internal/sale"
 	"github.com/flashgate/flashgate/ledger/internal/store"
@@ -12,7 +13,7 @@ import (
 // error no answer maps (a CHECK such as ck_order_amount, any integrity or
 // data error): a record no correct admission makes, dead-lettered with the
 // error rather than retried forever in front of its partition.
-const ReasonRejected = "REJECTED"
+const ReasonRejected = store.ReasonRejected
 
 // writeAlone writes batch claim by claim, each in its own transaction, after
 // the database rejected it whole (store.Rejected): the claims it rejects
@@ -43,7 +44,7 @@ func (c *Consumer) writeAlone(ctx context.Context, batch []sale.Batch) ([]sale.R
 			}
 			rejected = append(rejected, cl.OrderID)
 			refused = append(refused, sale.Refusal{Batch: i, Code: b.Code, Claim: cl, Reason: ReasonRejected,
-				Err: voucher.Errorf(voucher.CodeInvalidRequest, "the database rejected the row: %s", what)})
+				Err: fmt.Errorf("%w: %w", voucher.Errorf(voucher.CodeInvalidRequest, "the database rejected the row: %s", what), store.ErrRejected)})
 		}
 		if err := c.w.GiveBackLogged(ctx, b.Code, rejected); err != nil {
 			return nil, err

@@ -2,6 +2,7 @@ package sale
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/flashgate/flashgate/ledger/internal/store"
@@ -201,7 +202,7 @@ func (l *Ledger) settleLogged(ctx context.Context, code string, claims []voucher
 			refused = append(refused, Refusal{Code: code, Claim: cl, Reason: voucher.CodeOutOfStock, Err: w.Err})
 		default:
 			givenBack = append(givenBack, cl.OrderID)
-			refused = append(refused, Refusal{Code: code, Claim: cl, Reason: voucher.ErrorCode(w.Err), Err: w.Err})
+			refused = append(refused, Refusal{Code: code, Claim: cl, Reason: reasonOf(w.Err), Err: w.Err})
 		}
 	}
 	if l.gate == nil {
@@ -222,4 +223,14 @@ func (l *Ledger) settleLogged(ctx context.Context, code string, claims []voucher
 		return nil, fmt.Errorf("drop %d admissions of %s refused as out of stock: %w", len(dropped), code, err)
 	}
 	return refused, nil
+}
+
+// reasonOf is the dead-letter reason of a refused logged admission: the
+// refusal's error code, or REJECTED for a row the database refused with no
+// answer mapped (store.ErrRejected).
+func reasonOf(err error) string {
+	if errors.Is(err, store.ErrRejected) {
+		return store.ReasonRejected
+	}
+	return voucher.ErrorCode(err)
 }

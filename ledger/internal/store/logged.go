@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/flashgate/flashgate/shared/events"
 	"github.com/flashgate/flashgate/shared/voucher"
@@ -80,19 +79,20 @@ func (s *Store) InsertLogged(ctx context.Context, groups []LoggedGroup) (out [][
 	return out, nil, nil
 }
 
-// constraintRefusal is the refusal of a statement a constraint stopped
-// (SQLSTATE class 23): the domain error it maps to, or one naming it; nil
-// for anything else.
+// constraintRefusal is the refusal of a statement the database refused
+// for its data (Rejected: an integrity constraint or a data exception): the
+// domain error a known guard maps to, or one naming it that wraps
+// ErrRejected; nil for anything else (a fault).
 func constraintRefusal(err error) error {
-	var pe *pgconn.PgError
-	if !errors.As(err, &pe) || !strings.HasPrefix(pe.Code, "23") {
+	what, ok := Rejected(err)
+	if !ok {
 		return nil
 	}
 	var ve *voucher.Error
 	if t := Translate(err); errors.As(t, &ve) {
 		return t
 	}
-	return voucher.Errorf(voucher.CodeInvalidRequest, "the database refused the admission (%s %s)", pe.Code, pe.ConstraintName)
+	return fmt.Errorf("%w: %w", voucher.Errorf(voucher.CodeInvalidRequest, "the database rejected the row: %s", what), ErrRejected)
 }
 
 // loggedCommit is InsertLogged's statement for one group, run in tx.
