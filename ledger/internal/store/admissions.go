@@ -111,14 +111,18 @@ func (s *Store) FailedAdmission(ctx context.Context, code, orderID string) (Fail
 	return f, nil
 }
 
-// ResolveFailedAdmission marks an open refused admission replayed or
-// discarded by actor; one already resolved is left as it was (false).
-func (s *Store) ResolveFailedAdmission(ctx context.Context, code, orderID, resolution, actor string) (bool, error) {
+// ResolveFailedAdmission marks the refused admission f, as it was read,
+// replayed or discarded by actor. Only that failure is resolved: one already
+// resolved, or refused again since it was read (its replay's record, say,
+// refused while the replay was answered: a new partition and offset), is left
+// as it is (false), so a failure nobody saw is never closed.
+func (s *Store) ResolveFailedAdmission(ctx context.Context, f FailedAdmission, resolution, actor string) (bool, error) {
 	tag, err := s.pool.Exec(ctx, `
 		UPDATE admission_failed SET resolution = $3, resolved_at = now(), resolved_by = $4
-		WHERE voucher_code = $1 AND order_id = $2 AND resolution IS NULL`, code, orderID, resolution, actor)
+		WHERE voucher_code = $1 AND order_id = $2 AND resolution IS NULL
+		  AND log_partition = $5 AND log_offset = $6`, f.Code, f.OrderID, resolution, actor, f.Partition, f.Offset)
 	if err != nil {
-		return false, Translate(fmt.Errorf("resolve failed admission %s/%s: %w", code, orderID, err))
+		return false, Translate(fmt.Errorf("resolve failed admission %s/%s: %w", f.Code, f.OrderID, err))
 	}
 	return tag.RowsAffected() == 1, nil
 }

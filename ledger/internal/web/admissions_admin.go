@@ -89,7 +89,7 @@ func (a *admin) replayAdmission(c *gin.Context) {
 		httpx.WriteError(c, err)
 		return
 	}
-	if _, err := a.store.ResolveFailedAdmission(c, f.Code, f.OrderID, store.ResolutionReplayed, httpx.ActorFrom(c)); err != nil {
+	if _, err := a.store.ResolveFailedAdmission(c, f, store.ResolutionReplayed, httpx.ActorFrom(c)); err != nil {
 		httpx.WriteError(c, err)
 		return
 	}
@@ -103,7 +103,7 @@ func (a *admin) discardAdmission(c *gin.Context) {
 	if !ok {
 		return
 	}
-	if _, err := a.store.ResolveFailedAdmission(c, f.Code, f.OrderID, store.ResolutionDiscarded, httpx.ActorFrom(c)); err != nil {
+	if _, err := a.store.ResolveFailedAdmission(c, f, store.ResolutionDiscarded, httpx.ActorFrom(c)); err != nil {
 		httpx.WriteError(c, err)
 		return
 	}
