@@ -235,8 +235,12 @@ func (r *voprRound) orderID(i int) string { return fmt.Sprintf("%s-o%d", r.vouch
 func (run *voprRun) drive(d int) {
 	r := run.r
 	rng := rand.New(rand.NewPCG(r.seed, uint64(1+d)))
+	pace := 12_000 // microseconds at most between two operations
+	if r.log {
+		pace = 40_000 // a log round's faults last seconds: its drivers outlast a few
+	}
 	for range r.opsEach {
-		time.Sleep(time.Duration(rng.IntN(12000)) * time.Microsecond)
+		time.Sleep(time.Duration(rng.IntN(pace)) * time.Microsecond)
 		i := rng.IntN(r.orders)
 		v := r.vouchers[i%len(r.vouchers)]
 		if rng.IntN(10) == 0 { // an orderId sent to another voucher than its own
