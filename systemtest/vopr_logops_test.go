@@ -1,6 +1,7 @@
 package systemtest
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
@@ -10,6 +11,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
@@ -299,4 +302,40 @@ func (k *persistedKafka) holdFetches(d time.Duration) {
 	})
 	time.Sleep(d)
 	close(release)
+}
+
+// TestHoldFetches: the log VOPR's hold-consumers fault holds a consumer's
+// fetches for as long as asked while produces go through, and serves them
+// after: a record produced before the hold reaches a consumer only once the
+// hold has ended.
+func TestHoldFetches(t *testing.T) {
+	t.Parallel()
+	k := startPersistedKafka(t)
+	producer, err := kgo.NewClient(kgo.SeedBrokers(k.addr), kgo.DefaultProduceTopic(admissionsTopic))
+	require.NoError(t, err)
+	defer producer.Close()
+	require.NoError(t, producer.ProduceSync(t.Context(), &kgo.Record{Value: []byte("before")}).FirstErr())
+
+	const hold = time.Second
+	start := time.Now()
+	held := make(chan struct{})
+	go func() { defer close(held); k.holdFetches(hold) }()
+	time.Sleep(50 * time.Millisecond) // the hold is in place
+	require.NoError(t, producer.ProduceSync(t.Context(), &kgo.Record{Value: []byte("during")}).FirstErr(),
+		"a produce goes through while fetches are held")
+	consumer, err := kgo.NewClient(kgo.SeedBrokers(k.addr), kgo.ConsumeTopics(admissionsTopic),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	require.NoError(t, err)
+	defer consumer.Close()
+	var got []string
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	for len(got) < 2 && ctx.Err() == nil {
+		consumer.PollFetches(ctx).EachRecord(func(r *kgo.Record) { got = append(got, string(r.Value)) })
+		if len(got) > 0 {
+			assert.GreaterOrEqual(t, time.Since(start), hold, "a record consumed before the hold ended")
+		}
+	}
+	assert.ElementsMatch(t, []string{"before", "during"}, got)
+	<-held
 }
