@@ -65,6 +65,9 @@ func TestVOPRLog(t *testing.T) {
 		})
 		if !ok {
 			failed++
+			if err := s.healthy(); err != nil {
+				t.Fatalf("after seed %d the stack did not come back (%v): stopping, every later round would fail on it; %s", seed, err, stats)
+			}
 		}
 	}
 	t.Logf("VOPR log: %d rounds (%d failed) in %v; %s", rounds, failed, time.Since(start).Round(time.Second), stats)
@@ -118,6 +121,19 @@ func newVOPRLogStack(t *testing.T) *voprLogStack {
 	ls := &voprLogStack{voprStack: s, kafka: k}
 	ls.ledgerB, ls.ledgerBURL = startVOPRServiceOf(t, "ledger", "ledger-b", "LEDGER_ADDR", s.logFile, s.ledgerEnv)
 	return ls
+}
+
+// healthy is nil when both ledgers and the proxy answer /healthz 200.
+func (ls *voprLogStack) healthy() error {
+	for _, base := range []string{ls.LedgerURL, ls.ledgerBURL, ls.ProxyURL} {
+		ctx, cancel := voprCallCtx("", 0)
+		a := newVOPRClient().do(ctx, http.MethodGet, base+"/healthz", "", nil)
+		cancel()
+		if a.status != http.StatusOK {
+			return fmt.Errorf("%s/healthz: %v", base, a)
+		}
+	}
+	return nil
 }
 
 // ledger is the ledger i (0: the one the proxy calls, 1: the other) and its URL.

@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -221,7 +222,9 @@ func startVOPRServiceOf(t *testing.T, binary, name, addrVar string, out io.Write
 	port, err := devstack.FreePort()
 	require.NoError(t, err)
 	addr := "127.0.0.1:" + strconv.Itoa(port)
-	env = append(env, addrVar+"="+addr, "SHUTDOWN_DELAY=0s")
+	// Into a copy: two ledgers started from one environment each keep their
+	// own address (a restart of the first would otherwise bind the second's).
+	env = append(slices.Clip(env), addrVar+"="+addr, "SHUTDOWN_DELAY=0s")
 	svc, err := devstack.StartService(name, serviceBinary(t, binary), env, "http://"+addr+"/healthz", out)
 	require.NoError(t, err)
 	t.Cleanup(func() { svc.Stop() })
