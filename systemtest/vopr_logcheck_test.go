@@ -49,12 +49,15 @@ type voprTerms struct {
 // checkTerms: every 201 of an order whose row is on the 201's voucher
 // promised the row's discount (two 201s of one order with different
 // discounts break one promise whatever the row says), and the row's
-// expires_at lies within the hold the first 201 promised: from its request
-// plus the shortest holdTtl the voucher had by its answer to its answer plus
-// the longest, give or take voprLogHoldSlack (a 201's body says no expiry:
-// the hold is the voucher's holdTtl when it was admitted, counted from then,
-// whatever the terms when the record is written). The row's voucher and
-// customer are checkAnswers'.
+// expires_at lies within the hold its admission promised, give or take
+// voprLogHoldSlack. A 201's body says no expiry: the hold is the voucher's
+// holdTtl when the order was admitted, counted from then, whatever the terms
+// when the record is written. The admission came between the order's first
+// reserve that may have admitted it (answered 201, 5xx or nothing: a retry's
+// 201 replays an admission its client never heard of) and its first 201's
+// answer: expires_at lies between the first plus the shortest holdTtl the
+// voucher had by that answer and the answer plus the longest. The row's
+// voucher and customer are checkAnswers'.
 func (run *voprLogRun) checkTerms(ctx context.Context, db *voprDB) []voprProblem {
 	terms, err := run.readTerms(ctx)
 	if err != nil {
@@ -69,16 +72,24 @@ func (run *voprLogRun) checkTerms(ctx context.Context, db *voprDB) []voprProblem
 		}
 	}
 	ops := run.h.all()
-	first := map[string]voprOp{}
+	first, tried := map[string]voprOp{}, map[string]voprOp{} // the first 201, the first reserve that may have admitted
 	for _, op := range ops {
 		row, ok := db.rows[op.order]
-		if !strings.HasPrefix(op.kind, "reserve") || op.answer.status != http.StatusCreated || !ok || row.code != op.code {
+		a := op.answer
+		if !strings.HasPrefix(op.kind, "reserve") || !ok || row.code != op.code {
 			continue
 		}
-		t := terms[op.order]
-		if op.answer.discount != t.discount {
+		if a.status == 0 || a.status == http.StatusCreated || a.status >= 500 {
+			if f, ok := tried[op.order]; !ok || op.start < f.start {
+				tried[op.order] = op
+			}
+		}
+		if a.status != http.StatusCreated {
+			continue
+		}
+		if t := terms[op.order]; a.discount != t.discount {
 			add("201 terms: discount", op.order, fmt.Sprintf("#%d %s answered 201 with discount %d; its row has %d",
-				op.id, op.order, op.answer.discount, t.discount))
+				op.id, op.order, a.discount, t.discount))
 		}
 		if f, ok := first[op.order]; !ok || op.start < f.start {
 			first[op.order] = op
@@ -86,11 +97,11 @@ func (run *voprLogRun) checkTerms(ctx context.Context, db *voprDB) []voprProblem
 	}
 	for id, op := range first {
 		lo, hi := voprHoldRange(ops, op.code, op.end)
-		from, to := run.h.start.Add(op.start+lo-voprLogHoldSlack), run.h.start.Add(op.end+hi+voprLogHoldSlack)
+		from, to := run.h.start.Add(tried[id].start+lo-voprLogHoldSlack), run.h.start.Add(op.end+hi+voprLogHoldSlack)
 		if e := terms[id].expires; e.Before(from) || e.After(to) {
-			add("201 terms: hold", id, fmt.Sprintf("#%d %s answered 201 at %s..%s with a hold of %v..%v; its row expires %s (%v after the answer)",
-				op.id, id, voprClock(run.h.start.Add(op.start)), voprClock(run.h.start.Add(op.end)), lo, hi,
-				voprClock(e), e.Sub(run.h.start.Add(op.end)).Round(time.Millisecond)))
+			add("201 terms: hold", id, fmt.Sprintf("#%d %s answered 201 at %s..%s (first sent at %s) with a hold of %v..%v; its row expires %s (%v after the answer)",
+				op.id, id, voprClock(run.h.start.Add(op.start)), voprClock(run.h.start.Add(op.end)), voprClock(run.h.start.Add(tried[id].start)),
+				lo, hi, voprClock(e), e.Sub(run.h.start.Add(op.end)).Round(time.Millisecond)))
 		}
 	}
 	return problems
