@@ -41,7 +41,8 @@ commands:
   compare   each path's maximum sustainable rate and its latency at one fixed rate, side by side
   chaos     faults under bursts (Redis, Postgres, ledger, proxy): invariants and recovery time per scenario
             (--scenario log-sale: a 50,000-use writePath log voucher sold through a ledger kill -9 and
-            a broker restart, its 201s = Postgres = Redis checked order for order)
+            a broker restart, its 201s = Postgres = Redis checked order for order, the reconciler on;
+            --ledgers 2 for two consuming ledgers, --broker-down 40s for a longer outage)
   attack    hostile traffic, each attack on a stack of its own (--scenario junk|bot|hammer|creds|csv|all):
             the measured figures and PASS/FAIL per want (--short: the test's smaller counts)
   ceiling   a bare gin server answering every reserve 409 (the HTTP ceiling compare measures)

@@ -82,6 +82,9 @@ func (run *voprRun) check(ctx context.Context) []voprProblem {
 	problems := run.checkVouchers(db)
 	problems = append(problems, run.checkCustomers(db)...)
 	problems = append(problems, run.checkAnswers(db)...)
+	if run.moreChecks != nil {
+		problems = append(problems, run.moreChecks(ctx, db)...)
+	}
 	for _, v := range run.r.vouchers {
 		if !v.flash {
 			continue
@@ -263,7 +266,7 @@ func (run *voprRun) checkCustomers(db *voprDB) []voprProblem {
 			bound, held := v.perUser, 0
 			if at, ok := changed[code]; ok {
 				for _, r := range rs {
-					if !r.created.After(at) {
+					if (run.heldBefore == nil && !r.created.After(at)) || (run.heldBefore != nil && run.heldBefore(r, at)) {
 						held++
 					}
 				}
@@ -401,7 +404,11 @@ func (run *voprRun) report(problems []voprProblem) string {
 	path := filepath.Join(os.TempDir(), fmt.Sprintf("flashgate-vopr-seed%d-%d.txt", run.r.seed, time.Now().UnixNano()))
 	if f, ferr := os.Create(path); ferr == nil {
 		w := bufio.NewWriter(f)
-		fmt.Fprintf(w, "%s\n%s\n\n%s\nhistory:\n", run.r, run.r.reproduce(), b.String())
+		fmt.Fprintf(w, "%s\n%s\n\nevery problem:\n", run.r, run.r.reproduce())
+		for _, p := range problems {
+			fmt.Fprintf(w, "[%s] %s\n", p.check, p.msg)
+		}
+		fmt.Fprintf(w, "\n%s\nhistory:\n", b.String())
 		for _, op := range ops {
 			fmt.Fprintln(w, op)
 		}
@@ -424,7 +431,8 @@ func orderHistory(ops []voprOp, id string) []string {
 	}
 	near := func(op voprOp) bool {
 		for _, o := range own {
-			if o.code == op.code && op.end >= o.start-100*time.Millisecond && op.start <= o.end {
+			// A call on no voucher (a log round's fault) strikes them all.
+			if (o.code == op.code || op.code == "") && op.end >= o.start-100*time.Millisecond && op.start <= o.end {
 				return true
 			}
 		}

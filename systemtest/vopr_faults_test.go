@@ -48,55 +48,9 @@ func (run *voprRun) inject(stop <-chan struct{}) {
 		hold := time.Duration(10+rng.IntN(390)) * time.Millisecond
 		customer := int64(rng.IntN(r.customers) + 1)
 		op := voprOp{actor: "fault", kind: f.kind, code: v.code, start: run.h.now()}
-		var err error
-		switch f.kind {
-		case "lock-voucher":
-			op.detail = "for " + hold.String()
-			err = run.lockRows(`SELECT 1 FROM voucher WHERE code = $1 FOR UPDATE`, hold, v.code)
-		case "lock-usage":
-			if rng.IntN(2) == 0 {
-				op.detail = "all customers for " + hold.String()
-				err = run.lockRows(voprLockUsageSQL, hold, v.code)
-			} else {
-				op.detail = fmt.Sprintf("customer %d for %v", customer, hold)
-				err = run.lockRows(`SELECT 1 FROM voucher_customer_usage WHERE voucher_code = $1 AND customer_id = $2 FOR UPDATE`,
-					hold, v.code, customer)
-			}
-		case "lock-usage+patch":
-			// A perUserLimit PATCH (voucher row, then the customers' usage rows)
-			// while group commits wait on the usage rows (which they lock before
-			// the voucher row): the seam of a lock-order deadlock.
-			limit := 1 + rng.IntN(3)
-			op.detail = fmt.Sprintf("all customers for %v, PATCH perUserLimit %d meanwhile", hold, limit)
-			patched := make(chan struct{})
-			go func() {
-				defer close(patched)
-				time.Sleep(hold / 3)
-				run.adminOp("fault", "patch-perUser", v.code, map[string]any{"perUserLimit": limit})
-			}()
-			err = run.lockRows(voprLockUsageSQL, hold, v.code)
-			<-patched
-		case "pause-redis":
-			ms := 5 + rng.IntN(195)
-			op.detail = fmt.Sprintf("CLIENT PAUSE %d WRITE", ms)
-			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-			err = run.s.rdb.Do(ctx, "CLIENT", "PAUSE", ms, "WRITE").Err()
-			cancel()
-			time.Sleep(time.Duration(ms) * time.Millisecond)
-		case "delete-redis-keys":
-			if !v.flash {
-				continue
-			}
-			run.destroyed.Store(true)
-			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-			err = run.s.rdb.Del(ctx, gate.Keys(v.code)...).Err()
-			cancel()
-			// The proxy may meet NOT_LOADED first and have the ledger warm it
-			// up; the admin warmup comes after a moment either way.
-			wait := time.Duration(rng.IntN(150)) * time.Millisecond
-			op.detail = "then warmup after " + wait.String()
-			time.Sleep(wait)
-			run.warmup(v.code, "fault")
+		ok, err := run.applyFault(rng, f.kind, v, hold, customer, &op)
+		if !ok {
+			continue
 		}
 		op.end = run.h.now()
 		op.answer = voprAnswer{status: 200}
@@ -107,6 +61,63 @@ func (run *voprRun) inject(stop <-chan struct{}) {
 		run.faults.Add(1)
 		run.stats.fault(f.kind)
 	}
+}
+
+// applyFault injects one fault of kind on voucher v (hold: how long a lock is
+// held; customer: whose usage row), describing it in op; false when the
+// fault does not apply to v.
+func (run *voprRun) applyFault(rng *rand.Rand, kind string, v voprVoucher, hold time.Duration, customer int64, op *voprOp) (bool, error) {
+	var err error
+	switch kind {
+	case "lock-voucher":
+		op.detail = "for " + hold.String()
+		err = run.lockRows(`SELECT 1 FROM voucher WHERE code = $1 FOR UPDATE`, hold, v.code)
+	case "lock-usage":
+		if rng.IntN(2) == 0 {
+			op.detail = "all customers for " + hold.String()
+			err = run.lockRows(voprLockUsageSQL, hold, v.code)
+		} else {
+			op.detail = fmt.Sprintf("customer %d for %v", customer, hold)
+			err = run.lockRows(`SELECT 1 FROM voucher_customer_usage WHERE voucher_code = $1 AND customer_id = $2 FOR UPDATE`,
+				hold, v.code, customer)
+		}
+	case "lock-usage+patch":
+		// A perUserLimit PATCH (voucher row, then the customers' usage rows)
+		// while group commits wait on the usage rows (which they lock before
+		// the voucher row): the seam of a lock-order deadlock.
+		limit := 1 + rng.IntN(3)
+		op.detail = fmt.Sprintf("all customers for %v, PATCH perUserLimit %d meanwhile", hold, limit)
+		patched := make(chan struct{})
+		go func() {
+			defer close(patched)
+			time.Sleep(hold / 3)
+			run.adminOp("fault", "patch-perUser", v.code, map[string]any{"perUserLimit": limit})
+		}()
+		err = run.lockRows(voprLockUsageSQL, hold, v.code)
+		<-patched
+	case "pause-redis":
+		ms := 5 + rng.IntN(195)
+		op.detail = fmt.Sprintf("CLIENT PAUSE %d WRITE", ms)
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		err = run.s.rdb.Do(ctx, "CLIENT", "PAUSE", ms, "WRITE").Err()
+		cancel()
+		time.Sleep(time.Duration(ms) * time.Millisecond)
+	case "delete-redis-keys":
+		if !v.flash {
+			return false, nil
+		}
+		run.destroyed.Store(true)
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		err = run.s.rdb.Del(ctx, gate.Keys(v.code)...).Err()
+		cancel()
+		// The proxy may meet NOT_LOADED first and have the ledger warm it
+		// up; the admin warmup comes after a moment either way.
+		wait := time.Duration(rng.IntN(150)) * time.Millisecond
+		op.detail = "then warmup after " + wait.String()
+		time.Sleep(wait)
+		run.warmup(v.code, "fault")
+	}
+	return true, err
 }
 
 // voprLockUsageSQL locks a voucher's usage rows in the ledger's lock order

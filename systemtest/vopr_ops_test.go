@@ -27,6 +27,12 @@ type voprRun struct {
 	faults    atomic.Int64
 	destroyed atomic.Bool // a fault deleted Redis keys in this round
 
+	// A log round's (vopr_log_test.go): heldBefore says whether a row's use
+	// was held by the moment a perUserLimit change can have committed (nil:
+	// the row was created by then); moreChecks adds its checks to check's.
+	heldBefore func(row voprRow, at time.Time) bool
+	moreChecks func(ctx context.Context, db *voprDB) []voprProblem
+
 	mu sync.Mutex
 	// perUserChanged is, per voucher, the database's clock at a moment after
 	// its last perUserLimit PATCH can have committed (see checkCustomers).
@@ -100,6 +106,7 @@ type voprAnswer struct {
 	code     string // the error code
 	resState string // the reservation's status in a 200 body
 	note     string
+	discount int64 // a reservation's body's (201, 200): the discount it promised
 }
 
 func (a voprAnswer) String() string {
@@ -108,6 +115,8 @@ func (a voprAnswer) String() string {
 		return "? (" + a.note + ")"
 	case a.code != "":
 		return fmt.Sprintf("%d %s", a.status, a.code)
+	case a.status == http.StatusCreated && a.discount != 0:
+		return fmt.Sprintf("%d discount %d", a.status, a.discount)
 	case a.resState != "":
 		return fmt.Sprintf("%d %s", a.status, a.resState)
 	}
@@ -153,11 +162,12 @@ func (c *voprClient) do(ctx context.Context, method, url, token string, body any
 		return voprAnswer{note: shortErr(err)}
 	}
 	var b struct {
-		Error  string `json:"error"`
-		Status string `json:"status"`
+		Error          string `json:"error"`
+		Status         string `json:"status"`
+		DiscountAmount int64  `json:"discountAmount"`
 	}
 	_ = json.Unmarshal(raw, &b)
-	a := voprAnswer{status: resp.StatusCode, code: b.Error, resState: b.Status}
+	a := voprAnswer{status: resp.StatusCode, code: b.Error, resState: b.Status, discount: b.DiscountAmount}
 	if resp.StatusCode >= 500 {
 		a.note = string(bytes.TrimSpace(raw))
 	}
@@ -225,8 +235,12 @@ func (r *voprRound) orderID(i int) string { return fmt.Sprintf("%s-o%d", r.vouch
 func (run *voprRun) drive(d int) {
 	r := run.r
 	rng := rand.New(rand.NewPCG(r.seed, uint64(1+d)))
+	pace := 12_000 // microseconds at most between two operations
+	if r.log {
+		pace = 40_000 // a log round's faults last seconds: its drivers outlast a few
+	}
 	for range r.opsEach {
-		time.Sleep(time.Duration(rng.IntN(12000)) * time.Microsecond)
+		time.Sleep(time.Duration(rng.IntN(pace)) * time.Microsecond)
 		i := rng.IntN(r.orders)
 		v := r.vouchers[i%len(r.vouchers)]
 		if rng.IntN(10) == 0 { // an orderId sent to another voucher than its own
@@ -239,6 +253,9 @@ func (run *voprRun) drive(d int) {
 		amount := int64(5_000)
 		if rng.IntN(20) == 0 {
 			amount = 500 // below minOrderAmount
+		}
+		if r.log && rng.IntN(8) == 0 {
+			amount = 7_000 // a retry of the order with another amount (another discount)
 		}
 		kind := pickWeighted(rng, voprDriverMix, voprMix.weigh).kind
 		wait := time.Duration(1+rng.IntN(25)) * time.Millisecond

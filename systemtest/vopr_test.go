@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -132,11 +133,17 @@ func voprPlan(t *testing.T) ([]uint64, time.Duration) {
 // and the clients the faults and checks use.
 type voprStack struct {
 	*stack
-	rdb     redis.UniversalClient
-	logPath string // the ledger's and the proxy's logs
+	rdb       redis.UniversalClient
+	logPath   string    // the ledger's and the proxy's logs
+	logFile   io.Writer // that file, for another ledger
+	ledgerEnv []string  // the ledger's environment, for another ledger
 }
 
-func newVOPRStack(t *testing.T) *voprStack {
+func newVOPRStack(t *testing.T) *voprStack { return newVOPRStackWith(t, nil) }
+
+// newVOPRStackWith is newVOPRStack with ledgerEnv added to the ledger's
+// environment (a later entry wins).
+func newVOPRStackWith(t *testing.T, ledgerEnv []string) *voprStack {
 	t.Helper()
 	rs := devstacktest.NewRedis(t, devstack.RedisOptions{})
 	dbURL := devstacktest.PostgresURL(t)
@@ -151,7 +158,7 @@ func newVOPRStack(t *testing.T) *voprStack {
 	// end-of-test checks are not registered.
 	s := &stack{opts: stackOptions{redisURL: rs.URL(), dbURL: dbURL, coalesce: true, soldOutTTL: linSoldOutTTL},
 		checks: &agreementtest.Checks{}}
-	s.Ledger, s.LedgerURL = startVOPRService(t, "ledger", "LEDGER_ADDR", logFile, []string{
+	env := append([]string{
 		"DATABASE_URL=" + voprLedgerDB(t, dbURL), "REDIS_URL=" + rs.URL(), "LEDGER_TOKEN=" + ledgerToken,
 		"RESERVATION_TTL=" + voprReservationTTL.String(), "EXPIRY_INTERVAL=" + voprExpiryInterval.String(),
 		"RECONCILE_INTERVAL=1h", "DB_TIMEOUT=" + voprDBTimeout.String(),
@@ -161,7 +168,8 @@ func newVOPRStack(t *testing.T) *voprStack {
 		// it outlived voprQuiet and a round failed on an order that was
 		// about to be settled (seed 2 beside other packages' tests).
 		"HANGING_GRACE=" + voprHangingGrace.String(),
-	})
+	}, ledgerEnv...)
+	s.Ledger, s.LedgerURL = startVOPRService(t, "ledger", "LEDGER_ADDR", logFile, env)
 	s.Proxy, s.ProxyURL = startVOPRService(t, "proxy", "PROXY_ADDR", logFile, []string{
 		"REDIS_URL=" + rs.URL(), "LEDGER_URL=" + s.LedgerURL, "LEDGER_TOKEN=" + ledgerToken,
 		devstack.OpenEdge, "SOLDOUT_TTL=" + linSoldOutTTL.String(), "VOUCHER_CACHE_TTL=5s",
@@ -182,7 +190,7 @@ func newVOPRStack(t *testing.T) *voprStack {
 	s.pool, err = pgxpool.NewWithConfig(context.Background(), cfg)
 	require.NoError(t, err)
 	t.Cleanup(s.pool.Close)
-	return &voprStack{stack: s, rdb: rdb, logPath: logPath}
+	return &voprStack{stack: s, rdb: rdb, logPath: logPath, logFile: logFile, ledgerEnv: env}
 }
 
 // voprLedgerDB is the ledger's DATABASE_URL: on the tests' own Postgres (a
@@ -205,11 +213,19 @@ func voprLedgerDB(t *testing.T, dbURL string) string {
 // startVOPRService is startService with the service's log sent to out.
 func startVOPRService(t *testing.T, name, addrVar string, out io.Writer, env []string) (*devstack.Service, string) {
 	t.Helper()
+	return startVOPRServiceOf(t, name, name, addrVar, out, env)
+}
+
+// startVOPRServiceOf is startVOPRService of bin/binary under another name.
+func startVOPRServiceOf(t *testing.T, binary, name, addrVar string, out io.Writer, env []string) (*devstack.Service, string) {
+	t.Helper()
 	port, err := devstack.FreePort()
 	require.NoError(t, err)
 	addr := "127.0.0.1:" + strconv.Itoa(port)
-	env = append(env, addrVar+"="+addr, "SHUTDOWN_DELAY=0s")
-	svc, err := devstack.StartService(name, serviceBinary(t, name), env, "http://"+addr+"/healthz", out)
+	// Into a copy: two ledgers started from one environment each keep their
+	// own address (a restart of the first would otherwise bind the second's).
+	env = append(slices.Clip(env), addrVar+"="+addr, "SHUTDOWN_DELAY=0s")
+	svc, err := devstack.StartService(name, serviceBinary(t, binary), env, "http://"+addr+"/healthz", out)
 	require.NoError(t, err)
 	t.Cleanup(func() { svc.Stop() })
 	return svc, "http://" + addr
@@ -225,6 +241,7 @@ type voprRound struct {
 	customers int
 	orders    int // orderIds in the round, shared by its vouchers
 	vouchers  []voprVoucher
+	log       bool // a TestVOPRLog round: writePath log vouchers (vopr_log_test.go)
 }
 
 // voprVoucher is a voucher of a round as created.
@@ -262,7 +279,10 @@ func (r *voprRound) String() string {
 		r.seed, r.number, r.drivers, r.opsEach, r.customers, r.orders, r.destroys)
 	for _, v := range r.vouchers {
 		kind := "standard"
-		if v.flash {
+		switch {
+		case v.flash && r.log:
+			kind = "flash, writePath log"
+		case v.flash:
 			kind = "flash"
 		}
 		fmt.Fprintf(&b, " %s(%s, limit %d, per user %d)", v.code, kind, v.limit, v.perUser)
@@ -272,6 +292,9 @@ func (r *voprRound) String() string {
 
 // reproduce is the line that reruns a round.
 func (r *voprRound) reproduce() string {
+	if r.log {
+		return fmt.Sprintf("reproduce: %s go test ./systemtest/ -run 'TestVOPRLog$' -v -vopr.seed=%d (or VOPR_SEED=%d)", voprLogSwitch, r.seed, r.seed)
+	}
 	return fmt.Sprintf("reproduce: go test ./systemtest/ -run 'TestVOPR$' -v -vopr.seed=%d (or VOPR_SEED=%d)", r.seed, r.seed)
 }
 

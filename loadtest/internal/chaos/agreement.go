@@ -89,7 +89,8 @@ func compareOne(ctx context.Context, b *verify.Bench, code string) string {
 // counters (a ledger restarted during the scenario counts from its restart
 // only) and the database's reconcile audit of codes (which every repair of one
 // of them writes, whichever ledger made it). Without the reconciler any repair
-// fails the scenario; with it they are reported.
+// fails the scenario; with it they are reported, unless the scenario's
+// repairs fail it all the same (Scenario.RepairsFail).
 func (r *rig) repairCheck(ctx context.Context, codes ...string) verify.Check {
 	var found, unread []string
 	for _, u := range r.ledgerURLs {
@@ -111,7 +112,11 @@ func (r *rig) repairCheck(ctx context.Context, codes ...string) verify.Check {
 	detail := fmt.Sprintf("%d ledgers' %s and the reconcile audit of %d vouchers: %d counters above 0, %d audited repairs%s%s",
 		len(r.ledgerURLs), strings.Join(agreement.RepairMetrics, ", "), len(codes), len(found)-len(audited), len(audited),
 		listed(found), unreadable(unread))
-	if r.reconciler != "" {
+	switch {
+	case r.reconciler != "" && r.repairsFail:
+		return verify.Check{Name: checkNoRepair, Pass: len(found) == 0 && len(unread) == 0,
+			Detail: detail + "; the reconciler is on (" + r.reconciler + "), and a repair means it freed or restored what the system had right"}
+	case r.reconciler != "":
 		return verify.Check{Name: checkRepairsReported, Pass: true, Detail: detail + "; allowed: " + r.reconciler}
 	}
 	return verify.Check{Name: checkNoRepair, Pass: len(found) == 0 && len(unread) == 0,

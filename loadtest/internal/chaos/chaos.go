@@ -47,13 +47,18 @@ type Config struct {
 	RecoveryBound time.Duration // after the fault, new reserves are answered within this
 	SettleBound   time.Duration // after the last request, Redis = DB within this
 	Fast503       time.Duration // while the fault lasts, p99 of the 503 answers stays within this plus twice the machine's load (the larger of the answers' p99 before it and the proxy's /healthz p99 while it lasts)
-	Seed          uint64
-	Short         bool    // the test's plan: scenarios with their own (Tune, Run) take their short one
-	FlashMax      float64 // the flash path's maximum sustainable rate: soak sends 1/2, overload 3x when not MeasureMax
-	MeasureMax    bool    // overload and the full soak measure the maximum on their own rig first (no --flash-max given)
-	Attack        load.AttackOptions
-	ServiceLog    io.Writer // where the services write their output; nil: stderr
-	Progress      io.Writer // a line per finished soak round; nil: none
+	// Ledgers is log-sale's ledgers in the admissions group (1 or 2; 2:
+	// behind a TCP balancer the proxy talks to); 0: 1.
+	Ledgers int
+	// BrokerDown is how long log-sale's broker stays stopped; 0: FaultFor.
+	BrokerDown time.Duration
+	Seed       uint64
+	Short      bool    // the test's plan: scenarios with their own (Tune, Run) take their short one
+	FlashMax   float64 // the flash path's maximum sustainable rate: soak sends 1/2, overload 3x when not MeasureMax
+	MeasureMax bool    // overload and the full soak measure the maximum on their own rig first (no --flash-max given)
+	Attack     load.AttackOptions
+	ServiceLog io.Writer // where the services write their output; nil: stderr
+	Progress   io.Writer // a line per finished soak round; nil: none
 }
 
 // DefaultConfig is `loadtest chaos` without flags: a rate this 2-core machine
@@ -143,6 +148,8 @@ func parseChaosFlags(args []string) (chaosCmd, error) {
 	fs.DurationVar(&cfg.FaultAt, "fault-at", cfg.FaultAt, "the fault starts this long into the burst")
 	fs.DurationVar(&cfg.FaultFor, "fault-for", cfg.FaultFor, "how long a fault lasts (a killed process stays down this long)")
 	fs.IntVar(&cfg.Stock, "stock", 0, "the burst voucher's uses (0: 30% of the requests; log-sale's voucher: 50,000, --short 1,000)")
+	fs.IntVar(&cfg.Ledgers, "ledgers", 1, "log-sale: ledgers in the admissions consumer group (1 or 2; 2: behind a TCP balancer the proxy talks to, the first one killed)")
+	fs.DurationVar(&cfg.BrokerDown, "broker-down", 0, "log-sale: how long the broker stays stopped (0: --fault-for); longer than the ledgers' HANGING_GRACE (2s) tempts the reconciler")
 	fs.DurationVar(&cfg.RecoveryBound, "recovery-bound", cfg.RecoveryBound, "new reserves must be answered within this after the fault")
 	fs.DurationVar(&cfg.SettleBound, "settle-bound", cfg.SettleBound, "Redis must equal the database within this after the last request")
 	fs.DurationVar(&cfg.Fast503, "fast-503", cfg.Fast503, "while a fault lasts, the p99 of the 503 answers must stay within this plus twice the machine's load, measured in the same run: the larger of the p99 of the answers sent before the fault and the p99 of the proxy's /healthz while it lasts")
@@ -166,6 +173,9 @@ func parseChaosFlags(args []string) (chaosCmd, error) {
 	}
 	if cfg.Rate <= 0 || cfg.Duration <= 0 || cfg.FaultAt < 0 || cfg.FaultFor <= 0 || cfg.FaultAt >= cfg.Duration {
 		return c, errors.New("need --rate > 0, --duration > 0, --fault-for > 0 and 0 <= --fault-at < --duration")
+	}
+	if cfg.Ledgers < 1 || cfg.Ledgers > 2 || cfg.BrokerDown < 0 {
+		return c, errors.New("need --ledgers 1 or 2 and --broker-down >= 0")
 	}
 	var err error
 	if c.Scenarios, err = pickScenarios(picked); err != nil {

@@ -235,12 +235,12 @@ func TestScenarioNamesAreUnique(t *testing.T) {
 }
 
 // Only the scenarios that lose Redis' data on purpose (and the soak, which
-// has such rounds) and the two that kill -9 a service with admitted,
-// unwritten claims run the ledger's periodic reconciler, each saying why;
-// every other one runs without it.
+// has such rounds), the two that kill -9 a service with admitted, unwritten
+// claims and log-sale (whose repairs fail it) run the ledger's periodic
+// reconciler, each saying why; every other one runs without it.
 func TestReconcilerOnlyWhereNeeded(t *testing.T) {
 	keeps := map[string]bool{"redis-kill-aof": true, "redis-kill-empty": true, "soak": true,
-		"ledger-kill": true, "proxy-kill": true}
+		"ledger-kill": true, "proxy-kill": true, "log-sale": true}
 	for _, s := range Scenarios() {
 		env := ledgerEnvOf(s)
 		var interval string

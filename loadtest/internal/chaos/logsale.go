@@ -67,6 +67,7 @@ func tuneLogSale(c Config) Config {
 // the uses Redis took are the same, order for order, with nothing in the
 // dead-letter topic.
 func runLogSale(ctx context.Context, pg *devstack.Postgres, sc Scenario, cfg Config) (*Result, error) {
+	sc.TwoLedgers = cfg.Ledgers == 2
 	r, err := startRig(ctx, pg, sc, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("%s: start the system: %w", sc.Name, err)
@@ -83,7 +84,11 @@ func runLogSale(ctx context.Context, pg *devstack.Postgres, sc Scenario, cfg Con
 	}
 	faults := make(chan []string, 1)
 	var recovered time.Duration
-	go func() { faults <- s.strike(ctx, r, cfg.Stock, cfg.FaultFor, &recovered) }()
+	brokerDown := cfg.BrokerDown
+	if brokerDown == 0 {
+		brokerDown = cfg.FaultFor
+	}
+	go func() { faults <- s.strike(ctx, r, cfg.Stock, cfg.FaultFor, brokerDown, &recovered) }()
 	start := time.Now()
 	s.run(ctx, cfg.Stock, logSaleOrders)
 	end := time.Now()
@@ -93,7 +98,9 @@ func runLogSale(ctx context.Context, pg *devstack.Postgres, sc Scenario, cfg Con
 	}
 	created := s.created()
 	toPG, waitErr := r.bench.WaitUsed(ctx, spec.Code, len(created), logSaleWriteWait)
-	res := &Result{Scenario: sc.Name, Fault: sc.Describe(cfg.FaultFor), Code: spec.Code, Stock: spec.Stock,
+	fault := fmt.Sprintf("%s [this run: %d ledgers, the ledger down %s, the broker down %s]",
+		sc.Describe(cfg.FaultFor), max(cfg.Ledgers, 1), cfg.FaultFor, brokerDown)
+	res := &Result{Scenario: sc.Name, Fault: fault, Code: spec.Code, Stock: spec.Stock,
 		FaultSeconds: cfg.FaultFor.Seconds(), Statuses: s.statuses, ErrorSamples: s.errorSamples,
 		Requests: s.sends, Created: len(created), Refused: s.refused(), Unavailable: s.unavailable, Errors: s.errors,
 		RecoverySeconds: recovered.Seconds(), RecoveryBound: cfg.RecoveryBound.Seconds(),
@@ -184,9 +191,11 @@ func (s *closedSale) judge(ctx context.Context, r *rig, spec verify.VoucherSpec,
 // firstOf is s's first n (a check's samples).
 func firstOf(s []string, n int) []string { return s[:min(n, len(s))] }
 
-// failedAdmissions counts the ledger's failed admissions, closed ones too.
+// failedAdmissions counts the ledger's failed admissions, closed ones too, up
+// to the route's largest page (500; its default, 100, counted 100 of a run's
+// 2,246 dead letters).
 func failedAdmissions(ctx context.Context, b *verify.Bench) (int, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, b.LedgerURL+api.RouteFailedAdmissions+"?all=true", nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, b.LedgerURL+api.RouteFailedAdmissions+"?all=true&limit=500", nil)
 	if err != nil {
 		return 0, err
 	}
@@ -208,11 +217,11 @@ func failedAdmissions(ctx context.Context, b *verify.Bench) (int, error) {
 	return len(page.Admissions), nil
 }
 
-// strike kills the ledger once share logSaleKillAt of stock was answered 201
-// and restarts it after down, then restarts the broker (down for down) at
-// logSaleBrokerAt; it returns a line per fault that struck, and sets
-// recovered to the longest wait for a 201 after a fault ended.
-func (s *closedSale) strike(ctx context.Context, r *rig, stock int, down time.Duration, recovered *time.Duration) []string {
+// strike kills the (first) ledger once share logSaleKillAt of stock was
+// answered 201 and restarts it after down, then restarts the broker (down for
+// brokerDown) at logSaleBrokerAt; it returns a line per fault that struck,
+// and sets recovered to the longest wait for a 201 after a fault ended.
+func (s *closedSale) strike(ctx context.Context, r *rig, stock int, down, brokerDown time.Duration, recovered *time.Duration) []string {
 	var struck []string
 	at := int(logSaleKillAt * float64(stock))
 	if !s.waitCreated(ctx, at) {
@@ -236,7 +245,7 @@ func (s *closedSale) strike(ctx context.Context, r *rig, stock int, down time.Du
 		return struck
 	}
 	n = s.createdCount()
-	gone, err := r.st.RestartKafka(down)
+	gone, err := r.st.RestartKafka(brokerDown)
 	if err != nil {
 		return append(struck, err.Error())
 	}

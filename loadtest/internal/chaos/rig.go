@@ -58,12 +58,13 @@ type rig struct {
 	bench   *verify.Bench
 	dbName  string
 	// ledgerURLs reach each ledger itself (not a balancer), for its /metrics.
-	ledgerURLs []string
-	reconciler string // the scenario's Scenario.Reconciler: why repairs are allowed; "": they fail it
+	ledgerURLs  []string
+	reconciler  string // the scenario's Scenario.Reconciler: why repairs are allowed; "": they fail it
+	repairsFail bool   // Scenario.RepairsFail: repairs fail it although the reconciler runs
 }
 
 func startRig(ctx context.Context, pg *devstack.Postgres, sc Scenario, cfg Config) (r *rig, err error) {
-	r = &rig{pg: pg, reconciler: sc.Reconciler}
+	r = &rig{pg: pg, reconciler: sc.Reconciler, repairsFail: sc.RepairsFail}
 	defer func() {
 		if err != nil {
 			r.Close(ctx)

@@ -35,7 +35,10 @@ type Scenario struct {
 	// reconcile that repairs anything, the periodic one
 	// or ReconcileInherited after a Redis restart, fails the scenario.
 	Reconciler string
-	ProxyEnv   []string // the proxies' beyond chaosProxyEnv
+	// RepairsFail: the reconciler runs (Reconciler says why) and yet any
+	// repair fails the scenario: it is there to be tempted, not to clean up.
+	RepairsFail bool
+	ProxyEnv    []string // the proxies' beyond chaosProxyEnv
 	// Direct: the services reach Redis and Postgres without toxiproxy (no
 	// toxic scenario; as BENCHMARKS.md measured the rates).
 	Direct bool
@@ -129,8 +132,13 @@ func Scenarios() []Scenario {
 			Inject:    rollingRestart},
 		{Name: "overload", Run: runOverload, Direct: true,
 			Fault: "3x the flash path's maximum sustainable rate (measured first on the same stack, or --flash-max) for 20 s (--short: 5 s) on one flash voucher with a use for every order, the stack and the generator on CPUs of their own"},
+		// The reconciler runs every second through both faults (issue 44):
+		// a broker down longer than HANGING_GRACE must not make it free a
+		// use whose record is in the log, so a repair fails the sale.
 		{Name: "log-sale", Run: runLogSale, ByName: true, Direct: true, AdmissionsLog: true, Tune: tuneLogSale,
-			Fault: "a writePath log voucher of --stock uses (default 50,000; --short: 1,000; perUserLimit 2) sold to a customer per use, 3 orders each, by 64 clients as fast as it answers; the ledger killed (-9) at 30% of the uses answered 201, down for {d}; the broker (kfake, its log on disk) stopped at 65%, down for {d}, started again from its files"},
+			Reconciler:  "on every second through the faults, to be tempted: a record in the log (a 201) must keep its use however long the broker or a consumer is away",
+			RepairsFail: true,
+			Fault:       "a writePath log voucher of --stock uses (default 50,000; --short: 1,000; perUserLimit 2) sold to a customer per use, 3 orders each, by 64 clients as fast as it answers, to --ledgers ledgers in the admissions group (default 1; 2: behind a TCP balancer); the ledger (the first) killed (-9) at 30% of the uses answered 201, down for {d}; the broker (kfake, its log on disk) stopped at 65%, down for --broker-down (default {d}), started again from its files; the reconciler on every second throughout"},
 		{Name: "soak", Run: runSoak, ByName: true, Fleet: true, Direct: true,
 			LedgerEnv: []string{"RECONCILE_INTERVAL=" + soakReconcile.String()}, Tune: tuneSoak,
 			Reconciler: "its rounds include redis-kill-aof, which loses Redis' data on purpose, and its last check waits for a reconcile; the repairs of one round would fail every later one",
