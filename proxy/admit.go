@@ -192,8 +192,7 @@ func (a *Admitter) Close() {
 // ReserveVetted runs a claim that Vet passed (v is its voucher's terms)
 // through the edge and, if admitted, through the ledger, whose answer is
 // relayed as it is. It never answers 201 unless the script said RESERVED or
-// DUPLICATE and the ledger wrote (or had) the reservation, or this proxy
-// answered the order 201 itself (replayed). Each outcome is counted in
+// DUPLICATE and the ledger wrote (or had) the reservation. Each outcome is counted in
 // flashgate_reserve_total.
 func (a *Admitter) ReserveVetted(ctx context.Context, code string, cl voucher.Claim, v voucher.Voucher) (Reply, error) {
 	rep, err := a.decide(ctx, code, cl, v)
@@ -276,11 +275,13 @@ func (a *Admitter) reserveFlash(ctx context.Context, code string, cl voucher.Cla
 		}
 		return Reply{}, fmt.Errorf("reserve %s: %w", code, err)
 	}
-	if res == gate.Duplicate {
-		if rep, ok := a.replay(code, cl); ok {
-			return rep, nil
-		}
-	}
+	// A retry (Duplicate) goes to the ledger too, never answered from this
+	// proxy's memory of its 201: Redis may still hold an order whose row was
+	// released or expired since (its Redis step is behind, or was lost), and
+	// the ledger's answer from the row both tells the client the truth and
+	// gives that use back (found by the VOPR: replayed here, such an order
+	// stayed held in Redis with its row expired). Retries are cheap through
+	// the client's and the customer's buckets, which charge them.
 	// From here the claim holds a use in Redis, or is a retry of one that
 	// does: what becomes of it is decided by the ledger's write, not by the
 	// client, so the write goes on when the client leaves (LEDGER_TIMEOUT
@@ -307,7 +308,7 @@ func (a *Admitter) reserveFlash(ctx context.Context, code string, cl voucher.Cla
 	}
 	switch {
 	case err == nil && rep.Status == http.StatusCreated:
-		a.remember(code, cl, rep.Body, hold)
+		a.remember(code, cl, hold)
 	case res == gate.Reserved && alone && notDelivered(rep, err):
 		a.giveBack(code, cl.OrderID)
 	case err != nil && !notDelivered(rep, err):

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"net/http"
 	"time"
 
 	"github.com/dgraph-io/ristretto/v2"
@@ -46,11 +45,9 @@ func holdsOrder(orders *ristretto.Cache[string, int64], code string, cl voucher.
 }
 
 // admittedOrder is what this proxy remembers of an order it answered 201:
-// whose it is, for how much, and the answer itself, which a retry that Redis
-// still holds is answered with (replayed) without a ledger write.
+// whose it is and for how much (a retry of another amount is no retry of it).
 type admittedOrder struct {
 	customer, amount int64
-	reply            []byte
 }
 
 // newAdmittedCache returns the cache of the orders answered 201 here, of
@@ -73,18 +70,8 @@ func newAdmittedCache() (*ristretto.Cache[string, admittedOrder], error) {
 // window asks Redis (holdsUse). A use released since only lets in a request
 // that is then answered from its row, as any other.
 func (a *Admitter) AdmittedHere(code string, cl voucher.Claim) bool {
-	_, ok := a.admittedAnswer(code, cl)
-	return ok
-}
-
-// admittedAnswer returns the 201 this proxy answered cl's order with, when
-// it did for cl's customer and amount.
-func (a *Admitter) admittedAnswer(code string, cl voucher.Claim) ([]byte, bool) {
 	o, ok := a.admitted.Get(admittedKey(code, cl.OrderID))
-	if !ok || o.customer != cl.CustomerID || o.amount != cl.OrderAmount {
-		return nil, false
-	}
-	return o.reply, true
+	return ok && o.customer == cl.CustomerID && o.amount == cl.OrderAmount
 }
 
 // WritingHere reports whether this proxy is writing cl's order for cl's
@@ -123,24 +110,9 @@ func (a *Admitter) SharePeers(ctx context.Context, rdb redis.UniversalClient, re
 // admittedKey is the key of an order in the admitted cache.
 func admittedKey(code, orderID string) string { return code + "/" + orderID }
 
-// remember records, for hold, an order this proxy answered 201 with reply
+// remember records, for hold, an order this proxy answered 201
 // (AdmittedHere).
-func (a *Admitter) remember(code string, cl voucher.Claim, reply []byte, hold time.Duration) {
-	o := admittedOrder{customer: cl.CustomerID, amount: cl.OrderAmount, reply: reply}
+func (a *Admitter) remember(code string, cl voucher.Claim, hold time.Duration) {
+	o := admittedOrder{customer: cl.CustomerID, amount: cl.OrderAmount}
 	a.admitted.SetWithTTL(admittedKey(code, cl.OrderID), o, 1, hold)
-}
-
-// replay answers a retry of an order this proxy answered 201, which Redis
-// still holds (the gate said Duplicate: not released, expired or refunded
-// since), with that first answer, marked replayed, without a ledger write:
-// the ledger would have answered the same (a reserve's 201 carries the order
-// and its discount, never its state: a confirm since changes nothing in it). ok is
-// false for an order answered elsewhere, or for another customer or amount.
-func (a *Admitter) replay(code string, cl voucher.Claim) (Reply, bool) {
-	body, ok := a.admittedAnswer(code, cl)
-	if !ok || len(body) == 0 {
-		return Reply{}, false
-	}
-	a.metrics.replayed.Inc()
-	return Reply{Status: http.StatusCreated, Body: body, Replayed: true}, true
 }

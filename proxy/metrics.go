@@ -13,7 +13,6 @@ type admitMetrics struct {
 	outcome     *httpx.Resolved[string, prometheus.Counter] // outcomes by result, resolved once each
 	batchSize   prometheus.Histogram
 	redisErrors prometheus.Counter
-	replayed    prometheus.Counter
 	remaining   *httpx.BoundedGauge
 	// stages: how long a flash reserve spends in each stage (the profile of
 	// a sale's first second: where the time of an admitted claim goes).
@@ -41,10 +40,6 @@ func newAdmitMetrics(reg prometheus.Registerer, a *Admitter) *admitMetrics {
 			Name: "flashgate_redis_errors_total",
 			Help: "Redis calls that failed or timed out (including those refused by the open breaker).",
 		}),
-		replayed: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "flashgate_reserve_replayed_total",
-			Help: "Retries of orders this proxy answered 201, still held in Redis, answered with that first answer without a ledger write.",
-		}),
 		remaining: httpx.NewBoundedGauge(reg, prometheus.GaugeOpts{
 			Name: "flashgate_voucher_remaining",
 			Help: "Uses left per voucher as the last script call saw them in Redis.",
@@ -57,7 +52,7 @@ func newAdmitMetrics(reg prometheus.Registerer, a *Admitter) *admitMetrics {
 	}, []string{"stage"})
 	m.stages = httpx.NewResolved(func(stage string) prometheus.Observer { return stages.WithLabelValues(stage) })
 	m.outcome = httpx.NewResolved(func(result string) prometheus.Counter { return m.outcomes.WithLabelValues(result) })
-	reg.MustRegister(m.outcomes, stages, m.batchSize, m.redisErrors, m.replayed,
+	reg.MustRegister(m.outcomes, stages, m.batchSize, m.redisErrors,
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "flashgate_soldout_flag_hits_total",
 			Help: "Reserve requests answered OUT_OF_STOCK by the local sold-out flag, without Redis.",

@@ -51,8 +51,9 @@ func TestHostileNoTokenSpendsNoCustomerBudget(t *testing.T) {
 
 // TestRetryOfAdmittedOrderChargedAndReplayed: at CLIENT_RATE=5, 300 retries
 // of one order this proxy answered 201 are charged to the client's bucket
-// (most 429) and those let through are answered 201 from the proxy's memory,
-// marked replayed: the ledger sees a few dozen calls at most, not 300. A retry
+// (most 429) and those let through are answered 201 by the ledger from the
+// order's row, marked replayed: the ledger sees a few dozen calls at most,
+// not 300. A retry
 // of the order with another amount is not taken for it: the ledger answers
 // ORDER_CONFLICT.
 func TestRetryOfAdmittedOrderChargedAndReplayed(t *testing.T) {
