@@ -311,6 +311,11 @@ func (j *Jobs) graceOf(v voucher.Voucher) time.Duration {
 		return neverFree
 	}
 	// Twice the lag: a margin over the clocks of Redis, the broker and
-	// this ledger, which measure the hold's age and the lag.
-	return j.Config.HangingGrace + 2*lag
+	// this ledger, which measure the hold's age and the lag. Twice the grace:
+	// an order a proxy could not learn the fate of is parked with a settler
+	// within HANGING_GRACE of its admission (above LEDGER_TIMEOUT) and settled
+	// there HANGING_GRACE and the lag later; the reconciler, whose free would
+	// be a repair, comes after it (found by the log VOPR: at one grace it
+	// freed such orders first).
+	return 2*j.Config.HangingGrace + 2*lag
 }

@@ -93,6 +93,9 @@ func (o *Operator) lowerLogged(ctx context.Context, code string, p voucher.Vouch
 				"totalLimit cannot go below the uses held now (%d, admissions still in the log included)", held)
 		}
 		_, _, _, err = o.store.ChangeVoucher(ctx, code, actor, store.ActionUpdate, p.Apply)
+		if err == nil {
+			o.termsLocked(ctx, code, true)
+		}
 		if err != nil && loaded {
 			// Undo: the database's terms (the old limit, or whatever a
 			// change racing this one committed) go back to Redis.
@@ -126,14 +129,37 @@ func (o *Operator) SetPaused(ctx context.Context, code string, paused bool, acto
 	})
 }
 
+// change commits a change and gives Redis the new terms under the voucher's
+// lock, so that no reconcile runs between the two: it would find the change
+// in flight and rewrite Redis's terms as a repair (found by the log VOPR,
+// whose reconciler runs every 500 ms). A Redis step that fails is left to
+// announce, which tries again.
 func (o *Operator) change(ctx context.Context, code, actor, action string,
 	change func(voucher.Voucher) (voucher.Voucher, error)) (voucher.Voucher, error) {
-	_, after, _, err := o.store.ChangeVoucher(ctx, code, actor, action, change)
+	var after voucher.Voucher
+	err := o.store.WithVoucherLock(ctx, code, func(ctx context.Context) (err error) {
+		_, after, _, err = o.store.ChangeVoucher(ctx, code, actor, action, change)
+		if err == nil {
+			o.termsLocked(ctx, code, after.FlashSale)
+		}
+		return err
+	})
 	if err != nil {
 		return voucher.Voucher{}, err
 	}
 	o.announce(ctx, code, after.FlashSale)
 	return o.store.Voucher(ctx, code)
+}
+
+// termsLocked gives Redis the database's terms of flash voucher code just
+// changed, under the voucher's lock; a failure is left to announce.
+func (o *Operator) termsLocked(ctx context.Context, code string, flash bool) {
+	if !flash || o.gate == nil {
+		return
+	}
+	if err := o.applyTerms(ctx, code); err != nil {
+		o.log.Warn("changed terms not yet in redis: tried again", "code", code, "err", err)
+	}
 }
 
 // announce tells Redis and every service that code's terms changed. Redis gets
