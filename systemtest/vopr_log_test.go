@@ -15,7 +15,7 @@ import (
 	"github.com/flashgate/flashgate/shared/devstack"
 )
 
-// TestVOPRLog is the VOPR over writePath log vouchers (issue 44): the same
+// TestVOPRLog is the VOPR over writePath log vouchers : the same
 // drivers, history and checks as TestVOPR, on a stack of two ledgers in one
 // admissions consumer group over a Kafka (kfake, its log on disk) that can be
 // stopped, with the reconciler on at a short interval and HANGING_GRACE

@@ -132,7 +132,7 @@ func Scenarios() []Scenario {
 			Inject:    rollingRestart},
 		{Name: "overload", Run: runOverload, Direct: true,
 			Fault: "3x the flash path's maximum sustainable rate (measured first on the same stack, or --flash-max) for 20 s (--short: 5 s) on one flash voucher with a use for every order, the stack and the generator on CPUs of their own"},
-		// The reconciler runs every second through both faults (issue 44):
+		// The reconciler runs every second through both faults:
 		// a broker down longer than HANGING_GRACE must not make it free a
 		// use whose record is in the log, so a repair fails the sale.
 		{Name: "log-sale", Run: runLogSale, ByName: true, Direct: true, AdmissionsLog: true, Tune: tuneLogSale,
