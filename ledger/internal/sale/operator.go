@@ -83,6 +83,7 @@ func (o *Operator) Change(ctx context.Context, code string, p voucher.VoucherPat
 // the database's terms back. A voucher Redis does not hold is left to the
 // database's own check (its next load reads the database).
 func (o *Operator) lowerLogged(ctx context.Context, code string, p voucher.VoucherPatch, actor string) (voucher.Voucher, error) {
+	var owed bool
 	err := o.store.WithVoucherLock(ctx, code, func(ctx context.Context) error {
 		loaded, refused, held, err := o.gate.LowerLimit(ctx, code, *p.TotalLimit)
 		switch {
@@ -94,7 +95,7 @@ func (o *Operator) lowerLogged(ctx context.Context, code string, p voucher.Vouch
 		}
 		_, _, _, err = o.store.ChangeVoucher(ctx, code, actor, store.ActionUpdate, p.Apply)
 		if err == nil {
-			o.termsLocked(ctx, code, true)
+			owed = o.termsLocked(ctx, code, true)
 		}
 		if err != nil && loaded {
 			// Undo: the database's terms (the old limit, or whatever a
@@ -111,7 +112,7 @@ func (o *Operator) lowerLogged(ctx context.Context, code string, p voucher.Vouch
 	if err != nil {
 		return voucher.Voucher{}, err
 	}
-	o.announce(ctx, code, true)
+	o.announce(ctx, code, owed)
 	return o.store.Voucher(ctx, code)
 }
 
@@ -136,43 +137,47 @@ func (o *Operator) SetPaused(ctx context.Context, code string, paused bool, acto
 // announce, which tries again.
 func (o *Operator) change(ctx context.Context, code, actor, action string,
 	change func(voucher.Voucher) (voucher.Voucher, error)) (voucher.Voucher, error) {
-	var after voucher.Voucher
-	err := o.store.WithVoucherLock(ctx, code, func(ctx context.Context) (err error) {
-		_, after, _, err = o.store.ChangeVoucher(ctx, code, actor, action, change)
+	var owed bool
+	err := o.store.WithVoucherLock(ctx, code, func(ctx context.Context) error {
+		_, after, _, err := o.store.ChangeVoucher(ctx, code, actor, action, change)
 		if err == nil {
-			o.termsLocked(ctx, code, after.FlashSale)
+			owed = o.termsLocked(ctx, code, after.FlashSale)
 		}
 		return err
 	})
 	if err != nil {
 		return voucher.Voucher{}, err
 	}
-	o.announce(ctx, code, after.FlashSale)
+	o.announce(ctx, code, owed)
 	return o.store.Voucher(ctx, code)
 }
 
 // termsLocked gives Redis the database's terms of flash voucher code just
-// changed, under the voucher's lock; a failure is left to announce.
-func (o *Operator) termsLocked(ctx context.Context, code string, flash bool) {
+// changed, under the voucher's lock. owed reports a Redis step that failed,
+// which announce then tries again.
+func (o *Operator) termsLocked(ctx context.Context, code string, flash bool) (owed bool) {
 	if !flash || o.gate == nil {
-		return
+		return false
 	}
 	if err := o.applyTerms(ctx, code); err != nil {
 		o.log.Warn("changed terms not yet in redis: tried again", "code", code, "err", err)
+		return true
 	}
+	return false
 }
 
-// announce tells Redis and every service that code's terms changed. Redis gets
+// announce tells every service, and Redis when toRedis (a flash voucher
+// whose new terms Redis does not have yet), that code's terms changed. Redis gets
 // the terms the database has when the voucher's lock is held (the reconciler's
 // too), not the ones this call wrote: two changes racing each other can reach
 // Redis in either order, and the last one applied is still the database's.
 // A Redis step that failed is tried again in the background until
 // announceTimeout (it is idempotent): a change left unapplied in Redis is a
 // drift only a reconcile would repair.
-func (o *Operator) announce(ctx context.Context, code string, flash bool) {
+func (o *Operator) announce(ctx context.Context, code string, toRedis bool) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), announceTimeout)
 	defer o.store.ForgetTerms(code)
-	if flash && o.gate != nil {
+	if toRedis && o.gate != nil {
 		if err := o.applyTerms(ctx, code); err != nil {
 			go func() {
 				defer cancel()
