@@ -164,6 +164,12 @@ func (s *Store) GroupCommit(ctx context.Context, q querier, v voucher.Voucher, c
 	}
 	rows, err := q.Query(ctx, GroupCommitSQL,
 		v.Code, customers, orders, v.Hold(s.ttl).Microseconds(), amounts, discounts, s.events)
+	return groupRowsOf(rows, err)
+}
+
+// groupRowsOf collects what a group commit's statement (GroupCommitSQL,
+// LoggedCommitSQL) returned, by orderId; err is the query's.
+func groupRowsOf(rows pgx.Rows, err error) (map[string]groupRow, error) {
 	if err != nil {
 		return nil, err
 	}

@@ -106,24 +106,7 @@ func (s *Store) loggedCommit(ctx context.Context, tx pgx.Tx, g LoggedGroup) (map
 		amounts[i], discounts[i] = r.Claim.OrderAmount, r.DiscountAmount
 		admitted[i], expires[i] = r.AdmittedAt, r.ExpiresAt
 	}
-	rows, err := tx.Query(ctx, LoggedCommitSQL, g.Code, customers, orders, amounts, discounts, admitted, expires, s.events)
-	if err != nil {
-		return nil, err
-	}
-	got, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (groupRow, error) {
-		var r groupRow
-		var err error
-		r.r, err = scanReservation(row, &r.inserted)
-		return r, err
-	})
-	if err != nil {
-		return nil, err
-	}
-	out := make(map[string]groupRow, len(got))
-	for _, r := range got {
-		out[r.r.OrderID] = r
-	}
-	return out, nil
+	return groupRowsOf(tx.Query(ctx, LoggedCommitSQL, g.Code, customers, orders, amounts, discounts, admitted, expires, s.events))
 }
 
 // LoggedCommitSQL is GroupCommitSQL for promised admissions: $1 code, $2
