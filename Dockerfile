@@ -6,6 +6,8 @@ FROM golang:1.26 AS build
 WORKDIR /src
 # Modules first, so that a source change does not download them again.
 COPY go.mod go.sum ./
+# kfake (the test broker that bin/loadtest also runs) is a patched copy: internal/kfake/PATCHED.md.
+COPY internal/kfake ./internal/kfake
 RUN go mod download
 # Only what the binaries are built from (bin/ holds local builds).
 COPY ledger ./ledger
