@@ -271,7 +271,7 @@ func build(base context.Context, cfg Config, log *slog.Logger, alive func() erro
 	}
 	svc.jobs = jobs.New(svc.store, g, pub, svc.settler, svc.ledger.Warmup, log, jobs.Config{
 		ExpiryInterval: cfg.ExpiryInterval, ReconcileInterval: cfg.ReconcileInterval, HangingGrace: cfg.HangingGrace,
-		Metrics: jobs.NewMetrics(reg), LogLag: logLag,
+		Metrics: jobs.NewMetrics(reg), LogLag: logLag, RetakeStale: svc.ledger.RetakeStale,
 	})
 	svc.operator = sale.NewOperator(svc.store, g, pub, svc.ledger.Warmup, log)
 	svc.outbox = outbox.NewMetrics(reg)

@@ -315,6 +315,58 @@ func TestLogPathPendingPromiseTakenOver(t *testing.T) {
 	assert.Zero(t, testutil.ToFloat64(l.svc.admitted.DeadLetter), "dead-lettered records")
 }
 
+// TestLogPathLeftPromiseRetaken: a promise a ledger left pending (it died
+// between the promise and the broker's answer) with no retry ever coming is
+// not held forever: past promiseStale the jobs produce its record again with
+// its own values, the consumer writes that row, and Redis agrees with
+// Postgres without a reconcile; a young pending promise and a logged one are
+// left alone.
+func TestLogPathLeftPromiseRetaken(t *testing.T) {
+	t.Parallel()
+	k := newKafka(t, 2)
+	l := newTestLedger(t, ledgerOptions{kafka: k.ListenAddrs()})
+	code := newCode(t)
+	l.logVoucher(t, spec(code, 5, 1, true))
+	ctx := context.Background()
+	young, old := code+"-young", code+"-old"
+	res, _, err := l.gate.Reserve(ctx, code, []gate.Item{{CustomerID: 1, OrderID: young, OrderAmount: 5_000},
+		{CustomerID: 2, OrderID: old, OrderAmount: 5_000}})
+	require.NoError(t, err)
+	require.Equal(t, []gate.Result{gate.Reserved, gate.Reserved}, res)
+	now := time.UnixMilli(time.Now().UnixMilli()).UTC()
+	then := now.Add(-time.Minute)
+	_, _, err = l.gate.Promise(ctx, code, []gate.Promise{
+		{OrderID: young, CustomerID: 1, OrderAmount: 5_000, DiscountAmount: 4_000, AdmittedAt: now, ExpiresAt: now.Add(15 * time.Minute)},
+		{OrderID: old, CustomerID: 2, OrderAmount: 5_000, DiscountAmount: 4_000, AdmittedAt: then, ExpiresAt: then.Add(15 * time.Minute)},
+	})
+	require.NoError(t, err)
+
+	// As the jobs do every RetakeEvery (RetakeAll, here on this voucher
+	// only: the other tests' vouchers share the database).
+	n, err := l.led.RetakeStale(ctx, code)
+	require.NoError(t, err)
+	assert.Equal(t, 1, n, "retaken")
+	ps, found, err := l.gate.Promises(ctx, code, young, old)
+	require.NoError(t, err)
+	require.Equal(t, []bool{true, true}, found)
+	assert.False(t, ps[0].Logged, "a young pending promise is left to its ledger")
+	assert.True(t, ps[1].Logged, "the stale promise's record is in the log")
+
+	// The young one's ledger is alive after all: its produce failed.
+	removed, err := l.gate.Abandon(ctx, code, young)
+	require.NoError(t, err)
+	require.Equal(t, []string{young}, removed)
+	_, err = l.gate.GiveBack(ctx, code, young)
+	require.NoError(t, err)
+	l.consume(t)
+	l.waitUsed(t, code, 1)
+	l.requireRows(t, code, []promiseBody{{OrderID: old, DiscountAmount: 4_000, answered: then}})
+	_, found, err = l.gate.Promises(ctx, code, old)
+	require.NoError(t, err)
+	assert.Equal(t, []bool{false}, found, "the consumer removed the promise it wrote")
+	assert.Zero(t, testutil.ToFloat64(l.svc.admitted.DeadLetter), "dead-lettered records")
+}
+
 // TestLogPathConstraintDeadLetters: a record the database's own constraints
 // refuse (a negative orderAmount: ck_order_amount, which no admission
 // breaks) is dead-lettered as a bug, not retried forever: the records

@@ -186,6 +186,45 @@ func (g *Gate) TakeOver(ctx context.Context, code, orderID string, cutoff time.T
 	return v == int64(1), nil
 }
 
+// TakeOverStale takes over every pending or taken-over promise of code
+// admitted before cutoff and returns them: promises a ledger left behind
+// (it died, or its Redis step failed, before it logged or abandoned them),
+// whose records the caller produces again with the same values. It reads
+// the hash in HSCAN steps, each one script, so that a long hash does not
+// hold Redis.
+func (g *Gate) TakeOverStale(ctx context.Context, code string, cutoff time.Time) ([]Promise, error) {
+	if err := checkCode(code); err != nil {
+		return nil, err
+	}
+	var out []Promise
+	cursor := "0"
+	for {
+		v, err := g.run(ctx, promiseScript, loggedKeys(code), "stale", cutoff.UnixMilli(), cursor, staleScanCount)
+		if err != nil {
+			return out, fmt.Errorf("take over the stale promises of %s: %w", code, err)
+		}
+		r, ok := v.([]any)
+		if !ok || len(r)%2 != 1 {
+			return out, fmt.Errorf("take over the stale promises of %s: unexpected reply %v: %w", code, v, ErrBadState)
+		}
+		for i := 1; i < len(r); i += 2 {
+			id, _ := r[i].(string)
+			s, _ := r[i+1].(string)
+			p, err := decodePromise(id, s)
+			if err != nil {
+				return out, err
+			}
+			out = append(out, p)
+		}
+		if cursor, _ = r[0].(string); cursor == "0" || cursor == "" {
+			return out, nil
+		}
+	}
+}
+
+// staleScanCount is the HSCAN count of one TakeOverStale step.
+const staleScanCount = 200
+
 // MarkLogged records that the broker acknowledged the records of orderIDs.
 func (g *Gate) MarkLogged(ctx context.Context, code string, orderIDs ...string) error {
 	return g.promiseOp(ctx, code, "logged", orderIDs)

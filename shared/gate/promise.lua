@@ -30,6 +30,12 @@
 --   "takeover": ARGV[2] orderId, ARGV[3] cutoff (unix millis): a pending or
 --             taken-over promise admitted before cutoff becomes taken over.
 --             Returns 1 if it did, else 0.
+--   "stale":  ARGV[2] cutoff (unix millis), ARGV[3] HSCAN cursor, ARGV[4]
+--             HSCAN count: the pending or taken-over promises of one HSCAN
+--             step admitted before cutoff become taken over (left behind by
+--             a ledger that died, or whose Redis step failed, before it
+--             logged or abandoned them). Returns the next cursor, then
+--             orderId, value pairs of those it took over.
 --   "read":   ARGV[2..] orderIds: one string per order, "" when none.
 -- Errors (before any write) on an unknown operation or a bad ARGV layout.
 
@@ -86,6 +92,24 @@ elseif op == 'takeover' then
   if not state or tonumber(admitted) >= cutoff then return 0 end
   redis.call('HSET', KEYS[6], ARGV[2], 't:' .. string.sub(had, 3))
   return 1
+elseif op == 'stale' then
+  local cutoff = tonumber(ARGV[2])
+  if not cutoff then
+    return redis.error_reply('ERR promise: stale takes a cutoff')
+  end
+  local step = redis.call('HSCAN', KEYS[6], ARGV[3], 'COUNT', ARGV[4])
+  local out = {step[1]}
+  local kv = step[2]
+  for i = 1, #kv, 2 do
+    local admitted = string.match(kv[i + 1], '^[pt]:%d+:%-?%d+:%-?%d+:(%d+):')
+    if admitted and tonumber(admitted) < cutoff then
+      local taken = 't:' .. string.sub(kv[i + 1], 3)
+      redis.call('HSET', KEYS[6], kv[i], taken)
+      out[#out + 1] = kv[i]
+      out[#out + 1] = taken
+    end
+  end
+  return out
 elseif op == 'read' then
   local out = {}
   for i = 2, #ARGV do

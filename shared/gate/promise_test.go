@@ -2,6 +2,7 @@ package gate
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -171,4 +172,59 @@ func TestLoadHoldsPromised(t *testing.T) {
 	assert.Equal(t, map[string]int64{"row": 1, "logged": 2}, owners)
 	assert.EqualValues(t, 3, remaining)
 	assert.Equal(t, map[int64]int{1: 1, 2: 1}, users(t, rdb, code))
+}
+
+// TestTakeOverStale: of many promises, TakeOverStale takes over exactly the
+// pending and taken-over ones admitted before the cutoff (over several HSCAN
+// steps), never a logged one nor a younger one; an Abandon after it removes
+// none of them (their records are being produced again).
+func TestTakeOverStale(t *testing.T) {
+	t.Parallel()
+	g, rdb := newGate(t)
+	ctx := context.Background()
+	code := promisedCode(t, g, rdb, "stale")
+	load(t, g, code, 10_000, 2)
+	now := time.UnixMilli(time.Now().UnixMilli()).UTC()
+	old, young := now.Add(-time.Minute), now
+	var ps []Promise
+	want := map[string]bool{}
+	for i := range 3 * staleScanCount {
+		at := young
+		if i%2 == 0 {
+			at = old
+		}
+		id := fmt.Sprintf("o%d", i)
+		ps = append(ps, Promise{OrderID: id, CustomerID: int64(i), OrderAmount: 5_000, DiscountAmount: 500, AdmittedAt: at, ExpiresAt: at.Add(time.Minute)})
+		if at == old && i%3 != 0 {
+			want[id] = true
+		}
+	}
+	_, _, err := g.Promise(ctx, code, ps)
+	require.NoError(t, err)
+	var logged []string
+	for i := 0; i < len(ps); i += 3 {
+		logged = append(logged, ps[i].OrderID)
+	}
+	require.NoError(t, g.MarkLogged(ctx, code, logged...))
+
+	got, err := g.TakeOverStale(ctx, code, now.Add(-time.Second))
+	require.NoError(t, err)
+	ids := map[string]bool{}
+	for _, p := range got {
+		ids[p.OrderID] = true
+		assert.Equal(t, old, p.AdmittedAt, p.OrderID)
+		assert.False(t, p.Logged, p.OrderID)
+	}
+	assert.Equal(t, want, ids)
+
+	again, err := g.TakeOverStale(ctx, code, now.Add(-time.Second))
+	require.NoError(t, err)
+	assert.Len(t, again, len(want), "taken-over promises are taken over again (their produce may have failed)")
+	var all []string
+	for id := range want {
+		all = append(all, id)
+	}
+	removed, err := g.Abandon(ctx, code, all...)
+	require.NoError(t, err)
+	assert.Empty(t, removed, "a taken-over promise is not abandoned by the ledger whose produce failed")
 }

@@ -23,6 +23,10 @@ type Config struct {
 	// wait in the log for that long, so the reconciler frees a hold of one
 	// only past HangingGrace plus twice the lag. nil: never.
 	LogLag      func() (lag time.Duration, known bool)
+	// RetakeStale produces again the records of a log voucher's promises
+	// that a ledger left pending (sale.Ledger.RetakeStale), every
+	// RetakeEvery for each live flash voucher. nil: never.
+	RetakeStale func(ctx context.Context, code string) (int, error)
 	ExpiryBatch int      // rows per sweep transaction; default 500
 	Metrics     *Metrics // nil: not exported
 }
@@ -67,6 +71,8 @@ func (j *Jobs) Run(ctx context.Context, stop <-chan struct{}) {
 	defer reconcile.Stop()
 	unsettled := time.NewTicker(time.Second)
 	defer unsettled.Stop()
+	retake := time.NewTicker(RetakeEvery)
+	defer retake.Stop()
 	for {
 		select {
 		case <-stop: // before a tick that is due as well
@@ -89,6 +95,30 @@ func (j *Jobs) Run(ctx context.Context, stop <-chan struct{}) {
 				j.log.Info("settled writes that failed on a fault", "orders", n)
 			}
 			j.ReconcileInherited(ctx) // after a Redis restart or failover: within a second
+		case <-retake.C:
+			j.RetakeAll(ctx)
+		}
+	}
+}
+
+// RetakeEvery is how often the jobs look for promises left pending: a
+// promise is stale 10 s after its admission (sale.RetakeStale), so one is
+// produced again within 15 s.
+const RetakeEvery = 5 * time.Second
+
+// RetakeAll runs Config.RetakeStale for every live flash voucher.
+func (j *Jobs) RetakeAll(ctx context.Context) {
+	if j.Config.RetakeStale == nil {
+		return
+	}
+	codes, err := j.store.LiveFlashVouchers(ctx)
+	if err != nil {
+		j.log.Error("retake stale promises: list the flash vouchers", "err", err)
+		return
+	}
+	for _, code := range codes {
+		if n, err := j.Config.RetakeStale(ctx, code); err != nil {
+			j.log.Error("retake stale promises", "code", code, "orders", n, "err", err)
 		}
 	}
 }

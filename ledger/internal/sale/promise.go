@@ -333,3 +333,44 @@ func idsAt(claims []voucher.Claim, idx []int) []string {
 	}
 	return ids
 }
+
+// RetakeStale produces again the records of code's promises still pending
+// (or taken over) promiseStale after their admission: a ledger died, or its
+// Redis step failed, between the promise and its logged or abandoned mark,
+// so no retry of the same claim may ever come to take them over. Each
+// record carries its promise's values; the consumer writes one row of two
+// such records, so a record that was in the log already costs nothing. The
+// promise becomes logged once the broker acknowledges; a failed produce
+// leaves it taken over, for the next pass. It returns how many it retook.
+func (l *Ledger) RetakeStale(ctx context.Context, code string) (int, error) {
+	if l.gate == nil || l.admissions == nil {
+		return 0, nil
+	}
+	ps, err := l.gate.TakeOverStale(ctx, code, l.store.Clock().Add(-promiseStale))
+	if len(ps) == 0 {
+		return 0, err
+	}
+	batch := make([]store.Logged, len(ps))
+	ids := make([]string, len(ps))
+	for i, p := range ps {
+		batch[i] = store.Logged{Claim: voucher.Claim{CustomerID: p.CustomerID, OrderID: p.OrderID, OrderAmount: p.OrderAmount},
+			DiscountAmount: p.DiscountAmount, AdmittedAt: p.AdmittedAt, ExpiresAt: p.ExpiresAt}
+		ids[i] = p.OrderID
+	}
+	l.log.Warn("pending promises left behind are produced again", "code", code, "orders", len(ps), "err", err)
+	writing := l.settler.Writing(code, ids)
+	errs := l.admissions.Append(ctx, code, batch)
+	writing()
+	var logged []string
+	for i, e := range errs {
+		if e == nil {
+			logged = append(logged, ids[i])
+		} else if err == nil {
+			err = e
+		}
+	}
+	if merr := l.gate.MarkLogged(context.WithoutCancel(ctx), code, logged...); merr != nil && err == nil {
+		err = merr
+	}
+	return len(ps), err
+}
