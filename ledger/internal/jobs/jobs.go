@@ -22,7 +22,7 @@ type Config struct {
 	// known false until it can tell): a writePath log voucher's records
 	// wait in the log for that long, so the reconciler frees a hold of one
 	// only past HangingGrace plus twice the lag. nil: never.
-	LogLag      func() (lag time.Duration, known bool)
+	LogLag func() (lag time.Duration, known bool)
 	// RetakeStale produces again the records of a log voucher's promises
 	// that a ledger left pending (sale.Ledger.RetakeStale), every
 	// RetakeEvery for each live flash voucher. nil: never.
