@@ -17,6 +17,10 @@ type ReconcileResult struct {
 	RemainingBefore, RemainingAfter int64
 	Released                        []string // hanging orders removed, sorted
 	Restored                        int      // database orders added back
+	// Restoring: the database's orders the pass sent to be added back
+	// (absent from Redis's orders when scanned), sorted; Restored counts
+	// those it added.
+	Restoring []string
 	TermsChanged                    bool     // meta differed from the voucher's terms and was rewritten
 }
 
@@ -185,6 +189,7 @@ func (p *reconcilePass) run(ctx context.Context, dbActive []Order) (ReconcileDet
 	loaded, err = p.scan(ctx, "done", func(_ int64, order, _ string) error {
 		if customer, inDB := p.db[order]; inDB && !p.sent[order] {
 			p.sent[order] = true
+			p.res.Restoring = append(p.res.Restoring, order)
 			return p.add(ctx, order, strconv.FormatInt(customer, 10))
 		}
 		return nil
@@ -195,6 +200,7 @@ func (p *reconcilePass) run(ctx context.Context, dbActive []Order) (ReconcileDet
 	for _, o := range dbActive {
 		if !p.sent[o.OrderID] {
 			p.sent[o.OrderID] = true
+			p.res.Restoring = append(p.res.Restoring, o.OrderID)
 			if err := p.add(ctx, o.OrderID, strconv.FormatInt(o.CustomerID, 10)); err != nil {
 				return ReconcileDetail{}, err
 			}
@@ -207,6 +213,7 @@ func (p *reconcilePass) run(ctx context.Context, dbActive []Order) (ReconcileDet
 		return ReconcileDetail{}, err
 	}
 	slices.Sort(p.res.Released)
+	slices.Sort(p.res.Restoring)
 	return p.res, nil
 }
 

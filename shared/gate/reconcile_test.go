@@ -37,7 +37,7 @@ func TestReconcile(t *testing.T) {
 		db := []Order{{OrderID: "written", CustomerID: 2}, {OrderID: "lost", CustomerID: 4}}
 		res, err := g.Reconcile(ctx, code, v, db, time.Minute)
 		require.NoError(t, err)
-		assert.Equal(t, ReconcileResult{Loaded: true, RemainingBefore: 42, RemainingAfter: 7, Released: []string{"hanging"}, Restored: 1}, res)
+		assert.Equal(t, ReconcileResult{Loaded: true, RemainingBefore: 42, RemainingAfter: 7, Released: []string{"hanging"}, Restored: 1, Restoring: []string{"lost"}}, res)
 
 		owners, remaining := orderOwners(t, g, code)
 		assert.Equal(t, map[string]int64{"written": 2, "young": 3, "lost": 4}, owners)

@@ -214,7 +214,7 @@ func TestReconcileTakesCurrentTerms(t *testing.T) {
 	db := []Order{{OrderID: "a", CustomerID: 1}, {OrderID: "b", CustomerID: 2}} // b holds a use again
 	res, err := g.Reconcile(ctx, code, changed, db, time.Minute)
 	require.NoError(t, err)
-	assert.Equal(t, ReconcileResult{Loaded: true, RemainingBefore: 9, RemainingAfter: 13, Restored: 1, TermsChanged: true, Released: []string{}}, res)
+	assert.Equal(t, ReconcileResult{Loaded: true, RemainingBefore: 9, RemainingAfter: 13, Restored: 1, Restoring: []string{"b"}, TermsChanged: true, Released: []string{}}, res)
 	got, _, _, err := g.Meta(ctx, code)
 	require.NoError(t, err)
 	changed.Code = code

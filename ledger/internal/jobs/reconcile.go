@@ -3,6 +3,7 @@ package jobs
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/flashgate/flashgate/ledger/internal/sale"
@@ -62,7 +63,8 @@ func (j *Jobs) ReconcileBy(ctx context.Context, code, actor string) (Report, err
 		j.log.Warn("reconcile found drift", "code", code, "db_remaining", rep.DBRemaining,
 			"redis_remaining", rep.RedisRemaining, "redis_remaining_after", rep.RedisRemainingAfter,
 			"drift", rep.Drift, "released", rep.Released, "restored", rep.Restored, "reloaded", rep.Reloaded,
-			"remaining_repaired", fix.remaining, "terms_rewritten", fix.terms, "actor", actor)
+			"remaining_repaired", fix.remaining, "terms_rewritten", fix.terms, "actor", actor,
+			"released_orders", fix.released, "restored_orders", fix.restored)
 	}
 	if rep.Released > 0 || rep.Restored > 0 || fix.remaining {
 		// Stock came back, or orders did: a proxy's sold-out flag may be stale.
@@ -70,7 +72,7 @@ func (j *Jobs) ReconcileBy(ctx context.Context, code, actor string) (Report, err
 	}
 	if fixed {
 		before := sale.GateState{Loaded: !rep.Reloaded, Remaining: rep.RedisRemaining}
-		after := ReconcileAudit{Report: rep, Repairs: kinds}
+		after := ReconcileAudit{Report: rep, Repairs: kinds, ReleasedOrders: fix.released, RestoredOrders: fix.restored}
 		if err := j.store.AddAudit(context.WithoutCancel(ctx), code, actor, store.ActionReconcile, before, after); err != nil {
 			j.log.Error("reconcile not audited", "code", code, "err", err) // Redis was fixed all the same
 		}
@@ -83,6 +85,9 @@ func (j *Jobs) ReconcileBy(ctx context.Context, code, actor string) (Report, err
 type ReconcileAudit struct {
 	Report
 	Repairs []string `json:"repairs,omitempty"`
+	// The orders it freed and restored, for whoever reads why.
+	ReleasedOrders []string `json:"releasedOrders,omitempty"`
+	RestoredOrders []string `json:"restoredOrders,omitempty"`
 }
 
 // counterFix is what a reconcile repaired in Redis beside its orders, which
@@ -90,6 +95,9 @@ type ReconcileAudit struct {
 type counterFix struct {
 	remaining bool // the counter disagreed with the orders Redis held
 	terms     bool // meta's terms differed from the database's
+	// The orders freed, and those restored (at most: the pass's candidates
+	// still held by the database after it).
+	released, restored []string
 }
 
 // The kinds of flashgate_reconcile_repairs_total.
@@ -161,34 +169,39 @@ func (j *Jobs) reconcileLocked(ctx context.Context, code string) (rep Report, fi
 	}
 	rep.RedisRemaining, rep.RedisRemainingAfter = res.RemainingBefore, res.RemainingAfter
 	rep.Released, rep.Restored = len(res.Released), res.Restored
+	fix.released, fix.restored = res.Released, res.Restoring
 	if res.Restored > 0 {
 		// An order of the snapshot that finished while the steps ran (the
 		// database, then Redis) may have been restored after its release:
 		// settle the snapshot's orders that are no longer active now, rather
-		// than hold their uses until the next pass frees them.
-		if err := j.settleFinished(ctx, code, orders); err != nil {
+		// than hold their uses until the next pass frees them. Such an order
+		// was not lost by Redis, and its restore, undone, is no repair.
+		gone, err := j.settleFinished(ctx, code, orders)
+		if err != nil {
 			return Report{}, fix, err
 		}
+		fix.restored = slices.DeleteFunc(slices.Clone(res.Restoring), func(id string) bool { return slices.Contains(gone, id) })
+		rep.Restored = max(0, res.Restored-(len(res.Restoring)-len(fix.restored)))
 	}
 	// Each order Redis lost is a use it could hand out again (a retry of the
 	// order refused meanwhile), even when remaining agreed (both at 0).
 	rep.Drift = res.RemainingBefore - rep.DBRemaining
-	if res.Restored > 0 {
-		rep.Drift = max(rep.Drift, int64(res.Restored))
+	if rep.Restored > 0 {
+		rep.Drift = max(rep.Drift, int64(rep.Restored))
 	}
 	return rep, counterFix{remaining: res.CounterRepaired, terms: res.TermsChanged}, nil
 }
 
 // settleFinished makes Redis agree with the database about those of the
 // snapshot's orders that no longer hold a use (Settler.Agree).
-func (j *Jobs) settleFinished(ctx context.Context, code string, snapshot []store.ActiveOrder) error {
+func (j *Jobs) settleFinished(ctx context.Context, code string, snapshot []store.ActiveOrder) ([]string, error) {
 	ids := make([]string, len(snapshot))
 	for i, o := range snapshot {
 		ids[i] = o.OrderID
 	}
 	now, err := j.store.ActiveOf(ctx, code, ids)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	still := make(map[string]bool, len(now))
 	for _, o := range now {
@@ -200,7 +213,7 @@ func (j *Jobs) settleFinished(ctx context.Context, code string, snapshot []store
 			gone = append(gone, id)
 		}
 	}
-	return j.settler.Agree(ctx, code, gone)
+	return gone, j.settler.Agree(ctx, code, gone)
 }
 
 // ReconcileAll reconciles every live flash voucher that has changed since its
