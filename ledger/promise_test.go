@@ -402,3 +402,47 @@ func TestLogPathConstraintDeadLetters(t *testing.T) {
 	assert.EqualValues(t, 1, testutil.ToFloat64(l.svc.admitted.DeadLetter), "dead-lettered records")
 	assert.Equal(t, 1, l.counts(t, code).Rows)
 }
+
+// TestLogPathAbandonedRecordSkipped: a produce that reported a failure
+// whose record the broker kept all the same (its promise abandoned, its use
+// given back, its client answered 503) is skipped by the consumer: no row
+// and no use taken a second time; and a retry's later promise of the same
+// order, answered 201, is neither removed by that old record nor written
+// with its values: its own record writes the row it promised.
+func TestLogPathAbandonedRecordSkipped(t *testing.T) {
+	t.Parallel()
+	k := newKafka(t, 1)
+	l := newTestLedger(t, ledgerOptions{kafka: k.ListenAddrs()})
+	code := newCode(t)
+	l.logVoucher(t, spec(code, 5, 1, true))
+	ctx := context.Background()
+	order := code + "-o"
+	res, _, err := l.gate.Reserve(ctx, code, []gate.Item{{CustomerID: 1, OrderID: order, OrderAmount: 7_000}})
+	require.NoError(t, err)
+	require.Equal(t, []gate.Result{gate.Reserved}, res)
+	then := time.UnixMilli(time.Now().Add(-time.Second).UnixMilli()).UTC()
+	old := store.Logged{Claim: voucher.Claim{CustomerID: 1, OrderID: order, OrderAmount: 7_000}, DiscountAmount: 4_000,
+		AdmittedAt: then, ExpiresAt: then.Add(15 * time.Minute)}
+	_, _, err = l.gate.Promise(ctx, code, []gate.Promise{{OrderID: order, CustomerID: 1, OrderAmount: 7_000,
+		DiscountAmount: 4_000, AdmittedAt: then, ExpiresAt: old.ExpiresAt}})
+	require.NoError(t, err)
+	// Its produce "failed": abandoned, the use given back.
+	removed, err := l.gate.Abandon(ctx, code, order)
+	require.NoError(t, err)
+	require.Equal(t, []string{order}, removed)
+	_, err = l.gate.GiveBack(ctx, code, order)
+	require.NoError(t, err)
+	// Yet the broker kept it.
+	p, err := admissions.NewProducer(k.ListenAddrs(), admissions.DefaultTopic, time.Now)
+	require.NoError(t, err)
+	t.Cleanup(p.Close)
+	require.NoError(t, p.Append(ctx, code, []store.Logged{old})[0])
+
+	// The client retries with another amount: a new promise, a new 201.
+	retry := l.reserve201(t, code, 1, order, 5_000)
+	l.consume(t)
+	l.waitUsed(t, code, 1)
+	l.requireRows(t, code, []promiseBody{retry})
+	assert.Zero(t, testutil.ToFloat64(l.svc.admitted.DeadLetter), "dead-lettered records")
+	assert.Equal(t, 1, l.counts(t, code).Rows)
+}

@@ -187,6 +187,9 @@ func readRedis(ctx context.Context, rdb redis.UniversalClient, code string) (s s
 	if err != nil {
 		return side{}, false, wrap(code, err)
 	}
+	// "#orderId" fields are tombstones of abandoned promises (promise.lua):
+	// no hold, no record to write.
+	promises = slices.DeleteFunc(promises, func(f string) bool { return strings.HasPrefix(f, "#") })
 	slices.Sort(promises)
 	s = side{terms: terms, remaining: st.Remaining, promises: promises,
 		orders: make(map[string]int64, len(st.Orders)), users: make(map[int64]int64, len(users))}

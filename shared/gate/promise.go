@@ -225,6 +225,68 @@ func (g *Gate) TakeOverStale(ctx context.Context, code string, cutoff time.Time)
 // staleScanCount is the HSCAN count of one TakeOverStale step.
 const staleScanCount = 200
 
+// Record names one record of an order in the admissions log by the
+// admission time its promise carried (zero for a record produced before
+// promises).
+type Record struct {
+	OrderID    string
+	AdmittedAt time.Time
+}
+
+func recordArgs(op string, recs []Record) []any {
+	args := make([]any, 0, 1+2*len(recs))
+	args = append(args, op)
+	for _, r := range recs {
+		at := ""
+		if !r.AdmittedAt.IsZero() {
+			at = strconv.FormatInt(r.AdmittedAt.UnixMilli(), 10)
+		}
+		args = append(args, r.OrderID, at)
+	}
+	return args
+}
+
+// Abandoned reports, per record, whether its promise was abandoned after a
+// produce that failed (Abandon): its use was given back and its client
+// answered 503, so a record the broker kept all the same is skipped.
+func (g *Gate) Abandoned(ctx context.Context, code string, recs []Record) ([]bool, error) {
+	if len(recs) == 0 {
+		return nil, nil
+	}
+	if err := checkCode(code); err != nil {
+		return nil, err
+	}
+	v, err := g.run(ctx, promiseScript, loggedKeys(code), recordArgs("abandoned", recs)...)
+	if err != nil {
+		return nil, fmt.Errorf("abandoned promises of %s: %w", code, err)
+	}
+	r, ok := v.([]any)
+	if !ok || len(r) != len(recs) {
+		return nil, fmt.Errorf("abandoned promises of %s: unexpected reply %v: %w", code, v, ErrBadState)
+	}
+	out := make([]bool, len(recs))
+	for i, x := range r {
+		out[i] = x == int64(1)
+	}
+	return out, nil
+}
+
+// Settle removes the promises of the records the consumer decided, each only
+// if it is the record's own (a later promise of the same order, made after
+// this record's was abandoned, stays), and their tombstones.
+func (g *Gate) Settle(ctx context.Context, code string, recs []Record) error {
+	if len(recs) == 0 {
+		return nil
+	}
+	if err := checkCode(code); err != nil {
+		return err
+	}
+	if _, err := g.run(ctx, promiseScript, loggedKeys(code), recordArgs("settle", recs)...); err != nil {
+		return fmt.Errorf("settle promises of %s: %w", code, err)
+	}
+	return nil
+}
+
 // MarkLogged records that the broker acknowledged the records of orderIDs.
 func (g *Gate) MarkLogged(ctx context.Context, code string, orderIDs ...string) error {
 	return g.promiseOp(ctx, code, "logged", orderIDs)

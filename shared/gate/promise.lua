@@ -25,8 +25,18 @@
 --   "forget": ARGV[2..] orderIds: the promises are removed. Returns how many
 --             there were.
 --   "abandon": ARGV[2..] orderIds: the pending promises (state p: nobody took
---             them over) are removed, after a produce that failed. Returns
---             one 1 (removed) or 0 per order.
+--             them over) are removed, after a produce that failed, each
+--             leaving a tombstone (field "#orderId": its admission time in
+--             unix millis; "#" is no orderId's character) that tells the
+--             consumer to skip the record if the broker kept it after all.
+--             Returns one 1 (removed) or 0 per order.
+--   "abandoned": ARGV[2..] orderId, admittedAtMillis pairs: one 1 per pair
+--             whose promise was abandoned (its tombstone), else 0.
+--   "settle": ARGV[2..] orderId, admittedAtMillis pairs: the consumer decided
+--             these records: the promise goes if it is the record's (the same
+--             admission time, or any when the time is ""; a later promise of
+--             the order stays), and so does a matching tombstone. Returns how
+--             many promises it removed.
 --   "takeover": ARGV[2] orderId, ARGV[3] cutoff (unix millis): a pending or
 --             taken-over promise admitted before cutoff becomes taken over.
 --             Returns 1 if it did, else 0.
@@ -78,12 +88,37 @@ elseif op == 'abandon' then
     local had = redis.call('HGET', KEYS[6], ARGV[i])
     if had and string.sub(had, 1, 2) == 'p:' then
       redis.call('HDEL', KEYS[6], ARGV[i])
+      local admitted = string.match(had, '^p:%d+:%-?%d+:%-?%d+:(%d+):')
+      if admitted then
+        redis.call('HSET', KEYS[6], '#' .. ARGV[i], admitted)
+      end
       out[#out + 1] = 1
     else
       out[#out + 1] = 0
     end
   end
   return out
+elseif op == 'abandoned' then
+  local out = {}
+  for i = 2, #ARGV, 2 do
+    local at = redis.call('HGET', KEYS[6], '#' .. ARGV[i])
+    out[#out + 1] = (at and at == ARGV[i + 1]) and 1 or 0
+  end
+  return out
+elseif op == 'settle' then
+  local n = 0
+  for i = 2, #ARGV, 2 do
+    local order, at = ARGV[i], ARGV[i + 1]
+    local had = redis.call('HGET', KEYS[6], order)
+    if had and (at == '' or string.match(had, '^[ptl]:%d+:%-?%d+:%-?%d+:(%d+):') == at) then
+      redis.call('HDEL', KEYS[6], order)
+      n = n + 1
+    end
+    if at ~= '' and redis.call('HGET', KEYS[6], '#' .. order) == at then
+      redis.call('HDEL', KEYS[6], '#' .. order)
+    end
+  end
+  return n
 elseif op == 'takeover' then
   local had = redis.call('HGET', KEYS[6], ARGV[2])
   local cutoff = tonumber(ARGV[3])

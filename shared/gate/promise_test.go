@@ -228,3 +228,51 @@ func TestTakeOverStale(t *testing.T) {
 	require.NoError(t, err)
 	assert.Empty(t, removed, "a taken-over promise is not abandoned by the ledger whose produce failed")
 }
+
+// TestAbandonLeavesTombstone: an abandoned promise leaves a tombstone that
+// names its admission (Abandoned finds that record, not another of the same
+// order); a later promise of the order is not settled by the old record, only
+// by its own, and settling the old record clears the tombstone.
+func TestAbandonLeavesTombstone(t *testing.T) {
+	t.Parallel()
+	g, rdb := newGate(t)
+	ctx := context.Background()
+	code := promisedCode(t, g, rdb, "tomb")
+	load(t, g, code, 10, 2)
+	first := time.UnixMilli(time.Now().Add(-time.Minute).UnixMilli()).UTC()
+	later := first.Add(30 * time.Second)
+	p := Promise{OrderID: "o1", CustomerID: 7, OrderAmount: 5_000, DiscountAmount: 500, AdmittedAt: first, ExpiresAt: first.Add(time.Minute)}
+	_, _, err := g.Promise(ctx, code, []Promise{p})
+	require.NoError(t, err)
+	removed, err := g.Abandon(ctx, code, "o1")
+	require.NoError(t, err)
+	require.Equal(t, []string{"o1"}, removed)
+
+	p2 := p
+	p2.AdmittedAt, p2.OrderAmount = later, 7_000
+	_, found, err := g.Promise(ctx, code, []Promise{p2})
+	require.NoError(t, err)
+	require.Equal(t, []bool{false}, found, "a tombstone is no promise")
+
+	old, now := Record{OrderID: "o1", AdmittedAt: first}, Record{OrderID: "o1", AdmittedAt: later}
+	ab, err := g.Abandoned(ctx, code, []Record{old, now, {OrderID: "o2", AdmittedAt: first}})
+	require.NoError(t, err)
+	assert.Equal(t, []bool{true, false, false}, ab)
+
+	require.NoError(t, g.Settle(ctx, code, []Record{old}))
+	got, found, err := g.Promises(ctx, code, "o1")
+	require.NoError(t, err)
+	require.Equal(t, []bool{true}, found, "the old record does not settle the later promise")
+	assert.Equal(t, later, got[0].AdmittedAt)
+	ab, err = g.Abandoned(ctx, code, []Record{old})
+	require.NoError(t, err)
+	assert.Equal(t, []bool{false}, ab, "settled: the tombstone is gone")
+
+	require.NoError(t, g.Settle(ctx, code, []Record{now}))
+	_, found, err = g.Promises(ctx, code, "o1")
+	require.NoError(t, err)
+	assert.Equal(t, []bool{false}, found)
+	n, err := rdb.HLen(ctx, LoggedKey(code)).Result()
+	require.NoError(t, err)
+	assert.Zero(t, n, "nothing left in the hash")
+}

@@ -49,14 +49,14 @@ func (l *Ledger) WriteLogged(ctx context.Context, batch []Batch) ([]Refusal, err
 	}
 	for i, b := range batch {
 		for j := range outs[i] {
-			if voucher.IsFault(outs[i][j].Err) {
+			if err := outs[i][j].Err; voucher.IsFault(err) && !errors.Is(err, errAbandoned) {
 				return nil, fmt.Errorf("write logged admission %s/%s: %w", b.Code, b.Claims[j].OrderID, outs[i][j].Err)
 			}
 		}
 	}
 	var refused []Refusal
 	for i, b := range batch {
-		r, err := l.settleLogged(ctx, b.Code, b.Claims, outs[i])
+		r, err := l.settleLogged(ctx, b, outs[i])
 		if err != nil {
 			return nil, err
 		}
@@ -109,10 +109,17 @@ func (l *Ledger) writePromised(ctx context.Context, batch []Batch) ([][]store.Wr
 	defer cancel()
 	groups := make([]store.LoggedGroup, len(batch))
 	firsts := make([]map[string]int, len(batch)) // orderId -> its index in the group
+	skip, err := l.abandonedOf(ctx, batch)
+	if err != nil {
+		return nil, err
+	}
 	for i, b := range batch {
 		firsts[i] = map[string]int{}
 		groups[i].Code = b.Code
-		for _, p := range b.Promised {
+		for j, p := range b.Promised {
+			if skip[i][j] {
+				continue
+			}
 			if _, dup := firsts[i][p.Claim.OrderID]; !dup {
 				firsts[i][p.Claim.OrderID] = len(groups[i].Records)
 				groups[i].Records = append(groups[i].Records, p)
@@ -128,6 +135,10 @@ func (l *Ledger) writePromised(ctx context.Context, batch []Batch) ([][]store.Wr
 		outs[i] = make([]store.Written, len(b.Claims))
 		seen := map[string]bool{}
 		for j, cl := range b.Claims {
+			if skip[i][j] {
+				outs[i][j] = store.Written{Err: errAbandoned}
+				continue
+			}
 			lead := res[i][firsts[i][cl.OrderID]]
 			switch {
 			case !seen[cl.OrderID]:
@@ -141,6 +152,47 @@ func (l *Ledger) writePromised(ctx context.Context, batch []Batch) ([][]store.Wr
 		}
 	}
 	return outs, nil
+}
+
+// errAbandoned marks a record the consumer skips: its promise was abandoned
+// (its produce reported a failure, its use was given back, its client was
+// answered 503), yet the broker kept it.
+var errAbandoned = errors.New("the admission's promise was abandoned: its record is skipped")
+
+// abandonedOf reads, per promised record of each batch, whether its promise
+// was abandoned (gate.Abandoned). Redis unreadable: a fault, the batch is
+// written again later.
+func (l *Ledger) abandonedOf(ctx context.Context, batch []Batch) ([][]bool, error) {
+	skip := make([][]bool, len(batch))
+	if l.gate == nil {
+		return skip, nil
+	}
+	for i, b := range batch {
+		recs := make([]gate.Record, len(b.Promised))
+		for j, p := range b.Promised {
+			recs[j] = gate.Record{OrderID: p.Claim.OrderID, AdmittedAt: p.AdmittedAt}
+		}
+		ab, err := l.gate.Abandoned(ctx, b.Code, recs)
+		if err != nil {
+			return nil, fmt.Errorf("read the abandoned promises of %s: %w: %w", b.Code, err, voucher.ErrUnavailable)
+		}
+		skip[i] = ab
+		if n := countTrue(ab); n > 0 {
+			l.log.Warn("records of abandoned promises skipped: the broker kept them after their produce failed",
+				"code", b.Code, "records", n)
+		}
+	}
+	return skip, nil
+}
+
+func countTrue(bs []bool) int {
+	n := 0
+	for _, b := range bs {
+		if b {
+			n++
+		}
+	}
+	return n
 }
 
 // insertLogged is store.InsertLogged, split until each refusal is alone.
@@ -180,18 +232,26 @@ func (l *Ledger) insertLogged(ctx context.Context, groups []store.LoggedGroup) (
 // logged claims (out): their promises are removed, a row that holds a use is
 // held, a refused claim's use is given back (dropped for out of stock); it
 // returns the refusals.
-func (l *Ledger) settleLogged(ctx context.Context, code string, claims []voucher.Claim, out []store.Written) ([]Refusal, error) {
+func (l *Ledger) settleLogged(ctx context.Context, b Batch, out []store.Written) ([]Refusal, error) {
+	code, claims := b.Code, b.Claims
 	var refused []Refusal
-	var givenBack, dropped, decided []string
+	var givenBack, dropped []string
+	var decided []gate.Record
 	var holding []gate.Order
 	for i, w := range out {
 		cl := claims[i]
-		decided = append(decided, cl.OrderID)
+		rec := gate.Record{OrderID: cl.OrderID}
+		if len(b.Promised) == len(claims) {
+			rec.AdmittedAt = b.Promised[i].AdmittedAt
+		}
+		decided = append(decided, rec)
 		own := w.Reservation.VoucherCode == code && w.Reservation.CustomerID == cl.CustomerID
 		if w.Reservation.Status.Active() && own {
 			holding = append(holding, gate.Order{OrderID: w.Reservation.OrderID, CustomerID: w.Reservation.CustomerID})
 		}
 		switch {
+		case errors.Is(w.Err, errAbandoned):
+			// Skipped: its use was given back when its produce failed.
 		case w.Err == nil:
 		case w.Replayed && own:
 			// This order's own row, written by an earlier delivery of this
@@ -212,10 +272,16 @@ func (l *Ledger) settleLogged(ctx context.Context, code string, claims []voucher
 	bg := context.WithoutCancel(ctx)
 	// The rows are committed (or the records refused): the promises go
 	// first, so that the give-backs below, which skip promised orders, act.
-	if err := l.gate.Forget(bg, code, decided...); err != nil {
+	if err := l.gate.Settle(bg, code, decided); err != nil {
 		return nil, fmt.Errorf("remove %d promises of %s: %w", len(decided), code, err)
 	}
-	l.freeOrders(bg, code, decided)
+	var freed []string
+	for i, w := range out {
+		if !errors.Is(w.Err, errAbandoned) {
+			freed = append(freed, claims[i].OrderID)
+		}
+	}
+	l.freeOrders(bg, code, freed)
 	if _, err := l.gate.GiveBack(bg, code, givenBack...); err != nil {
 		return nil, fmt.Errorf("give back %d refused admissions of %s: %w", len(givenBack), code, err)
 	}
