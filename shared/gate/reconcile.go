@@ -20,8 +20,8 @@ type ReconcileResult struct {
 	// Restoring: the database's orders the pass sent to be added back
 	// (absent from Redis's orders when scanned), sorted; Restored counts
 	// those it added.
-	Restoring []string
-	TermsChanged                    bool     // meta differed from the voucher's terms and was rewritten
+	Restoring    []string
+	TermsChanged bool // meta differed from the voucher's terms and was rewritten
 }
 
 // ReconcileDetail is a ReconcileResult with what the pass found wrong in the
