@@ -189,7 +189,8 @@ func (j *Jobs) reconcileLocked(ctx context.Context, code string) (rep Report, fi
 	if rep.Restored > 0 {
 		rep.Drift = max(rep.Drift, int64(rep.Restored))
 	}
-	return rep, counterFix{remaining: res.CounterRepaired, terms: res.TermsChanged}, nil
+	fix.remaining, fix.terms = res.CounterRepaired, res.TermsChanged
+	return rep, fix, nil
 }
 
 // settleFinished makes Redis agree with the database about those of the
