@@ -22,10 +22,10 @@ import (
 	"github.com/flashgate/flashgate/shared/voucher"
 )
 
-// openAPIDoc reads openapi.yaml from disk, as the embed does.
+// openAPIDoc reads shared/api's openapi.yaml from disk, as its embed does.
 func openAPIDoc(t *testing.T) ([]byte, map[string]any) {
 	t.Helper()
-	raw, err := os.ReadFile("openapi.yaml")
+	raw, err := os.ReadFile("../api/openapi.yaml")
 	if err != nil {
 		t.Fatalf("ReadFile(openapi.yaml) = %v", err)
 	}

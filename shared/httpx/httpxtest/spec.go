@@ -13,15 +13,15 @@ import (
 	"github.com/getkin/kin-openapi/routers"
 	"github.com/getkin/kin-openapi/routers/gorillamux"
 
-	"github.com/flashgate/flashgate/shared/httpx"
+	"github.com/flashgate/flashgate/shared/api"
 )
 
-// LoadOpenAPI loads and validates httpx's openapi.yaml with kin-openapi, as
+// LoadOpenAPI loads and validates shared/api's openapi.yaml with kin-openapi, as
 // an adopting team's tooling would.
 func LoadOpenAPI(tb testing.TB) *openapi3.T {
 	tb.Helper()
 	loader := openapi3.NewLoader()
-	doc, err := loader.LoadFromData(httpx.OpenAPI())
+	doc, err := loader.LoadFromData(api.OpenAPI())
 	if err != nil {
 		tb.Fatalf("kin-openapi: load openapi.yaml: %v", err)
 	}
