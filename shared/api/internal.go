@@ -76,13 +76,3 @@ type VoucherCodes struct {
 	// last page.
 	Next *string `json:"next"`
 }
-
-// AdmissionsLag is RouteAdmissionsLag's answer: the admissions consumer
-// group's lag as the ledger's reconciler and settler trust it. Log is false
-// on a ledger without an admissions log; LagSeconds is null while the lag is
-// not known (no hold of a log voucher is freed then).
-type AdmissionsLag struct {
-	Log        bool     `json:"log"`
-	Known      bool     `json:"known"`
-	LagSeconds *float64 `json:"lagSeconds"`
-}
