@@ -5,7 +5,7 @@ export PATH := /usr/local/go/bin:$(PATH)
 GO ?= go
 TEST_TIMEOUT ?= 9m
 
-.PHONY: all deps build test fuzz vopr run demo lint bench clean
+.PHONY: all deps build test spec fuzz vopr run demo lint bench clean
 
 all: build
 
@@ -41,9 +41,16 @@ SOLO_PKGS := ./proxy ./systemtest ./loadtest/internal/burst ./loadtest/internal/
 test: export GOFLAGS := $(strip $(GOFLAGS) -trimpath)
 test: deps
 	$(GO) vet ./...
+	@GO="$(GO)" scripts/spec.sh
 	@if docker compose version >/dev/null 2>&1; then docker compose config -q && echo "docker-compose.yml: valid"; \
 	else echo "docker compose not available: skipped checking docker-compose.yml"; fi
 	@GO="$(GO)" TEST_TIMEOUT="$(TEST_TIMEOUT)" SOLO_PKGS="$(SOLO_PKGS)" MAKE="$(MAKE)" scripts/test.sh
+
+# Generates a client from shared/api/openapi.yaml with ogen and with
+# oapi-codegen (tools of their own module, internal/tools) and fails when
+# either refuses it; `make test` runs it (about 5 s with a warm cache).
+spec:
+	@GO="$(GO)" scripts/spec.sh
 
 # A short real fuzzing run of every target (their seed corpora also run as
 # plain tests in `make test`). FUZZTIME=1m make fuzz for a longer one, or a

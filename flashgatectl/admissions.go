@@ -8,7 +8,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/flashgate/flashgate/shared/api"
-	"github.com/flashgate/flashgate/shared/client"
 )
 
 func (a *app) admissionsCommand() *cobra.Command {
@@ -35,7 +34,7 @@ oldest 500 are listed.`,
 				return called(err)
 			}
 			if fs == nil {
-				fs = []client.FailedAdmission{}
+				fs = []api.FailedAdmission{}
 			}
 			return a.emit(fs, func(w io.Writer) { failedRows(w, fs) })
 		},
@@ -44,7 +43,7 @@ oldest 500 are listed.`,
 	return cmd
 }
 
-func failedRows(w io.Writer, fs []client.FailedAdmission) {
+func failedRows(w io.Writer, fs []api.FailedAdmission) {
 	row(w, "VOUCHER", "ORDER", "CUSTOMER", "REASON", "FAILURES", "FAILED", "RESOLUTION", "MESSAGE")
 	for _, f := range fs {
 		row(w, f.Code, f.OrderID, f.CustomerID, f.Reason, f.Failures, f.FailedAt, f.Resolution, f.Message)
@@ -101,7 +100,7 @@ func (a *app) admissionsDiscard() *cobra.Command {
 			if err != nil {
 				return called(err)
 			}
-			fs := []client.FailedAdmission{f}
+			fs := []api.FailedAdmission{f}
 			return a.emit(f, func(w io.Writer) { failedRows(w, fs) })
 		},
 	}

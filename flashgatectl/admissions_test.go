@@ -29,8 +29,8 @@ func refuse(t *testing.T, code, order string, customer, offset int64) {
 }
 
 // mine is the failed admissions of code among fs (the list is every test's).
-func mine(fs []client.FailedAdmission, code string) map[string]client.FailedAdmission {
-	out := map[string]client.FailedAdmission{}
+func mine(fs []api.FailedAdmission, code string) map[string]api.FailedAdmission {
+	out := map[string]api.FailedAdmission{}
 	for _, f := range fs {
 		if f.Code == code {
 			out[f.OrderID] = f
@@ -50,7 +50,7 @@ func TestAdmissions(t *testing.T) {
 	refuse(t, code, replayed, 71, 1)
 	refuse(t, code, discarded, 72, 2)
 
-	open := mine(decode[[]client.FailedAdmission](t, requireOK(t, ctl(t, "admissions", "failed", "-o", "json"))), code)
+	open := mine(decode[[]api.FailedAdmission](t, requireOK(t, ctl(t, "admissions", "failed", "-o", "json"))), code)
 	require.Len(t, open, 2)
 	assert.Equal(t, "OUT_OF_STOCK", open[replayed].Reason)
 	assert.Equal(t, 1, open[replayed].Failures)
@@ -59,16 +59,16 @@ func TestAdmissions(t *testing.T) {
 	assert.Regexp(t, `(?m)^`+code+`\s+`+discarded+`\s+72\s+OUT_OF_STOCK\s+1\s`, table)
 
 	assert.Equal(t, exitUsage, ctl(t, "admissions", "replay", code, replayed).code, "a change without --yes and no terminal")
-	r := decode[client.Receipt](t, requireOK(t, ctl(t, "admissions", "replay", code, replayed, "--yes", "-o", "json")))
+	r := decode[api.Receipt](t, requireOK(t, ctl(t, "admissions", "replay", code, replayed, "--yes", "-o", "json")))
 	assert.Equal(t, replayed, r.OrderID)
 	assert.EqualValues(t, 5_000, r.DiscountAmount, "the discount, at most the order amount")
-	f := decode[client.FailedAdmission](t, requireOK(t, ctl(t, "admissions", "discard", code, discarded, "--yes", "-o", "json")))
+	f := decode[api.FailedAdmission](t, requireOK(t, ctl(t, "admissions", "discard", code, discarded, "--yes", "-o", "json")))
 	require.NotNil(t, f.Resolution)
 	assert.Equal(t, "discarded", *f.Resolution)
 	assert.Equal(t, exitRefused, ctl(t, "admissions", "discard", code, discarded, "--yes").code, "discard again")
 
-	assert.Empty(t, mine(decode[[]client.FailedAdmission](t, requireOK(t, ctl(t, "admissions", "failed", "-o", "json"))), code))
-	all := mine(decode[[]client.FailedAdmission](t, requireOK(t, ctl(t, "admissions", "failed", "--all", "-o", "json"))), code)
+	assert.Empty(t, mine(decode[[]api.FailedAdmission](t, requireOK(t, ctl(t, "admissions", "failed", "-o", "json"))), code))
+	all := mine(decode[[]api.FailedAdmission](t, requireOK(t, ctl(t, "admissions", "failed", "--all", "-o", "json"))), code)
 	require.Len(t, all, 2)
 	require.NotNil(t, all[replayed].Resolution)
 	assert.Equal(t, "replayed", *all[replayed].Resolution)

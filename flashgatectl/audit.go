@@ -5,7 +5,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/flashgate/flashgate/shared/client"
+	"github.com/flashgate/flashgate/shared/api"
 )
 
 func (a *app) auditCommand() *cobra.Command {
@@ -27,7 +27,7 @@ state for warmup and reconcile.`,
 				return called(err)
 			}
 			if evs == nil {
-				evs = []client.AuditEvent{}
+				evs = []api.AuditEvent{}
 			}
 			return a.emit(evs, func(w io.Writer) {
 				row(w, "AT", "ACTOR", "ACTION", "BEFORE", "AFTER")

@@ -11,7 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/flashgate/flashgate/shared/client"
+	"github.com/flashgate/flashgate/shared/api"
 	"github.com/flashgate/flashgate/shared/events"
 )
 
@@ -140,7 +140,7 @@ func (a *app) eventsFailed() *cobra.Command {
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			c, ctx, cancel := a.client(cmd.Context())
 			defer cancel()
-			ps := []client.ParkedEvent{}
+			ps := []api.ParkedEvent{}
 			for {
 				p, err := c.FailedEvents(ctx, after, 500)
 				if err != nil {
@@ -159,7 +159,7 @@ func (a *app) eventsFailed() *cobra.Command {
 	return cmd
 }
 
-func parkedRows(w io.Writer, ps []client.ParkedEvent) {
+func parkedRows(w io.Writer, ps []api.ParkedEvent) {
 	row(w, "ID", "VOUCHER", "TYPE", "SINK", "STATUS", "ATTEMPTS", "FAILED", "LAST-ERROR")
 	for _, p := range ps {
 		row(w, p.ID, p.VoucherCode, p.Type, p.Sink, p.Status, p.Attempts, p.FailedAt, p.LastError)

@@ -15,6 +15,7 @@ import (
 
 	"github.com/flashgate/flashgate/shared/agreement/agreementtest"
 	"github.com/flashgate/flashgate/shared/devstack/devstacktest"
+	"github.com/flashgate/flashgate/shared/httpx/httpxtest"
 )
 
 // The stack every test drives: a ledger and a proxy on their own Redis and
@@ -46,10 +47,26 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
+	// Every answer the commands get (their client uses http.DefaultTransport)
+	// is validated against openapi.yaml.
+	spec := httpxtest.NewRunChecker()
+	http.DefaultTransport = spec.Transport(http.DefaultTransport)
 	code := devstacktest.RunTests(m)
 	stack.Stop()
 	sink.Close()
-	os.Exit(code)
+	os.Exit(code | specFailures(spec))
+}
+
+// specFailures prints the answers that broke openapi.yaml: 1 if any.
+func specFailures(spec *httpxtest.RunChecker) int {
+	fails := spec.Failures()
+	for _, f := range fails {
+		fmt.Fprintln(os.Stderr, "openapi.yaml:", f)
+	}
+	if len(fails) > 0 {
+		return 1
+	}
+	return 0
 }
 
 // result is one run of the command tree.

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/flashgate/flashgate/shared/api"
 	"github.com/flashgate/flashgate/shared/client"
 	"github.com/flashgate/flashgate/shared/events"
 	"github.com/flashgate/flashgate/shared/voucher"
@@ -111,10 +112,10 @@ func TestEvents(t *testing.T) {
 	assert.Equal(t, 1, strings.Count(r.stdout, "\n"), "--limit 1 prints one event")
 
 	id := mine[0].ID
-	var parked []client.ParkedEvent
+	var parked []api.ParkedEvent
 	require.Eventually(t, func() bool { // one failed attempt, then parked
 		parked = nil
-		for _, p := range decode[[]client.ParkedEvent](t, requireOK(t, ctl(t, "events", "failed", "-o", "json"))) {
+		for _, p := range decode[[]api.ParkedEvent](t, requireOK(t, ctl(t, "events", "failed", "-o", "json"))) {
 			if p.ID == id {
 				parked = append(parked, p)
 			}
@@ -129,7 +130,7 @@ func TestEvents(t *testing.T) {
 	idArg := strconv.FormatInt(id, 10)
 	assert.Equal(t, exitUsage, ctl(t, "events", "retry", idArg).code, "no --yes, no terminal")
 	assert.Equal(t, exitAborted, ctlAt(t, typed(""), "events", "retry", idArg).code)
-	retried := decode[[]client.ParkedEvent](t, requireOK(t, ctl(t, "events", "retry", idArg, "--yes", "-o", "json")))
+	retried := decode[[]api.ParkedEvent](t, requireOK(t, ctl(t, "events", "retry", idArg, "--yes", "-o", "json")))
 	require.Len(t, retried, 1)
 	assert.Equal(t, id, retried[0].ID)
 	assert.Equal(t, parked[0].Sink, retried[0].Sink)

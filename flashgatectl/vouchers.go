@@ -8,6 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/flashgate/flashgate/shared/api"
 	"github.com/flashgate/flashgate/shared/client"
 	"github.com/flashgate/flashgate/shared/voucher"
 )
@@ -208,10 +209,7 @@ func (a *app) vouchersWarmup() *cobra.Command {
 			if err := c.Warmup(ctx, args[0]); err != nil {
 				return called(err)
 			}
-			out := struct {
-				Code   string `json:"code"`
-				Loaded bool   `json:"loaded"`
-			}{args[0], true}
+			out := api.WarmupResult{Code: args[0], Loaded: true} // what the route answered
 			return a.emit(out, func(w io.Writer) { row(w, "code", out.Code); row(w, "loaded", out.Loaded) })
 		},
 	}

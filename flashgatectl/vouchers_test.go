@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/flashgate/flashgate/shared/api"
 	"github.com/flashgate/flashgate/shared/client"
 	"github.com/flashgate/flashgate/shared/httpx/httpxtest"
 	"github.com/flashgate/flashgate/shared/voucher"
@@ -90,12 +91,12 @@ func TestVoucherCommands(t *testing.T) {
 
 	warm := decode[map[string]any](t, requireOK(t, ctl(t, "vouchers", "warmup", code, "-o", "json")))
 	assert.Equal(t, map[string]any{"code": code, "loaded": true}, warm)
-	rep := decode[client.ReconcileReport](t, requireOK(t, ctl(t, "vouchers", "reconcile", code, "-o", "json")))
-	assert.Equal(t, client.ReconcileReport{Code: code, DBRemaining: 100, RedisRemaining: 100, RedisRemainingAfter: 100}, rep)
+	rep := decode[api.ReconcileReport](t, requireOK(t, ctl(t, "vouchers", "reconcile", code, "-o", "json")))
+	assert.Equal(t, api.ReconcileReport{Code: code, DBRemaining: 100, RedisRemaining: 100, RedisRemainingAfter: 100}, rep)
 	r = requireOK(t, ctl(t, "vouchers", "reconcile", code))
 	assert.Regexp(t, `(?m)^drift\s+0$`, r.stdout)
 
-	audit := decode[[]client.AuditEvent](t, requireOK(t, ctl(t, "audit", code, "-o", "json")))
+	audit := decode[[]api.AuditEvent](t, requireOK(t, ctl(t, "audit", code, "-o", "json")))
 	var actions []string
 	for _, e := range audit {
 		actions = append(actions, e.Action)

@@ -17,7 +17,7 @@ import (
 
 	"github.com/flashgate/flashgate/ledger/internal/outbox"
 	"github.com/flashgate/flashgate/ledger/internal/store"
-	"github.com/flashgate/flashgate/ledger/internal/web"
+	"github.com/flashgate/flashgate/shared/api"
 	"github.com/flashgate/flashgate/shared/envconf"
 )
 
@@ -92,11 +92,11 @@ func TestWebhookParkedAndRetried(t *testing.T) {
 }
 
 // parked lists GET /admin/events?status=... .
-func (l *testLedger) parked(tb testing.TB, status string) []store.Parked {
+func (l *testLedger) parked(tb testing.TB, status string) []api.ParkedEvent {
 	tb.Helper()
 	r := l.call(tb, http.MethodGet, "/admin/events?status="+status, nil)
 	require.Equal(tb, http.StatusOK, r.Status, r.Raw)
-	var page web.ParkedPage
+	var page api.ParkedPage
 	require.NoError(tb, json.Unmarshal([]byte(r.Raw), &page))
 	return page.Events
 }

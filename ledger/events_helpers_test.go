@@ -21,7 +21,7 @@ import (
 
 	"github.com/flashgate/flashgate/ledger/internal/outbox"
 	"github.com/flashgate/flashgate/ledger/internal/store"
-	"github.com/flashgate/flashgate/ledger/internal/web"
+	"github.com/flashgate/flashgate/shared/api"
 	"github.com/flashgate/flashgate/shared/devstack/devstacktest"
 	"github.com/flashgate/flashgate/shared/events"
 	"github.com/flashgate/flashgate/shared/httpx/httpxtest"
@@ -243,7 +243,7 @@ func (l *testLedger) feed(tb testing.TB, limit int) []events.Event {
 	for {
 		r := l.call(tb, http.MethodGet, fmt.Sprintf("/admin/events?after=%d&limit=%d", after, limit), nil)
 		require.Equal(tb, http.StatusOK, r.Status, r.Raw)
-		var page web.EventPage
+		var page api.EventPage
 		require.NoError(tb, json.Unmarshal([]byte(r.Raw), &page))
 		if len(page.Events) == 0 {
 			return all

@@ -1,9 +1,14 @@
 // Package api is flashgate's wire contract, free of any HTTP framework: the
-// route patterns and the path builders filled from them, the header names, the
-// error body, the ledger's batch and internal bodies and their limits. Both
-// services register their routes from these patterns, and the proxy, the Go
-// client and the load harness build their URLs from them, so no path or header
-// name is written anywhere else.
+// route patterns and the path builders filled from them, the header names, and
+// every request and answer body of both services, one file per resource
+// (reservations, vouchers, events, admissions, reconcile, audit, errors,
+// health, the internal routes), beside openapi.yaml, which describes them.
+// Both services register their routes from these patterns and answer with
+// these types (storage and job types are mapped to them, never served), and
+// the Go client, flashgatectl and the load harness read them, so no path,
+// header name or body is declared anywhere else. A domain type whose JSON is
+// its wire form (voucher.Voucher, voucher.Claim, voucher.Record, events.Event)
+// stays in its package and is used here as it is.
 package api
 
 // Headers flashgate sets or reads.
@@ -31,11 +36,3 @@ const (
 
 // Bearer is the Authorization value for a token.
 func Bearer(token string) string { return "Bearer " + token }
-
-// ErrorBody is the body of every error answer: a code from the voucher
-// package's list, a message safe to show, and a reason with NOT_ELIGIBLE.
-type ErrorBody struct {
-	Error   string `json:"error"`
-	Message string `json:"message"`
-	Reason  string `json:"reason,omitempty"`
-}

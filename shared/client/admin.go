@@ -2,12 +2,10 @@ package client
 
 import (
 	"context"
-	"encoding/json"
 	"io"
 	"net/http"
 	"net/url"
 	"strconv"
-	"time"
 
 	"github.com/flashgate/flashgate/shared/api"
 	"github.com/flashgate/flashgate/shared/voucher"
@@ -24,45 +22,12 @@ type VoucherQuery struct {
 	Cursor    string // the previous page's NextCursor
 }
 
-// VoucherPage is one page of vouchers, ordered by code.
-type VoucherPage struct {
-	Vouchers   []voucher.Voucher `json:"vouchers"`
-	NextCursor *string           `json:"nextCursor"` // nil on the last page
-}
-
 // RecordQuery filters Reservations; zero values filter nothing.
 type RecordQuery struct {
 	Status     voucher.Status
 	CustomerID int64
 	Limit      int
 	Cursor     string
-}
-
-// RecordPage is one page of a voucher's reservations.
-type RecordPage struct {
-	Reservations []voucher.Record `json:"reservations"`
-	NextCursor   *string          `json:"nextCursor"`
-}
-
-// ReconcileReport is what one reconcile of a flash voucher found and did.
-type ReconcileReport struct {
-	Code                string `json:"code"`
-	DBRemaining         int64  `json:"dbRemaining"`
-	RedisRemaining      int64  `json:"redisRemaining"`
-	RedisRemainingAfter int64  `json:"redisRemainingAfter"`
-	Drift               int64  `json:"drift"`
-	Released            int    `json:"released"`
-	Restored            int    `json:"restored"`
-	Reloaded            bool   `json:"reloaded"`
-}
-
-// AuditEvent is one admin change (or warmup, reconcile) of a voucher.
-type AuditEvent struct {
-	At     time.Time       `json:"at"`
-	Actor  string          `json:"actor"`
-	Action string          `json:"action"`
-	Before json.RawMessage `json:"before"`
-	After  json.RawMessage `json:"after"`
 }
 
 // CreateVoucher creates a voucher (a flash one is loaded into Redis).
@@ -82,7 +47,7 @@ func (c *Client) Voucher(ctx context.Context, code string) (voucher.Voucher, err
 }
 
 // ListVouchers reads one page of vouchers.
-func (c *Client) ListVouchers(ctx context.Context, q VoucherQuery) (VoucherPage, error) {
+func (c *Client) ListVouchers(ctx context.Context, q VoucherQuery) (api.VoucherPage, error) {
 	v := url.Values{}
 	if q.State != "" {
 		v.Set("state", q.State)
@@ -91,7 +56,7 @@ func (c *Client) ListVouchers(ctx context.Context, q VoucherQuery) (VoucherPage,
 		v.Set("flashSale", strconv.FormatBool(*q.FlashSale))
 	}
 	page(v, q.Limit, q.Cursor)
-	var out VoucherPage
+	var out api.VoucherPage
 	_, err := c.do(ctx, http.MethodGet, api.RouteVouchers+query(v), nil, &out)
 	return out, err
 }
@@ -125,14 +90,14 @@ func (c *Client) Warmup(ctx context.Context, code string) error {
 }
 
 // Reconcile brings a flash voucher's Redis state into agreement with the database now.
-func (c *Client) Reconcile(ctx context.Context, code string) (ReconcileReport, error) {
-	var out ReconcileReport
+func (c *Client) Reconcile(ctx context.Context, code string) (api.ReconcileReport, error) {
+	var out api.ReconcileReport
 	_, err := c.do(ctx, http.MethodPost, api.Fill(api.RouteReconcile, code), nil, &out)
 	return out, err
 }
 
 // Reservations reads one page of the voucher's reservations.
-func (c *Client) Reservations(ctx context.Context, code string, q RecordQuery) (RecordPage, error) {
+func (c *Client) Reservations(ctx context.Context, code string, q RecordQuery) (api.RecordPage, error) {
 	v := url.Values{}
 	if q.Status != "" {
 		v.Set("status", string(q.Status))
@@ -141,7 +106,7 @@ func (c *Client) Reservations(ctx context.Context, code string, q RecordQuery) (
 		v.Set("customerId", strconv.FormatInt(q.CustomerID, 10))
 	}
 	page(v, q.Limit, q.Cursor)
-	var out RecordPage
+	var out api.RecordPage
 	_, err := c.do(ctx, http.MethodGet, api.Fill(api.RouteVoucherReservations, code)+query(v), nil, &out)
 	return out, err
 }
@@ -157,10 +122,8 @@ func (c *Client) ExportReservations(ctx context.Context, code string, w io.Write
 }
 
 // Audit reads the voucher's audit trail, oldest first.
-func (c *Client) Audit(ctx context.Context, code string) ([]AuditEvent, error) {
-	var out struct {
-		Events []AuditEvent `json:"events"`
-	}
+func (c *Client) Audit(ctx context.Context, code string) ([]api.AuditEvent, error) {
+	var out api.AuditTrail
 	_, err := c.do(ctx, http.MethodGet, api.Fill(api.RouteAudit, code), nil, &out)
 	return out.Events, err
 }

@@ -5,7 +5,6 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
-	"time"
 
 	"github.com/flashgate/flashgate/shared/api"
 )
@@ -14,29 +13,10 @@ import (
 // admissions the database refused (dead letters), their replay and
 // discard, and the consumer group's lag.
 
-// FailedAdmission is an admission of a log voucher the database refused,
-// as GET /admin/admissions/failed lists it.
-type FailedAdmission struct {
-	Code        string     `json:"code"`
-	OrderID     string     `json:"orderId"`
-	CustomerID  int64      `json:"customerId"`
-	OrderAmount int64      `json:"orderAmount"`
-	Reason      string     `json:"reason"` // the refusal's error code, UNREADABLE or REJECTED
-	Message     string     `json:"message"`
-	Partition   int32      `json:"partition"`
-	Offset      int64      `json:"offset"`
-	AdmittedAt  time.Time  `json:"admittedAt"`
-	FailedAt    time.Time  `json:"failedAt"`
-	Resolution  *string    `json:"resolution"` // nil while open; replayed or discarded
-	ResolvedAt  *time.Time `json:"resolvedAt"`
-	ResolvedBy  *string    `json:"resolvedBy"`
-	Failures    int        `json:"failures"` // refusals of the order's admissions (a replay refused again: 2)
-}
-
 // FailedAdmissions lists the refused admissions still open, oldest first
 // (all: the replayed and discarded too), at most limit (1..500; 0: the
 // service's default, 100).
-func (c *Client) FailedAdmissions(ctx context.Context, all bool, limit int) ([]FailedAdmission, error) {
+func (c *Client) FailedAdmissions(ctx context.Context, all bool, limit int) ([]api.FailedAdmission, error) {
 	v := url.Values{}
 	if all {
 		v.Set("all", "true")
@@ -44,9 +24,7 @@ func (c *Client) FailedAdmissions(ctx context.Context, all bool, limit int) ([]F
 	if limit != 0 {
 		v.Set("limit", strconv.Itoa(limit))
 	}
-	var out struct {
-		Admissions []FailedAdmission `json:"admissions"`
-	}
+	var out api.FailedAdmissionPage
 	_, err := c.do(ctx, http.MethodGet, api.RouteFailedAdmissions+query(v), nil, &out)
 	return out.Admissions, err
 }
@@ -55,11 +33,11 @@ func (c *Client) FailedAdmissions(ctx context.Context, all bool, limit int) ([]F
 // order would, and answers as Reserve does; a 201 closes it (replayed).
 // Errors: NOT_FOUND when no open failed admission of the order exists, and
 // a reserve's.
-func (c *Client) ReplayAdmission(ctx context.Context, code, orderID string) (Receipt, error) {
-	var r Receipt
+func (c *Client) ReplayAdmission(ctx context.Context, code, orderID string) (api.Receipt, error) {
+	var r api.Receipt
 	resp, err := c.do(ctx, http.MethodPost, api.Fill(api.RouteAdmissionReplay, code, orderID), nil, &r)
 	if err != nil {
-		return Receipt{}, err
+		return api.Receipt{}, err
 	}
 	r.Replayed = resp.Header.Get(api.HeaderReplayed) == "true"
 	r.Location = resp.Header.Get(api.HeaderLocation)
@@ -69,8 +47,8 @@ func (c *Client) ReplayAdmission(ctx context.Context, code, orderID string) (Rec
 // DiscardAdmission closes a refused admission without reserving it (its
 // use was given back when it was refused). Errors: NOT_FOUND when no open
 // failed admission of the order exists.
-func (c *Client) DiscardAdmission(ctx context.Context, code, orderID string) (FailedAdmission, error) {
-	var f FailedAdmission
+func (c *Client) DiscardAdmission(ctx context.Context, code, orderID string) (api.FailedAdmission, error) {
+	var f api.FailedAdmission
 	_, err := c.do(ctx, http.MethodPost, api.Fill(api.RouteAdmissionDiscard, code, orderID), nil, &f)
 	return f, err
 }

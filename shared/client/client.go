@@ -12,6 +12,11 @@
 // around voucher.ErrUnavailable. Every request carries an X-Request-ID: the
 // one put on the context with WithRequestID, or a new one per call, kept for
 // the retries of that call so that the services' logs tie them together.
+//
+// Its methods take and return the wire types of shared/api (api.Receipt,
+// api.Confirmation, api.VoucherPage, ...) and the domain types whose JSON is
+// their wire form (voucher.Claim, voucher.Voucher): it declares no body of its
+// own, so what it decodes is what the services answer and openapi.yaml says.
 package client
 
 import (

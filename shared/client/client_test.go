@@ -70,7 +70,7 @@ func checkReservationRoutes(t *testing.T, c *client.Client, code string) {
 	a := voucher.Claim{CustomerID: 1, OrderID: code + "-a", OrderAmount: 50_000}
 	r, err := c.Reserve(ctx, code, a)
 	require.NoError(t, err)
-	assert.Equal(t, client.Receipt{OrderID: a.OrderID, DiscountAmount: 50_000,
+	assert.Equal(t, api.Receipt{OrderID: a.OrderID, DiscountAmount: 50_000,
 		Location: "/vouchers/" + code + "/reservations/" + a.OrderID}, r)
 	r, err = c.Reserve(ctx, code, a)
 	require.NoError(t, err)
@@ -109,7 +109,7 @@ func checkReservationRoutes(t *testing.T, c *client.Client, code string) {
 
 	s, err := c.Confirm(ctx, code, a.OrderID)
 	require.NoError(t, err)
-	assert.Equal(t, client.Settled{OrderID: a.OrderID, Status: voucher.Confirmed, DiscountAmount: 50_000}, s)
+	assert.Equal(t, api.Confirmation{OrderID: a.OrderID, Status: voucher.Confirmed, DiscountAmount: 50_000}, s)
 	wantCode(c.Release(ctx, code, a.OrderID), voucher.CodeAlreadyConfirmed, "")
 	_, err = c.Refund(ctx, code, code+"-c")
 	wantCode(err, voucher.CodeNotConfirmed, "")
@@ -184,7 +184,7 @@ func TestAdminRoutes(t *testing.T) {
 	require.NoError(t, admin.Warmup(ctx, code))
 	rep, err := admin.Reconcile(ctx, code)
 	require.NoError(t, err)
-	assert.Equal(t, client.ReconcileReport{Code: code, DBRemaining: 2, RedisRemaining: 2, RedisRemainingAfter: 2}, rep)
+	assert.Equal(t, api.ReconcileReport{Code: code, DBRemaining: 2, RedisRemaining: 2, RedisRemainingAfter: 2}, rep)
 
 	recs, err := admin.Reservations(ctx, code, client.RecordQuery{Status: voucher.Reserved, CustomerID: 9, Limit: 10})
 	require.NoError(t, err)

@@ -3,10 +3,12 @@ package client_test
 import (
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"testing"
 
 	"github.com/flashgate/flashgate/shared/devstack/devstacktest"
+	"github.com/flashgate/flashgate/shared/httpx/httpxtest"
 )
 
 // The stack every test and example of this package calls: a ledger and a
@@ -28,7 +30,15 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
+	// Every answer a client built without an http.Client gets (the examples'
+	// among them) is validated against openapi.yaml, beside validated's.
+	spec := httpxtest.NewRunChecker()
+	http.DefaultTransport = spec.Transport(http.DefaultTransport)
 	code := devstacktest.RunTests(m)
 	stack.Stop()
+	for _, f := range spec.Failures() {
+		fmt.Fprintln(os.Stderr, "openapi.yaml:", f)
+		code = 1
+	}
 	os.Exit(code)
 }

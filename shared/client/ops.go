@@ -7,53 +7,26 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
-	"time"
 
 	"github.com/flashgate/flashgate/shared/api"
-	"github.com/flashgate/flashgate/shared/events"
 	"github.com/flashgate/flashgate/shared/voucher"
 )
 
 // The ledger's outbox routes (a ledger token): the pull feed of events, the
 // events a sink parked after its attempts, and their retry.
 
-// EventPage is one page of the pull feed, in id order up to the ledger's
-// watermark. NextAfter is the after of the next page (the last id here, or the
-// after asked when the page is empty: poll again later).
-type EventPage struct {
-	Events    []events.Event `json:"events"`
-	NextAfter int64          `json:"nextAfter"`
-}
-
-// ParkedEvent is one event a sink gave up on after its attempts (Status
-// FAILED), or one asked to be sent again (RETRY).
-type ParkedEvent struct {
-	events.Event
-	Sink      string    `json:"sink"`
-	Status    string    `json:"status"`
-	Attempts  int       `json:"attempts"`
-	LastError string    `json:"lastError"`
-	FailedAt  time.Time `json:"failedAt"`
-}
-
-// ParkedPage is one page of parked events, by event id.
-type ParkedPage struct {
-	Events    []ParkedEvent `json:"events"`
-	NextAfter int64         `json:"nextAfter"`
-}
-
 // Events reads the events after the id after (0: from the first), at most
 // limit of them (1..500; 0: the service's default, 100).
-func (c *Client) Events(ctx context.Context, after int64, limit int) (EventPage, error) {
-	var out EventPage
+func (c *Client) Events(ctx context.Context, after int64, limit int) (api.EventPage, error) {
+	var out api.EventPage
 	_, err := c.do(ctx, http.MethodGet, api.RouteEvents+eventQuery("", after, limit), nil, &out)
 	return out, err
 }
 
 // FailedEvents reads the parked events after the id after: one item per
 // (event, sink) that gave up on it.
-func (c *Client) FailedEvents(ctx context.Context, after int64, limit int) (ParkedPage, error) {
-	var out ParkedPage
+func (c *Client) FailedEvents(ctx context.Context, after int64, limit int) (api.ParkedPage, error) {
+	var out api.ParkedPage
 	_, err := c.do(ctx, http.MethodGet, api.RouteEvents+eventQuery("failed", after, limit), nil, &out)
 	return out, err
 }
@@ -61,10 +34,8 @@ func (c *Client) FailedEvents(ctx context.Context, after int64, limit int) (Park
 // RetryEvent asks every sink that parked the event to send it again (out of
 // its voucher's order: receivers deduplicate by id) and returns those sinks'
 // failures as they were. Errors: NOT_FOUND when no sink parked it.
-func (c *Client) RetryEvent(ctx context.Context, id int64) ([]ParkedEvent, error) {
-	var out struct {
-		Retrying []ParkedEvent `json:"retrying"`
-	}
+func (c *Client) RetryEvent(ctx context.Context, id int64) ([]api.ParkedEvent, error) {
+	var out api.Retrying
 	_, err := c.do(ctx, http.MethodPost, api.Fill(api.RouteEventRetry, strconv.FormatInt(id, 10)), nil, &out)
 	return out.Retrying, err
 }

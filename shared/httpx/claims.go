@@ -32,8 +32,8 @@ type claimFields struct {
 }
 
 // request returns the fields as the ReserveRequest encoding/json would fill.
-func (f *claimFields) request(dst *voucher.ReserveRequest) {
-	*dst = voucher.ReserveRequest{}
+func (f *claimFields) request(dst *api.ReserveRequest) {
+	*dst = api.ReserveRequest{}
 	if f.set&fieldCustomer != 0 {
 		v := f.customerID
 		dst.CustomerID = &v
@@ -51,7 +51,7 @@ func (f *claimFields) request(dst *voucher.ReserveRequest) {
 // claim validates the fields as ReserveRequest.Validate does, without the
 // pointers (which would cost an allocation each).
 func (f *claimFields) claim() (voucher.Claim, error) {
-	var req voucher.ReserveRequest
+	var req api.ReserveRequest
 	if f.set&fieldCustomer != 0 {
 		req.CustomerID = &f.customerID
 	}
@@ -138,7 +138,7 @@ func fieldName(bit uint8) string {
 }
 
 // BindClaim reads and validates the body of a reserve request: what
-// BindJSON into a voucher.ReserveRequest and its Validate do, in one pass over
+// BindJSON into a api.ReserveRequest and its Validate do, in one pass over
 // the body and without an allocation but the orderId. The body is read and
 // decoded once per request: after PeekClaim, BindClaim answers from what it
 // found.

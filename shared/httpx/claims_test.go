@@ -67,7 +67,7 @@ func FuzzDecodeClaims(f *testing.F) {
 			return
 		}
 		var slow struct {
-			Claims []voucher.ReserveRequest `json:"claims"`
+			Claims []api.ReserveRequest `json:"claims"`
 		}
 		if err := httpx.DecodeGeneric(body, &slow); err != nil {
 			t.Fatalf("DecodeClaims(%q) accepted what encoding/json refuses: %v", body, err)

@@ -9,6 +9,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/flashgate/flashgate/shared/api"
 	"github.com/flashgate/flashgate/shared/httpx"
 	"github.com/flashgate/flashgate/shared/voucher"
 )
@@ -87,7 +88,7 @@ func FuzzDecodeReserveRequest(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, body []byte) {
 		sameAsGeneric(t, body)
-		var req voucher.ReserveRequest
+		var req api.ReserveRequest
 		if err := httpx.DecodeJSON(body, &req); err != nil {
 			checkInvalid(t, "DecodeJSON", body, err)
 			return
@@ -108,7 +109,7 @@ func FuzzDecodeReserveRequest(f *testing.F) {
 		if err != nil {
 			t.Fatalf("Marshal(%+v) = %v", cl, err)
 		}
-		var req2 voucher.ReserveRequest
+		var req2 api.ReserveRequest
 		if err := httpx.DecodeJSON(again, &req2); err != nil {
 			t.Fatalf("DecodeJSON(%s) = %v, want the re-encoded claim accepted", again, err)
 		}
@@ -125,7 +126,7 @@ func FuzzDecodeReserveRequest(f *testing.F) {
 // the others: one parser in front of another must not read a body otherwise.
 func sameAsGeneric(t *testing.T, body []byte) {
 	t.Helper()
-	var fast, slow voucher.ReserveRequest
+	var fast, slow api.ReserveRequest
 	errFast := httpx.DecodeJSON(body, &fast)
 	errSlow := httpx.DecodeGeneric(body, &slow)
 	if (errFast == nil) != (errSlow == nil) {
@@ -141,7 +142,7 @@ func sameAsGeneric(t *testing.T, body []byte) {
 	}
 }
 
-func show(r voucher.ReserveRequest) string {
+func show(r api.ReserveRequest) string {
 	out, _ := json.Marshal(r)
 	return string(out)
 }

@@ -3,6 +3,7 @@ package httpx_test
 import (
 	"testing"
 
+	"github.com/flashgate/flashgate/shared/api"
 	"github.com/flashgate/flashgate/shared/httpx"
 	"github.com/flashgate/flashgate/shared/voucher"
 )
@@ -34,7 +35,7 @@ func TestDecodeJSONStrict(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			var req voucher.ReserveRequest
+			var req api.ReserveRequest
 			err := httpx.DecodeJSON([]byte(tt.body), &req)
 			if tt.ok && err != nil {
 				t.Errorf("DecodeJSON(%q) = %v, want nil", tt.body, err)

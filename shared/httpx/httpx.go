@@ -96,10 +96,10 @@ func readBody(c *gin.Context, limit int) (pooledBody, error) {
 }
 
 // DecodeJSON is the decoding half of BindJSON, separate so that it can be
-// fuzzed. A reserve body (*voucher.ReserveRequest) is read by its own
+// fuzzed. A reserve body (*api.ReserveRequest) is read by its own
 // one-pass tokenizer (claims.go, over jsonscan.go); any other by decodeGeneric.
 func DecodeJSON(body []byte, dst any) error {
-	if req, ok := dst.(*voucher.ReserveRequest); ok {
+	if req, ok := dst.(*api.ReserveRequest); ok {
 		var f claimFields
 		if err := decodeClaim(body, &f); err != nil {
 			return err
@@ -198,7 +198,7 @@ func Health(r gin.IRoutes, ready func(*gin.Context) error) {
 	// The pid tells a starter (devstack, the load harness) that its own child
 	// answers, not another process holding the port.
 	pid := os.Getpid()
-	r.GET(api.HealthzPath, func(c *gin.Context) { c.JSON(http.StatusOK, gin.H{"status": "ok", "pid": pid}) })
+	r.GET(api.HealthzPath, func(c *gin.Context) { c.JSON(http.StatusOK, api.Health{PID: pid, Status: "ok"}) })
 	r.GET(api.ReadyzPath, func(c *gin.Context) {
 		if err := checkReady(c, ready); err != nil {
 			LoggerFrom(c).Warn("not ready", "err", err)
@@ -206,7 +206,7 @@ func Health(r gin.IRoutes, ready func(*gin.Context) error) {
 			c.JSON(http.StatusServiceUnavailable, api.ErrorBody{Error: voucher.CodeUnavailable, Message: "not ready"})
 			return
 		}
-		c.JSON(http.StatusOK, gin.H{"status": "ready"})
+		c.JSON(http.StatusOK, api.Ready{Status: "ready"})
 	})
 }
 

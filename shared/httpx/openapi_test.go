@@ -22,10 +22,10 @@ import (
 	"github.com/flashgate/flashgate/shared/voucher"
 )
 
-// openAPIDoc reads openapi.yaml from disk, as the embed does.
+// openAPIDoc reads shared/api's openapi.yaml from disk, as its embed does.
 func openAPIDoc(t *testing.T) ([]byte, map[string]any) {
 	t.Helper()
-	raw, err := os.ReadFile("openapi.yaml")
+	raw, err := os.ReadFile("../api/openapi.yaml")
 	if err != nil {
 		t.Fatalf("ReadFile(openapi.yaml) = %v", err)
 	}
@@ -209,6 +209,15 @@ func TestOpenAPIDocument(t *testing.T) {
 		if list, _ := security.([]any); open != (len(list) == 0) {
 			t.Errorf("%v: security %v, want none exactly on api.OpenPaths %v", o, security, api.OpenPaths)
 		}
+		responses, _ := o.op["responses"].(map[string]any)
+		// Auth answers every route that takes a token: 401 without one, 403
+		// with one that lacks the route's scopes (a generated client that
+		// meets an undeclared status has no type to decode it into).
+		for _, st := range []string{"401", "403"} {
+			if _, ok := responses[st]; !open && !ok {
+				t.Errorf("%v: takes a token but does not declare its %s", o, st)
+			}
+		}
 
 		declared := map[string]bool{}
 		for _, p := range o.params {
@@ -230,7 +239,6 @@ func TestOpenAPIDocument(t *testing.T) {
 			}
 		}
 
-		responses, _ := o.op["responses"].(map[string]any)
 		if len(responses) == 0 {
 			t.Errorf("%v: no responses", o)
 		}

@@ -237,32 +237,6 @@ func (n NewVoucher) Validate() (Voucher, error) {
 	return v, nil
 }
 
-// ReserveRequest is the body of POST /vouchers/{code}/reservations.
-type ReserveRequest struct {
-	CustomerID  *int64  `json:"customerId"`
-	OrderID     *string `json:"orderId"`
-	OrderAmount *int64  `json:"orderAmount"`
-}
-
-// Validate checks the request and returns it as a Claim.
-func (r ReserveRequest) Validate() (Claim, error) {
-	switch {
-	case r.CustomerID == nil:
-		return Claim{}, invalid("customerId is required")
-	case *r.CustomerID <= 0:
-		return Claim{}, invalid("customerId must be a positive integer")
-	case r.OrderID == nil:
-		return Claim{}, invalid("orderId is required")
-	case !ValidOrderID(*r.OrderID):
-		return Claim{}, invalid("orderId must match ^[A-Za-z0-9_.:-]{1,64}$")
-	case r.OrderAmount == nil:
-		return Claim{}, invalid("orderAmount is required")
-	case *r.OrderAmount < 0 || *r.OrderAmount > MaxAmount:
-		return Claim{}, invalid("orderAmount must be a non-negative integer up to %d", MaxAmount)
-	}
-	return Claim{CustomerID: *r.CustomerID, OrderID: *r.OrderID, OrderAmount: *r.OrderAmount}, nil
-}
-
 // Claim is a validated request for one use of a voucher by one order.
 type Claim struct {
 	CustomerID  int64  `json:"customerId"`
@@ -270,8 +244,8 @@ type Claim struct {
 	OrderAmount int64  `json:"orderAmount"`
 }
 
-// Reservation is one order's hold on a use of a voucher. Its JSON is the
-// public GET answer; Record adds what the admin listing and export show.
+// Reservation is one order's hold on a use of a voucher. api.Reservation is
+// what GET answers of it; Record adds what the admin listing and export show.
 type Reservation struct {
 	OrderID        string    `json:"orderId"`
 	CustomerID     int64     `json:"customerId"`
@@ -316,19 +290,6 @@ func (r Reservation) Record() Record {
 		DiscountAmount: r.DiscountAmount, CreatedAt: r.CreatedAt, ExpiresAt: r.ExpiresAt,
 		ConfirmedAt: r.ConfirmedAt, ReleasedAt: r.ReleasedAt, ReleaseReason: r.ReleaseReason,
 	}
-}
-
-// Receipt is the 201 body of a successful reserve.
-type Receipt struct {
-	OrderID        string `json:"orderId"`
-	DiscountAmount int64  `json:"discountAmount"`
-}
-
-// Confirmation is the 200 body of a successful confirm.
-type Confirmation struct {
-	OrderID        string `json:"orderId"`
-	Status         Status `json:"status"`
-	DiscountAmount int64  `json:"discountAmount"`
 }
 
 func invalid(format string, args ...any) *Error {

@@ -80,20 +80,12 @@ func (a *admin) get(c *gin.Context) {
 	c.JSON(http.StatusOK, v)
 }
 
-// RecordPage is one page of a voucher's reservations in creation order.
-type RecordPage struct {
-	Reservations []voucher.Record `json:"reservations"`
-	NextCursor   *string          `json:"nextCursor"` // null on the last page
-}
-
-// VoucherPage is one page of GET /admin/vouchers.
-type VoucherPage struct {
-	Vouchers   []voucher.Voucher `json:"vouchers"`
-	NextCursor *string           `json:"nextCursor"` // null on the last page
-}
-
 func (a *admin) list(c *gin.Context) {
-	f, err := voucherFilter(c)
+	q, limit, ok := listQuery(c, "state", "flashSale", "cursor")
+	if !ok {
+		return
+	}
+	f, err := voucherFilter(q, limit)
 	if err != nil {
 		httpx.WriteError(c, err)
 		return
@@ -103,7 +95,7 @@ func (a *admin) list(c *gin.Context) {
 		httpx.WriteError(c, err)
 		return
 	}
-	page := VoucherPage{Vouchers: vs}
+	page := api.VoucherPage{Vouchers: vs}
 	if more {
 		page.NextCursor = nextCursor(vs[len(vs)-1].Code)
 	}
@@ -160,7 +152,7 @@ func (a *admin) warmup(c *gin.Context) {
 		httpx.WriteError(c, err)
 		return
 	}
-	c.JSON(http.StatusOK, gin.H{"code": code, "loaded": true})
+	c.JSON(http.StatusOK, api.WarmupResult{Code: code, Loaded: true})
 }
 
 func (a *admin) reconcile(c *gin.Context) {
@@ -178,7 +170,7 @@ func (a *admin) reconcile(c *gin.Context) {
 		httpx.WriteError(c, err)
 		return
 	}
-	c.JSON(http.StatusOK, rep)
+	c.JSON(http.StatusOK, reconcileReport(rep))
 }
 
 func (a *admin) reservations(c *gin.Context) {
@@ -187,7 +179,11 @@ func (a *admin) reservations(c *gin.Context) {
 		httpx.WriteError(c, err)
 		return
 	}
-	f, err := recordFilter(c)
+	q, limit, ok := listQuery(c, "status", "customerId", "cursor")
+	if !ok {
+		return
+	}
+	f, err := recordFilter(q, limit)
 	if err != nil {
 		httpx.WriteError(c, err)
 		return
@@ -197,7 +193,7 @@ func (a *admin) reservations(c *gin.Context) {
 		httpx.WriteError(c, err)
 		return
 	}
-	page := RecordPage{Reservations: rs}
+	page := api.RecordPage{Reservations: rs}
 	if more {
 		page.NextCursor = nextCursor(strconv.FormatInt(last, 10))
 	}
@@ -234,7 +230,7 @@ func (a *admin) audit(c *gin.Context) {
 		httpx.WriteError(c, err)
 		return
 	}
-	c.JSON(http.StatusOK, gin.H{"events": events})
+	c.JSON(http.StatusOK, api.AuditTrail{Events: mapped(events, auditEvent)})
 }
 
 // widestWindow is a voucher whose window any valid patch fits; a flash one,

@@ -7,6 +7,7 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"github.com/flashgate/flashgate/ledger/internal/store"
+	"github.com/flashgate/flashgate/shared/httpx"
 	"github.com/flashgate/flashgate/shared/voucher"
 )
 
@@ -34,6 +35,32 @@ func queryParams(c *gin.Context, allowed ...string) (map[string]string, error) {
 	return out, nil
 }
 
+// listQuery starts every admin listing: its query (the parameters in allowed
+// and limit, each at most once) and its page size (pageLimit). It answers a
+// bad one 400 itself and returns false.
+func listQuery(c *gin.Context, allowed ...string) (map[string]string, int, bool) {
+	q, err := queryParams(c, append(allowed, "limit")...)
+	if err != nil {
+		httpx.WriteError(c, err)
+		return nil, 0, false
+	}
+	limit, err := pageLimit(q)
+	if err != nil {
+		httpx.WriteError(c, err)
+		return nil, 0, false
+	}
+	return q, limit, true
+}
+
+// nextAfter is a feed page's nextAfter: the id of its last item, or after (the
+// one asked) when the page is empty, so that the caller polls from there.
+func nextAfter[T any](page []T, after int64, id func(T) int64) int64 {
+	if len(page) == 0 {
+		return after
+	}
+	return id(page[len(page)-1])
+}
+
 // pageLimit reads limit: 1..maxPageSize, defaultPageSize when absent.
 func pageLimit(q map[string]string) (int, error) {
 	s, ok := q["limit"]
@@ -47,16 +74,10 @@ func pageLimit(q map[string]string) (int, error) {
 	return n, nil
 }
 
-// voucherFilter reads GET /admin/vouchers' query.
-func voucherFilter(c *gin.Context) (store.VoucherFilter, error) {
-	q, err := queryParams(c, "state", "flashSale", "limit", "cursor")
-	if err != nil {
-		return store.VoucherFilter{}, err
-	}
-	var f store.VoucherFilter
-	if f.Limit, err = pageLimit(q); err != nil {
-		return store.VoucherFilter{}, err
-	}
+// voucherFilter reads GET /admin/vouchers' query (listQuery's).
+func voucherFilter(q map[string]string, limit int) (store.VoucherFilter, error) {
+	f := store.VoucherFilter{Limit: limit}
+	var err error
 	if s, ok := q["state"]; ok {
 		if !voucher.ValidState(s) {
 			return store.VoucherFilter{}, voucher.Errorf(voucher.CodeInvalidRequest, "state must be scheduled, live, paused or ended")
@@ -78,16 +99,11 @@ func voucherFilter(c *gin.Context) (store.VoucherFilter, error) {
 	return f, nil
 }
 
-// recordFilter reads GET /admin/vouchers/{code}/reservations' query.
-func recordFilter(c *gin.Context) (store.RecordFilter, error) {
-	q, err := queryParams(c, "status", "customerId", "limit", "cursor")
-	if err != nil {
-		return store.RecordFilter{}, err
-	}
-	var f store.RecordFilter
-	if f.Limit, err = pageLimit(q); err != nil {
-		return store.RecordFilter{}, err
-	}
+// recordFilter reads GET /admin/vouchers/{code}/reservations' query
+// (listQuery's).
+func recordFilter(q map[string]string, limit int) (store.RecordFilter, error) {
+	f := store.RecordFilter{Limit: limit}
+	var err error
 	if s, ok := q["status"]; ok {
 		if f.Status = voucher.Status(s); !voucher.ValidStatus(f.Status) {
 			return store.RecordFilter{}, voucher.Errorf(voucher.CodeInvalidRequest, "status must be RESERVED, CONFIRMED, RELEASED or REFUNDED")

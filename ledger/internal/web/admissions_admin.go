@@ -12,11 +12,6 @@ import (
 	"github.com/flashgate/flashgate/shared/voucher"
 )
 
-// FailedAdmissionPage is the answer of GET /admin/admissions/failed.
-type FailedAdmissionPage struct {
-	Admissions []store.FailedAdmission `json:"admissions"`
-}
-
 // admissionRoutes registers the routes of the admissions log's dead letters.
 func (a *admin) admissionRoutes(r gin.IRoutes) {
 	r.GET(api.RouteFailedAdmissions, a.failedAdmissions)
@@ -40,14 +35,8 @@ func (a *admin) admissionsLag(c *gin.Context) {
 // failedAdmissions lists the refused admissions still open, oldest first
 // (all=true: the resolved ones too).
 func (a *admin) failedAdmissions(c *gin.Context) {
-	q, err := queryParams(c, "limit", "all")
-	if err != nil {
-		httpx.WriteError(c, err)
-		return
-	}
-	limit, err := pageLimit(q)
-	if err != nil {
-		httpx.WriteError(c, err)
+	q, limit, ok := listQuery(c, "all")
+	if !ok {
 		return
 	}
 	all := false
@@ -64,10 +53,11 @@ func (a *admin) failedAdmissions(c *gin.Context) {
 		httpx.WriteError(c, err)
 		return
 	}
-	if fs == nil {
-		fs = []store.FailedAdmission{}
+	page := api.FailedAdmissionPage{Admissions: mapped(fs, failedAdmission)}
+	if page.Admissions == nil {
+		page.Admissions = []api.FailedAdmission{}
 	}
-	c.JSON(http.StatusOK, FailedAdmissionPage{Admissions: fs})
+	c.JSON(http.StatusOK, page)
 }
 
 // replayAdmission reserves a refused admission again, as a reserve of its
@@ -112,7 +102,7 @@ func (a *admin) discardAdmission(c *gin.Context) {
 		httpx.WriteError(c, err)
 		return
 	}
-	c.JSON(http.StatusOK, f)
+	c.JSON(http.StatusOK, failedAdmission(f))
 }
 
 // openAdmission reads the route's refused admission; one resolved already

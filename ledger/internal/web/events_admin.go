@@ -13,20 +13,6 @@ import (
 	"github.com/flashgate/flashgate/shared/voucher"
 )
 
-// EventPage is one page of GET /admin/events: events in id order, and the
-// after to ask for the next page with (the last id here, or the after asked
-// when the page is empty: poll again later).
-type EventPage struct {
-	Events    []events.Event `json:"events"`
-	NextAfter int64          `json:"nextAfter"`
-}
-
-// ParkedPage is one page of GET /admin/events?status=failed.
-type ParkedPage struct {
-	Events    []store.Parked `json:"events"`
-	NextAfter int64          `json:"nextAfter"`
-}
-
 // eventRoutes registers the outbox's admin routes.
 func (a *admin) eventRoutes(r gin.IRoutes) {
 	r.GET(api.RouteEvents, a.events)
@@ -36,14 +22,8 @@ func (a *admin) eventRoutes(r gin.IRoutes) {
 // events answers the pull feed (events up to the watermark: final, so a
 // consumer polling with after never misses one) or, with status, the parked ones.
 func (a *admin) events(c *gin.Context) {
-	q, err := queryParams(c, "after", "limit", "status")
-	if err != nil {
-		httpx.WriteError(c, err)
-		return
-	}
-	limit, err := pageLimit(q)
-	if err != nil {
-		httpx.WriteError(c, err)
+	q, limit, ok := listQuery(c, "after", "status")
+	if !ok {
 		return
 	}
 	after, err := eventID(q["after"], true)
@@ -65,11 +45,7 @@ func (a *admin) events(c *gin.Context) {
 		httpx.WriteError(c, err)
 		return
 	}
-	page := EventPage{Events: evs, NextAfter: after}
-	if len(evs) > 0 {
-		page.NextAfter = evs[len(evs)-1].ID
-	}
-	c.JSON(http.StatusOK, page)
+	c.JSON(http.StatusOK, api.EventPage{Events: evs, NextAfter: nextAfter(evs, after, func(e events.Event) int64 { return e.ID })})
 }
 
 // parked answers GET /admin/events?status=failed (or retry).
@@ -89,11 +65,8 @@ func (a *admin) parked(c *gin.Context, status string, after int64, limit int) {
 		httpx.WriteError(c, err)
 		return
 	}
-	page := ParkedPage{Events: ps, NextAfter: after}
-	if len(ps) > 0 {
-		page.NextAfter = ps[len(ps)-1].ID
-	}
-	c.JSON(http.StatusOK, page)
+	c.JSON(http.StatusOK, api.ParkedPage{Events: mapped(ps, parkedEvent),
+		NextAfter: nextAfter(ps, after, func(p store.Parked) int64 { return p.ID })})
 }
 
 // retryEvent asks every sink that parked the event to send it again: the
@@ -110,7 +83,7 @@ func (a *admin) retryEvent(c *gin.Context) {
 		httpx.WriteError(c, err)
 		return
 	}
-	c.JSON(http.StatusAccepted, gin.H{"retrying": ps})
+	c.JSON(http.StatusAccepted, api.Retrying{Retrying: mapped(ps, parkedEvent)})
 }
 
 // eventID reads an event id: a positive integer (0 too for after, or absent).

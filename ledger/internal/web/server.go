@@ -101,7 +101,7 @@ func writeReceipt(c *gin.Context, code string, r voucher.Reservation, replayed b
 		c.Header(api.HeaderReplayed, "true")
 	}
 	httpx.SetLocation(c, code, r.OrderID)
-	c.JSON(http.StatusCreated, voucher.Receipt{OrderID: r.OrderID, DiscountAmount: r.DiscountAmount})
+	c.JSON(http.StatusCreated, api.NewReceipt(r))
 }
 
 func (s *Server) writeAdmitted(c *gin.Context) {
@@ -138,7 +138,7 @@ func (s *Server) writeAdmittedBatch(c *gin.Context) {
 			continue
 		}
 		out[i] = api.ItemReply[any]{Status: http.StatusCreated, Replayed: w.Replayed,
-			Body: voucher.Receipt{OrderID: w.Reservation.OrderID, DiscountAmount: w.Reservation.DiscountAmount}}
+			Body: api.NewReceipt(w.Reservation)}
 	}
 	c.JSON(http.StatusOK, api.BatchReply[any]{Results: out})
 }
@@ -172,7 +172,7 @@ func (s *Server) getReservation(c *gin.Context) {
 		httpx.WriteError(c, err)
 		return
 	}
-	c.JSON(http.StatusOK, r)
+	c.JSON(http.StatusOK, api.NewReservation(r))
 }
 
 func (s *Server) confirm(c *gin.Context) {
@@ -186,7 +186,7 @@ func (s *Server) confirm(c *gin.Context) {
 		httpx.WriteError(c, err)
 		return
 	}
-	c.JSON(http.StatusOK, voucher.Confirmation{OrderID: r.OrderID, Status: r.Status, DiscountAmount: r.DiscountAmount})
+	c.JSON(http.StatusOK, api.NewConfirmation(r))
 }
 
 func (s *Server) release(c *gin.Context) {
@@ -213,5 +213,5 @@ func (s *Server) refund(c *gin.Context) {
 		httpx.WriteError(c, err)
 		return
 	}
-	c.JSON(http.StatusOK, voucher.Confirmation{OrderID: r.OrderID, Status: r.Status, DiscountAmount: r.DiscountAmount})
+	c.JSON(http.StatusOK, api.NewConfirmation(r))
 }

@@ -205,9 +205,7 @@ func failedAdmissions(ctx context.Context, b *verify.Bench) (int, error) {
 		return 0, fmt.Errorf("list failed admissions: %w", err)
 	}
 	defer resp.Body.Close()
-	var page struct {
-		Admissions []json.RawMessage `json:"admissions"`
-	}
+	var page api.FailedAdmissionPage
 	if resp.StatusCode != http.StatusOK {
 		return 0, fmt.Errorf("list failed admissions: %s", resp.Status)
 	}
@@ -438,9 +436,7 @@ func (s *closedSale) post(ctx context.Context, customer int64, id string, amount
 		return 0, "", 50 * time.Millisecond, err
 	}
 	defer resp.Body.Close()
-	var e struct {
-		Error string `json:"error"`
-	}
+	var e api.ErrorBody
 	if resp.StatusCode == http.StatusConflict {
 		_ = json.NewDecoder(resp.Body).Decode(&e)
 	} else {

@@ -35,7 +35,9 @@ func (r Reply) Code() string { s, _ := r.Body["error"].(string); return s }
 
 // Call sends body with client: a string or []byte is sent as is, anything else
 // as JSON. A non-empty token is sent as a bearer token. A failed exchange is
-// reported with tb.Errorf and returns the zero Reply.
+// reported with tb.Errorf and returns the zero Reply. Every answer is
+// validated against openapi.yaml (CheckAnswer): a test that talks to a
+// service through Call checks the contract as a side effect.
 func Call(tb testing.TB, client *http.Client, method, url, token string, body any) Reply {
 	tb.Helper()
 	var rd io.Reader
@@ -71,6 +73,7 @@ func Call(tb testing.TB, client *http.Client, method, url, token string, body an
 	}
 	defer resp.Body.Close()
 	raw, _ := io.ReadAll(resp.Body)
+	CheckAnswer(tb, req, resp.StatusCode, resp.Header, raw)
 	r := Reply{Status: resp.StatusCode, Raw: string(raw), Header: resp.Header}
 	if len(raw) > 0 {
 		_ = json.Unmarshal(raw, &r.Body)
