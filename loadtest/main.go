@@ -30,7 +30,8 @@ func usage(w io.Writer) {
        loadtest --help | --version
 
 commands:
-  run       start Redis, Postgres, the ledger and the proxy on throwaway servers; Ctrl-C stops all
+  run       start Redis, Postgres, the ledger and the proxy on throwaway servers, on free ports with a
+            random token (--env-file FILE writes them for a shell to source); Ctrl-C stops all
   demo      a throwaway stack and a 1,000-use flash sale on it, checked; prints the report's path
   burst     one burst at a constant rate against a fresh voucher, checked against Postgres and Redis
             (--record FILE writes its traffic; every answer also goes to vegeta's results format)

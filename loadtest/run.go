@@ -56,7 +56,7 @@ func runStack(ctx context.Context, args []string) error {
 	}
 	fmt.Printf(`flashgate is up (Ctrl-C stops everything and removes the data)
   proxy:    %s   (PROXY_AUTH=off: no client token, a local stack only)
-  ledger:   %s   (LEDGER_TOKEN=FLASHGATE_TOKEN below)
+  ledger:   %s   (its admin token, LEDGER_TOKEN: FLASHGATE_TOKEN below)
   redis:    %s
   postgres: %s (%s)
 `, st.ProxyURL, st.LedgerURL, st.RedisURL, st.DBURL, stack.Durability(*durable))
