@@ -92,6 +92,8 @@ vopr: deps
 PROXY_ADDR ?=
 LEDGER_ADDR ?=
 RUN_FLAGS ?=
+# They reach loadtest as flags; in its environment it would note them ignored.
+unexport PROXY_ADDR LEDGER_ADDR RUN_FLAGS
 run: deps build
 	bin/loadtest run --proxy-addr '$(PROXY_ADDR)' --ledger-addr '$(LEDGER_ADDR)' --env-file bin/run.env $(RUN_FLAGS)
 

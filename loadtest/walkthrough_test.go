@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/flashgate/flashgate/shared/devstack"
 	"github.com/flashgate/flashgate/shared/devstack/devstacktest"
 )
 
@@ -46,9 +47,44 @@ func TestREADMEWalkthrough(t *testing.T) {
 	}
 
 	dir := walkDir(t)
-	env := walkEnv()
-	terminal := exec.Command("bash", "-c", start.text)
-	terminal.Dir, terminal.Env = dir, append(env, "PATH="+filepath.Join(dir, "shim")+string(os.PathListSeparator)+os.Getenv("PATH"))
+	stack := makeRun(t, dir, start.text)
+	runSnippets(t, dir, walkEnv(), snippets[1:])
+	stack.interrupt(t) // Ctrl-C
+	assert.NoFileExists(t, filepath.Join(dir, "bin", "run.env"), "make run removes bin/run.env when it stops")
+	assert.Contains(t, stack.output(), "stopping...")
+}
+
+// TestMakeRunSettings: make run's PROXY_ADDR and LEDGER_ADDR choose its
+// ports, RUN_FLAGS its token, another setting on its command line reaches
+// the services, and bin/run.env says where they are.
+func TestMakeRunSettings(t *testing.T) {
+	t.Parallel()
+	var addrs [2]string
+	for i := range addrs {
+		port, err := devstack.FreePort()
+		require.NoError(t, err)
+		addrs[i] = fmt.Sprintf("127.0.0.1:%d", port)
+	}
+	dir := walkDir(t)
+	stack := makeRun(t, dir, fmt.Sprintf("make run PROXY_ADDR=%s LEDGER_ADDR=%s RUN_FLAGS='--token dev-token' RESERVATION_TTL=2m",
+		addrs[0], addrs[1]))
+	cmd := exec.Command("bash", "-euc", `. bin/run.env; echo "$FLASHGATE_PROXY $FLASHGATE_LEDGER $FLASHGATE_TOKEN ${CHECKOUT_TOKEN_SECRET-unset}"`)
+	cmd.Dir, cmd.Env = dir, walkEnv()
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	assert.Equal(t, "http://"+addrs[0]+" http://"+addrs[1]+" dev-token unset\n", string(out))
+	assert.Contains(t, stack.output(), `"reservation_ttl":"2m0s"`, "the ledger got RESERVATION_TTL")
+	assert.NotContains(t, stack.output(), "is ignored", "the addresses reach loadtest as flags, not in its environment")
+	stack.interrupt(t)
+}
+
+// makeRun runs line, a `make run ...`, in a terminal of its own in dir and
+// waits until it has written bin/run.env, its owner's alone.
+func makeRun(t *testing.T, dir, line string) *group {
+	t.Helper()
+	terminal := exec.Command("bash", "-c", line)
+	terminal.Dir = dir
+	terminal.Env = append(walkEnv(), "PATH="+filepath.Join(dir, "shim")+string(os.PathListSeparator)+os.Getenv("PATH"))
 	stack := startGroup(t, terminal)
 	envFile := filepath.Join(dir, "bin", "run.env")
 	require.Eventually(t, func() bool {
@@ -59,12 +95,7 @@ func TestREADMEWalkthrough(t *testing.T) {
 	info, err := os.Stat(envFile)
 	require.NoError(t, err)
 	assert.Equal(t, os.FileMode(0o600), info.Mode().Perm(), "bin/run.env holds the admin token: its owner's alone")
-
-	runSnippets(t, dir, env, snippets[1:])
-
-	stack.interrupt(t) // Ctrl-C
-	assert.NoFileExists(t, envFile, "make run removes bin/run.env when it stops")
-	assert.Contains(t, stack.output(), "stopping...")
+	return stack
 }
 
 // runSnippets runs the snippets in order in one bash in dir, and checks each
@@ -203,7 +234,9 @@ func startGroup(t *testing.T, cmd *exec.Cmd) *group {
 			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 			<-g.done
 		}
-		t.Logf("make run's terminal:\n%s", g.output())
+		if t.Failed() {
+			t.Logf("make run's terminal:\n%s", g.output())
+		}
 	})
 	return g
 }
