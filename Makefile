@@ -91,11 +91,18 @@ vopr: deps
 	VOPR_SEED=$(VOPR_SEED) FLASHGATE_VOPR_LOG=1 $(GO) test -count=1 -timeout $(VOPR_TIMEOUT) ./systemtest/ -run '$(VOPR_RUN)' -v -vopr.duration $(VOPR_DURATION)
 
 # The stack in the foreground on throwaway servers: Ctrl-C stops and cleans up.
-# make run PROXY_ADDR=127.0.0.1:9080 LEDGER_ADDR=127.0.0.1:9081 for other ports.
-PROXY_ADDR ?= 127.0.0.1:8080
-LEDGER_ADDR ?= 127.0.0.1:8081
+# It takes free ports (PROXY_ADDR=127.0.0.1:8080 LEDGER_ADDR=127.0.0.1:8081 to
+# choose), a random admin token (RUN_FLAGS='--token T' to choose), and writes
+# them to bin/run.env (mode 0600, removed when it stops) for another shell to
+# source. Any other service setting on the command line reaches both services
+# (make exports it): make run CHECKOUT_TOKEN_SECRET=k1:... RESERVATION_TTL=2m.
+PROXY_ADDR ?=
+LEDGER_ADDR ?=
+RUN_FLAGS ?=
+# They reach loadtest as flags; in its environment it would note them ignored.
+unexport PROXY_ADDR LEDGER_ADDR RUN_FLAGS
 run: deps build
-	bin/loadtest run --proxy-addr '$(PROXY_ADDR)' --ledger-addr '$(LEDGER_ADDR)'
+	bin/loadtest run --proxy-addr '$(PROXY_ADDR)' --ledger-addr '$(LEDGER_ADDR)' --env-file bin/run.env $(RUN_FLAGS)
 
 # A flash sale on throwaway servers: 20,000 requests at 5,000/s for 1,000 uses,
 # checked against Postgres and Redis; prints the figures and the report's path.

@@ -57,7 +57,7 @@ can be piped to jq.`,
 				if err := a.printEvents(shown, header); err != nil {
 					return err
 				}
-				header = header && len(shown) == 0
+				header = false
 				printed += len(shown)
 				after = p.NextAfter
 				switch {
@@ -106,8 +106,10 @@ func filterEvents(evs []events.Event, code string) []events.Event {
 	return out
 }
 
-// printEvents writes one page of the feed: JSON Lines, or table rows (with
-// the header before the first row printed).
+// printEvents writes one page of the feed: JSON Lines, or table rows, after
+// the header when asked (the first page's, rows or none: an event is readable
+// only once the watermark passes it, about a second after its commit, and a
+// tail that printed nothing until then looked hung).
 func (a *app) printEvents(evs []events.Event, header bool) error {
 	if a.output == "json" {
 		enc := json.NewEncoder(a.stdout)
@@ -118,7 +120,7 @@ func (a *app) printEvents(evs []events.Event, header bool) error {
 		}
 		return nil
 	}
-	if len(evs) == 0 {
+	if len(evs) == 0 && !header {
 		return nil
 	}
 	tw := tabwriter.NewWriter(a.stdout, 0, 0, 2, ' ', 0)

@@ -16,6 +16,7 @@ import (
 	"github.com/flashgate/flashgate/shared/api"
 	"github.com/flashgate/flashgate/shared/client"
 	"github.com/flashgate/flashgate/shared/events"
+	"github.com/flashgate/flashgate/shared/httpx/httpxtest"
 	"github.com/flashgate/flashgate/shared/voucher"
 )
 
@@ -137,4 +138,16 @@ func TestEvents(t *testing.T) {
 	r = ctl(t, "events", "retry", "999999999", "--yes")
 	assert.Equal(t, exitRefused, r.code)
 	assert.Contains(t, r.stderr, voucher.CodeNotFound)
+}
+
+// TestEventsTailHeader: a table's header comes with the first answer, before
+// any event is readable (an event becomes readable once the watermark passes
+// it, about a second after its commit): the operator sees at once that the
+// tail runs, and a voucher with no event yet shows the header alone.
+func TestEventsTailHeader(t *testing.T) {
+	t.Parallel()
+	r := requireOK(t, ctl(t, "events", "tail", "--voucher", httpxtest.NewCode(t, 8)))
+	assert.Regexp(t, `^ID\s+OCCURRED\s+VOUCHER\s+TYPE\s+DATA\n$`, r.stdout)
+	r = requireOK(t, ctl(t, "events", "tail", "--voucher", httpxtest.NewCode(t, 8), "-o", "json"))
+	assert.Empty(t, r.stdout, "JSON Lines have no header")
 }

@@ -10,7 +10,6 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -21,7 +20,6 @@ import (
 	"github.com/flashgate/flashgate/loadtest/internal/burst"
 	"github.com/flashgate/flashgate/loadtest/internal/chaos"
 	"github.com/flashgate/flashgate/loadtest/internal/compare"
-	"github.com/flashgate/flashgate/loadtest/internal/stack"
 	"github.com/flashgate/flashgate/shared/buildinfo"
 )
 
@@ -32,7 +30,8 @@ func usage(w io.Writer) {
        loadtest --help | --version
 
 commands:
-  run       start Redis, Postgres, the ledger and the proxy on throwaway servers; Ctrl-C stops all
+  run       start Redis, Postgres, the ledger and the proxy on throwaway servers, on free ports with a
+            random token (--env-file FILE writes them for a shell to source); Ctrl-C stops all
   demo      a throwaway stack and a 1,000-use flash sale on it, checked; prints the report's path
   burst     one burst at a constant rate against a fresh voucher, checked against Postgres and Redis
             (--record FILE writes its traffic; every answer also goes to vegeta's results format)
@@ -82,36 +81,4 @@ func main() {
 		fmt.Fprintln(os.Stderr, "loadtest:", err)
 		os.Exit(1)
 	}
-}
-
-// runStack is `make run`: the stack in the foreground until Ctrl-C.
-func runStack(ctx context.Context, args []string) error {
-	fs := flag.NewFlagSet("run", flag.ExitOnError)
-	binDir := fs.String("bin", "", "directory holding ledger and proxy (default: beside loadtest)")
-	ledgerAddr := fs.String("ledger-addr", "127.0.0.1:8081", "ledger listen address")
-	proxyAddr := fs.String("proxy-addr", "127.0.0.1:8080", "proxy listen address")
-	token := fs.String("token", "dev-token", "LEDGER_TOKEN for the ledger and the proxy")
-	durable := fs.Bool("durable", false, "Postgres with fsync and full_page_writes on")
-	dbURL := fs.String("database-url", "", "use this Postgres instead of a throwaway one")
-	redisURL := fs.String("redis-url", "", "use this Redis instead of a throwaway one")
-	_ = fs.Parse(args)
-
-	// stack.Start fails, with the service's log, when a service exits during
-	// its start (its port taken, say): its health check counts only an answer
-	// from the child itself (/healthz names its pid).
-	st, err := stack.Start(stack.Options{BinDir: *binDir, Token: *token, LedgerAddr: *ledgerAddr, ProxyAddr: *proxyAddr,
-		ExternalDB: *dbURL, ExternalRDB: *redisURL, DurablePG: *durable})
-	if err != nil {
-		return err
-	}
-	defer st.Stop()
-	fmt.Printf(`flashgate is up (Ctrl-C stops everything and removes the data)
-  proxy:    %s   (PROXY_AUTH=off: no client token, a local stack only)
-  ledger:   %s   (LEDGER_TOKEN=%s)
-  redis:    %s
-  postgres: %s (%s)
-`, st.ProxyURL, st.LedgerURL, st.Token, st.RedisURL, st.DBURL, stack.Durability(*durable))
-	<-ctx.Done()
-	fmt.Println("stopping...")
-	return nil
 }

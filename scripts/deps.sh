@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # deps.sh checks for what the tests, the demo and the load harness run: redis-server and
-# redis-cli, the PostgreSQL server (initdb, postgres) and Go >= 1.26, and wrk (the light load
+# redis-cli, the PostgreSQL server (initdb, postgres), Go >= 1.26, curl and openssl (README's
+# walk-through, which a test runs), and wrk (the light load
 # generator of `loadtest compare`; without it compare falls back to vegeta). On Debian or
 # Ubuntu, as root, it installs missing packages with apt-get; otherwise it says what to run.
 set -euo pipefail
@@ -37,6 +38,11 @@ missing_packages() {
 	if ! pg_bindir >/dev/null; then
 		pkgs+=(postgresql)
 	fi
+	# README's walk-through (which make test runs) uses curl, and openssl to mint a checkout token.
+	local tool
+	for tool in curl openssl; do
+		command -v "$tool" >/dev/null || pkgs+=("$tool")
+	done
 	echo "${pkgs[@]+"${pkgs[@]}"}"
 }
 
@@ -98,7 +104,7 @@ main() {
 				exit 1
 			fi
 		else
-			echo "deps: missing $missing (redis-server and redis-cli; initdb and postgres in PATH or $pg_lib/*/bin)" >&2
+			echo "deps: missing $missing (redis-server and redis-cli; initdb and postgres in PATH or $pg_lib/*/bin; curl; openssl)" >&2
 			echo "deps: run: sudo apt-get install -y $missing" >&2
 			exit 1
 		fi
