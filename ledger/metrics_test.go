@@ -60,5 +60,5 @@ func TestMetricsDocumented(t *testing.T) {
 
 	// The admissions consumer's per-partition series, as after a batch of partition 0.
 	svc.admitted.ObserveLag(0, 0, 0)
-	httpxtest.CheckMetricsDocumented(t, h, svc.metrics.Registry, "../README.md", "ledger")
+	httpxtest.CheckMetricsDocumented(t, h, svc.metrics.Registry, "docs/operations.md", "ledger")
 }

@@ -59,7 +59,7 @@ func TestMetricsDocumented(t *testing.T) {
 		r.Header.Set("Authorization", "Bearer "+edgeToken)
 		h.ServeHTTP(w, r)
 	})
-	httpxtest.CheckMetricsDocumented(t, withToken, m.Registry, "../README.md", "proxy")
+	httpxtest.CheckMetricsDocumented(t, withToken, m.Registry, "docs/operations.md", "proxy")
 }
 
 // TestMetricsOffThePublicPort: with edge auth on and no METRICS_ADDR, the
