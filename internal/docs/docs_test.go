@@ -3,6 +3,7 @@ package docs
 import (
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -66,6 +67,45 @@ func section(t *testing.T, page, rel, head string) []string {
 	}
 	require.True(t, in, "%s has no %q", rel, head)
 	return out
+}
+
+// issueRef and runDate are what history looks like in a page: an issue's
+// number, or a date that is not part of a timestamp in an example.
+var (
+	issueRef = regexp.MustCompile(`(?i)\bissues? #?\d+`)
+	runDate  = regexp.MustCompile(`\b20\d\d-\d\d-\d\d([^T\d]|$)`)
+)
+
+// TestNoHistory: the pages say what is, not how it came to be: no issue
+// numbers, no dated runs (history lives in git).
+func TestNoHistory(t *testing.T) {
+	for _, rel := range pages(t) {
+		for i, line := range strings.Split(read(t, rel), "\n") {
+			if m := issueRef.FindString(line); m != "" {
+				t.Errorf("%s:%d names %q: say what is, not which issue did it", rel, i+1, m)
+			}
+			if m := runDate.FindString(line); m != "" {
+				t.Errorf("%s:%d has the date %q: dated runs live in git history", rel, i+1, strings.TrimSpace(m))
+			}
+		}
+	}
+}
+
+// maxLine is the longest line a page may have, but a table row or a URL.
+const maxLine = 110
+
+// TestLineLength: prose and code stay readable in a terminal; a table row
+// (one line per row in Markdown) and a line holding a URL may run longer.
+func TestLineLength(t *testing.T) {
+	for _, rel := range pages(t) {
+		for i, line := range strings.Split(read(t, rel), "\n") {
+			if len([]rune(line)) <= maxLine || strings.HasPrefix(strings.TrimSpace(line), "|") ||
+				strings.Contains(line, "://") {
+				continue
+			}
+			t.Errorf("%s:%d is %d characters long (at most %d but tables and URLs)", rel, i+1, len([]rune(line)), maxLine)
+		}
+	}
 }
 
 // TestReadmeShort: the README is the front door, at most 300 lines.
