@@ -17,8 +17,8 @@ import (
 	"github.com/flashgate/flashgate/shared/httpx/httpxtest"
 )
 
-// TestMetricsDocumented checks the ledger's metrics against the README's
-// Operations table: after a flash reserve, a reconcile and a sweep every
+// TestMetricsDocumented checks the ledger's metrics against the metrics
+// table of docs/operations.md: after a flash reserve, a reconcile and a sweep every
 // metric documented for the ledger is registered and (unless pending) scraped
 // from /metrics, without a token, with the documented type; and every
 // flashgate_* family scraped is documented.

@@ -18,8 +18,8 @@ import (
 	"github.com/flashgate/flashgate/shared/httpx/httpxtest"
 )
 
-// TestMetricsDocumented checks the proxy's metrics against the README's
-// Operations table: after one flash reserve every metric documented for the
+// TestMetricsDocumented checks the proxy's metrics against the metrics
+// table of docs/operations.md: after one flash reserve every metric documented for the
 // proxy is registered and scraped from /metrics (with the edge's token: with
 // edge auth on, /metrics on the client port needs one) with the documented
 // type, and every flashgate_* family scraped is documented.
