@@ -18,8 +18,17 @@ import (
 	"github.com/flashgate/flashgate/shared/voucher"
 )
 
-// saleDayHeading heads the README section whose first ```sh block this test runs.
-const saleDayHeading = "### Operating a sale day with flashgatectl"
+// saleDayDoc and saleDayHeading name the section of the operator's docs whose
+// first ```sh block this test runs.
+const (
+	saleDayDoc     = "../docs/operations.md"
+	saleDayHeading = "## A sale day with flashgatectl"
+)
+
+// runEnv is the block's first line: after `make run`, it sources the file that
+// names the stack's ledger and token. The test writes that file for its own
+// stack, and each later line runs after it, as in the operator's shell.
+const runEnv = ". bin/run.env"
 
 // crowdMarker is the comment line of the block at which the sale's customers
 // buy: the test reserves crowdOrders orders through the proxy there, confirms
@@ -30,32 +39,34 @@ const (
 	crowdOrders = 5
 )
 
-// saleDayCode is the voucher the README's sale day drives; the test gives it
+// saleDayCode is the voucher the docs' sale day drives; the test gives it
 // a fresh code per run, so that it runs beside the other tests on one stack.
 const saleDayCode = "SALE100"
 
-// TestREADMESaleDay runs the README's sale day, command by command in its
+// TestDocsSaleDay runs the operator docs' sale day, command by command in its
 // order, through the built binary in bash (no terminal, so the changes need
-// their --yes), with the ledger and token in the environment as the section
-// says to set them. Each must exit 0, and the day must end as the section says.
-func TestREADMESaleDay(t *testing.T) {
+// their --yes), in a directory whose bin/ holds bin/flashgatectl and the
+// bin/run.env that `make run` would write for this test's stack. Each line
+// must exit 0, and the day must end as the section says.
+func TestDocsSaleDay(t *testing.T) {
 	t.Parallel()
-	commands := saleDayCommands(t, "../README.md")
+	commands := saleDayCommands(t, saleDayDoc)
 	require.NotEmpty(t, commands)
+	require.Equal(t, runEnv, commands[0], "the block starts by sourcing what make run wrote")
 	bin := devstacktest.Binaries(t, "github.com/flashgate/flashgate/flashgatectl")
 	code := httpxtest.NewCode(t, 8)
 	requireAgreementAtEnd(t, code)
 	dir := t.TempDir()
-	env := append(os.Environ(), "PATH="+bin+string(os.PathListSeparator)+os.Getenv("PATH"),
-		envLedger+"="+stack.LedgerURL, envToken+"="+ledgerToken)
-	for _, line := range commands {
+	writeRunEnv(t, dir, filepath.Join(bin, "flashgatectl"))
+	env := os.Environ()
+	for _, line := range commands[1:] {
 		if line == crowdMarker {
 			crowdBuys(t, code)
 			continue
 		}
-		require.True(t, strings.HasPrefix(line, "flashgatectl "), "the section's lines are flashgatectl commands: %q", line)
+		require.True(t, strings.HasPrefix(line, "bin/flashgatectl "), "the section's lines are bin/flashgatectl commands: %q", line)
 		line = strings.ReplaceAll(line, saleDayCode, code)
-		cmd := exec.CommandContext(t.Context(), "bash", "-e", "-o", "pipefail", "-c", line)
+		cmd := exec.CommandContext(t.Context(), "bash", "-e", "-o", "pipefail", "-c", runEnv+"\n"+line)
 		cmd.Env, cmd.Dir = env, dir
 		out, err := cmd.CombinedOutput()
 		t.Logf("$ %s\n%s", line, out)
@@ -73,6 +84,17 @@ func TestREADMESaleDay(t *testing.T) {
 	require.NoError(t, err, "the day exported the orders")
 	assert.True(t, strings.HasPrefix(string(csv), "order_id,customer_id,status,"))
 	assert.Equal(t, 1+crowdOrders, strings.Count(string(csv), "\n"), "a header and a row per order")
+}
+
+// writeRunEnv gives dir what `make run` leaves in the checkout: bin/flashgatectl
+// and bin/run.env, naming this test's stack.
+func writeRunEnv(t *testing.T, dir, flashgatectl string) {
+	t.Helper()
+	require.NoError(t, os.Mkdir(filepath.Join(dir, "bin"), 0o755))
+	require.NoError(t, os.Symlink(flashgatectl, filepath.Join(dir, "bin", "flashgatectl")))
+	vars := fmt.Sprintf("export FLASHGATE_PROXY=%s\nexport %s=%s\nexport %s=%s\n",
+		stack.ProxyURL, envLedger, stack.LedgerURL, envToken, ledgerToken)
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "bin", "run.env"), []byte(vars), 0o600))
 }
 
 // crowdBuys is the sale's customers at crowdMarker, through the proxy.
@@ -94,12 +116,12 @@ func crowdBuys(t *testing.T, code string) {
 	t.Logf("%s: %d orders reserved through the proxy, %d confirmed, 1 cancelled", crowdMarker, crowdOrders, crowdOrders-2)
 }
 
-// saleDayCommands reads the first ```sh block after saleDayHeading in the
-// README: its commands, continuation lines joined, comment lines dropped but
-// crowdMarker.
-func saleDayCommands(t *testing.T, readme string) []string {
+// saleDayCommands reads the first ```sh block after saleDayHeading in doc: its
+// commands, continuation lines joined, trailing comments and comment lines
+// dropped but crowdMarker.
+func saleDayCommands(t *testing.T, doc string) []string {
 	t.Helper()
-	f, err := os.Open(readme)
+	f, err := os.Open(doc)
 	require.NoError(t, err)
 	defer f.Close()
 	var commands []string
@@ -125,12 +147,15 @@ func saleDayCommands(t *testing.T, readme string) []string {
 			}
 			line = strings.TrimSpace(pending + line)
 			pending = ""
+			if before, _, ok := strings.Cut(line, "   # "); ok {
+				line = strings.TrimSpace(before) // a comment after the command
+			}
 			if line == crowdMarker || line != "" && !strings.HasPrefix(line, "#") {
 				commands = append(commands, line)
 			}
 		}
 	}
 	require.NoError(t, sc.Err())
-	t.Fatalf("README has no %q section with a ```sh block", saleDayHeading)
+	t.Fatalf("%s has no %q section with a ```sh block", doc, saleDayHeading)
 	return nil
 }

@@ -76,12 +76,6 @@ func TestConfigWarmConns(t *testing.T) {
 	assert.ErrorContains(t, err, "REDIS_WARM_CONNS")
 }
 
-// TestSettingsDocumented checks that every setting the ledger reads has a
-// meaning for --help and a README row with the same default.
-func TestSettingsDocumented(t *testing.T) {
-	httpxtest.CheckSettingsDocumented(t, configFrom, "../README.md", "Ledger")
-}
-
 // TestCommandLine runs bin/ledger --help and --version: exit 0, every setting listed.
 func TestCommandLine(t *testing.T) {
 	httpxtest.CheckCommandLine(t, ledgerBinary(t), "ledger", configFrom)

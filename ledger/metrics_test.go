@@ -17,8 +17,8 @@ import (
 	"github.com/flashgate/flashgate/shared/httpx/httpxtest"
 )
 
-// TestMetricsDocumented checks the ledger's metrics against the README's
-// Operations table: after a flash reserve, a reconcile and a sweep every
+// TestMetricsDocumented checks the ledger's metrics against the metrics
+// table of docs/operations.md: after a flash reserve, a reconcile and a sweep every
 // metric documented for the ledger is registered and (unless pending) scraped
 // from /metrics, without a token, with the documented type; and every
 // flashgate_* family scraped is documented.
@@ -60,5 +60,5 @@ func TestMetricsDocumented(t *testing.T) {
 
 	// The admissions consumer's per-partition series, as after a batch of partition 0.
 	svc.admitted.ObserveLag(0, 0, 0)
-	httpxtest.CheckMetricsDocumented(t, h, svc.metrics.Registry, "../README.md", "ledger")
+	httpxtest.CheckMetricsDocumented(t, h, svc.metrics.Registry, "docs/operations.md", "ledger")
 }

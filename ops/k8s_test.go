@@ -207,7 +207,7 @@ func TestKubernetesBase(t *testing.T) {
 }
 
 // secretKeys are the keys of the Secret flashgate the deployments read, by
-// service and env name; the README's kubectl command creates each.
+// service and env name; docs/operations.md's kubectl command creates each.
 var secretKeys = map[string]map[string]string{
 	"flashgate-ledger": {"LEDGER_TOKEN": "LEDGER_TOKEN", "LEDGER_TOKENS": "LEDGER_TOKENS", "DATABASE_URL": "DATABASE_URL"},
 	"flashgate-proxy":  {"LEDGER_TOKEN": "PROXY_LEDGER_TOKEN", "PROXY_TOKENS": "PROXY_TOKENS"},
@@ -217,12 +217,12 @@ var secretKeys = map[string]map[string]string{
 // placeholder token to forget), every token and DATABASE_URL comes from the
 // Secret flashgate that the operator creates, required (a pod without it
 // does not start), the proxy's edge is never opened (no PROXY_AUTH), and the
-// README's kubectl command creates every key the deployments read, the
+// kubectl command of docs/operations.md creates every key the deployments read, the
 // proxy's ledger token scoped internal.
 func checkSecretRefs(t *testing.T, m manifests) {
 	t.Helper()
 	assert.Empty(t, m.secrets, "the base ships no Secret: the operator creates flashgate")
-	readme, err := os.ReadFile("../README.md")
+	readme, err := os.ReadFile("../docs/operations.md")
 	require.NoError(t, err)
 	for deploy, want := range secretKeys {
 		d := m.deployments[deploy]
@@ -236,7 +236,7 @@ func checkSecretRefs(t *testing.T, m manifests) {
 			assert.Equal(t, "flashgate", ref.Name, "%s %s", deploy, e.Name)
 			assert.False(t, ref.Optional != nil && *ref.Optional, "%s %s: the secret is required", deploy, e.Name)
 			got[e.Name] = ref.Key
-			assert.Contains(t, string(readme), "--from-literal="+ref.Key+"=", "the README creates the Secret's key %s", ref.Key)
+			assert.Contains(t, string(readme), "--from-literal="+ref.Key+"=", "docs/operations.md creates the Secret's key %s", ref.Key)
 		}
 		assert.Equal(t, want, got, "%s's secrets", deploy)
 		assert.NotContains(t, m.configMaps[deploy].Data, "PROXY_AUTH", "the edge requires a token")

@@ -11,11 +11,11 @@ import (
 )
 
 // TestMetricNames checks that every flashgate_* metric the alerts and the
-// dashboard query is in the README's metrics table, and that the table gives
+// dashboard query is in docs/operations.md's metrics table, and that the table gives
 // each name one row: one meaning per name (issue 16 renamed the ledger's
 // flashgate_voucher_remaining, which meant something else than the proxy's).
 func TestMetricNames(t *testing.T) {
-	readme, err := os.ReadFile("../README.md")
+	readme, err := os.ReadFile("../docs/operations.md")
 	require.NoError(t, err)
 	rows := map[string]int{}
 	for _, m := range regexp.MustCompile("(?m)^\\| `(flashgate_[a-z_]+)` \\|").FindAllStringSubmatch(string(readme), -1) {
@@ -23,7 +23,7 @@ func TestMetricNames(t *testing.T) {
 	}
 	require.NotEmpty(t, rows)
 	for name, n := range rows {
-		assert.Equal(t, 1, n, "%s has %d rows in the README's metrics table: one name, one meaning", name, n)
+		assert.Equal(t, 1, n, "%s has %d rows in the metrics table of docs/operations.md: one name, one meaning", name, n)
 	}
 	for _, f := range []string{"alerts.yml", "grafana-dashboard.json"} {
 		raw, err := os.ReadFile(f)
@@ -33,7 +33,7 @@ func TestMetricNames(t *testing.T) {
 			for _, suffix := range []string{"_bucket", "_count", "_sum"} {
 				base = strings.TrimSuffix(base, suffix)
 			}
-			assert.Contains(t, rows, base, "%s queries %s, which the README does not document", f, name)
+			assert.Contains(t, rows, base, "%s queries %s, which docs/operations.md does not document", f, name)
 		}
 	}
 }

@@ -37,12 +37,6 @@ func TestConfigWarmConns(t *testing.T) {
 	assert.ErrorContains(t, err, "LEDGER_WARM_CONNS")
 }
 
-// TestSettingsDocumented checks that every setting the proxy reads has a
-// meaning for --help and a README row with the same default.
-func TestSettingsDocumented(t *testing.T) {
-	httpxtest.CheckSettingsDocumented(t, configFrom, "../README.md", "Proxy")
-}
-
 // TestConfigSwitch checks that PROXY_COALESCE takes on/off, true/false and
 // 1/0, and that anything else stops the start naming the variable.
 func TestConfigSwitch(t *testing.T) {

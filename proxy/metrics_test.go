@@ -18,8 +18,8 @@ import (
 	"github.com/flashgate/flashgate/shared/httpx/httpxtest"
 )
 
-// TestMetricsDocumented checks the proxy's metrics against the README's
-// Operations table: after one flash reserve every metric documented for the
+// TestMetricsDocumented checks the proxy's metrics against the metrics
+// table of docs/operations.md: after one flash reserve every metric documented for the
 // proxy is registered and scraped from /metrics (with the edge's token: with
 // edge auth on, /metrics on the client port needs one) with the documented
 // type, and every flashgate_* family scraped is documented.
@@ -59,7 +59,7 @@ func TestMetricsDocumented(t *testing.T) {
 		r.Header.Set("Authorization", "Bearer "+edgeToken)
 		h.ServeHTTP(w, r)
 	})
-	httpxtest.CheckMetricsDocumented(t, withToken, m.Registry, "../README.md", "proxy")
+	httpxtest.CheckMetricsDocumented(t, withToken, m.Registry, "docs/operations.md", "proxy")
 }
 
 // TestMetricsOffThePublicPort: with edge auth on and no METRICS_ADDR, the

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -14,22 +15,23 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// CheckMetricsDocumented checks service's metrics against the Operations
-// metrics table of the README at readme: every metric documented for service
-// is registered on reg and scraped from h's /metrics, without a token, with
-// the documented type; and every flashgate_* family scraped is documented.
-// The caller first sends the requests that give each metric a series.
-func CheckMetricsDocumented(tb testing.TB, h http.Handler, reg *prometheus.Registry, readme, service string) {
+// CheckMetricsDocumented checks service's metrics against the metrics table of
+// doc (a path from the module's root, e.g. "docs/operations.md"): every metric
+// documented for service is registered on reg and scraped from h's /metrics,
+// without a token, with the documented type; and every flashgate_* family
+// scraped is documented. The caller first sends the requests that give each
+// metric a series.
+func CheckMetricsDocumented(tb testing.TB, h http.Handler, reg *prometheus.Registry, doc, service string) {
 	tb.Helper()
 	rec := httptest.NewRecorder()
 	h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, api.MetricsPath, nil))
 	require.Equal(tb, http.StatusOK, rec.Code, "GET /metrics without a token: %s", rec.Body)
 	scraped := scrapedMetricTypes(rec.Body.Bytes())
 
-	documented := readmeMetrics(tb, readme, service)
+	documented := docMetrics(tb, RepoFile(tb, doc), service)
 	for name, typ := range documented {
 		if !metricRegistered(reg, name) {
-			tb.Errorf("%s is in the README for the %s but not registered", name, service)
+			tb.Errorf("%s is in %s for the %s but not registered", name, doc, service)
 			continue
 		}
 		got, ok := scraped[name]
@@ -37,26 +39,24 @@ func CheckMetricsDocumented(tb testing.TB, h http.Handler, reg *prometheus.Regis
 		case !ok:
 			tb.Errorf("%s is registered but not on /metrics after a reserve", name)
 		case got != typ:
-			tb.Errorf("%s is a %s on /metrics, the README says %s", name, got, typ)
+			tb.Errorf("%s is a %s on /metrics, %s says %s", name, got, doc, typ)
 		}
 	}
 	for name := range scraped {
 		if _, ok := documented[name]; strings.HasPrefix(name, "flashgate_") && !ok {
-			tb.Errorf("%s is on the %s's /metrics but not in the README's metrics table", name, service)
+			tb.Errorf("%s is on the %s's /metrics but not in the metrics table of %s", name, service, doc)
 		}
 	}
 }
 
-// readmeMetrics reads the Operations metrics table of the README at path: the
-// metrics documented for service, with their types.
-func readmeMetrics(tb testing.TB, path, service string) map[string]string {
+// docMetrics reads the metrics table of the doc at path: the metrics documented
+// for service, with their types.
+func docMetrics(tb testing.TB, path, service string) map[string]string {
 	tb.Helper()
 	raw, err := os.ReadFile(path)
 	require.NoError(tb, err)
-	_, ops, ok := strings.Cut(string(raw), "\n## Operations\n")
-	require.True(tb, ok, "README.md has no Operations section")
 	out := map[string]string{}
-	for line := range strings.Lines(ops) {
+	for line := range strings.Lines(string(raw)) {
 		if !strings.HasPrefix(line, "| `flashgate_") {
 			continue
 		}
@@ -69,8 +69,25 @@ func readmeMetrics(tb testing.TB, path, service string) map[string]string {
 			}
 		}
 	}
-	require.NotEmpty(tb, out, "README's metrics table lists nothing for %s", service)
+	require.NotEmpty(tb, out, "the metrics table of %s lists nothing for %s", path, service)
 	return out
+}
+
+// RepoFile is the path of rel, a path from the module's root, found by walking
+// up from the test's directory to go.mod: tests that read the docs find them
+// wherever their package lives.
+func RepoFile(tb testing.TB, rel string) string {
+	tb.Helper()
+	dir, err := os.Getwd()
+	require.NoError(tb, err)
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return filepath.Join(dir, filepath.FromSlash(rel))
+		}
+		up := filepath.Dir(dir)
+		require.NotEqual(tb, dir, up, "no go.mod above the test's directory")
+		dir = up
+	}
 }
 
 // scrapedMetricTypes returns the families of a text-format scrape by name, with
