@@ -76,8 +76,17 @@ func TestReconcileRepairsCountedAndAudited(t *testing.T) {
 			require.NoError(t, rdb.Set(ctx, keys[0], total+5, redis.KeepTTL).Err())
 		}, []string{jobs.RepairRemaining}},
 		{"the terms alone", func(t *testing.T) {
+			// Changed long ago: terms that differ now are a drift, not a
+			// change whose Redis step is still to come.
+			_, err := l.pool.Exec(ctx, `UPDATE voucher SET updated_at = now() - interval '1 hour' WHERE code = $1`, code)
+			require.NoError(t, err)
 			require.NoError(t, rdb.HSet(ctx, keys[3], "perUserLimit", 5).Err())
 		}, []string{jobs.RepairTerms}},
+		{"the terms of a change just committed, whose ledger died before Redis", func(t *testing.T) {
+			_, err := l.pool.Exec(ctx, `UPDATE voucher SET updated_at = now() WHERE code = $1`, code)
+			require.NoError(t, err)
+			require.NoError(t, rdb.HSet(ctx, keys[3], "perUserLimit", 5).Err())
+		}, nil},
 		{"an order lost with its use, a hanging admission taken with one", func(t *testing.T) {
 			lost := code + "-a-c1-o0"
 			require.EqualValues(t, 1, rdb.HDel(ctx, keys[2], lost).Val())

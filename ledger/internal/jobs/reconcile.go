@@ -190,6 +190,18 @@ func (j *Jobs) reconcileLocked(ctx context.Context, code string) (rep Report, fi
 		rep.Drift = max(rep.Drift, int64(rep.Restored))
 	}
 	fix.remaining, fix.terms = res.CounterRepaired, res.TermsChanged
+	if fix.terms {
+		// Under the voucher's lock a change is never half-applied by a live
+		// ledger: terms that differ are a change whose ledger died, or whose
+		// Redis step failed, between its commit and Redis. Finishing a change
+		// committed within twice the grace is that change's last step, not a
+		// repair of a drift.
+		recent, err := j.store.ChangedWithin(ctx, code, 2*j.Config.HangingGrace)
+		if err == nil && recent {
+			fix.terms = false
+			j.log.Info("reconcile applied the terms of a change its ledger did not bring to Redis", "code", code)
+		}
+	}
 	return rep, fix, nil
 }
 

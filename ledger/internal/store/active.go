@@ -90,3 +90,16 @@ func (s *Store) LiveFlashVersions(ctx context.Context) ([]LiveVersion, error) {
 	}
 	return live, nil
 }
+
+// ChangedWithin reports whether voucher code's terms were changed (its row's
+// updated_at, which every change of terms sets) less than d ago, by the
+// database's clock.
+func (s *Store) ChangedWithin(ctx context.Context, code string, d time.Duration) (bool, error) {
+	var recent bool
+	err := s.pool.QueryRow(ctx, `SELECT updated_at > now() - make_interval(secs => $2) FROM voucher WHERE code = $1`,
+		code, d.Seconds()).Scan(&recent)
+	if err != nil {
+		return false, Translate(fmt.Errorf("changed within %s: %w", code, err))
+	}
+	return recent, nil
+}
