@@ -58,7 +58,7 @@ func (j *Jobs) ReconcileBy(ctx context.Context, code, actor string) (Report, err
 	}
 	kinds := repairKinds(rep, fix)
 	j.observe(rep, kinds)
-	fixed := len(kinds) > 0 || rep.Reloaded
+	fixed := len(kinds) > 0 || (rep.Reloaded && !fix.fresh)
 	if fixed || rep.Drift != 0 {
 		j.log.Warn("reconcile found drift", "code", code, "db_remaining", rep.DBRemaining,
 			"redis_remaining", rep.RedisRemaining, "redis_remaining_after", rep.RedisRemainingAfter,
@@ -90,6 +90,13 @@ type ReconcileAudit struct {
 	RestoredOrders []string `json:"restoredOrders,omitempty"`
 }
 
+// changedRecently reports whether code's terms were changed (or it was
+// created) within twice HANGING_GRACE; an unreadable answer is false.
+func (j *Jobs) changedRecently(ctx context.Context, code string) bool {
+	recent, err := j.store.ChangedWithin(ctx, code, 2*j.Config.HangingGrace)
+	return err == nil && recent
+}
+
 // counterFix is what a reconcile repaired in Redis beside its orders, which
 // Report does not carry.
 type counterFix struct {
@@ -98,6 +105,9 @@ type counterFix struct {
 	// The orders freed, and those restored (at most: the pass's candidates
 	// still held by the database after it).
 	released, restored []string
+	// fresh: a reload of a voucher created or changed moments ago, which
+	// is audited as no finding.
+	fresh bool
 }
 
 // The kinds of flashgate_reconcile_repairs_total.
@@ -165,6 +175,10 @@ func (j *Jobs) reconcileLocked(ctx context.Context, code string) (rep Report, fi
 			return Report{}, fix, err
 		}
 		rep.Reloaded, rep.RedisRemainingAfter = true, rep.DBRemaining
+		// A voucher created or changed within twice the grace may be one
+		// whose own load is still on its way (a creation loads after its
+		// commit, outside the lock): loading it is no finding.
+		fix.fresh = j.changedRecently(ctx, code)
 		return rep, fix, nil
 	}
 	rep.RedisRemaining, rep.RedisRemainingAfter = res.RemainingBefore, res.RemainingAfter
@@ -196,8 +210,7 @@ func (j *Jobs) reconcileLocked(ctx context.Context, code string) (rep Report, fi
 		// Redis step failed, between its commit and Redis. Finishing a change
 		// committed within twice the grace is that change's last step, not a
 		// repair of a drift.
-		recent, err := j.store.ChangedWithin(ctx, code, 2*j.Config.HangingGrace)
-		if err == nil && recent {
+		if j.changedRecently(ctx, code) {
 			fix.terms = false
 			j.log.Info("reconcile applied the terms of a change its ledger did not bring to Redis", "code", code)
 		}
