@@ -1,7 +1,6 @@
 package systemtest
 
 import (
-	"flag"
 	"fmt"
 	"math/rand/v2"
 	"net/http"
@@ -30,15 +29,9 @@ import (
 // 201 promised (customer, discount, expires_at within the hold it
 // announced), nothing was dead-lettered, and no reconcile repaired anything.
 //
-// It runs only when asked (-vopr.log or FLASHGATE_VOPR_LOG=1, voprLogSwitch;
-// make vopr asks when VOPR_RUN picks it): its rounds now keep every 201's row
-// and terms, but the reconciler still frees holds with no row and no promise
-// after some rounds (a repair, which it counts as a failure) until that is
-// explained.
+// Its short run (make test) is one fixed seed and one random one; make vopr
+// VOPR_RUN=TestVOPRLog runs rounds for VOPR_DURATION.
 func TestVOPRLog(t *testing.T) {
-	if !*voprLog && os.Getenv("FLASHGATE_VOPR_LOG") != "1" {
-		t.Skip("the log VOPR runs with -vopr.log or FLASHGATE_VOPR_LOG=1 (its rounds still see reconcile repairs)")
-	}
 	t.Parallel()
 	seeds, duration := voprPlan(t)
 	if duration == 0 && *voprSeed == 0 && os.Getenv("VOPR_SEED") == "" {
@@ -75,10 +68,6 @@ func TestVOPRLog(t *testing.T) {
 	t.Logf("VOPR log: %d rounds (%d failed) in %v; %s", rounds, failed, time.Since(start).Round(time.Second), stats)
 }
 
-var voprLog = flag.Bool("vopr.log", false, "run TestVOPRLog, the VOPR over writePath log vouchers (also FLASHGATE_VOPR_LOG=1)")
-
-// voprLogSwitch is what turns TestVOPRLog on, for the reproduce line.
-const voprLogSwitch = "FLASHGATE_VOPR_LOG=1"
 
 // voprLogFixedSeeds are the short run's rounds, beside one random seed.
 var voprLogFixedSeeds = []uint64{1}
