@@ -79,37 +79,15 @@ func Scenarios() []Scenario {
 }
 
 // ScenarioNames lists the scenarios' names.
-func ScenarioNames() []string {
-	var names []string
-	for _, s := range Scenarios() {
-		names = append(names, s.Name)
-	}
-	return names
-}
+func ScenarioNames() []string { return load.Names(Scenarios()) }
+
+// ScenarioName and OnlyByName make a Scenario a load.Named (every attack
+// runs in all).
+func (s Scenario) ScenarioName() string { return s.Name }
+func (s Scenario) OnlyByName() bool     { return false }
 
 // pickScenarios returns the named scenarios; none or "all" is every one.
-func pickScenarios(names []string) ([]Scenario, error) {
-	all := Scenarios()
-	if len(names) == 0 {
-		return all, nil
-	}
-	var out []Scenario
-	for _, n := range names {
-		if n == "all" {
-			return all, nil
-		}
-		found := false
-		for _, s := range all {
-			if s.Name == n {
-				out, found = append(out, s), true
-			}
-		}
-		if !found {
-			return nil, fmt.Errorf("unknown scenario %q (want %s or all)", n, strings.Join(ScenarioNames(), ", "))
-		}
-	}
-	return out, nil
-}
+func pickScenarios(names []string) ([]Scenario, error) { return load.Pick(Scenarios(), names) }
 
 // Run is `loadtest attack`.
 func Run(ctx context.Context, args []string) error {

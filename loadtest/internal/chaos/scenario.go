@@ -3,11 +3,10 @@ package chaos
 import (
 	"context"
 	"errors"
-	"fmt"
-	"slices"
 	"strings"
 	"time"
 
+	"github.com/flashgate/flashgate/loadtest/internal/load"
 	"github.com/flashgate/flashgate/shared/devstack"
 )
 
@@ -174,31 +173,15 @@ func tuneRollingRestart(c Config) Config {
 }
 
 // ScenarioNames lists the scenarios' names.
-func ScenarioNames() []string {
-	var names []string
-	for _, s := range Scenarios() {
-		names = append(names, s.Name)
-	}
-	return names
-}
+func ScenarioNames() []string { return load.Names(Scenarios()) }
 
-// pickScenarios returns the scenarios named, in the order given; none named:
-// all of them.
-func pickScenarios(names []string) ([]Scenario, error) {
-	scenarios := Scenarios()
-	if len(names) == 0 {
-		return slices.DeleteFunc(scenarios, func(s Scenario) bool { return s.ByName }), nil
-	}
-	var chosen []Scenario
-	for _, name := range names {
-		i := slices.IndexFunc(scenarios, func(s Scenario) bool { return s.Name == name })
-		if i < 0 {
-			return nil, fmt.Errorf("unknown scenario %q (have %s)", name, strings.Join(ScenarioNames(), ", "))
-		}
-		chosen = append(chosen, scenarios[i])
-	}
-	return chosen, nil
-}
+// ScenarioName and OnlyByName make a Scenario a load.Named.
+func (s Scenario) ScenarioName() string { return s.Name }
+func (s Scenario) OnlyByName() bool     { return s.ByName }
+
+// pickScenarios returns the scenarios named, in the order given; none named
+// (or "all"): all of them but those that run only by name.
+func pickScenarios(names []string) ([]Scenario, error) { return load.Pick(Scenarios(), names) }
 
 // toxic switches one toxic on over links, and off again at the end.
 func toxic(links []string, typ, stream string, attrs map[string]any) func(context.Context, *rig, time.Duration) (func() error, error) {
