@@ -35,6 +35,7 @@ import (
 
 	"github.com/flashgate/flashgate/shared/api"
 	"github.com/flashgate/flashgate/shared/voucher"
+	"github.com/flashgate/flashgate/shared/wait"
 )
 
 // Client calls one flashgate service (a proxy, a ledger, or a balancer in front
@@ -139,15 +140,15 @@ func (c *Client) do(ctx context.Context, method, path string, body, out any) (Re
 	}
 	id := requestID(ctx)
 	for attempt := 1; ; attempt++ {
-		resp, wait, err := c.attempt(ctx, method, path, id, payload, out)
+		resp, after, err := c.attempt(ctx, method, path, id, payload, out)
 		resp.Attempts = attempt
 		if c.observe != nil {
 			c.observe(method, path, resp.Status)
 		}
-		if wait < 0 || !retry {
+		if after < 0 || !retry {
 			return resp, err
 		}
-		if !sleepWithin(ctx, jitter(wait)) {
+		if !wait.Within(ctx, jitter(after)) {
 			return resp, fmt.Errorf("%s %s: no answer but 503 until the deadline after %d attempts: %w", method, path, attempt, err)
 		}
 	}
@@ -227,22 +228,6 @@ func retryAfter(h http.Header) time.Duration {
 // the service's (Retry-After is drawn per answer, but in whole seconds).
 func jitter(d time.Duration) time.Duration {
 	return d + mrand.N(d/2+1)
-}
-
-// sleepWithin waits d unless the context ends first, or would end before the
-// wait does (then it returns false at once: the retry could not be sent).
-func sleepWithin(ctx context.Context, d time.Duration) bool {
-	if deadline, ok := ctx.Deadline(); ok && time.Until(deadline) < d {
-		return false
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
 }
 
 // IsCode reports whether err carries the voucher error code.

@@ -13,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/flashgate/flashgate/shared/voucher"
+	"github.com/flashgate/flashgate/shared/wait"
 )
 
 // ChangesChannel is the Redis channel on which the ledger names a voucher whose
@@ -151,7 +152,7 @@ func (w *Watcher) Run(ctx context.Context) {
 			// A broken connection: go-redis reconnects and resubscribes on
 			// the next receive (after a pause, should Redis be down).
 			quiet = false
-			if !sleepCtx(ctx, 100*time.Millisecond) {
+			if !wait.For(ctx, 100*time.Millisecond) {
 				return
 			}
 			continue
@@ -167,17 +168,6 @@ func (w *Watcher) Run(ctx context.Context) {
 		case *redis.Pong:
 			w.ponged(m.Payload)
 		}
-	}
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
 	}
 }
 
