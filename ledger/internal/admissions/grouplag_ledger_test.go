@@ -1,4 +1,4 @@
-package main
+package admissions_test
 
 import (
 	"context"
@@ -14,26 +14,27 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/flashgate/flashgate/ledger/internal/ledgertest"
 	"github.com/flashgate/flashgate/shared/api"
 )
 
 // runLog runs l's admissions consumer and group lag measure as main runs
 // them (startBackground), the measure every 100 ms, until the test ends.
-func (l *testLedger) runLog(tb testing.TB) {
+func runLog(l *ledgertest.Ledger, tb testing.TB) {
 	tb.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
-	wg.Go(func() { l.svc.lag.Run(ctx, 100*time.Millisecond) })
-	wg.Go(func() { assert.NoError(tb, l.svc.consumer.Run(ctx)) })
+	wg.Go(func() { l.Svc.Lag.Run(ctx, 100*time.Millisecond) })
+	wg.Go(func() { assert.NoError(tb, l.Svc.Consumer.Run(ctx)) })
 	tb.Cleanup(func() { cancel(); wg.Wait() })
 }
 
 // waitLagKnown waits until l's group lag is known.
-func (l *testLedger) waitLagKnown(tb testing.TB) {
+func waitLagKnown(l *ledgertest.Ledger, tb testing.TB) {
 	tb.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		if _, known := l.svc.lag.Lag(); known {
+		if _, known := l.Svc.Lag.Lag(); known {
 			return
 		}
 		require.False(tb, time.Now().After(deadline), "the group lag is not known after 30s")
@@ -43,12 +44,12 @@ func (l *testLedger) waitLagKnown(tb testing.TB) {
 
 // requireHeld reconciles code through l and requires that Redis still holds
 // order (a log admission whose row is not written yet).
-func (l *testLedger) requireHeld(tb testing.TB, code, order string) {
+func requireHeld(l *ledgertest.Ledger, tb testing.TB, code, order string) {
 	tb.Helper()
-	r := l.call(tb, http.MethodPost, "/admin/vouchers/"+code+"/reconcile", nil)
+	r := l.Call(tb, http.MethodPost, "/admin/vouchers/"+code+"/reconcile", nil)
 	require.Equal(tb, http.StatusOK, r.Status, r.Raw)
 	held := false
-	for _, o := range redisState(tb, l.gate, code).Orders {
+	for _, o := range ledgertest.RedisState(tb, l.Gate, code).Orders {
 		held = held || o.OrderID == order
 	}
 	assert.True(tb, held, "Redis holds %s after a reconcile past HANGING_GRACE: %s", order, r.Raw)
@@ -61,52 +62,52 @@ func (l *testLedger) requireHeld(tb testing.TB, code, order string) {
 // HANGING_GRACE; once unstuck, the record is written.
 func TestLogPathGroupLagStuckMember(t *testing.T) {
 	t.Parallel()
-	k := newKafka(t, 2)
-	opts := ledgerOptions{kafka: k.ListenAddrs(), grace: time.Second}
-	l1, l2 := newTestLedger(t, opts), newTestLedger(t, opts)
-	stuck := newCode(t)
-	r := l1.call(t, http.MethodPost, "/admin/vouchers", pathSpec{spec(stuck, 10, 1, true), "log"})
+	k := ledgertest.NewKafka(t, 2)
+	opts := ledgertest.Options{Kafka: k.ListenAddrs(), Grace: time.Second}
+	l1, l2 := ledgertest.New(t, opts), ledgertest.New(t, opts)
+	stuck := ledgertest.NewCode(t)
+	r := l1.Call(t, http.MethodPost, "/admin/vouchers", ledgertest.PathSpec{VoucherSpec: ledgertest.Spec(stuck, 10, 1, true), WritePath: "log"})
 	require.Equal(t, http.StatusCreated, r.Status, r.Raw)
-	l1.checks.addFlash(stuck)
-	l1.runLog(t)
-	l2.runLog(t)
+	l1.Checks.AddFlash(stuck)
+	runLog(l1, t)
+	runLog(l2, t)
 	// Both members have written records before (other vouchers, on both
 	// partitions most likely): each one's own view is "caught up".
 	for range 6 {
-		warm := newCode(t)
-		r := l1.call(t, http.MethodPost, "/admin/vouchers", pathSpec{spec(warm, 10, 1, true), "log"})
+		warm := ledgertest.NewCode(t)
+		r := l1.Call(t, http.MethodPost, "/admin/vouchers", ledgertest.PathSpec{VoucherSpec: ledgertest.Spec(warm, 10, 1, true), WritePath: "log"})
 		require.Equal(t, http.StatusCreated, r.Status, r.Raw)
-		l1.checks.addFlash(warm)
-		require.Equal(t, http.StatusCreated, l1.reserve(t, warm, 1, warm+"-o1", 5_000).Status)
-		l1.waitUsed(t, warm, 1)
+		l1.Checks.AddFlash(warm)
+		require.Equal(t, http.StatusCreated, l1.Reserve(t, warm, 1, warm+"-o1", 5_000).Status)
+		l1.WaitUsed(t, warm, 1)
 	}
-	l1.waitLagKnown(t)
-	l2.waitLagKnown(t)
+	waitLagKnown(l1, t)
+	waitLagKnown(l2, t)
 
-	tx, err := l1.pool.Begin(context.Background())
+	tx, err := l1.Pool.Begin(context.Background())
 	require.NoError(t, err)
 	defer tx.Rollback(context.Background())
 	_, err = tx.Exec(context.Background(), `SELECT 1 FROM voucher WHERE code = $1 FOR UPDATE`, stuck)
 	require.NoError(t, err)
-	require.Equal(t, http.StatusCreated, l1.reserve(t, stuck, 1, stuck+"-o1", 5_000).Status)
+	require.Equal(t, http.StatusCreated, l1.Reserve(t, stuck, 1, stuck+"-o1", 5_000).Status)
 	answered := time.Now()
 	time.Sleep(2500 * time.Millisecond) // past HANGING_GRACE, with a margin
 
-	for i, l := range []*testLedger{l1, l2} {
+	for i, l := range []*ledgertest.Ledger{l1, l2} {
 		age := time.Since(answered) // read before the lag: the lag must not be younger
-		lag, known := l.svc.lag.Lag()
+		lag, known := l.Svc.Lag.Lag()
 		require.True(t, known, "ledger %d's lag known", i+1)
 		assert.GreaterOrEqual(t, lag, age, "ledger %d's lag covers the stuck record", i+1)
-		l.requireHeld(t, stuck, stuck+"-o1")
+		requireHeld(l, t, stuck, stuck+"-o1")
 		// The settler too: the order parked as a proxy that lost its
 		// answer parks it, its wait over, is not settled while its record
 		// may wait in the log.
-		l.settler.ParkFor(stuck, []string{stuck + "-o1"}, 0)
-		l.settler.Resolve(context.Background())
-		l.requireHeld(t, stuck, stuck+"-o1")
+		l.Settler.ParkFor(stuck, []string{stuck + "-o1"}, 0)
+		l.Settler.Resolve(context.Background())
+		requireHeld(l, t, stuck, stuck+"-o1")
 	}
 	require.NoError(t, tx.Rollback(context.Background()))
-	l1.waitUsed(t, stuck, 1)
+	l1.WaitUsed(t, stuck, 1)
 }
 
 // TestLogPathGroupLagProduceInFlight: a produce the broker holds unanswered
@@ -115,19 +116,19 @@ func TestLogPathGroupLagStuckMember(t *testing.T) {
 // answers, the reserve is a 201 and its row is written.
 func TestLogPathGroupLagProduceInFlight(t *testing.T) {
 	t.Parallel()
-	k := newKafka(t, 2)
-	l := newTestLedger(t, ledgerOptions{kafka: k.ListenAddrs(), grace: time.Second})
-	code := newCode(t)
-	r := l.call(t, http.MethodPost, "/admin/vouchers", pathSpec{spec(code, 10, 1, true), "log"})
+	k := ledgertest.NewKafka(t, 2)
+	l := ledgertest.New(t, ledgertest.Options{Kafka: k.ListenAddrs(), Grace: time.Second})
+	code := ledgertest.NewCode(t)
+	r := l.Call(t, http.MethodPost, "/admin/vouchers", ledgertest.PathSpec{VoucherSpec: ledgertest.Spec(code, 10, 1, true), WritePath: "log"})
 	require.Equal(t, http.StatusCreated, r.Status, r.Raw)
-	l.checks.addFlash(code)
-	l.runLog(t)
+	l.Checks.AddFlash(code)
+	runLog(l, t)
 	// A record written before: the consumer has seen the voucher caught up.
-	require.Equal(t, http.StatusCreated, l.reserve(t, code, 2, code+"-o2", 5_000).Status)
-	l.waitUsed(t, code, 1)
-	l.waitLagKnown(t)
+	require.Equal(t, http.StatusCreated, l.Reserve(t, code, 2, code+"-o2", 5_000).Status)
+	l.WaitUsed(t, code, 1)
+	waitLagKnown(l, t)
 	var lag api.AdmissionsLag
-	r = l.call(t, http.MethodGet, api.RouteAdmissionsLag, nil)
+	r = l.Call(t, http.MethodGet, api.RouteAdmissionsLag, nil)
 	require.Equal(t, http.StatusOK, r.Status, r.Raw)
 	require.NoError(t, json.Unmarshal([]byte(r.Raw), &lag))
 	assert.True(t, lag.Log && lag.Known && lag.LagSeconds != nil, "GET %s = %s", api.RouteAdmissionsLag, r.Raw)
@@ -139,16 +140,16 @@ func TestLogPathGroupLagProduceInFlight(t *testing.T) {
 		k.SleepControl(func() { <-release })
 		return nil, nil, false // then answered as usual
 	})
-	var reserved reply
+	var reserved ledgertest.Reply
 	var wg sync.WaitGroup
-	wg.Go(func() { reserved = l.reserve(t, code, 1, code+"-o1", 5_000) })
+	wg.Go(func() { reserved = l.Reserve(t, code, 1, code+"-o1", 5_000) })
 	<-held
 	time.Sleep(2500 * time.Millisecond) // past HANGING_GRACE, with a margin
-	l.requireHeld(t, code, code+"-o1")
+	requireHeld(l, t, code, code+"-o1")
 	close(release)
 	wg.Wait()
 	require.Equal(t, http.StatusCreated, reserved.Status, reserved.Raw)
-	l.waitUsed(t, code, 2)
+	l.WaitUsed(t, code, 2)
 }
 
 // TestLogPathGroupLagRevoked: a ledger whose consumer stopped while stuck on
@@ -157,40 +158,40 @@ func TestLogPathGroupLagProduceInFlight(t *testing.T) {
 // ledger caught up, its lag is short again, and known.
 func TestLogPathGroupLagRevoked(t *testing.T) {
 	t.Parallel()
-	k := newKafka(t, 1)
-	opts := ledgerOptions{kafka: k.ListenAddrs(), grace: time.Second}
-	l1, l2 := newTestLedger(t, opts), newTestLedger(t, opts)
-	code := newCode(t)
-	r := l1.call(t, http.MethodPost, "/admin/vouchers", pathSpec{spec(code, 10, 1, true), "log"})
+	k := ledgertest.NewKafka(t, 1)
+	opts := ledgertest.Options{Kafka: k.ListenAddrs(), Grace: time.Second}
+	l1, l2 := ledgertest.New(t, opts), ledgertest.New(t, opts)
+	code := ledgertest.NewCode(t)
+	r := l1.Call(t, http.MethodPost, "/admin/vouchers", ledgertest.PathSpec{VoucherSpec: ledgertest.Spec(code, 10, 1, true), WritePath: "log"})
 	require.Equal(t, http.StatusCreated, r.Status, r.Raw)
-	l1.checks.addFlash(code)
+	l1.Checks.AddFlash(code)
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
-	wg.Go(func() { l1.svc.lag.Run(ctx, 100*time.Millisecond) })
+	wg.Go(func() { l1.Svc.Lag.Run(ctx, 100*time.Millisecond) })
 	t.Cleanup(func() { cancel(); wg.Wait() })
-	reserveAll(t, l1.URL, code, claims(code, 5, 1, "revoked"))
+	ledgertest.ReserveAll(t, l1.URL, code, ledgertest.Claims(code, 5, 1, "revoked"))
 
 	// l1's consumer as main runs it, stopped while its writer waits on the
 	// voucher's row.
-	tx, err := l1.pool.Begin(context.Background())
+	tx, err := l1.Pool.Begin(context.Background())
 	require.NoError(t, err)
 	defer tx.Rollback(context.Background())
 	_, err = tx.Exec(context.Background(), `SELECT 1 FROM voucher WHERE code = $1 FOR UPDATE`, code)
 	require.NoError(t, err)
 	cctx, stop := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	go func() { defer close(done); assert.NoError(t, l1.svc.consumer.Run(cctx)) }()
+	go func() { defer close(done); assert.NoError(t, l1.Svc.Consumer.Run(cctx)) }()
 	t.Cleanup(func() { stop(); <-done })
 	time.Sleep(time.Second) // it polls the records and waits on the row
 	stop()
 	<-done
 	require.NoError(t, tx.Rollback(context.Background()))
 
-	l2.consume(t) // the partition is l2's now
-	l2.waitUsed(t, code, 5)
+	l2.Consume(t) // the partition is l2's now
+	l2.WaitUsed(t, code, 5)
 	caughtUp := time.Now()
 	time.Sleep(2 * time.Second)
-	lag, known := l1.svc.lag.Lag()
+	lag, known := l1.Svc.Lag.Lag()
 	require.True(t, known, "l1's lag known once the group caught up")
 	assert.Less(t, lag, time.Since(caughtUp), "l1's lag once the group caught up")
 }
@@ -200,22 +201,22 @@ func TestLogPathGroupLagRevoked(t *testing.T) {
 // measurement that proved the group had consumed everything.
 func TestLogPathGroupLagBrokerDown(t *testing.T) {
 	t.Parallel()
-	k := newKafka(t, 2)
-	l := newTestLedger(t, ledgerOptions{kafka: k.ListenAddrs(), grace: time.Second})
-	code := newCode(t)
-	r := l.call(t, http.MethodPost, "/admin/vouchers", pathSpec{spec(code, 10, 1, true), "log"})
+	k := ledgertest.NewKafka(t, 2)
+	l := ledgertest.New(t, ledgertest.Options{Kafka: k.ListenAddrs(), Grace: time.Second})
+	code := ledgertest.NewCode(t)
+	r := l.Call(t, http.MethodPost, "/admin/vouchers", ledgertest.PathSpec{VoucherSpec: ledgertest.Spec(code, 10, 1, true), WritePath: "log"})
 	require.Equal(t, http.StatusCreated, r.Status, r.Raw)
-	l.checks.addFlash(code)
-	l.runLog(t)
-	require.Equal(t, http.StatusCreated, l.reserve(t, code, 1, code+"-o1", 5_000).Status)
-	l.waitUsed(t, code, 1)
-	l.waitLagKnown(t)
+	l.Checks.AddFlash(code)
+	runLog(l, t)
+	require.Equal(t, http.StatusCreated, l.Reserve(t, code, 1, code+"-o1", 5_000).Status)
+	l.WaitUsed(t, code, 1)
+	waitLagKnown(l, t)
 
 	k.Close()
 	down := time.Now()
 	time.Sleep(2500 * time.Millisecond)
 	age := time.Since(down)
-	lag, known := l.svc.lag.Lag()
+	lag, known := l.Svc.Lag.Lag()
 	require.True(t, known, "the lag stays known, from the last measurement")
 	assert.GreaterOrEqual(t, lag, age, "the lag grows while the broker is down")
 }
@@ -226,16 +227,16 @@ func TestLogPathGroupLagBrokerDown(t *testing.T) {
 // HANGING_GRACE; once the fetches succeed, it is written.
 func TestLogPathGroupLagErrorOnlyPolls(t *testing.T) {
 	t.Parallel()
-	k := newKafka(t, 1)
-	l := newTestLedger(t, ledgerOptions{kafka: k.ListenAddrs(), grace: time.Second})
-	code := newCode(t)
-	r := l.call(t, http.MethodPost, "/admin/vouchers", pathSpec{spec(code, 10, 1, true), "log"})
+	k := ledgertest.NewKafka(t, 1)
+	l := ledgertest.New(t, ledgertest.Options{Kafka: k.ListenAddrs(), Grace: time.Second})
+	code := ledgertest.NewCode(t)
+	r := l.Call(t, http.MethodPost, "/admin/vouchers", ledgertest.PathSpec{VoucherSpec: ledgertest.Spec(code, 10, 1, true), WritePath: "log"})
 	require.Equal(t, http.StatusCreated, r.Status, r.Raw)
-	l.checks.addFlash(code)
-	l.runLog(t)
-	require.Equal(t, http.StatusCreated, l.reserve(t, code, 2, code+"-o2", 5_000).Status)
-	l.waitUsed(t, code, 1)
-	l.waitLagKnown(t)
+	l.Checks.AddFlash(code)
+	runLog(l, t)
+	require.Equal(t, http.StatusCreated, l.Reserve(t, code, 2, code+"-o2", 5_000).Status)
+	l.WaitUsed(t, code, 1)
+	waitLagKnown(l, t)
 
 	var failing atomic.Bool
 	failing.Store(true)
@@ -246,16 +247,16 @@ func TestLogPathGroupLagErrorOnlyPolls(t *testing.T) {
 		}
 		return refusedFetch(kreq.(*kmsg.FetchRequest)), nil, true
 	})
-	require.Equal(t, http.StatusCreated, l.reserve(t, code, 1, code+"-o1", 5_000).Status)
+	require.Equal(t, http.StatusCreated, l.Reserve(t, code, 1, code+"-o1", 5_000).Status)
 	answered := time.Now()
 	time.Sleep(2500 * time.Millisecond) // past HANGING_GRACE, with a margin
 	age := time.Since(answered)
-	lag, known := l.svc.lag.Lag()
+	lag, known := l.Svc.Lag.Lag()
 	require.True(t, known)
 	assert.GreaterOrEqual(t, lag, age, "the lag covers the record the polls did not return")
-	l.requireHeld(t, code, code+"-o1")
+	requireHeld(l, t, code, code+"-o1")
 	failing.Store(false)
-	l.waitUsed(t, code, 2)
+	l.WaitUsed(t, code, 2)
 }
 
 // refusedFetch answers req with TOPIC_AUTHORIZATION_FAILED on each of its

@@ -1,4 +1,4 @@
-package main
+package app_test
 
 import (
 	"bytes"
@@ -12,6 +12,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/flashgate/flashgate/ledger/internal/ledgertest"
 	"github.com/flashgate/flashgate/ledger/internal/outbox"
 	"github.com/flashgate/flashgate/ledger/internal/web"
 	"github.com/flashgate/flashgate/shared/httpx/httpxtest"
@@ -23,11 +24,11 @@ import (
 // from /metrics, without a token, with the documented type; and every
 // flashgate_* family scraped is documented.
 func TestMetricsDocumented(t *testing.T) {
-	tl := newTestLedger(t, ledgerOptions{token: "test-token"})
+	tl := ledgertest.New(t, ledgertest.Options{Token: "test-token"})
 
 	// The ledger as main builds it: one registry for every package's metrics.
-	svc := tl.svc
-	h := tl.handler(func(s *web.Server) { s.MaxInflight, s.LatencySLO = 256, 100*time.Millisecond })
+	svc := tl.Svc
+	h := tl.Handler(func(s *web.Server) { s.MaxInflight, s.LatencySLO = 256, 100*time.Millisecond })
 	ctx := context.Background()
 	do := func(method, path string, body any) *httptest.ResponseRecorder {
 		t.Helper()
@@ -44,21 +45,21 @@ func TestMetricsDocumented(t *testing.T) {
 		return rec
 	}
 
-	code := newCode(t)
-	rec := do(http.MethodPost, "/admin/vouchers", spec(code, 10, 1, true))
+	code := ledgertest.NewCode(t)
+	rec := do(http.MethodPost, "/admin/vouchers", ledgertest.Spec(code, 10, 1, true))
 	require.Equal(t, http.StatusCreated, rec.Code, "create: %s", rec.Body)
-	tl.trackFlash(code)
-	rec = do(http.MethodPost, "/vouchers/"+code+"/reservations", claimBody(1, code+"-o1", 5_000))
+	tl.TrackFlash(code)
+	rec = do(http.MethodPost, "/vouchers/"+code+"/reservations", ledgertest.ClaimBody(1, code+"-o1", 5_000))
 	require.Equal(t, http.StatusCreated, rec.Code, "reserve: %s", rec.Body)
 	rec = do(http.MethodPost, "/admin/vouchers/"+code+"/reconcile", nil)
 	require.Equal(t, http.StatusOK, rec.Code, "reconcile: %s", rec.Body)
-	_, err := svc.jobs.Sweep(ctx)
+	_, err := svc.Jobs.Sweep(ctx)
 	require.NoError(t, err)
 	// The event dispatcher as main builds it, with one webhook: its per-sink series.
-	outbox.NewDispatcher(tl.store, []outbox.Sink{outbox.NewWebhook("http://127.0.0.1:1/hook", outbox.WebhookConfig{Metrics: svc.outbox})}, svc.log,
-		outbox.DispatcherConfig{Metrics: svc.outbox})
+	outbox.NewDispatcher(tl.Store, []outbox.Sink{outbox.NewWebhook("http://127.0.0.1:1/hook", outbox.WebhookConfig{Metrics: svc.Outbox})}, svc.Log,
+		outbox.DispatcherConfig{Metrics: svc.Outbox})
 
 	// The admissions consumer's per-partition series, as after a batch of partition 0.
-	svc.admitted.ObserveLag(0, 0, 0)
-	httpxtest.CheckMetricsDocumented(t, h, svc.metrics.Registry, "../README.md", "ledger")
+	svc.Admitted.ObserveLag(0, 0, 0)
+	httpxtest.CheckMetricsDocumented(t, h, svc.Metrics.Registry, "../../../README.md", "ledger")
 }

@@ -1,4 +1,4 @@
-package main
+package app_test
 
 import (
 	"net/http"
@@ -11,6 +11,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/flashgate/flashgate/ledger/internal/app"
+	"github.com/flashgate/flashgate/ledger/internal/ledgertest"
 	"github.com/flashgate/flashgate/shared/api"
 )
 
@@ -19,9 +21,9 @@ import (
 // (flashgate_ready_pings_total), not once per probe.
 func TestReadyFlood(t *testing.T) {
 	t.Parallel()
-	l := newTestLedger(t, ledgerOptions{noRedis: true})
+	l := ledgertest.New(t, ledgertest.Options{NoRedis: true})
 	pings := func() float64 {
-		page := call(t, http.MethodGet, l.URL+api.MetricsPath, "", nil)
+		page := ledgertest.Call(t, http.MethodGet, l.URL+api.MetricsPath, "", nil)
 		require.Equal(t, http.StatusOK, page.Status)
 		m := regexp.MustCompile(`(?m)^flashgate_ready_pings_total (\S+)$`).FindStringSubmatch(page.Raw)
 		require.NotNil(t, m, "flashgate_ready_pings_total on /metrics")
@@ -43,7 +45,7 @@ func TestReadyFlood(t *testing.T) {
 			defer wg.Done()
 			for time.Since(began) < 2*time.Second {
 				st := 0
-				if resp, err := httpClient.Get(l.URL + api.ReadyzPath); err == nil {
+				if resp, err := ledgertest.HTTPClient.Get(l.URL + api.ReadyzPath); err == nil {
 					st = resp.StatusCode
 					resp.Body.Close()
 				}
@@ -57,7 +59,7 @@ func TestReadyFlood(t *testing.T) {
 	wg.Wait()
 	took := time.Since(began)
 	sent := pings() - before
-	most := float64(took/readyEvery) + 2
+	most := float64(took/app.ReadyEvery) + 2
 	t.Logf("%d probes in %s: %v; %v pings to Postgres (at most %v)", probes, took.Round(time.Millisecond), statuses, sent, most)
 	assert.Equal(t, probes, statuses[http.StatusOK], "every probe ready: %v", statuses)
 	assert.LessOrEqual(t, sent, most, "pings of %d probes in %s", probes, took)

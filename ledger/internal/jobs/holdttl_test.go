@@ -1,4 +1,4 @@
-package main
+package jobs_test
 
 import (
 	"context"
@@ -10,19 +10,20 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/flashgate/flashgate/ledger/internal/ledgertest"
 	"github.com/flashgate/flashgate/shared/voucher"
 )
 
 // holdSpec is a create body with a hold of the voucher's own.
 type holdSpec struct {
-	voucherSpec
+	ledgertest.VoucherSpec
 	HoldTTL string `json:"holdTtl,omitempty"`
 }
 
 // holds returns each reservation's hold (expires_at - created_at) by orderId.
-func (l *testLedger) holds(tb testing.TB, code string) map[string]time.Duration {
+func holds(l *ledgertest.Ledger, tb testing.TB, code string) map[string]time.Duration {
 	tb.Helper()
-	rows, err := l.pool.Query(context.Background(), `
+	rows, err := l.Pool.Query(context.Background(), `
 		SELECT order_id, expires_at - created_at FROM voucher_redemption WHERE voucher_code = $1`, code)
 	require.NoError(tb, err)
 	defer rows.Close()
@@ -47,69 +48,69 @@ func TestHoldTTL(t *testing.T) {
 	for _, flash := range []bool{true, false} {
 		t.Run(fmt.Sprintf("flash=%v", flash), func(t *testing.T) {
 			t.Parallel()
-			l := newTestLedger(t, ledgerOptions{db: ownPostgres(t), ttl: 15 * time.Minute})
+			l := ledgertest.New(t, ledgertest.Options{DB: ledgertest.OwnPostgres(t), TTL: 15 * time.Minute})
 			const n = 20
-			created, patched := newCode(t), newCode(t)
-			r := l.call(t, http.MethodPost, "/admin/vouchers", holdSpec{spec(created, n, 1, flash), "2s"})
-			v := view(t, r, http.StatusCreated)
+			created, patched := ledgertest.NewCode(t), ledgertest.NewCode(t)
+			r := l.Call(t, http.MethodPost, "/admin/vouchers", holdSpec{ledgertest.Spec(created, n, 1, flash), "2s"})
+			v := ledgertest.View(t, r, http.StatusCreated)
 			assert.Equal(t, voucher.Duration(2*time.Second), v.HoldTTL, "created view %s", r.Raw)
-			l.createVoucher(t, spec(patched, 2*n, 1, flash))
+			l.CreateVoucher(t, ledgertest.Spec(patched, 2*n, 1, flash))
 			if flash {
-				l.checks.addFlash(created)
+				l.Checks.AddFlash(created)
 			}
 
-			short := claims(created, n, 1, "short")
-			reserveAll(t, l.URL, created, short)
-			before := claims(patched, n, 1, "before")
-			reserveAll(t, l.URL, patched, before)
-			r = l.patch(t, patched, map[string]any{"holdTtl": "2s"})
-			assert.Equal(t, voucher.Duration(2*time.Second), view(t, r, http.StatusOK).HoldTTL, "patched view %s", r.Raw)
+			short := ledgertest.Claims(created, n, 1, "short")
+			ledgertest.ReserveAll(t, l.URL, created, short)
+			before := ledgertest.Claims(patched, n, 1, "before")
+			ledgertest.ReserveAll(t, l.URL, patched, before)
+			r = l.Patch(t, patched, map[string]any{"holdTtl": "2s"})
+			assert.Equal(t, voucher.Duration(2*time.Second), ledgertest.View(t, r, http.StatusOK).HoldTTL, "patched view %s", r.Raw)
 			after := claimsFrom(patched, n, n, "after")
-			reserveAll(t, l.URL, patched, after)
+			ledgertest.ReserveAll(t, l.URL, patched, after)
 
-			for id, d := range l.holds(t, created) {
+			for id, d := range holds(l, t, created) {
 				assert.Equal(t, 2*time.Second, d, "hold of %s", id)
 			}
-			holds := l.holds(t, patched)
+			holds := holds(l, t, patched)
 			for _, c := range before {
-				assert.Equal(t, 15*time.Minute, holds[c.order], "hold of %s, reserved before the PATCH", c.order)
+				assert.Equal(t, 15*time.Minute, holds[c.Order], "hold of %s, reserved before the PATCH", c.Order)
 			}
 			for _, c := range after {
-				assert.Equal(t, 2*time.Second, holds[c.order], "hold of %s, reserved after the PATCH", c.order)
+				assert.Equal(t, 2*time.Second, holds[c.Order], "hold of %s, reserved after the PATCH", c.Order)
 			}
 
-			eventually(t, 10*time.Second, func() bool {
+			ledgertest.Eventually(t, 10*time.Second, func() bool {
 				var live int
-				require.NoError(t, l.pool.QueryRow(context.Background(), `
+				require.NoError(t, l.Pool.QueryRow(context.Background(), `
 					SELECT count(*) FROM voucher_redemption
 					WHERE voucher_code = ANY($1) AND status = 'RESERVED' AND expires_at >= now()
 					  AND expires_at - created_at < interval '1 minute'`, []string{created, patched}).Scan(&live))
 				return live == 0
 			}, "2s holds still live")
-			swept, err := l.jobs.Sweep(context.Background())
+			swept, err := l.Jobs.Sweep(context.Background())
 			require.NoError(t, err)
 			assert.Equal(t, 2*n, swept, "Sweep() released")
 
-			l.checkSwept(t, created, short, flash)
-			st := l.statuses(t, patched)
+			checkSwept(l, t, created, short, flash)
+			st := l.Statuses(t, patched)
 			for _, c := range before {
-				assert.Equal(t, "RESERVED", st[c.order], "order %s, reserved before the PATCH", c.order)
+				assert.Equal(t, "RESERVED", st[c.Order], "order %s, reserved before the PATCH", c.Order)
 			}
 			for _, c := range after {
-				assert.Equal(t, "RELEASED", st[c.order], "order %s, reserved after the PATCH", c.order)
+				assert.Equal(t, "RELEASED", st[c.Order], "order %s, reserved after the PATCH", c.Order)
 			}
-			b := l.checkBooks(t, patched)
+			b := l.CheckBooks(t, patched)
 			assert.Equal(t, n, b.Used, "used_count of %s after the sweep", patched)
 			if flash {
-				checkRedisMatches(t, l.gate, b, patched)
+				ledgertest.CheckRedisMatches(t, l.Gate, b, patched)
 			}
 		})
 	}
 }
 
 // claimsFrom is claims for customers first+1 .. first+n, one order each.
-func claimsFrom(code string, first, n int, round string) []claim {
-	out := claims(code, first+n, 1, round)
+func claimsFrom(code string, first, n int, round string) []ledgertest.Claim {
+	out := ledgertest.Claims(code, first+n, 1, round)
 	return out[first:]
 }
 
@@ -118,25 +119,25 @@ func claimsFrom(code string, first, n int, round string) []claim {
 // writes nothing.
 func TestHoldTTLValidation(t *testing.T) {
 	t.Parallel()
-	l := newTestLedger(t, ledgerOptions{noRedis: true})
-	code := newCode(t)
-	l.createVoucher(t, spec(code, 5, 1, false))
+	l := ledgertest.New(t, ledgertest.Options{NoRedis: true})
+	code := ledgertest.NewCode(t)
+	l.CreateVoucher(t, ledgertest.Spec(code, 5, 1, false))
 	for _, bad := range []any{"999ms", "0s", "-3m", "3 minutes", "3", "", "169h", 90, true} {
-		other := newCode(t)
-		r := l.call(t, http.MethodPost, "/admin/vouchers", map[string]any{
+		other := ledgertest.NewCode(t)
+		r := l.Call(t, http.MethodPost, "/admin/vouchers", map[string]any{
 			"code": other, "discountAmount": 1, "totalLimit": 1, "holdTtl": bad,
 			"startsAt": time.Now().Add(-time.Hour), "endsAt": time.Now().Add(time.Hour)})
 		assert.Equal(t, http.StatusBadRequest, r.Status, "create with holdTtl %v: %s", bad, r.Raw)
 		assert.Contains(t, r.Raw, "holdTtl", "create with holdTtl %v", bad)
-		assert.Equal(t, http.StatusNotFound, l.call(t, http.MethodGet, "/admin/vouchers/"+other, nil).Status,
+		assert.Equal(t, http.StatusNotFound, l.Call(t, http.MethodGet, "/admin/vouchers/"+other, nil).Status,
 			"create with holdTtl %v wrote the voucher", bad)
-		r = l.patch(t, code, map[string]any{"holdTtl": bad})
+		r = l.Patch(t, code, map[string]any{"holdTtl": bad})
 		assert.Equal(t, http.StatusBadRequest, r.Status, "PATCH holdTtl %v: %s", bad, r.Raw)
 	}
-	assert.Len(t, l.auditEvents(t, code), 1, "only the create is audited")
-	r := l.patch(t, code, map[string]any{"holdTtl": "90s"})
-	assert.Equal(t, voucher.Duration(90*time.Second), view(t, r, http.StatusOK).HoldTTL)
-	r = l.patch(t, code, map[string]any{"holdTtl": "1m30s"})
+	assert.Len(t, l.AuditEvents(t, code), 1, "only the create is audited")
+	r := l.Patch(t, code, map[string]any{"holdTtl": "90s"})
+	assert.Equal(t, voucher.Duration(90*time.Second), ledgertest.View(t, r, http.StatusOK).HoldTTL)
+	r = l.Patch(t, code, map[string]any{"holdTtl": "1m30s"})
 	require.Equal(t, http.StatusOK, r.Status, r.Raw)
-	assert.Len(t, l.auditEvents(t, code), 2, "the same hold written again changes nothing")
+	assert.Len(t, l.AuditEvents(t, code), 2, "the same hold written again changes nothing")
 }

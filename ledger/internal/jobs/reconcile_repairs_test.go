@@ -1,4 +1,4 @@
-package main
+package jobs_test
 
 import (
 	"context"
@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/flashgate/flashgate/ledger/internal/jobs"
+	"github.com/flashgate/flashgate/ledger/internal/ledgertest"
 	"github.com/flashgate/flashgate/ledger/internal/store"
 	"github.com/flashgate/flashgate/shared/devstack/devstacktest"
 	"github.com/flashgate/flashgate/shared/gate"
@@ -32,10 +33,10 @@ func repairCounts(j *jobs.Jobs) map[string]float64 {
 }
 
 // reconcileAudits returns the repairs of code's reconcile audit rows, oldest first.
-func (l *testLedger) reconcileAudits(t *testing.T, code string) [][]string {
+func reconcileAudits(l *ledgertest.Ledger, t *testing.T, code string) [][]string {
 	t.Helper()
 	var out [][]string
-	for _, e := range l.auditEvents(t, code) {
+	for _, e := range l.AuditEvents(t, code) {
 		if e.Action != store.ActionReconcile {
 			continue
 		}
@@ -52,16 +53,16 @@ func (l *testLedger) reconcileAudits(t *testing.T, code string) [][]string {
 // nothing to repair does neither.
 func TestReconcileRepairsCountedAndAudited(t *testing.T) {
 	t.Parallel()
-	l := newTestLedger(t, ledgerOptions{grace: time.Second})
-	l.allowRepairs("it corrupts Redis by hand to test the reconciler's repairs")
+	l := ledgertest.New(t, ledgertest.Options{Grace: time.Second})
+	l.AllowRepairs("it corrupts Redis by hand to test the reconciler's repairs")
 	rdb, err := gate.NewClient(devstacktest.RedisURL(t), gate.ClientOptions{Timeout: time.Second})
 	require.NoError(t, err)
 	t.Cleanup(func() { rdb.Close() })
 	ctx := context.Background()
-	code := newCode(t)
+	code := ledgertest.NewCode(t)
 	const total = 10
-	l.createVoucher(t, spec(code, total, 1, true))
-	reserveAll(t, l.URL, code, claims(code, 2, 1, "a"))
+	l.CreateVoucher(t, ledgertest.Spec(code, total, 1, true))
+	ledgertest.ReserveAll(t, l.URL, code, ledgertest.Claims(code, 2, 1, "a"))
 	keys := gate.Keys(code)
 	old := strconv.FormatInt(time.Now().Add(-time.Hour).UnixMilli(), 10)
 
@@ -89,16 +90,16 @@ func TestReconcileRepairsCountedAndAudited(t *testing.T) {
 	}
 	for i, s := range steps {
 		t.Run(s.name, func(t *testing.T) {
-			before := repairCounts(l.jobs)
+			before := repairCounts(l.Jobs)
 			s.drift(t)
 			if i%2 == 0 {
-				_, err := l.jobs.Reconcile(ctx, code) // the periodic reconciler
+				_, err := l.Jobs.Reconcile(ctx, code) // the periodic reconciler
 				require.NoError(t, err)
 			} else {
-				r := l.call(t, http.MethodPost, "/admin/vouchers/"+code+"/reconcile", nil)
+				r := l.Call(t, http.MethodPost, "/admin/vouchers/"+code+"/reconcile", nil)
 				require.Equal(t, http.StatusOK, r.Status, r.Raw)
 			}
-			after := repairCounts(l.jobs)
+			after := repairCounts(l.Jobs)
 			for _, kind := range jobs.RepairKindNames {
 				want := before[kind]
 				for _, k := range s.want {
@@ -111,8 +112,8 @@ func TestReconcileRepairsCountedAndAudited(t *testing.T) {
 			if s.want != nil {
 				audits = append(audits, s.want)
 			}
-			assert.Equal(t, audits, l.reconcileAudits(t, code), "the reconcile audit rows' repairs")
-			checkRedisMatches(t, l.gate, l.checkBooks(t, code), code)
+			assert.Equal(t, audits, reconcileAudits(l, t, code), "the reconcile audit rows' repairs")
+			ledgertest.CheckRedisMatches(t, l.Gate, l.CheckBooks(t, code), code)
 		})
 	}
 }
@@ -122,25 +123,25 @@ func TestReconcileRepairsCountedAndAudited(t *testing.T) {
 // Redis equal to the database once the reservations are written.
 func TestReconcileStepsWhileReserving(t *testing.T) {
 	t.Parallel()
-	l := newTestLedger(t, ledgerOptions{grace: time.Second})
-	l.allowRepairs("it corrupts Redis by hand to test the reconciler's repairs")
+	l := ledgertest.New(t, ledgertest.Options{Grace: time.Second})
+	l.AllowRepairs("it corrupts Redis by hand to test the reconciler's repairs")
 	rdb, err := gate.NewClient(devstacktest.RedisURL(t), gate.ClientOptions{Timeout: time.Second})
 	require.NoError(t, err)
 	t.Cleanup(func() { rdb.Close() })
 	ctx := context.Background()
-	code := newCode(t)
+	code := ledgertest.NewCode(t)
 	const total, held, lost, hanging = 5_000, 500, 30, 40
-	l.createVoucher(t, spec(code, total, 1, true))
-	cs := claims(code, held, 1, "a")
-	reserveAll(t, l.URL, code, cs)
+	l.CreateVoucher(t, ledgertest.Spec(code, total, 1, true))
+	cs := ledgertest.Claims(code, held, 1, "a")
+	ledgertest.ReserveAll(t, l.URL, code, cs)
 
 	// Redis loses 30 orders with their uses (a restart from an older
 	// snapshot) and holds 40 admissions the database never got, long past.
 	keys := gate.Keys(code)
 	old := strconv.FormatInt(time.Now().Add(-time.Hour).UnixMilli(), 10)
 	for _, c := range cs[:lost] {
-		require.EqualValues(t, 1, rdb.HDel(ctx, keys[2], c.order).Val())
-		require.EqualValues(t, 1, rdb.HDel(ctx, keys[1], strconv.FormatInt(c.customer, 10)).Val())
+		require.EqualValues(t, 1, rdb.HDel(ctx, keys[2], c.Order).Val())
+		require.EqualValues(t, 1, rdb.HDel(ctx, keys[1], strconv.FormatInt(c.Customer, 10)).Val())
 		require.NoError(t, rdb.Incr(ctx, keys[0]).Err())
 	}
 	for i := range hanging {
@@ -150,7 +151,7 @@ func TestReconcileStepsWhileReserving(t *testing.T) {
 		require.NoError(t, rdb.Decr(ctx, keys[0]).Err())
 	}
 
-	before := repairCounts(l.jobs)
+	before := repairCounts(l.Jobs)
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	var reserved atomic.Int64
@@ -162,17 +163,17 @@ func TestReconcileStepsWhileReserving(t *testing.T) {
 					return
 				default:
 				}
-				r := l.call(t, http.MethodPost, "/vouchers/"+code+"/reservations",
-					claimBody(int64(200_000+w*10_000+i), fmt.Sprintf("%s-new-%d-%d", code, w, i), 5_000))
+				r := l.Call(t, http.MethodPost, "/vouchers/"+code+"/reservations",
+					ledgertest.ClaimBody(int64(200_000+w*10_000+i), fmt.Sprintf("%s-new-%d-%d", code, w, i), 5_000))
 				if assert.Equal(t, http.StatusCreated, r.Status, r.Raw) {
 					reserved.Add(1)
 				}
 			}
 		})
 	}
-	waitFor(t, 30*time.Second, "the reservations under way", func() bool { return reserved.Load() >= 16 })
+	ledgertest.WaitFor(t, 30*time.Second, "the reservations under way", func() bool { return reserved.Load() >= 16 })
 	start := reserved.Load()
-	rep, err := l.jobs.Reconcile(ctx, code)
+	rep, err := l.Jobs.Reconcile(ctx, code)
 	require.NoError(t, err)
 	assert.Equal(t, hanging, rep.Released)
 	assert.Equal(t, lost, rep.Restored)
@@ -183,7 +184,7 @@ func TestReconcileStepsWhileReserving(t *testing.T) {
 	// loaded machine may run five before a reserve returns).
 	deadline := time.Now().Add(30 * time.Second)
 	for n := 0; n < 5 || (reserved.Load() == start && time.Now().Before(deadline)); n++ {
-		rep, err := l.jobs.Reconcile(ctx, code)
+		rep, err := l.Jobs.Reconcile(ctx, code)
 		require.NoError(t, err)
 		assert.Zero(t, rep.Released+rep.Restored, "%+v", rep)
 		assert.LessOrEqual(t, rep.RedisRemainingAfter, rep.DBRemaining)
@@ -193,12 +194,12 @@ func TestReconcileStepsWhileReserving(t *testing.T) {
 	wg.Wait()
 	t.Logf("%d reserved during the reconciles, %d in all", during, reserved.Load())
 	assert.Positive(t, during, "no reservation ran during the reconciles")
-	after := repairCounts(l.jobs)
+	after := repairCounts(l.Jobs)
 	assert.Equal(t, before[jobs.RepairRestored]+1, after[jobs.RepairRestored])
 	assert.Equal(t, before[jobs.RepairReleased]+1, after[jobs.RepairReleased])
 	assert.Equal(t, before[jobs.RepairRemaining], after[jobs.RepairRemaining], "the counter agreed with the orders Redis held")
 	assert.Equal(t, before[jobs.RepairTerms], after[jobs.RepairTerms])
-	b := l.checkBooks(t, code)
+	b := l.CheckBooks(t, code)
 	assert.Equal(t, held+int(reserved.Load()), b.Used)
-	checkRedisMatches(t, l.gate, b, code)
+	ledgertest.CheckRedisMatches(t, l.Gate, b, code)
 }

@@ -1,4 +1,4 @@
-package main
+package jobs_test
 
 import (
 	"context"
@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/flashgate/flashgate/ledger/internal/jobs"
+	"github.com/flashgate/flashgate/ledger/internal/ledgertest"
 	"github.com/flashgate/flashgate/shared/devstack/devstacktest"
 	"github.com/flashgate/flashgate/shared/gate"
 )
@@ -28,13 +29,13 @@ func TestReconcileSkipsUnchanged(t *testing.T) {
 	const grace = time.Second
 	// A database of its own: ReconcileAll goes over every live flash voucher,
 	// and the other tests' are not this test's to reconcile.
-	l := newTestLedger(t, ledgerOptions{grace: grace, db: freshDatabase(t)})
-	l.allowRepairs("tests the reconciler itself") // exempt from "no repair"; agreement at the end still holds
+	l := ledgertest.New(t, ledgertest.Options{Grace: grace, DB: freshDatabase(t)})
+	l.AllowRepairs("tests the reconciler itself") // exempt from "no repair"; agreement at the end still holds
 	ctx := context.Background()
-	code := newCode(t)
-	l.createVoucher(t, spec(code, 10, 2, true))
-	reserveAll(t, l.URL, code, claims(code, 3, 1, "a"))
-	js := l.newJobs(jobs.Config{ExpiryInterval: time.Hour, ReconcileInterval: time.Hour, HangingGrace: grace})
+	code := ledgertest.NewCode(t)
+	l.CreateVoucher(t, ledgertest.Spec(code, 10, 2, true))
+	ledgertest.ReserveAll(t, l.URL, code, ledgertest.Claims(code, 3, 1, "a"))
+	js := l.NewJobs(jobs.Config{ExpiryInterval: time.Hour, ReconcileInterval: time.Hour, HangingGrace: grace})
 	runs := 0
 	run := func() (jobs.Report, bool) {
 		t.Helper()
@@ -60,11 +61,11 @@ func TestReconcileSkipsUnchanged(t *testing.T) {
 
 	reconciled("the first run is a full one")
 	skipped("nothing changed")
-	reserveAll(t, l.URL, code, claims(code, 1, 1, "b"))
+	ledgertest.ReserveAll(t, l.URL, code, ledgertest.Claims(code, 1, 1, "b"))
 	reconciled("a reservation")
 	skipped("nothing changed since")
 
-	got, _, err := l.gate.Reserve(ctx, code, []gate.Item{{CustomerID: 99, OrderID: code + "-hang", OrderAmount: 5_000}})
+	got, _, err := l.Gate.Reserve(ctx, code, []gate.Item{{CustomerID: 99, OrderID: code + "-hang", OrderAmount: 5_000}})
 	require.NoError(t, err)
 	require.Equal(t, []gate.Result{gate.Reserved}, got)
 	assert.Zero(t, reconciled("an admission only in Redis").Released)
@@ -73,7 +74,7 @@ func TestReconcileSkipsUnchanged(t *testing.T) {
 	assert.Equal(t, 1, reconciled("the admission after its grace").Released)
 	skipped("clean again")
 
-	l.exec(t, `UPDATE voucher SET min_order_amount = min_order_amount WHERE code = $1`, code)
+	l.Exec(t, `UPDATE voucher SET min_order_amount = min_order_amount WHERE code = $1`, code)
 	reconciled("the voucher row changed")
 	skipped("nothing changed since")
 
@@ -93,7 +94,7 @@ func TestReconcileSkipsUnchanged(t *testing.T) {
 	rep := reconciled("the full run")
 	assert.Equal(t, 1, rep.Released, "the order the database never had")
 	assert.Equal(t, 1, rep.Restored, "the order Redis lost")
-	checkRedisMatches(t, l.gate, l.checkBooks(t, code), code)
+	ledgertest.CheckRedisMatches(t, l.Gate, l.CheckBooks(t, code), code)
 }
 
 // freshDatabase creates an empty database on the test server, dropped after
@@ -105,7 +106,7 @@ func freshDatabase(t *testing.T) string {
 	conn, err := pgx.Connect(ctx, base)
 	require.NoError(t, err)
 	defer conn.Close(ctx)
-	name := strings.ToLower(strings.NewReplacer("/", "_", "-", "_").Replace(newCode(t)))
+	name := strings.ToLower(strings.NewReplacer("/", "_", "-", "_").Replace(ledgertest.NewCode(t)))
 	_, err = conn.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize())
 	require.NoError(t, err)
 	t.Cleanup(func() {

@@ -1,4 +1,4 @@
-package main
+package jobs_test
 
 import (
 	"context"
@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/flashgate/flashgate/ledger/internal/jobs"
+	"github.com/flashgate/flashgate/ledger/internal/ledgertest"
 	"github.com/flashgate/flashgate/shared/devstack/devstacktest"
 	"github.com/flashgate/flashgate/shared/gate"
 )
@@ -26,19 +27,19 @@ import (
 // the database does.
 func TestTwoLedgersSweepAndReconcile(t *testing.T) {
 	t.Parallel()
-	db := ownPostgres(t)
-	opts := ledgerOptions{db: db, ttl: time.Second, grace: time.Second}
-	ledgers := []*testLedger{newTestLedger(t, opts), newTestLedger(t, opts)}
+	db := ledgertest.OwnPostgres(t)
+	opts := ledgertest.Options{DB: db, TTL: time.Second, Grace: time.Second}
+	ledgers := []*ledgertest.Ledger{ledgertest.New(t, opts), ledgertest.New(t, opts)}
 	l := ledgers[0]
 	// Exempt from "no repair": a reconciler test, whose reconciles race the
 	// sweeps on purpose; Redis must still agree at the end.
-	l.allowRepairs("tests the reconciler racing the sweeper")
+	l.AllowRepairs("tests the reconciler racing the sweeper")
 	ctx := context.Background()
 	const customers, perUser, total, rounds = 15, 2, 100, 2
-	flash := []string{newCode(t), newCode(t)}
-	codes := append([]string{newCode(t)}, flash...) // a standard voucher, then the flash ones
+	flash := []string{ledgertest.NewCode(t), ledgertest.NewCode(t)}
+	codes := append([]string{ledgertest.NewCode(t)}, flash...) // a standard voucher, then the flash ones
 	for i, code := range codes {
-		l.createVoucher(t, spec(code, total, perUser, i > 0))
+		l.CreateVoucher(t, ledgertest.Spec(code, total, perUser, i > 0))
 	}
 
 	confirmed := map[string]bool{}
@@ -49,27 +50,27 @@ func TestTwoLedgersSweepAndReconcile(t *testing.T) {
 		// Reserve through both ledgers; pay for every fifth order at once.
 		type order struct {
 			code string
-			c    claim
+			c    ledgertest.Claim
 		}
 		var current []order
 		for _, code := range codes {
-			cs := claims(code, customers, perUser, fmt.Sprintf("r%d", round))
+			cs := ledgertest.Claims(code, customers, perUser, fmt.Sprintf("r%d", round))
 			for i := range cs {
-				cs[i].customer += int64(round * 1000)
+				cs[i].Customer += int64(round * 1000)
 			}
-			reserveAll(t, ledgers[0].URL, code, cs[:len(cs)/2])
-			reserveAll(t, ledgers[1].URL, code, cs[len(cs)/2:])
+			ledgertest.ReserveAll(t, ledgers[0].URL, code, cs[:len(cs)/2])
+			ledgertest.ReserveAll(t, ledgers[1].URL, code, cs[len(cs)/2:])
 			for i, c := range cs {
 				current = append(current, order{code, c})
 				if i%5 == 0 {
-					r := call(t, http.MethodPost, ledgers[i%2].URL+"/vouchers/"+code+"/reservations/"+c.order+"/confirm", "", nil)
+					r := ledgertest.Call(t, http.MethodPost, ledgers[i%2].URL+"/vouchers/"+code+"/reservations/"+c.Order+"/confirm", "", nil)
 					require.Equal(t, http.StatusOK, r.Status, r.Raw)
-					confirmed[c.order] = true
+					confirmed[c.Order] = true
 				}
 			}
 		}
 		for _, code := range codes {
-			l.waitExpired(t, code)
+			l.WaitExpired(t, code)
 		}
 
 		// Sweepers and reconcilers on both ledgers, clients releasing the
@@ -78,7 +79,7 @@ func TestTwoLedgersSweepAndReconcile(t *testing.T) {
 		var chaos, sampler sync.WaitGroup
 		start, stop := make(chan struct{}), make(chan struct{})
 		for i := range 12 {
-			j := ledgers[i%2].jobs
+			j := ledgers[i%2].Jobs
 			chaos.Go(func() {
 				<-start
 				for range 8 {
@@ -94,21 +95,21 @@ func TestTwoLedgersSweepAndReconcile(t *testing.T) {
 			})
 		}
 		for i, x := range current {
-			if i%3 != 1 || confirmed[x.c.order] {
+			if i%3 != 1 || confirmed[x.c.Order] {
 				continue
 			}
 			chaos.Go(func() {
 				<-start
-				r := call(t, http.MethodDelete, ledgers[i%2].URL+"/vouchers/"+x.code+"/reservations/"+x.c.order, "", nil)
-				assert.Equal(t, http.StatusNoContent, r.Status, "Release(%s) = %s", x.c.order, r.Raw)
+				r := ledgertest.Call(t, http.MethodDelete, ledgers[i%2].URL+"/vouchers/"+x.code+"/reservations/"+x.c.Order, "", nil)
+				assert.Equal(t, http.StatusNoContent, r.Status, "Release(%s) = %s", x.c.Order, r.Raw)
 			})
 		}
 		for _, code := range codes {
-			for i, c := range claims(code, customers, 1, fmt.Sprintf("n%d", round)) {
+			for i, c := range ledgertest.Claims(code, customers, 1, fmt.Sprintf("n%d", round)) {
 				chaos.Go(func() {
 					<-start
-					r := call(t, http.MethodPost, ledgers[i%2].URL+"/vouchers/"+code+"/reservations", "",
-						claimBody(c.customer+int64(round*1000)+500, c.order, 5_000))
+					r := ledgertest.Call(t, http.MethodPost, ledgers[i%2].URL+"/vouchers/"+code+"/reservations", "",
+						ledgertest.ClaimBody(c.Customer+int64(round*1000)+500, c.Order, 5_000))
 					assert.Equal(t, http.StatusCreated, r.Status, "Reserve(%v) = %s", c, r.Raw)
 				})
 			}
@@ -116,7 +117,7 @@ func TestTwoLedgersSweepAndReconcile(t *testing.T) {
 		sampler.Go(func() {
 			for {
 				for _, code := range codes {
-					l.sampleBooks(t, code)
+					sampleBooks(l, t, code)
 					sampled.Add(1)
 				}
 				select {
@@ -132,7 +133,7 @@ func TestTwoLedgersSweepAndReconcile(t *testing.T) {
 		sampler.Wait()
 		calm = time.Now()
 		for _, code := range codes {
-			l.checkBooks(t, code)
+			l.CheckBooks(t, code)
 		}
 	}
 
@@ -142,14 +143,14 @@ func TestTwoLedgersSweepAndReconcile(t *testing.T) {
 	// the grace: wait that long after the racing ones, then reconcile, after
 	// which Redis must equal the books.
 	for _, code := range codes {
-		l.waitExpired(t, code)
+		l.WaitExpired(t, code)
 	}
-	_, err := ledgers[1].jobs.Sweep(ctx)
+	_, err := ledgers[1].Jobs.Sweep(ctx)
 	require.NoError(t, err)
-	time.Sleep(time.Until(calm.Add(opts.grace + 100*time.Millisecond)))
+	time.Sleep(time.Until(calm.Add(opts.Grace + 100*time.Millisecond)))
 	for _, code := range codes {
-		b := l.checkBooks(t, code)
-		st := l.statuses(t, code)
+		b := l.CheckBooks(t, code)
+		st := l.Statuses(t, code)
 		n := 0
 		for id, s := range st {
 			if confirmed[id] {
@@ -162,9 +163,9 @@ func TestTwoLedgersSweepAndReconcile(t *testing.T) {
 		assert.Equal(t, n, b.Used, "%s: used_count after every hold expired", code)
 	}
 	for _, code := range flash {
-		_, err := ledgers[0].jobs.Reconcile(ctx, code)
+		_, err := ledgers[0].Jobs.Reconcile(ctx, code)
 		require.NoError(t, err)
-		checkRedisMatches(t, l.gate, l.checkBooks(t, code), code)
+		ledgertest.CheckRedisMatches(t, l.Gate, l.CheckBooks(t, code), code)
 	}
 	t.Logf("books sampled %d times; %d sweeps lost a deadlock", sampled.Load(), deadlocks.Load())
 }
@@ -172,10 +173,10 @@ func TestTwoLedgersSweepAndReconcile(t *testing.T) {
 // sampleBooks checks, in one statement and so in one snapshot, that code's
 // used_count equals its active rows and that every customer's count equals
 // its active rows: what a double release (or a lost one) would break.
-func (l *testLedger) sampleBooks(t *testing.T, code string) {
+func sampleBooks(l *ledgertest.Ledger, t *testing.T, code string) {
 	t.Helper()
 	var used, active, wrong int
-	err := l.pool.QueryRow(context.Background(), `
+	err := l.Pool.QueryRow(context.Background(), `
 		SELECT v.used_count,
 		       (SELECT count(*) FROM voucher_redemption r
 		        WHERE r.voucher_code = v.code AND r.status IN ('RESERVED', 'CONFIRMED')),
@@ -201,17 +202,17 @@ func (l *testLedger) sampleBooks(t *testing.T, code string) {
 // database connections.
 func TestConcurrentReconcileOneLedger(t *testing.T) {
 	t.Parallel()
-	l := newTestLedger(t, ledgerOptions{grace: time.Second})
-	l.allowRepairs("tests the reconciler itself") // exempt from "no repair"; agreement at the end still holds
-	code := newCode(t)
-	l.createVoucher(t, spec(code, 20, 1, true))
-	reserveAll(t, l.URL, code, claims(code, 5, 1, "a"))
+	l := ledgertest.New(t, ledgertest.Options{Grace: time.Second})
+	l.AllowRepairs("tests the reconciler itself") // exempt from "no repair"; agreement at the end still holds
+	code := ledgertest.NewCode(t)
+	l.CreateVoucher(t, ledgertest.Spec(code, 20, 1, true))
+	ledgertest.ReserveAll(t, l.URL, code, ledgertest.Claims(code, 5, 1, "a"))
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
 	var wg sync.WaitGroup
 	for range 64 {
 		wg.Go(func() {
-			rep, err := l.jobs.Reconcile(ctx, code)
+			rep, err := l.Jobs.Reconcile(ctx, code)
 			if err != nil {
 				t.Errorf("Reconcile(%s) = %v", code, err)
 				return
@@ -229,22 +230,22 @@ func TestConcurrentReconcileOneLedger(t *testing.T) {
 func TestReconcileHangingAndLost(t *testing.T) {
 	t.Parallel()
 	const grace = 2 * time.Second
-	l := newTestLedger(t, ledgerOptions{grace: grace})
+	l := ledgertest.New(t, ledgertest.Options{Grace: grace})
 	// Exempt from "no repair": the test makes hanging and lost orders in
 	// Redis by hand for the reconciler to repair.
-	l.allowRepairs("makes hanging and lost orders on purpose")
+	l.AllowRepairs("makes hanging and lost orders on purpose")
 	rdb, err := gate.NewClient(devstacktest.RedisURL(t), gate.ClientOptions{Timeout: time.Second})
 	require.NoError(t, err)
 	t.Cleanup(func() { rdb.Close() })
 	ctx := context.Background()
-	code := newCode(t)
+	code := ledgertest.NewCode(t)
 	const total = 10
-	l.createVoucher(t, spec(code, total, 1, true))
+	l.CreateVoucher(t, ledgertest.Spec(code, total, 1, true))
 	res := "/vouchers/" + code + "/reservations"
 	keys := gate.Keys(code)
 	reconcile := func(t *testing.T) jobs.Report {
 		t.Helper()
-		r := l.call(t, http.MethodPost, "/admin/vouchers/"+code+"/reconcile", nil)
+		r := l.Call(t, http.MethodPost, "/admin/vouchers/"+code+"/reconcile", nil)
 		require.Equal(t, http.StatusOK, r.Status, r.Raw)
 		for _, f := range []string{"code", "dbRemaining", "redisRemaining", "redisRemainingAfter", "drift", "released", "restored", "reloaded"} {
 			assert.Contains(t, r.Body, f, "reconcile reply %s", r.Raw)
@@ -258,9 +259,9 @@ func TestReconcileHangingAndLost(t *testing.T) {
 	}
 
 	// One reservation through the ledger, one admission only in Redis.
-	require.Equal(t, http.StatusCreated, l.call(t, http.MethodPost, res, claimBody(1, code+"-db", 5_000)).Status)
+	require.Equal(t, http.StatusCreated, l.Call(t, http.MethodPost, res, ledgertest.ClaimBody(1, code+"-db", 5_000)).Status)
 	before := time.Now()
-	got, _, err := l.gate.Reserve(ctx, code, []gate.Item{{CustomerID: 2, OrderID: code + "-hang", OrderAmount: 5_000}})
+	got, _, err := l.Gate.Reserve(ctx, code, []gate.Item{{CustomerID: 2, OrderID: code + "-hang", OrderAmount: 5_000}})
 	require.NoError(t, err)
 	require.Equal(t, []gate.Result{gate.Reserved}, got)
 	admitted := time.Now()
@@ -270,16 +271,16 @@ func TestReconcileHangingAndLost(t *testing.T) {
 		require.Less(t, time.Since(before), grace, "the machine was too slow to reconcile within the grace")
 		assert.Equal(t, jobs.Report{Code: code, DBRemaining: total - 1, RedisRemaining: total - 2,
 			RedisRemainingAfter: total - 2, Drift: -1}, rep)
-		assert.Len(t, redisState(t, l.gate, code).Orders, 2)
+		assert.Len(t, ledgertest.RedisState(t, l.Gate, code).Orders, 2)
 	})
 	t.Run("freed after the grace", func(t *testing.T) {
 		time.Sleep(time.Until(admitted.Add(grace + 100*time.Millisecond)))
 		rep := reconcile(t)
 		assert.Equal(t, jobs.Report{Code: code, DBRemaining: total - 1, RedisRemaining: total - 2,
 			RedisRemainingAfter: total - 1, Drift: -1, Released: 1}, rep)
-		checkRedisMatches(t, l.gate, l.checkBooks(t, code), code)
+		ledgertest.CheckRedisMatches(t, l.Gate, l.CheckBooks(t, code), code)
 		// The customer of the freed admission may reserve again.
-		require.Equal(t, http.StatusCreated, l.call(t, http.MethodPost, res, claimBody(2, code+"-again", 5_000)).Status)
+		require.Equal(t, http.StatusCreated, l.Call(t, http.MethodPost, res, ledgertest.ClaimBody(2, code+"-again", 5_000)).Status)
 	})
 	t.Run("lost reservation restored", func(t *testing.T) {
 		// Redis forgets code-again and gives its use back, as a failover to a
@@ -290,9 +291,9 @@ func TestReconcileHangingAndLost(t *testing.T) {
 		rep := reconcile(t)
 		assert.Equal(t, jobs.Report{Code: code, DBRemaining: total - 2, RedisRemaining: total - 1,
 			RedisRemainingAfter: total - 2, Drift: 1, Restored: 1}, rep)
-		checkRedisMatches(t, l.gate, l.checkBooks(t, code), code)
+		ledgertest.CheckRedisMatches(t, l.Gate, l.CheckBooks(t, code), code)
 		// The restored order counts toward its customer's limit again.
-		r := l.call(t, http.MethodPost, res, claimBody(2, code+"-third", 5_000))
+		r := l.Call(t, http.MethodPost, res, ledgertest.ClaimBody(2, code+"-third", 5_000))
 		assert.Equal(t, http.StatusConflict, r.Status, r.Raw)
 		assert.Equal(t, "ALREADY_USED", r.Code())
 	})
@@ -301,12 +302,12 @@ func TestReconcileHangingAndLost(t *testing.T) {
 		rep := reconcile(t)
 		assert.Equal(t, jobs.Report{Code: code, DBRemaining: total - 2, RedisRemaining: total + 5,
 			RedisRemainingAfter: total - 2, Drift: 7}, rep)
-		checkRedisMatches(t, l.gate, l.checkBooks(t, code), code)
+		ledgertest.CheckRedisMatches(t, l.Gate, l.CheckBooks(t, code), code)
 	})
 	t.Run("reloaded when redis lost the voucher", func(t *testing.T) {
-		require.NoError(t, l.gate.Unload(ctx, code))
+		require.NoError(t, l.Gate.Unload(ctx, code))
 		rep := reconcile(t)
 		assert.Equal(t, jobs.Report{Code: code, DBRemaining: total - 2, RedisRemainingAfter: total - 2, Reloaded: true}, rep)
-		checkRedisMatches(t, l.gate, l.checkBooks(t, code), code)
+		ledgertest.CheckRedisMatches(t, l.Gate, l.CheckBooks(t, code), code)
 	})
 }

@@ -1,4 +1,4 @@
-package main
+package jobs_test
 
 import (
 	"bytes"
@@ -19,6 +19,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/flashgate/flashgate/ledger/internal/jobs"
+	"github.com/flashgate/flashgate/ledger/internal/ledgertest"
 	"github.com/flashgate/flashgate/ledger/internal/store"
 	"github.com/flashgate/flashgate/shared/agreement/agreementtest"
 	"github.com/flashgate/flashgate/shared/devstack/devstacktest"
@@ -33,62 +34,62 @@ func TestSweepReleasesExpired(t *testing.T) {
 	for _, flash := range []bool{true, false} {
 		t.Run(fmt.Sprintf("flash=%v", flash), func(t *testing.T) {
 			t.Parallel()
-			db := ownPostgres(t) // the sweeps below release exactly this voucher's rows
-			l := newTestLedger(t, ledgerOptions{db: db, ttl: 2 * time.Second})
-			code := newCode(t)
+			db := ledgertest.OwnPostgres(t) // the sweeps below release exactly this voucher's rows
+			l := ledgertest.New(t, ledgertest.Options{DB: db, TTL: 2 * time.Second})
+			code := ledgertest.NewCode(t)
 			const n = 50
-			l.createVoucher(t, spec(code, n, 1, flash))
+			l.CreateVoucher(t, ledgertest.Spec(code, n, 1, flash))
 
 			// Round 1: swept by Jobs.Sweep.
-			first := claims(code, n, 1, "r1")
-			reserveAll(t, l.URL, code, first)
-			b := l.checkBooks(t, code)
+			first := ledgertest.Claims(code, n, 1, "r1")
+			ledgertest.ReserveAll(t, l.URL, code, first)
+			b := l.CheckBooks(t, code)
 			require.Equal(t, n, b.Used)
 			if flash {
-				checkRedisMatches(t, l.gate, b, code)
+				ledgertest.CheckRedisMatches(t, l.Gate, b, code)
 			}
-			l.waitExpired(t, code)
-			swept, err := l.jobs.Sweep(context.Background())
+			l.WaitExpired(t, code)
+			swept, err := l.Jobs.Sweep(context.Background())
 			require.NoError(t, err)
 			assert.Equal(t, n, swept, "Sweep() released")
-			l.checkSwept(t, code, first, flash)
+			checkSwept(l, t, code, first, flash)
 
 			// Round 2: the same customers, new orderIds, swept by a ledger
 			// process's ticker.
-			second := claims(code, n, 1, "r2")
-			reserveAll(t, l.URL, code, second)
-			b = l.checkBooks(t, code)
+			second := ledgertest.Claims(code, n, 1, "r2")
+			ledgertest.ReserveAll(t, l.URL, code, second)
+			b = l.CheckBooks(t, code)
 			require.Equal(t, n, b.Used)
 			require.Equal(t, n, b.Status["RESERVED"])
 			if flash {
-				require.Zero(t, redisState(t, l.gate, code).Remaining)
+				require.Zero(t, ledgertest.RedisState(t, l.Gate, code).Remaining)
 			}
-			startLedger(t, db, devstacktest.RedisURL(t), "EXPIRY_INTERVAL=500ms")
+			ledgertest.StartLedger(t, db, devstacktest.RedisURL(t), "EXPIRY_INTERVAL=500ms")
 			// The sweeper gives the uses back in Redis after its commit:
 			// the books show the release a moment before Redis does.
-			eventually(t, 10*time.Second, func() bool {
-				return l.books(t, code).Status["RESERVED"] == 0 && (!flash || len(redisState(t, l.gate, code).Orders) == 0)
+			ledgertest.Eventually(t, 10*time.Second, func() bool {
+				return l.Books(t, code).Status["RESERVED"] == 0 && (!flash || len(ledgertest.RedisState(t, l.Gate, code).Orders) == 0)
 			}, "the ledger process's sweeper did not release %s's reservations", code)
-			l.checkSwept(t, code, second, flash)
+			checkSwept(l, t, code, second, flash)
 		})
 	}
 }
 
 // checkSwept asserts that every claim of cs is RELEASED and that code holds no
 // use anywhere: used_count, each customer's count and (flash) Redis.
-func (l *testLedger) checkSwept(t *testing.T, code string, cs []claim, flash bool) {
+func checkSwept(l *ledgertest.Ledger, t *testing.T, code string, cs []ledgertest.Claim, flash bool) {
 	t.Helper()
-	st := l.statuses(t, code)
+	st := l.Statuses(t, code)
 	for _, c := range cs {
-		assert.Equal(t, "RELEASED", st[c.order], "order %s", c.order)
+		assert.Equal(t, "RELEASED", st[c.Order], "order %s", c.Order)
 	}
-	b := l.checkBooks(t, code)
+	b := l.CheckBooks(t, code)
 	assert.Zero(t, b.Used, "used_count after the sweep")
 	for c, n := range b.Usage {
 		assert.Zero(t, n, "customer %d usage after the sweep", c)
 	}
 	if flash {
-		s := redisState(t, l.gate, code)
+		s := ledgertest.RedisState(t, l.Gate, code)
 		assert.EqualValues(t, b.Total, s.Remaining, "redis remaining after the sweep")
 		assert.Empty(t, s.Orders, "orders still held in redis after the sweep")
 	}
@@ -100,7 +101,7 @@ func (l *testLedger) checkSwept(t *testing.T, code string, cs []claim, flash boo
 // racing for the released uses too, late confirms may lose their use.
 func TestConfirmRacesSweeper(t *testing.T) {
 	t.Parallel()
-	db := ownPostgres(t)
+	db := ledgertest.OwnPostgres(t)
 	for _, flash := range []bool{true, false} {
 		for _, newcomers := range []bool{false, true} {
 			t.Run(fmt.Sprintf("flash=%v/newcomers=%v", flash, newcomers), func(t *testing.T) {
@@ -112,40 +113,40 @@ func TestConfirmRacesSweeper(t *testing.T) {
 }
 
 func testConfirmRacesSweeper(t *testing.T, db string, flash, newcomers bool) {
-	l := newTestLedger(t, ledgerOptions{db: db, ttl: time.Second, grace: time.Second})
-	code := newCode(t)
+	l := ledgertest.New(t, ledgertest.Options{DB: db, TTL: time.Second, Grace: time.Second})
+	code := ledgertest.NewCode(t)
 	const customers, perCustomer, total = 30, 2, 60
-	l.createVoucher(t, spec(code, total, perCustomer, flash))
-	expired := claims(code, customers, perCustomer, "old")
-	reserveAll(t, l.URL, code, expired)
-	l.waitExpired(t, code)
+	l.CreateVoucher(t, ledgertest.Spec(code, total, perCustomer, flash))
+	expired := ledgertest.Claims(code, customers, perCustomer, "old")
+	ledgertest.ReserveAll(t, l.URL, code, expired)
+	l.WaitExpired(t, code)
 
 	res := l.URL + "/vouchers/" + code + "/reservations"
-	confirms := make([]reply, len(expired))
+	confirms := make([]ledgertest.Reply, len(expired))
 	// Newcomers reserve through a ledger whose holds outlive the test, so
 	// that the sweepers never take theirs.
-	newRes := newTestLedger(t, ledgerOptions{db: db}).URL + "/vouchers/" + code + "/reservations"
-	var late []claim
+	newRes := ledgertest.New(t, ledgertest.Options{DB: db}).URL + "/vouchers/" + code + "/reservations"
+	var late []ledgertest.Claim
 	if newcomers {
-		late = claims(code, customers, 1, "new")
+		late = ledgertest.Claims(code, customers, 1, "new")
 		for i := range late {
-			late[i].customer += 1000
+			late[i].Customer += 1000
 		}
 	}
-	lateReplies := make([]reply, len(late))
+	lateReplies := make([]ledgertest.Reply, len(late))
 
 	var racers, sweepers sync.WaitGroup
 	start := make(chan struct{})
 	for i, c := range expired {
 		racers.Go(func() {
 			<-start
-			confirms[i] = call(t, http.MethodPost, res+"/"+c.order+"/confirm", "", nil)
+			confirms[i] = ledgertest.Call(t, http.MethodPost, res+"/"+c.Order+"/confirm", "", nil)
 		})
 	}
 	for i, c := range late {
 		racers.Go(func() {
 			<-start
-			lateReplies[i] = call(t, http.MethodPost, newRes, "", claimBody(c.customer, c.order, 5_000))
+			lateReplies[i] = ledgertest.Call(t, http.MethodPost, newRes, "", ledgertest.ClaimBody(c.Customer, c.Order, 5_000))
 		})
 	}
 	done := make(chan struct{})
@@ -154,7 +155,7 @@ func testConfirmRacesSweeper(t *testing.T, db string, flash, newcomers bool) {
 		sweepers.Go(func() {
 			<-start
 			for {
-				sweepOnce(t, l.jobs, &deadlocks)
+				sweepOnce(t, l.Jobs, &deadlocks)
 				select {
 				case <-done:
 					return
@@ -167,22 +168,22 @@ func testConfirmRacesSweeper(t *testing.T, db string, flash, newcomers bool) {
 	racers.Wait()
 	close(done)
 	sweepers.Wait()
-	_, err := l.jobs.Sweep(context.Background())
+	_, err := l.Jobs.Sweep(context.Background())
 	require.NoError(t, err)
 
-	st := l.statuses(t, code)
+	st := l.Statuses(t, code)
 	confirmed := 0
 	for i, c := range expired {
 		r := confirms[i]
 		switch {
 		case r.Status == http.StatusOK:
 			confirmed++
-			assert.Equal(t, "CONFIRMED", r.Body["status"], "Confirm(%s) = %s", c.order, r.Raw)
-			assert.Equal(t, "CONFIRMED", st[c.order], "order %s was confirmed (200) but is %s", c.order, st[c.order])
+			assert.Equal(t, "CONFIRMED", r.Body["status"], "Confirm(%s) = %s", c.Order, r.Raw)
+			assert.Equal(t, "CONFIRMED", st[c.Order], "order %s was confirmed (200) but is %s", c.Order, st[c.Order])
 		case r.Status == http.StatusConflict && r.Code() == "RESERVATION_EXPIRED":
-			assert.Equal(t, "RELEASED", st[c.order], "order %s got RESERVATION_EXPIRED but is %s", c.order, st[c.order])
+			assert.Equal(t, "RELEASED", st[c.Order], "order %s got RESERVATION_EXPIRED but is %s", c.Order, st[c.Order])
 		default:
-			t.Errorf("Confirm(%s) = %d %s, want 200 or 409 RESERVATION_EXPIRED", c.order, r.Status, r.Raw)
+			t.Errorf("Confirm(%s) = %d %s, want 200 or 409 RESERVATION_EXPIRED", c.Order, r.Status, r.Raw)
 		}
 	}
 	taken := 0
@@ -191,9 +192,9 @@ func testConfirmRacesSweeper(t *testing.T, db string, flash, newcomers bool) {
 		switch {
 		case r.Status == http.StatusCreated:
 			taken++
-			assert.Equal(t, "RESERVED", st[c.order], "order %s", c.order)
+			assert.Equal(t, "RESERVED", st[c.Order], "order %s", c.Order)
 		case r.Status == http.StatusConflict && r.Code() == "OUT_OF_STOCK":
-			assert.NotContains(t, st, c.order, "order %s got OUT_OF_STOCK but has a row", c.order)
+			assert.NotContains(t, st, c.Order, "order %s got OUT_OF_STOCK but has a row", c.Order)
 		default:
 			t.Errorf("Reserve(%v) = %d %s, want 201 or 409 OUT_OF_STOCK", c, r.Status, r.Raw)
 		}
@@ -202,18 +203,18 @@ func testConfirmRacesSweeper(t *testing.T, db string, flash, newcomers bool) {
 		// Nobody else wanted the uses: every payment keeps its reservation.
 		assert.Equal(t, len(expired), confirmed, "confirmed")
 	}
-	b := l.checkBooks(t, code)
+	b := l.CheckBooks(t, code)
 	assert.Equal(t, confirmed, b.Status["CONFIRMED"])
 	assert.Equal(t, taken, b.Status["RESERVED"])
 	assert.Equal(t, len(expired)-confirmed, b.Status["RELEASED"])
 	assert.Equal(t, confirmed+taken, b.Used)
 	for _, c := range expired {
-		assert.LessOrEqual(t, b.Active[c.customer], perCustomer, "customer %d", c.customer)
+		assert.LessOrEqual(t, b.Active[c.Customer], perCustomer, "customer %d", c.Customer)
 	}
 	t.Logf("confirmed %d of %d, newcomers reserved %d of %d, %d sweeps lost a deadlock",
 		confirmed, len(expired), taken, len(late), deadlocks.Load())
 	if flash {
-		l.checkRedisAfterReconcile(t, code, b)
+		checkRedisAfterReconcile(l, t, code, b)
 	}
 }
 
@@ -221,13 +222,13 @@ func testConfirmRacesSweeper(t *testing.T, db string, flash, newcomers bool) {
 // with the database b. Nothing may run meanwhile: an order released between
 // the reconciler's database read and its Redis step would come back as a
 // hanging admission until the next round.
-func (l *testLedger) checkRedisAfterReconcile(t *testing.T, code string, b books) {
+func checkRedisAfterReconcile(l *ledgertest.Ledger, t *testing.T, code string, b ledgertest.Books) {
 	t.Helper()
 	// Redis agrees without the reconciler, and the
 	// reconcile then finds nothing to repair.
-	agreementtest.RequireAgreement(t, l.rdb, l.pool, code)
-	before := redisState(t, l.gate, code)
-	rep, err := l.jobs.Reconcile(context.Background(), code)
+	agreementtest.RequireAgreement(t, l.RDB, l.Pool, code)
+	before := ledgertest.RedisState(t, l.Gate, code)
+	rep, err := l.Jobs.Reconcile(context.Background(), code)
 	require.NoError(t, err)
 	assert.Zero(t, rep.Drift, "reconcile found drift: %+v", rep)
 	assert.Zero(t, rep.Released+rep.Restored, "reconcile repaired: %+v", rep)
@@ -235,8 +236,8 @@ func (l *testLedger) checkRedisAfterReconcile(t *testing.T, code string, b books
 		t.Logf("reconcile found drift: %+v (redis held %d orders)", rep, len(before.Orders))
 	}
 	assert.LessOrEqual(t, rep.RedisRemainingAfter, rep.DBRemaining, "reconcile left redis above the database")
-	assert.Equal(t, b.remaining(), rep.DBRemaining)
-	checkRedisMatches(t, l.gate, b, code)
+	assert.Equal(t, b.Remaining(), rep.DBRemaining)
+	ledgertest.CheckRedisMatches(t, l.Gate, b, code)
 }
 
 // A sweep and a client's release of another order of the same customer run
@@ -247,36 +248,36 @@ func (l *testLedger) checkRedisAfterReconcile(t *testing.T, code string, b books
 // in its middle.
 func TestSweepLockOrderMatchesRelease(t *testing.T) {
 	t.Parallel()
-	l := newTestLedger(t, ledgerOptions{db: ownPostgres(t), ttl: 300 * time.Millisecond, noRedis: true})
+	l := ledgertest.New(t, ledgertest.Options{DB: ledgertest.OwnPostgres(t), TTL: 300 * time.Millisecond, NoRedis: true})
 	ctx := context.Background()
-	code := newCode(t)
-	l.createVoucher(t, spec(code, 10, 2, false))
-	cs := claims(code, 1, 2, "x") // one customer, two orders
-	reserveAll(t, l.URL, code, cs)
-	l.waitExpired(t, code)
-	byClient, bySweep := cs[0].order, cs[1].order
+	code := ledgertest.NewCode(t)
+	l.CreateVoucher(t, ledgertest.Spec(code, 10, 2, false))
+	cs := ledgertest.Claims(code, 1, 2, "x") // one customer, two orders
+	ledgertest.ReserveAll(t, l.URL, code, cs)
+	l.WaitExpired(t, code)
+	byClient, bySweep := cs[0].Order, cs[1].Order
 
 	// The client's release, as Store.Release runs it: the order's row, then
 	// the customer's count, then (below) the voucher's used_count.
-	tx, err := l.pool.Begin(ctx)
+	tx, err := l.Pool.Begin(ctx)
 	require.NoError(t, err)
 	defer tx.Rollback(ctx)
 	_, err = tx.Exec(ctx, `UPDATE voucher_redemption SET status = 'RELEASED', updated_at = now()
 		WHERE order_id = $1 AND status = 'RESERVED'`, byClient)
 	require.NoError(t, err)
 	_, err = tx.Exec(ctx, `UPDATE voucher_customer_usage SET used_count = used_count - 1
-		WHERE voucher_code = $1 AND customer_id = $2`, code, cs[0].customer)
+		WHERE voucher_code = $1 AND customer_id = $2`, code, cs[0].Customer)
 	require.NoError(t, err)
 
 	swept := make(chan error, 1)
 	go func() {
-		_, err := l.jobs.Sweep(ctx)
+		_, err := l.Jobs.Sweep(ctx)
 		swept <- err
 	}()
 	// Wait until the sweep waits for a lock the release holds.
-	eventually(t, 5*time.Second, func() bool {
+	ledgertest.Eventually(t, 5*time.Second, func() bool {
 		var waiting bool
-		require.NoError(t, l.pool.QueryRow(ctx, `
+		require.NoError(t, l.Pool.QueryRow(ctx, `
 			SELECT EXISTS (SELECT 1 FROM pg_stat_activity
 			               WHERE wait_event_type = 'Lock' AND query LIKE '%WITH due AS%')`).Scan(&waiting))
 		return waiting
@@ -289,10 +290,10 @@ func TestSweepLockOrderMatchesRelease(t *testing.T) {
 	}
 	assert.NoError(t, <-swept, "Sweep() beside a release")
 
-	st := l.statuses(t, code)
+	st := l.Statuses(t, code)
 	assert.Equal(t, "RELEASED", st[byClient])
 	assert.Equal(t, "RELEASED", st[bySweep])
-	b := l.checkBooks(t, code)
+	b := l.CheckBooks(t, code)
 	assert.Zero(t, b.Used)
 }
 
@@ -303,16 +304,16 @@ func TestSweepLockOrderMatchesRelease(t *testing.T) {
 // likely; a correct sweep never meets a deadlock here.
 func TestConcurrentSweepsDoNotDeadlock(t *testing.T) {
 	t.Parallel()
-	l := newTestLedger(t, ledgerOptions{db: ownPostgres(t), ttl: 500 * time.Millisecond, noRedis: true})
+	l := ledgertest.New(t, ledgertest.Options{DB: ledgertest.OwnPostgres(t), TTL: 500 * time.Millisecond, NoRedis: true})
 	ctx := context.Background()
 	for round := range 2 {
-		code := newCode(t)
-		l.createVoucher(t, spec(code, 1000, 4, false))
-		reserveAll(t, l.URL, code, claims(code, 100, 4, "d"))
-		l.waitExpired(t, code)
+		code := ledgertest.NewCode(t)
+		l.CreateVoucher(t, ledgertest.Spec(code, 1000, 4, false))
+		ledgertest.ReserveAll(t, l.URL, code, ledgertest.Claims(code, 100, 4, "d"))
+		l.WaitExpired(t, code)
 		var wg sync.WaitGroup
 		for range 8 {
-			j := l.newJobs(jobs.Config{ExpiryBatch: 7})
+			j := l.NewJobs(jobs.Config{ExpiryBatch: 7})
 			wg.Go(func() {
 				if _, err := j.Sweep(ctx); err != nil {
 					t.Errorf("round %d: Sweep() = %v", round, err)
@@ -323,7 +324,7 @@ func TestConcurrentSweepsDoNotDeadlock(t *testing.T) {
 		if t.Failed() {
 			return // one round shows it; more would only add deadlock_timeouts
 		}
-		b := l.checkBooks(t, code)
+		b := l.CheckBooks(t, code)
 		require.Equal(t, map[string]int{"RELEASED": 400}, b.Status, "round %d", round)
 	}
 }
@@ -349,13 +350,13 @@ func sweepOnce(t *testing.T, j *jobs.Jobs, deadlocks *atomic.Int64) {
 // database. Before, Redis kept the orders until a reconcile.
 func TestSweepWithLostAnswerGivesUsesBack(t *testing.T) {
 	t.Parallel()
-	db := ownPostgres(t) // the sweep below releases exactly this voucher's rows
-	l := newTestLedger(t, ledgerOptions{db: db, ttl: time.Second})
-	code := newCode(t)
+	db := ledgertest.OwnPostgres(t) // the sweep below releases exactly this voucher's rows
+	l := ledgertest.New(t, ledgertest.Options{DB: db, TTL: time.Second})
+	code := ledgertest.NewCode(t)
 	const n = 20
-	l.createVoucher(t, spec(code, n, 1, true))
-	reserveAll(t, l.URL, code, claims(code, n, 1, "lost"))
-	l.waitExpired(t, code)
+	l.CreateVoucher(t, ledgertest.Spec(code, n, 1, true))
+	ledgertest.ReserveAll(t, l.URL, code, ledgertest.Claims(code, n, 1, "lost"))
+	l.WaitExpired(t, code)
 
 	// The sweeper's own pool reaches Postgres through a link that, once
 	// armed, holds every answer for 2 s from the release statement on: the
@@ -371,19 +372,19 @@ func TestSweepWithLostAnswerGivesUsesBack(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(pool.Close)
 	require.NoError(t, pool.Ping(context.Background()))
-	j := jobs.New(store.New(pool, time.Second), l.gate, l.pub, l.settler, l.led.Warmup, l.log, jobs.Config{ExpiryBatch: 100})
-	l.checks.addJobs(j)
+	j := jobs.New(store.New(pool, time.Second), l.Gate, l.Pub, l.Settler, l.Ledger.Warmup, l.Log, jobs.Config{ExpiryBatch: 100})
+	l.Checks.AddJobs(j)
 	link.armed.Store(true)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	_, err = j.Sweep(ctx)
 	cancel()
 	require.Error(t, err, "the sweep's answer came after its deadline")
-	eventually(t, 10*time.Second, func() bool { return l.books(t, code).Status["RESERVED"] == 0 },
+	ledgertest.Eventually(t, 10*time.Second, func() bool { return l.Books(t, code).Status["RESERVED"] == 0 },
 		"the release did not commit in Postgres (the test needs it to)")
-	b := l.checkBooks(t, code)
+	b := l.CheckBooks(t, code)
 	require.Zero(t, b.Used, "Postgres released every use")
-	require.Equal(t, n, l.settler.Drain(context.Background()), "the settler decided every candidate")
-	checkRedisMatches(t, l.gate, b, code)
+	require.Equal(t, n, l.Settler.Drain(context.Background()), "the settler decided every candidate")
+	ledgertest.CheckRedisMatches(t, l.Gate, b, code)
 }
 
 // slowLink relays TCP connections to upstream. Once armed, a statement that

@@ -1,4 +1,4 @@
-package main
+package ledgertest
 
 import (
 	"context"
@@ -20,10 +20,10 @@ var adminTokens = map[string]string{"alice": "alice-token", "bob": "bob-token"}
 
 // newAdminLedger is newTestLedger served with LEDGER_TOKEN "default-token"
 // and LEDGER_TOKENS alice and bob (adminTokens), as main wires them.
-func newAdminLedger(tb testing.TB) *testLedger {
+func NewAdmin(tb testing.TB) *Ledger {
 	tb.Helper()
-	l := newTestLedger(tb, ledgerOptions{token: "default-token"})
-	hs := httptest.NewServer(l.handler(func(s *web.Server) {
+	l := New(tb, Options{Token: "default-token"})
+	hs := httptest.NewServer(l.Handler(func(s *web.Server) {
 		s.Tokens = map[string]envconf.Credential{}
 		for name, token := range adminTokens {
 			s.Tokens[name] = envconf.Credential{Token: token} // every scope
@@ -36,17 +36,17 @@ func newAdminLedger(tb testing.TB) *testLedger {
 
 // callAs sends a request with the named token of actor (adminTokens), or
 // LEDGER_TOKEN for "default".
-func (l *testLedger) callAs(tb testing.TB, actor, method, path string, body any) reply {
+func (l *Ledger) CallAs(tb testing.TB, actor, method, path string, body any) Reply {
 	tb.Helper()
 	token := adminTokens[actor]
 	if actor == "default" {
 		token = l.Token
 	}
-	return call(tb, method, l.URL+path, token, body)
+	return Call(tb, method, l.URL+path, token, body)
 }
 
 // view decodes a voucher view reply, requiring status want.
-func view(tb testing.TB, r reply, want int) voucher.Voucher {
+func View(tb testing.TB, r Reply, want int) voucher.Voucher {
 	tb.Helper()
 	require.Equal(tb, want, r.Status, "reply %s", r.Raw)
 	var v voucher.Voucher
@@ -55,22 +55,22 @@ func view(tb testing.TB, r reply, want int) voucher.Voucher {
 }
 
 // patch sends PATCH /admin/vouchers/{code}.
-func (l *testLedger) patch(tb testing.TB, code string, body any) reply {
+func (l *Ledger) Patch(tb testing.TB, code string, body any) Reply {
 	tb.Helper()
-	return l.call(tb, http.MethodPatch, "/admin/vouchers/"+code, body)
+	return l.Call(tb, http.MethodPatch, "/admin/vouchers/"+code, body)
 }
 
 // reserve reserves through the ledger's public route (the gate first for a
 // flash voucher, as through a proxy).
-func (l *testLedger) reserve(tb testing.TB, code string, customer int64, order string, amount int64) reply {
+func (l *Ledger) Reserve(tb testing.TB, code string, customer int64, order string, amount int64) Reply {
 	tb.Helper()
-	return l.call(tb, http.MethodPost, "/vouchers/"+code+"/reservations", claimBody(customer, order, amount))
+	return l.Call(tb, http.MethodPost, "/vouchers/"+code+"/reservations", ClaimBody(customer, order, amount))
 }
 
 // auditEvents reads GET /admin/vouchers/{code}/audit.
-func (l *testLedger) auditEvents(tb testing.TB, code string) []store.AuditEvent {
+func (l *Ledger) AuditEvents(tb testing.TB, code string) []store.AuditEvent {
 	tb.Helper()
-	r := l.call(tb, http.MethodGet, "/admin/vouchers/"+code+"/audit", nil)
+	r := l.Call(tb, http.MethodGet, "/admin/vouchers/"+code+"/audit", nil)
 	require.Equal(tb, http.StatusOK, r.Status, r.Raw)
 	var body struct {
 		Events []store.AuditEvent `json:"events"`
@@ -80,8 +80,8 @@ func (l *testLedger) auditEvents(tb testing.TB, code string) []store.AuditEvent 
 }
 
 // exec runs SQL on the test database.
-func (l *testLedger) exec(tb testing.TB, sql string, args ...any) {
+func (l *Ledger) Exec(tb testing.TB, sql string, args ...any) {
 	tb.Helper()
-	_, err := l.pool.Exec(context.Background(), sql, args...)
+	_, err := l.Pool.Exec(context.Background(), sql, args...)
 	require.NoError(tb, err, sql)
 }

@@ -1,4 +1,4 @@
-package main
+package ledgertest
 
 import (
 	"sync"
@@ -25,7 +25,7 @@ type agreementChecks struct {
 
 // addFlash and addJobs do nothing on a testLedger built by hand around a
 // ledger process (no checks).
-func (c *agreementChecks) addFlash(code string) {
+func (c *agreementChecks) AddFlash(code string) {
 	if c == nil {
 		return
 	}
@@ -34,7 +34,7 @@ func (c *agreementChecks) addFlash(code string) {
 	c.flash = append(c.flash, code)
 }
 
-func (c *agreementChecks) addJobs(j *jobs.Jobs) {
+func (c *agreementChecks) AddJobs(j *jobs.Jobs) {
 	if c == nil {
 		return
 	}
@@ -44,28 +44,28 @@ func (c *agreementChecks) addJobs(j *jobs.Jobs) {
 }
 
 // trackFlash adds a flash voucher the test created without createVoucher.
-func (l *testLedger) trackFlash(code string) { l.checks.addFlash(code) }
+func (l *Ledger) TrackFlash(code string) { l.Checks.AddFlash(code) }
 
 // allowRepairs is for a test that destroys Redis' data on purpose (or tests
 // the reconciler itself): a repair is then expected, and only agreement after
 // the recovery is checked. why says what the test destroys.
-func (l *testLedger) allowRepairs(why string) {
-	l.checks.mu.Lock()
-	defer l.checks.mu.Unlock()
-	l.checks.repairOK = why
+func (l *Ledger) AllowRepairs(why string) {
+	l.Checks.mu.Lock()
+	defer l.Checks.mu.Unlock()
+	l.Checks.repairOK = why
 }
 
 // requireAgreement is the check at the end of every test with a testLedger.
-func (l *testLedger) requireAgreement(tb testing.TB) {
+func (l *Ledger) requireAgreement(tb testing.TB) {
 	tb.Helper()
-	c := l.checks
+	c := l.Checks
 	c.mu.Lock()
 	codes, js, repairOK := append([]string(nil), c.flash...), append([]*jobs.Jobs(nil), c.jobs...), c.repairOK
 	c.mu.Unlock()
-	if l.rdb == nil || len(codes) == 0 {
+	if l.RDB == nil || len(codes) == 0 {
 		return
 	}
-	agreementtest.RequireAgreement(tb, l.rdb, l.pool, codes...)
+	agreementtest.RequireAgreement(tb, l.RDB, l.Pool, codes...)
 	if repairOK != "" {
 		return
 	}
@@ -76,5 +76,5 @@ func (l *testLedger) requireAgreement(tb testing.TB) {
 			}
 		}
 	}
-	agreementtest.RequireNoRepairAudited(tb, l.pool, codes...)
+	agreementtest.RequireNoRepairAudited(tb, l.Pool, codes...)
 }

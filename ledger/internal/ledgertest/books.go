@@ -1,4 +1,4 @@
-package main
+package ledgertest
 
 import (
 	"context"
@@ -21,24 +21,24 @@ import (
 // ownPostgres returns the URL of a PostgreSQL only this test uses. The sweeper
 // releases every expired reservation in its database, so tests that sweep get
 // their own instead of taking rows from tests running beside them.
-func ownPostgres(tb testing.TB) string {
+func OwnPostgres(tb testing.TB) string {
 	tb.Helper()
 	return devstacktest.NewPostgres(tb, devstack.PostgresOptions{}).URL()
 }
 
 // claim is one reserve request of a test: a customer and an orderId.
-type claim struct {
-	customer int64
-	order    string
+type Claim struct {
+	Customer int64
+	Order    string
 }
 
 // claims returns customers x perCustomer claims for code, orderIds tagged with
 // round so that a later round never reuses one.
-func claims(code string, customers, perCustomer int, round string) []claim {
-	var out []claim
+func Claims(code string, customers, perCustomer int, round string) []Claim {
+	var out []Claim
 	for c := 1; c <= customers; c++ {
 		for o := 0; o < perCustomer; o++ {
-			out = append(out, claim{customer: int64(c), order: fmt.Sprintf("%s-%s-c%d-o%d", code, round, c, o)})
+			out = append(out, Claim{Customer: int64(c), Order: fmt.Sprintf("%s-%s-c%d-o%d", code, round, c, o)})
 		}
 	}
 	return out
@@ -47,13 +47,13 @@ func claims(code string, customers, perCustomer int, round string) []claim {
 // reserveAll reserves every claim concurrently through ledger URL base and
 // requires a 201 for each. A 503 is retried with the same orderId, as the
 // API tells a client to: on a loaded machine a write can pass DB_TIMEOUT.
-func reserveAll(tb testing.TB, base, code string, cs []claim) {
+func ReserveAll(tb testing.TB, base, code string, cs []Claim) {
 	tb.Helper()
-	replies := make([]reply, len(cs))
+	replies := make([]Reply, len(cs))
 	var wg sync.WaitGroup
 	for i, c := range cs {
 		wg.Go(func() {
-			replies[i] = reserveRetrying(tb, base, code, claimBody(c.customer, c.order, 5_000))
+			replies[i] = ReserveRetrying(tb, base, code, ClaimBody(c.Customer, c.Order, 5_000))
 		})
 	}
 	wg.Wait()
@@ -64,11 +64,11 @@ func reserveAll(tb testing.TB, base, code string, cs []claim) {
 
 // reserveRetrying posts body to code's reservations at ledger URL base until
 // the answer is not 503 (at most 20 tries, 50 ms apart), and returns it.
-func reserveRetrying(tb testing.TB, base, code string, body any) reply {
+func ReserveRetrying(tb testing.TB, base, code string, body any) Reply {
 	tb.Helper()
-	var r reply
+	var r Reply
 	for range 20 {
-		if r = call(tb, http.MethodPost, base+"/vouchers/"+code+"/reservations", "", body); r.Status != http.StatusServiceUnavailable {
+		if r = Call(tb, http.MethodPost, base+"/vouchers/"+code+"/reservations", "", body); r.Status != http.StatusServiceUnavailable {
 			return r
 		}
 		time.Sleep(50 * time.Millisecond)
@@ -77,7 +77,7 @@ func reserveRetrying(tb testing.TB, base, code string, body any) reply {
 }
 
 // eventually polls cond every 20ms until it holds or timeout passes.
-func eventually(tb testing.TB, timeout time.Duration, cond func() bool, format string, args ...any) {
+func Eventually(tb testing.TB, timeout time.Duration, cond func() bool, format string, args ...any) {
 	tb.Helper()
 	deadline := time.Now().Add(timeout)
 	for !cond() {
@@ -90,11 +90,11 @@ func eventually(tb testing.TB, timeout time.Duration, cond func() bool, format s
 
 // waitExpired waits until every RESERVED reservation of code has expired on
 // the database's clock, the one the sweeper goes by.
-func (l *testLedger) waitExpired(tb testing.TB, code string) {
+func (l *Ledger) WaitExpired(tb testing.TB, code string) {
 	tb.Helper()
-	eventually(tb, 10*time.Second, func() bool {
+	Eventually(tb, 10*time.Second, func() bool {
 		var live int
-		require.NoError(tb, l.pool.QueryRow(context.Background(), `
+		require.NoError(tb, l.Pool.QueryRow(context.Background(), `
 			SELECT count(*) FROM voucher_redemption
 			WHERE voucher_code = $1 AND status = 'RESERVED' AND expires_at >= now()`, code).Scan(&live))
 		return live == 0
@@ -102,9 +102,9 @@ func (l *testLedger) waitExpired(tb testing.TB, code string) {
 }
 
 // statuses returns each reservation's status by orderId.
-func (l *testLedger) statuses(tb testing.TB, code string) map[string]string {
+func (l *Ledger) Statuses(tb testing.TB, code string) map[string]string {
 	tb.Helper()
-	rows, err := l.pool.Query(context.Background(),
+	rows, err := l.Pool.Query(context.Background(),
 		`SELECT order_id, status FROM voucher_redemption WHERE voucher_code = $1`, code)
 	require.NoError(tb, err)
 	out := map[string]string{}
@@ -115,7 +115,7 @@ func (l *testLedger) statuses(tb testing.TB, code string) map[string]string {
 }
 
 // books is one voucher's accounts as the database keeps them.
-type books struct {
+type Books struct {
 	Total, Used int
 	Status      map[string]int   // RESERVED, CONFIRMED, RELEASED -> rows
 	Active      map[int64]int    // customer -> RESERVED + CONFIRMED rows
@@ -123,16 +123,16 @@ type books struct {
 	Orders      map[string]int64 // active orderId -> customer
 }
 
-func (b books) active() int { return b.Status["RESERVED"] + b.Status["CONFIRMED"] }
+func (b Books) ActiveOrders() int { return b.Status["RESERVED"] + b.Status["CONFIRMED"] }
 
-func (b books) remaining() int64 { return int64(b.Total - b.Used) }
+func (b Books) Remaining() int64 { return int64(b.Total - b.Used) }
 
 // books reads code's counters, rows and per-customer counts in one snapshot.
-func (l *testLedger) books(tb testing.TB, code string) books {
+func (l *Ledger) Books(tb testing.TB, code string) Books {
 	tb.Helper()
-	b := books{Status: map[string]int{}, Active: map[int64]int{}, Usage: map[int64]int{}, Orders: map[string]int64{}}
+	b := Books{Status: map[string]int{}, Active: map[int64]int{}, Usage: map[int64]int{}, Orders: map[string]int64{}}
 	ctx := context.Background()
-	err := pgx.BeginTxFunc(ctx, l.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly},
+	err := pgx.BeginTxFunc(ctx, l.Pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly},
 		func(tx pgx.Tx) error {
 			if err := tx.QueryRow(ctx, `SELECT total_limit, used_count FROM voucher WHERE code = $1`, code).
 				Scan(&b.Total, &b.Used); err != nil {
@@ -170,10 +170,10 @@ func (l *testLedger) books(tb testing.TB, code string) books {
 // used_count is the number of active reservations, never negative nor above
 // the limit, and each customer's count is its number of active reservations.
 // It returns the books.
-func (l *testLedger) checkBooks(tb testing.TB, code string) books {
+func (l *Ledger) CheckBooks(tb testing.TB, code string) Books {
 	tb.Helper()
-	b := l.books(tb, code)
-	assert.Equal(tb, b.active(), b.Used, "%s: used_count = %d, want the %d active rows (%v)", code, b.Used, b.active(), b.Status)
+	b := l.Books(tb, code)
+	assert.Equal(tb, b.ActiveOrders(), b.Used, "%s: used_count = %d, want the %d active rows (%v)", code, b.Used, b.ActiveOrders(), b.Status)
 	assert.GreaterOrEqual(tb, b.Used, 0, "%s: used_count", code)
 	assert.LessOrEqual(tb, b.Used, b.Total, "%s: used_count above total_limit", code)
 	for c, n := range b.Usage {
@@ -187,7 +187,7 @@ func (l *testLedger) checkBooks(tb testing.TB, code string) books {
 }
 
 // redisState reads code's state from Redis and requires it to be loaded.
-func redisState(tb testing.TB, g *gate.Gate, code string) gate.State {
+func RedisState(tb testing.TB, g *gate.Gate, code string) gate.State {
 	tb.Helper()
 	st, loaded, err := g.State(context.Background(), code)
 	require.NoError(tb, err)
@@ -197,10 +197,10 @@ func redisState(tb testing.TB, g *gate.Gate, code string) gate.State {
 
 // checkRedisMatches asserts that Redis holds exactly the database's active
 // orders of code and as many remaining uses as the database.
-func checkRedisMatches(tb testing.TB, g *gate.Gate, b books, code string) {
+func CheckRedisMatches(tb testing.TB, g *gate.Gate, b Books, code string) {
 	tb.Helper()
-	st := redisState(tb, g, code)
-	assert.Equal(tb, b.remaining(), st.Remaining, "%s: redis remaining = %d, want db remaining %d", code, st.Remaining, b.remaining())
+	st := RedisState(tb, g, code)
+	assert.Equal(tb, b.Remaining(), st.Remaining, "%s: redis remaining = %d, want db remaining %d", code, st.Remaining, b.Remaining())
 	got := map[string]int64{}
 	for _, o := range st.Orders {
 		got[o.OrderID] = o.CustomerID

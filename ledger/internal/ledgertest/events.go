@@ -1,4 +1,4 @@
-package main
+package ledgertest
 
 import (
 	"context"
@@ -28,12 +28,12 @@ import (
 )
 
 // testSecret signs the tests' webhooks.
-const testSecret = "test-webhook-secret-0123456789"
+const TestSecret = "test-webhook-secret-0123456789"
 
 // newEventsDB creates a database of its own on the shared PostgreSQL (the
 // dispatcher's lock, watermark and cursors are per database) and returns its
 // URL; it is dropped when the test ends.
-func newEventsDB(tb testing.TB) string {
+func NewEventsDB(tb testing.TB) string {
 	tb.Helper()
 	base := devstacktest.PostgresURL(tb)
 	name := "ev_" + httpxtest.NewCode(tb, 12)
@@ -63,23 +63,23 @@ type receiver struct {
 	*httptest.Server
 	mu       sync.Mutex
 	got      []events.Event
-	refused  atomic.Int64
-	badSigs  atomic.Int64
+	Refused  atomic.Int64
+	BadSigs  atomic.Int64
 	failFunc atomic.Pointer[func() bool]
 }
 
-func newReceiver(tb testing.TB) *receiver {
+func NewReceiver(tb testing.TB) *receiver {
 	tb.Helper()
 	rc := &receiver{}
 	rc.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)
-		if err := events.VerifySignature(testSecret, r.Header.Get(events.SignatureHeader), body, 5*time.Minute); err != nil {
-			rc.badSigs.Add(1)
+		if err := events.VerifySignature(TestSecret, r.Header.Get(events.SignatureHeader), body, 5*time.Minute); err != nil {
+			rc.BadSigs.Add(1)
 			http.Error(w, err.Error(), http.StatusUnauthorized)
 			return
 		}
 		if f := rc.failFunc.Load(); f != nil && (*f)() {
-			rc.refused.Add(1)
+			rc.Refused.Add(1)
 			http.Error(w, "down", http.StatusInternalServerError)
 			return
 		}
@@ -98,16 +98,16 @@ func newReceiver(tb testing.TB) *receiver {
 }
 
 // failWhile makes the receiver answer 500 while f returns true.
-func (rc *receiver) failWhile(f func() bool) { rc.failFunc.Store(&f) }
+func (rc *receiver) FailWhile(f func() bool) { rc.failFunc.Store(&f) }
 
-func (rc *receiver) events() []events.Event {
+func (rc *receiver) Events() []events.Event {
 	rc.mu.Lock()
 	defer rc.mu.Unlock()
 	return append([]events.Event(nil), rc.got...)
 }
 
 // dbEvents reads every event of the database at dbURL, in id order.
-func dbEvents(tb testing.TB, dbURL string) []events.Event {
+func DbEvents(tb testing.TB, dbURL string) []events.Event {
 	tb.Helper()
 	ctx := context.Background()
 	conn, err := pgx.Connect(ctx, dbURL)
@@ -124,7 +124,7 @@ func dbEvents(tb testing.TB, dbURL string) []events.Event {
 // duplicates allowed) holds every event of want (the database's) with the
 // same content, nothing else, and each voucher's in order: no event arrived
 // before every earlier event of its voucher had arrived.
-func checkDelivered(tb testing.TB, sink string, want, got []events.Event) {
+func CheckDelivered(tb testing.TB, sink string, want, got []events.Event) {
 	tb.Helper()
 	byID := map[int64]events.Event{}
 	before := map[int64]int64{} // id -> the previous id of its voucher (0: first)
@@ -158,13 +158,13 @@ func checkDelivered(tb testing.TB, sink string, want, got []events.Event) {
 }
 
 // waitFor polls cond every 50 ms until it holds or within passes.
-func waitFor(tb testing.TB, within time.Duration, what string, cond func() bool) {
+func WaitFor(tb testing.TB, within time.Duration, what string, cond func() bool) {
 	tb.Helper()
-	waitOr(tb, within, what, cond, func() {})
+	WaitOr(tb, within, what, cond, func() {})
 }
 
 // waitOr is waitFor that runs explain (to log what the test sees) before failing.
-func waitOr(tb testing.TB, within time.Duration, what string, cond func() bool, explain func()) {
+func WaitOr(tb testing.TB, within time.Duration, what string, cond func() bool, explain func()) {
 	tb.Helper()
 	deadline := time.Now().Add(within)
 	for !cond() {
@@ -179,7 +179,7 @@ func waitOr(tb testing.TB, within time.Duration, what string, cond func() bool, 
 // logOutbox logs where the outbox of the database at dbURL stands: its
 // cursors, its last id, and every transaction with an xid in the cluster
 // (one of them can hold the watermark back).
-func logOutbox(tb testing.TB, dbURL string) {
+func LogOutbox(tb testing.TB, dbURL string) {
 	tb.Helper()
 	ctx := context.Background()
 	conn, err := pgx.Connect(ctx, dbURL)
@@ -204,10 +204,10 @@ func logOutbox(tb testing.TB, dbURL string) {
 }
 
 // runDispatcher runs a dispatcher of l's store over sinks until the test ends.
-func runDispatcher(tb testing.TB, l *testLedger, dbURL string, sinks ...outbox.Sink) *outbox.Dispatcher {
+func RunDispatcher(tb testing.TB, l *Ledger, dbURL string, sinks ...outbox.Sink) *outbox.Dispatcher {
 	tb.Helper()
 	log := slog.New(slog.NewTextHandler(tbWriter{tb}, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	d := outbox.NewDispatcher(l.store, sinks, log, outbox.DispatcherConfig{DatabaseURL: dbURL, Retention: time.Hour})
+	d := outbox.NewDispatcher(l.Store, sinks, log, outbox.DispatcherConfig{DatabaseURL: dbURL, Retention: time.Hour})
 	stop, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
@@ -228,20 +228,20 @@ func (w tbWriter) Write(p []byte) (int, error) {
 }
 
 // fastWebhook is a webhook sink with the tests' short waits.
-func fastWebhook(url string, attempts int) *outbox.Webhook {
+func FastWebhook(url string, attempts int) *outbox.Webhook {
 	return outbox.NewWebhook(url, outbox.WebhookConfig{
-		Secret: testSecret, MaxAttempts: attempts, Timeout: 5 * time.Second,
+		Secret: TestSecret, MaxAttempts: attempts, Timeout: 5 * time.Second,
 		Backoff: 20 * time.Millisecond, BackoffMax: 200 * time.Millisecond,
 	})
 }
 
 // feed reads the pull feed whole, page after page.
-func (l *testLedger) feed(tb testing.TB, limit int) []events.Event {
+func (l *Ledger) Feed(tb testing.TB, limit int) []events.Event {
 	tb.Helper()
 	var all []events.Event
 	after := int64(0)
 	for {
-		r := l.call(tb, http.MethodGet, fmt.Sprintf("/admin/events?after=%d&limit=%d", after, limit), nil)
+		r := l.Call(tb, http.MethodGet, fmt.Sprintf("/admin/events?after=%d&limit=%d", after, limit), nil)
 		require.Equal(tb, http.StatusOK, r.Status, r.Raw)
 		var page web.EventPage
 		require.NoError(tb, json.Unmarshal([]byte(r.Raw), &page))

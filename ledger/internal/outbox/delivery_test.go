@@ -1,4 +1,4 @@
-package main
+package outbox_test
 
 import (
 	"context"
@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/flashgate/flashgate/ledger/internal/ledgertest"
 	"github.com/flashgate/flashgate/ledger/internal/outbox"
 	"github.com/flashgate/flashgate/ledger/internal/store"
 	"github.com/flashgate/flashgate/ledger/internal/web"
@@ -25,26 +26,26 @@ import (
 // nothing and gets each voucher's events in order, none parked.
 func TestWebhookOutage(t *testing.T) {
 	t.Parallel()
-	db := newEventsDB(t)
-	l := newTestLedger(t, ledgerOptions{db: db, noRedis: true})
-	rc := newReceiver(t)
+	db := ledgertest.NewEventsDB(t)
+	l := ledgertest.New(t, ledgertest.Options{DB: db, NoRedis: true})
+	rc := ledgertest.NewReceiver(t)
 	up := time.Now().Add(5 * time.Second)
-	rc.failWhile(func() bool { return time.Now().Before(up) })
-	runDispatcher(t, l, db, fastWebhook(rc.URL, 100))
-	codes := []string{newCode(t), newCode(t), newCode(t)}
+	rc.FailWhile(func() bool { return time.Now().Before(up) })
+	ledgertest.RunDispatcher(t, l, db, ledgertest.FastWebhook(rc.URL, 100))
+	codes := []string{ledgertest.NewCode(t), ledgertest.NewCode(t), ledgertest.NewCode(t)}
 	for _, code := range codes {
-		l.createVoucher(t, spec(code, 100, 1, false))
+		l.CreateVoucher(t, ledgertest.Spec(code, 100, 1, false))
 	}
 	for i := range 60 {
 		code := codes[i%3]
-		require.Equal(t, http.StatusCreated, l.reserve(t, code, int64(i+1), fmt.Sprintf("%s-%d", code, i), 5_000).Status)
+		require.Equal(t, http.StatusCreated, l.Reserve(t, code, int64(i+1), fmt.Sprintf("%s-%d", code, i), 5_000).Status)
 	}
-	want := dbEvents(t, db)
-	waitFor(t, 30*time.Second, "every event delivered after the outage", func() bool { return distinct(rc.events()) >= len(want) })
+	want := ledgertest.DbEvents(t, db)
+	ledgertest.WaitFor(t, 30*time.Second, "every event delivered after the outage", func() bool { return distinct(rc.Events()) >= len(want) })
 	assert.False(t, time.Now().Before(up), "delivered during the outage")
-	checkDelivered(t, "webhook", want, rc.events())
-	assert.Greater(t, rc.refused.Load(), int64(10), "answers 500 during the outage")
-	assert.Empty(t, l.parked(t, "failed"), "parked events")
+	ledgertest.CheckDelivered(t, "webhook", want, rc.Events())
+	assert.Greater(t, rc.Refused.Load(), int64(10), "answers 500 during the outage")
+	assert.Empty(t, parked(l, t, "failed"), "parked events")
 }
 
 // TestWebhookParkedAndRetried: a receiver that always fails gets each event
@@ -53,48 +54,48 @@ func TestWebhookOutage(t *testing.T) {
 // receiver is back, POST /admin/events/{id}/retry delivers each parked one.
 func TestWebhookParkedAndRetried(t *testing.T) {
 	t.Parallel()
-	db := newEventsDB(t)
-	l := newTestLedger(t, ledgerOptions{db: db, noRedis: true, token: "tok"})
-	down, healthy := newReceiver(t), newReceiver(t)
+	db := ledgertest.NewEventsDB(t)
+	l := ledgertest.New(t, ledgertest.Options{DB: db, NoRedis: true, Token: "tok"})
+	down, healthy := ledgertest.NewReceiver(t), ledgertest.NewReceiver(t)
 	var broken atomic.Bool
 	broken.Store(true)
-	down.failWhile(broken.Load)
-	runDispatcher(t, l, db, fastWebhook(down.URL, 3), fastWebhook(healthy.URL, 3))
-	code := newCode(t)
-	l.createVoucher(t, spec(code, 10, 1, false))
+	down.FailWhile(broken.Load)
+	ledgertest.RunDispatcher(t, l, db, ledgertest.FastWebhook(down.URL, 3), ledgertest.FastWebhook(healthy.URL, 3))
+	code := ledgertest.NewCode(t)
+	l.CreateVoucher(t, ledgertest.Spec(code, 10, 1, false))
 	for i := range 3 {
-		require.Equal(t, http.StatusCreated, l.reserve(t, code, int64(i+1), fmt.Sprintf("%s-%d", code, i), 5_000).Status)
+		require.Equal(t, http.StatusCreated, l.Reserve(t, code, int64(i+1), fmt.Sprintf("%s-%d", code, i), 5_000).Status)
 	}
-	want := dbEvents(t, db)
+	want := ledgertest.DbEvents(t, db)
 	require.Len(t, want, 4)
-	waitFor(t, 20*time.Second, "every event parked", func() bool { return len(l.parked(t, "failed")) == len(want) })
-	for _, p := range l.parked(t, "failed") {
+	ledgertest.WaitFor(t, 20*time.Second, "every event parked", func() bool { return len(parked(l, t, "failed")) == len(want) })
+	for _, p := range parked(l, t, "failed") {
 		assert.Equal(t, 3, p.Attempts, "event %d attempts", p.ID)
 		assert.Contains(t, p.LastError, "500", "event %d", p.ID)
 		assert.True(t, strings.HasPrefix(p.Sink, "webhook:"+down.URL), "sink %s", p.Sink)
 	}
-	assert.Equal(t, int64(12), down.refused.Load(), "4 events x 3 attempts")
-	waitFor(t, 10*time.Second, "the healthy receiver gets everything", func() bool { return distinct(healthy.events()) == len(want) })
-	checkDelivered(t, "healthy", want, healthy.events())
+	assert.Equal(t, int64(12), down.Refused.Load(), "4 events x 3 attempts")
+	ledgertest.WaitFor(t, 10*time.Second, "the healthy receiver gets everything", func() bool { return distinct(healthy.Events()) == len(want) })
+	ledgertest.CheckDelivered(t, "healthy", want, healthy.Events())
 
 	broken.Store(false)
 	for _, e := range want {
-		r := l.call(t, http.MethodPost, fmt.Sprintf("/admin/events/%d/retry", e.ID), nil)
+		r := l.Call(t, http.MethodPost, fmt.Sprintf("/admin/events/%d/retry", e.ID), nil)
 		require.Equal(t, http.StatusAccepted, r.Status, r.Raw)
 	}
-	waitFor(t, 10*time.Second, "retried events delivered", func() bool { return distinct(down.events()) == len(want) })
-	waitFor(t, 5*time.Second, "no failure left", func() bool { return len(l.parked(t, "failed"))+len(l.parked(t, "retry")) == 0 })
-	checkDelivered(t, "retried", want, down.events())
-	assert.Equal(t, http.StatusNotFound, l.call(t, http.MethodPost, fmt.Sprintf("/admin/events/%d/retry", want[0].ID), nil).Status)
-	assert.Equal(t, http.StatusBadRequest, l.call(t, http.MethodGet, "/admin/events?status=lost", nil).Status)
-	assert.Equal(t, http.StatusBadRequest, l.call(t, http.MethodPost, "/admin/events/0/retry", nil).Status)
-	assert.Equal(t, http.StatusUnauthorized, call(t, http.MethodGet, l.URL+"/admin/events", "", nil).Status)
+	ledgertest.WaitFor(t, 10*time.Second, "retried events delivered", func() bool { return distinct(down.Events()) == len(want) })
+	ledgertest.WaitFor(t, 5*time.Second, "no failure left", func() bool { return len(parked(l, t, "failed"))+len(parked(l, t, "retry")) == 0 })
+	ledgertest.CheckDelivered(t, "retried", want, down.Events())
+	assert.Equal(t, http.StatusNotFound, l.Call(t, http.MethodPost, fmt.Sprintf("/admin/events/%d/retry", want[0].ID), nil).Status)
+	assert.Equal(t, http.StatusBadRequest, l.Call(t, http.MethodGet, "/admin/events?status=lost", nil).Status)
+	assert.Equal(t, http.StatusBadRequest, l.Call(t, http.MethodPost, "/admin/events/0/retry", nil).Status)
+	assert.Equal(t, http.StatusUnauthorized, ledgertest.Call(t, http.MethodGet, l.URL+"/admin/events", "", nil).Status)
 }
 
 // parked lists GET /admin/events?status=... .
-func (l *testLedger) parked(tb testing.TB, status string) []store.Parked {
+func parked(l *ledgertest.Ledger, tb testing.TB, status string) []store.Parked {
 	tb.Helper()
-	r := l.call(tb, http.MethodGet, "/admin/events?status="+status, nil)
+	r := l.Call(tb, http.MethodGet, "/admin/events?status="+status, nil)
 	require.Equal(tb, http.StatusOK, r.Status, r.Raw)
 	var page web.ParkedPage
 	require.NoError(tb, json.Unmarshal([]byte(r.Raw), &page))
@@ -106,64 +107,64 @@ func (l *testLedger) parked(tb testing.TB, status string) []store.Parked {
 // everything from the dead one's cursor, nothing lost, each voucher in order.
 func TestDispatcherTakeover(t *testing.T) {
 	t.Parallel()
-	db := newEventsDB(t)
-	rc := newReceiver(t)
-	env := []string{"WEBHOOK_URLS=" + rc.URL, "WEBHOOK_SECRET=" + testSecret, "WEBHOOK_BACKOFF=20ms", "WEBHOOK_BACKOFF_MAX=200ms"}
-	a, b := startLedger(t, db, "", env...), startLedger(t, db, "", env...)
-	leader := func(p *ledgerProcess) bool {
-		r, err := tryCall(http.MethodGet, p.URL+"/metrics", nil)
+	db := ledgertest.NewEventsDB(t)
+	rc := ledgertest.NewReceiver(t)
+	env := []string{"WEBHOOK_URLS=" + rc.URL, "WEBHOOK_SECRET=" + ledgertest.TestSecret, "WEBHOOK_BACKOFF=20ms", "WEBHOOK_BACKOFF_MAX=200ms"}
+	a, b := ledgertest.StartLedger(t, db, "", env...), ledgertest.StartLedger(t, db, "", env...)
+	leader := func(p *ledgertest.Process) bool {
+		r, err := ledgertest.TryCall(http.MethodGet, p.URL+"/metrics", nil)
 		return err == nil && strings.Contains(r.Raw, "\nflashgate_event_dispatcher_leader 1")
 	}
-	waitFor(t, 10*time.Second, "one ledger delivers", func() bool { return leader(a) || leader(b) })
+	ledgertest.WaitFor(t, 10*time.Second, "one ledger delivers", func() bool { return leader(a) || leader(b) })
 	dead, heir := a, b
 	if leader(b) {
 		dead, heir = b, a
 	}
 	assert.False(t, leader(heir), "both ledgers deliver")
 
-	codes := []string{newCode(t), newCode(t), newCode(t), newCode(t)}
+	codes := []string{ledgertest.NewCode(t), ledgertest.NewCode(t), ledgertest.NewCode(t), ledgertest.NewCode(t)}
 	for _, code := range codes {
-		r := call(t, http.MethodPost, heir.URL+"/admin/vouchers", "", spec(code, 10_000, 1000, false))
+		r := ledgertest.Call(t, http.MethodPost, heir.URL+"/admin/vouchers", "", ledgertest.Spec(code, 10_000, 1000, false))
 		require.Equal(t, http.StatusCreated, r.Status, r.Raw)
 	}
 	// Slow the receiver so that the kill lands with events in flight.
-	rc.failWhile(func() bool { time.Sleep(2 * time.Millisecond); return false })
+	rc.FailWhile(func() bool { time.Sleep(2 * time.Millisecond); return false })
 	stream := func(from, n int) {
 		for i := from; i < from+n; i++ {
 			code := codes[i%len(codes)]
-			r := reserveRetrying(t, heir.URL, code, claimBody(int64(i+1), fmt.Sprintf("%s-%d", code, i), 5_000))
+			r := ledgertest.ReserveRetrying(t, heir.URL, code, ledgertest.ClaimBody(int64(i+1), fmt.Sprintf("%s-%d", code, i), 5_000))
 			require.Equal(t, http.StatusCreated, r.Status, r.Raw)
 		}
 	}
 	stream(0, 200)
-	waitFor(t, 10*time.Second, "delivery under way", func() bool { return distinct(rc.events()) > 50 })
+	ledgertest.WaitFor(t, 10*time.Second, "delivery under way", func() bool { return distinct(rc.Events()) > 50 })
 	require.NoError(t, dead.Kill())
 	killed := time.Now()
 	stream(200, 200)
-	waitFor(t, 10*time.Second, "the other ledger takes over", func() bool { return leader(heir) })
+	ledgertest.WaitFor(t, 10*time.Second, "the other ledger takes over", func() bool { return leader(heir) })
 	t.Logf("took over %v after kill -9", time.Since(killed).Round(time.Millisecond))
-	want := dbEvents(t, db)
-	waitOr(t, 30*time.Second, "every event delivered", func() bool { return distinct(rc.events()) >= len(want) }, func() {
-		t.Logf("received %d distinct of %d; the heir leads: %v", distinct(rc.events()), len(want), leader(heir))
-		logOutbox(t, db)
+	want := ledgertest.DbEvents(t, db)
+	ledgertest.WaitOr(t, 30*time.Second, "every event delivered", func() bool { return distinct(rc.Events()) >= len(want) }, func() {
+		t.Logf("received %d distinct of %d; the heir leads: %v", distinct(rc.Events()), len(want), leader(heir))
+		ledgertest.LogOutbox(t, db)
 	})
-	checkDelivered(t, "webhook", want, rc.events())
-	t.Logf("%d events, %d deliveries (%d sent twice)", len(want), len(rc.events()), len(rc.events())-len(want))
+	ledgertest.CheckDelivered(t, "webhook", want, rc.Events())
+	t.Logf("%d events, %d deliveries (%d sent twice)", len(want), len(rc.Events()), len(rc.Events())-len(want))
 }
 
 // TestDispatcherStopFreesLock: a dispatcher told to stop (SIGTERM) closes its
 // lock's connection, and another takes over at its next try.
 func TestDispatcherStopFreesLock(t *testing.T) {
 	t.Parallel()
-	db := newEventsDB(t)
-	l := newTestLedger(t, ledgerOptions{db: db, noRedis: true})
+	db := ledgertest.NewEventsDB(t)
+	l := ledgertest.New(t, ledgertest.Options{DB: db, NoRedis: true})
 	m1, m2 := outbox.NewMetrics(nil), outbox.NewMetrics(nil)
-	first := outbox.NewDispatcher(l.store, nil, l.log, outbox.DispatcherConfig{DatabaseURL: db, Retention: time.Hour, Metrics: m1})
+	first := outbox.NewDispatcher(l.Store, nil, l.Log, outbox.DispatcherConfig{DatabaseURL: db, Retention: time.Hour, Metrics: m1})
 	stop, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); first.Run(context.Background(), stop.Done()) }()
-	waitFor(t, 5*time.Second, "the first leads", func() bool { return testutil.ToFloat64(m1.EventLeader) == 1 })
-	second := outbox.NewDispatcher(l.store, nil, l.log, outbox.DispatcherConfig{DatabaseURL: db, Retention: time.Hour, Metrics: m2})
+	ledgertest.WaitFor(t, 5*time.Second, "the first leads", func() bool { return testutil.ToFloat64(m1.EventLeader) == 1 })
+	second := outbox.NewDispatcher(l.Store, nil, l.Log, outbox.DispatcherConfig{DatabaseURL: db, Retention: time.Hour, Metrics: m2})
 	stop2, cancel2 := context.WithCancel(context.Background())
 	done2 := make(chan struct{})
 	go func() { defer close(done2); second.Run(context.Background(), stop2.Done()) }()
@@ -172,7 +173,7 @@ func TestDispatcherStopFreesLock(t *testing.T) {
 	assert.Zero(t, testutil.ToFloat64(m2.EventLeader), "the second leads beside the first")
 	cancel()
 	<-done
-	waitFor(t, 5*time.Second, "the second takes over", func() bool { return testutil.ToFloat64(m2.EventLeader) == 1 })
+	ledgertest.WaitFor(t, 5*time.Second, "the second takes over", func() bool { return testutil.ToFloat64(m2.EventLeader) == 1 })
 }
 
 // TestEventSettingsRefused: settings that break a promise are refused at
@@ -183,8 +184,8 @@ func TestEventSettingsRefused(t *testing.T) {
 		want string
 	}{
 		{map[string]string{"WEBHOOK_URLS": "http://a/x"}, "WEBHOOK_SECRET"},
-		{map[string]string{"WEBHOOK_URLS": "ftp://a/x", "WEBHOOK_SECRET": testSecret}, "WEBHOOK_URLS"},
-		{map[string]string{"WEBHOOK_URLS": "http://a/x,http://a/x?k=1", "WEBHOOK_SECRET": testSecret}, "twice"},
+		{map[string]string{"WEBHOOK_URLS": "ftp://a/x", "WEBHOOK_SECRET": ledgertest.TestSecret}, "WEBHOOK_URLS"},
+		{map[string]string{"WEBHOOK_URLS": "http://a/x,http://a/x?k=1", "WEBHOOK_SECRET": ledgertest.TestSecret}, "twice"},
 		{map[string]string{"WEBHOOK_MAX_ATTEMPTS": "0"}, "WEBHOOK_MAX_ATTEMPTS"},
 		{map[string]string{"WEBHOOK_BACKOFF": "10s", "WEBHOOK_BACKOFF_MAX": "1s"}, "WEBHOOK_BACKOFF_MAX"},
 		{map[string]string{"KAFKA_BROKERS": "localhost"}, "KAFKA_BROKERS"},
@@ -208,24 +209,24 @@ func TestEventSettingsRefused(t *testing.T) {
 // passed, older than the retention, and never a parked one.
 func TestPruneKeepsUndeliveredAndParked(t *testing.T) {
 	t.Parallel()
-	db := newEventsDB(t)
-	l := newTestLedger(t, ledgerOptions{db: db, noRedis: true})
-	code := newCode(t)
-	l.createVoucher(t, spec(code, 10, 1, false))
+	db := ledgertest.NewEventsDB(t)
+	l := ledgertest.New(t, ledgertest.Options{DB: db, NoRedis: true})
+	code := ledgertest.NewCode(t)
+	l.CreateVoucher(t, ledgertest.Spec(code, 10, 1, false))
 	for i := range 5 {
-		require.Equal(t, http.StatusCreated, l.reserve(t, code, int64(i+1), fmt.Sprintf("%s-%d", code, i), 5_000).Status)
+		require.Equal(t, http.StatusCreated, l.Reserve(t, code, int64(i+1), fmt.Sprintf("%s-%d", code, i), 5_000).Status)
 	}
-	evs := dbEvents(t, db)
+	evs := ledgertest.DbEvents(t, db)
 	require.Len(t, evs, 6)
 	ctx := context.Background()
-	l.exec(t, `UPDATE voucher_event SET occurred_at = now() - interval '2 hours' WHERE id <= $1`, evs[4].ID)
-	require.NoError(t, l.store.Park(ctx, "webhook:x", evs[3].ID, []store.Parked{{Event: evs[1], Attempts: 3, LastError: "500"}}))
-	d := outbox.NewDispatcher(l.store, []outbox.Sink{fastWebhook("http://x", 1)}, l.log, outbox.DispatcherConfig{DatabaseURL: db, Retention: time.Hour})
+	l.Exec(t, `UPDATE voucher_event SET occurred_at = now() - interval '2 hours' WHERE id <= $1`, evs[4].ID)
+	require.NoError(t, l.Store.Park(ctx, "webhook:x", evs[3].ID, []store.Parked{{Event: evs[1], Attempts: 3, LastError: "500"}}))
+	d := outbox.NewDispatcher(l.Store, []outbox.Sink{ledgertest.FastWebhook("http://x", 1)}, l.Log, outbox.DispatcherConfig{DatabaseURL: db, Retention: time.Hour})
 	d.Watermark.Store(evs[5].ID)
 	d.Positions[0].Store(evs[3].ID)
 	d.Prune(ctx)
 	var left []int64
-	for _, e := range dbEvents(t, db) {
+	for _, e := range ledgertest.DbEvents(t, db) {
 		left = append(left, e.ID)
 	}
 	// 0, 2 and 3 pruned; 1 parked; 4 not delivered; 5 too young.
@@ -238,12 +239,12 @@ func TestPruneKeepsUndeliveredAndParked(t *testing.T) {
 // once committed; a rolled-back one leaves a gap the watermark passes.
 func TestWatermarkWaitsForOpenTransactions(t *testing.T) {
 	t.Parallel()
-	db := newEventsDB(t)
-	l := newTestLedger(t, ledgerOptions{db: db, noRedis: true})
+	db := ledgertest.NewEventsDB(t)
+	l := ledgertest.New(t, ledgertest.Options{DB: db, NoRedis: true})
 	ctx := context.Background()
-	code := newCode(t)
-	l.createVoucher(t, spec(code, 10, 1, false))
-	wm, err := l.store.AdvanceWatermark(ctx, 0, time.Second)
+	code := ledgertest.NewCode(t)
+	l.CreateVoucher(t, ledgertest.Spec(code, 10, 1, false))
+	wm, err := l.Store.AdvanceWatermark(ctx, 0, time.Second)
 	require.NoError(t, err)
 	require.Equal(t, int64(1), wm, "voucher.created")
 
@@ -253,25 +254,25 @@ func TestWatermarkWaitsForOpenTransactions(t *testing.T) {
 			code).Scan(&id))
 		return id
 	}
-	open, err := l.pool.Begin(ctx)
+	open, err := l.Pool.Begin(ctx)
 	require.NoError(t, err)
 	id := insert(open)
-	got, err := l.store.AdvanceWatermark(ctx, wm, 300*time.Millisecond)
+	got, err := l.Store.AdvanceWatermark(ctx, wm, 300*time.Millisecond)
 	require.ErrorIs(t, err, store.ErrWatermarkHeld)
 	assert.Less(t, got, id, "watermark passed event %d of an open transaction", id)
-	evs, err := l.store.Events(ctx, 0, got, 10)
+	evs, err := l.Store.Events(ctx, 0, got, 10)
 	require.NoError(t, err)
 	assert.Len(t, evs, 1)
 	require.NoError(t, open.Commit(ctx))
-	got, err = l.store.AdvanceWatermark(ctx, got, time.Second)
+	got, err = l.Store.AdvanceWatermark(ctx, got, time.Second)
 	require.NoError(t, err)
 	assert.Equal(t, id, got, "committed")
 
-	rolled, err := l.pool.Begin(ctx)
+	rolled, err := l.Pool.Begin(ctx)
 	require.NoError(t, err)
 	gap := insert(rolled)
 	require.NoError(t, rolled.Rollback(ctx))
-	got, err = l.store.AdvanceWatermark(ctx, got, time.Second)
+	got, err = l.Store.AdvanceWatermark(ctx, got, time.Second)
 	require.NoError(t, err)
 	assert.Equal(t, gap, got, "a rolled-back id is passed")
 }

@@ -1,4 +1,4 @@
-package main
+package outbox_test
 
 import (
 	"context"
@@ -15,6 +15,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/flashgate/flashgate/ledger/internal/ledgertest"
 	"github.com/flashgate/flashgate/ledger/internal/outbox"
 	"github.com/flashgate/flashgate/shared/events"
 	"github.com/flashgate/flashgate/shared/voucher"
@@ -29,9 +30,9 @@ import (
 // receiver deduplicating by id holds exactly the database's history.
 func TestEventsSale(t *testing.T) {
 	t.Parallel()
-	db := newEventsDB(t)
-	l := newTestLedger(t, ledgerOptions{db: db})
-	rc := newReceiver(t)
+	db := ledgertest.NewEventsDB(t)
+	l := ledgertest.New(t, ledgertest.Options{DB: db})
+	rc := ledgertest.NewReceiver(t)
 	const topic = "flashgate.events"
 	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(3, topic))
 	require.NoError(t, err)
@@ -39,11 +40,11 @@ func TestEventsSale(t *testing.T) {
 	k, err := outbox.NewKafka(cluster.ListenAddrs(), topic, nil)
 	require.NoError(t, err)
 	t.Cleanup(k.Close)
-	runDispatcher(t, l, db, fastWebhook(rc.URL, 10), k)
+	ledgertest.RunDispatcher(t, l, db, ledgertest.FastWebhook(rc.URL, 10), k)
 
-	flash, std := newCode(t), newCode(t)
-	l.createVoucher(t, spec(flash, 1000, 2, true))
-	l.createVoucher(t, spec(std, 100, 1, false))
+	flash, std := ledgertest.NewCode(t), ledgertest.NewCode(t)
+	l.CreateVoucher(t, ledgertest.Spec(flash, 1000, 2, true))
+	l.CreateVoucher(t, ledgertest.Spec(std, 100, 1, false))
 	ok := saleReserve(t, l, flash, 0, 1100, 0)
 	require.Len(t, ok, 1000, "reserves answered 201")
 	saleLifecycle(t, l, flash, ok)
@@ -52,23 +53,23 @@ func TestEventsSale(t *testing.T) {
 	// a third would be ALREADY_USED, not OUT_OF_STOCK.
 	require.Len(t, saleReserve(t, l, flash, 1100, 450, 1000), 400, "reserves after the uses came back")
 	for i := range 30 {
-		require.Equal(t, http.StatusCreated, l.reserve(t, std, int64(i+1), fmt.Sprintf("%s-s%d", std, i), 5_000).Status)
+		require.Equal(t, http.StatusCreated, l.Reserve(t, std, int64(i+1), fmt.Sprintf("%s-s%d", std, i), 5_000).Status)
 	}
-	require.Equal(t, http.StatusOK, l.patch(t, std, map[string]any{"discountAmount": 2_000}).Status)
-	require.Equal(t, http.StatusOK, l.call(t, http.MethodPost, "/admin/vouchers/"+std+"/pause", nil).Status)
-	require.Equal(t, http.StatusOK, l.call(t, http.MethodPost, "/admin/vouchers/"+std+"/resume", nil).Status)
+	require.Equal(t, http.StatusOK, l.Patch(t, std, map[string]any{"discountAmount": 2_000}).Status)
+	require.Equal(t, http.StatusOK, l.Call(t, http.MethodPost, "/admin/vouchers/"+std+"/pause", nil).Status)
+	require.Equal(t, http.StatusOK, l.Call(t, http.MethodPost, "/admin/vouchers/"+std+"/resume", nil).Status)
 	for i := range 20 {
-		require.Equal(t, http.StatusOK, l.call(t, http.MethodPost, fmt.Sprintf("/vouchers/%s/reservations/%s-s%d/confirm", std, std, i), nil).Status)
+		require.Equal(t, http.StatusOK, l.Call(t, http.MethodPost, fmt.Sprintf("/vouchers/%s/reservations/%s-s%d/confirm", std, std, i), nil).Status)
 	}
 
-	want := dbEvents(t, db)
+	want := ledgertest.DbEvents(t, db)
 	checkHistory(t, l, want, flash, std)
 	kafkaGot := consumeAll(t, cluster.ListenAddrs(), topic, len(want))
-	waitOr(t, 30*time.Second, "the webhook receives every event", func() bool { return distinct(rc.events()) >= len(want) },
+	ledgertest.WaitOr(t, 30*time.Second, "the webhook receives every event", func() bool { return distinct(rc.Events()) >= len(want) },
 		func() {
-			logOutbox(t, db)
+			ledgertest.LogOutbox(t, db)
 			seen := map[int64]bool{}
-			for _, e := range rc.events() {
+			for _, e := range rc.Events() {
 				seen[e.ID] = true
 			}
 			var missing []int64
@@ -80,18 +81,18 @@ func TestEventsSale(t *testing.T) {
 			t.Logf("webhook missing %v", missing)
 		})
 	if distinct(kafkaGot) < len(want) {
-		logOutbox(t, db)
+		ledgertest.LogOutbox(t, db)
 	}
-	checkDelivered(t, "webhook", want, rc.events())
-	checkDelivered(t, "kafka", want, kafkaGot)
-	checkDelivered(t, "feed", want, l.feed(t, 333))
-	assert.Zero(t, rc.badSigs.Load(), "bad signatures")
-	t.Logf("%d events; webhook received %d, kafka %d", len(want), len(rc.events()), len(kafkaGot))
+	ledgertest.CheckDelivered(t, "webhook", want, rc.Events())
+	ledgertest.CheckDelivered(t, "kafka", want, kafkaGot)
+	ledgertest.CheckDelivered(t, "feed", want, l.Feed(t, 333))
+	assert.Zero(t, rc.BadSigs.Load(), "bad signatures")
+	t.Logf("%d events; webhook received %d, kafka %d", len(want), len(rc.Events()), len(kafkaGot))
 }
 
 // saleReserve reserves n orders of code from 32 clients (customers
 // customers+i%700+1, two uses each) and returns the orders answered 201.
-func saleReserve(t *testing.T, l *testLedger, code string, from, n int, customers int64) []string {
+func saleReserve(t *testing.T, l *ledgertest.Ledger, code string, from, n int, customers int64) []string {
 	var mu sync.Mutex
 	var ok []string
 	var wg sync.WaitGroup
@@ -102,7 +103,7 @@ func saleReserve(t *testing.T, l *testLedger, code string, from, n int, customer
 			defer wg.Done()
 			for i := range next {
 				order := fmt.Sprintf("%s-%d", code, i)
-				r := call(t, http.MethodPost, l.URL+"/vouchers/"+code+"/reservations", l.Token, claimBody(customers+int64(i%700+1), order, 5_000))
+				r := ledgertest.Call(t, http.MethodPost, l.URL+"/vouchers/"+code+"/reservations", l.Token, ledgertest.ClaimBody(customers+int64(i%700+1), order, 5_000))
 				if r.Status == http.StatusCreated {
 					mu.Lock()
 					ok = append(ok, order)
@@ -123,7 +124,7 @@ func saleReserve(t *testing.T, l *testLedger, code string, from, n int, customer
 
 // saleLifecycle releases 150 of orders, confirms 500 (and refunds 100 of
 // those) and lets 150 expire through the sweeper; 200 stay reserved.
-func saleLifecycle(t *testing.T, l *testLedger, code string, orders []string) {
+func saleLifecycle(t *testing.T, l *ledgertest.Ledger, code string, orders []string) {
 	path := func(o string) string { return fmt.Sprintf("/vouchers/%s/reservations/%s", code, o) }
 	var wg sync.WaitGroup
 	for w := range 16 {
@@ -134,19 +135,19 @@ func saleLifecycle(t *testing.T, l *testLedger, code string, orders []string) {
 				o := orders[i]
 				switch {
 				case i < 150:
-					assert.Equal(t, http.StatusNoContent, l.call(t, http.MethodDelete, path(o), nil).Status, "release %s", o)
+					assert.Equal(t, http.StatusNoContent, l.Call(t, http.MethodDelete, path(o), nil).Status, "release %s", o)
 				case i < 650:
-					assert.Equal(t, http.StatusOK, l.call(t, http.MethodPost, path(o)+"/confirm", nil).Status, "confirm %s", o)
+					assert.Equal(t, http.StatusOK, l.Call(t, http.MethodPost, path(o)+"/confirm", nil).Status, "confirm %s", o)
 					if i < 250 {
-						assert.Equal(t, http.StatusOK, l.call(t, http.MethodPost, path(o)+"/refund", nil).Status, "refund %s", o)
+						assert.Equal(t, http.StatusOK, l.Call(t, http.MethodPost, path(o)+"/refund", nil).Status, "refund %s", o)
 					}
 				}
 			}
 		}()
 	}
 	wg.Wait()
-	l.exec(t, `UPDATE voucher_redemption SET expires_at = now() - interval '1 second' WHERE order_id = ANY($1)`, orders[650:800])
-	n, err := l.jobs.Sweep(context.Background())
+	l.Exec(t, `UPDATE voucher_redemption SET expires_at = now() - interval '1 second' WHERE order_id = ANY($1)`, orders[650:800])
+	n, err := l.Jobs.Sweep(context.Background())
 	require.NoError(t, err)
 	require.Equal(t, 150, n, "swept")
 }
@@ -156,7 +157,7 @@ func saleLifecycle(t *testing.T, l *testLedger, code string, orders []string) {
 // and replaying each voucher's events in id order keeps used_count within
 // its bounds, emits voucher.sold_out exactly when it reaches total_limit, and
 // ends at the database's used_count.
-func checkHistory(t *testing.T, l *testLedger, evs []events.Event, codes ...string) {
+func checkHistory(t *testing.T, l *ledgertest.Ledger, evs []events.Event, codes ...string) {
 	type data struct {
 		OrderID string `json:"orderId"`
 		Reason  string `json:"reason"`
@@ -166,7 +167,7 @@ func checkHistory(t *testing.T, l *testLedger, evs []events.Event, codes ...stri
 	used, soldOuts, reached := map[string]int{}, map[string]int{}, map[string]int{}
 	limits := map[string]int{}
 	for _, code := range codes {
-		limits[code] = l.books(t, code).Total
+		limits[code] = l.Books(t, code).Total
 	}
 	for _, e := range evs {
 		var d data
@@ -193,7 +194,7 @@ func checkHistory(t *testing.T, l *testLedger, evs []events.Event, codes ...stri
 		require.True(t, used[c] >= 0 && used[c] <= limits[c], "event %d: %s used %d outside 0..%d", e.ID, c, used[c], limits[c])
 	}
 	var n int
-	rows, err := l.pool.Query(context.Background(), `
+	rows, err := l.Pool.Query(context.Background(), `
 		SELECT order_id, status, coalesce(release_reason, '') FROM voucher_redemption WHERE voucher_code = ANY($1)`, codes)
 	require.NoError(t, err)
 	var order, status, reason string
@@ -212,7 +213,7 @@ func checkHistory(t *testing.T, l *testLedger, evs []events.Event, codes ...stri
 	require.NoError(t, err)
 	assert.Empty(t, history, "events of orders the database does not have")
 	for _, code := range codes {
-		b := l.books(t, code)
+		b := l.Books(t, code)
 		assert.Equal(t, b.Used, used[code], "%s: replayed used_count", code)
 		assert.Equal(t, reached[code], soldOuts[code], "%s: voucher.sold_out events", code)
 	}
@@ -255,31 +256,31 @@ func distinct(evs []events.Event) int {
 // nothing, their events included.
 func TestRolledBackChangesLeaveNoEvent(t *testing.T) {
 	t.Parallel()
-	l := newTestLedger(t, ledgerOptions{noRedis: true})
-	code := newCode(t)
-	l.createVoucher(t, spec(code, 2, 1, false))
+	l := ledgertest.New(t, ledgertest.Options{NoRedis: true})
+	code := ledgertest.NewCode(t)
+	l.CreateVoucher(t, ledgertest.Spec(code, 2, 1, false))
 	count := func() int {
 		var n int
-		require.NoError(t, l.pool.QueryRow(context.Background(), `SELECT count(*) FROM voucher_event WHERE voucher_code = $1`, code).Scan(&n))
+		require.NoError(t, l.Pool.QueryRow(context.Background(), `SELECT count(*) FROM voucher_event WHERE voucher_code = $1`, code).Scan(&n))
 		return n
 	}
 	require.Equal(t, 1, count(), "voucher.created")
-	require.Equal(t, http.StatusCreated, l.reserve(t, code, 1, code+"-a", 5_000).Status)
+	require.Equal(t, http.StatusCreated, l.Reserve(t, code, 1, code+"-a", 5_000).Status)
 	require.Equal(t, 2, count())
-	assert.Equal(t, http.StatusConflict, l.reserve(t, code, 1, code+"-b", 5_000).Status, "second use of customer 1")
+	assert.Equal(t, http.StatusConflict, l.Reserve(t, code, 1, code+"-b", 5_000).Status, "second use of customer 1")
 	assert.Equal(t, 2, count(), "ALREADY_USED rolled back: no event")
 
-	v, err := l.store.Terms(context.Background(), code)
+	v, err := l.Store.Terms(context.Background(), code)
 	require.NoError(t, err)
 	claims := []voucher.Claim{{CustomerID: 2, OrderID: code + "-c", OrderAmount: 5_000}, {CustomerID: 3, OrderID: code + "-d", OrderAmount: 5_000}}
-	_, refused, err := l.store.InsertMany(context.Background(), v, claims)
+	_, refused, err := l.Store.InsertMany(context.Background(), v, claims)
 	require.NoError(t, err)
 	assert.True(t, refused, "two claims for one use left")
 	assert.Equal(t, 2, count(), "refused group commit: no event")
 
-	assert.Equal(t, http.StatusConflict, l.patch(t, code, map[string]any{"totalLimit": 0}).Status, "LIMIT_BELOW_USED")
+	assert.Equal(t, http.StatusConflict, l.Patch(t, code, map[string]any{"totalLimit": 0}).Status, "LIMIT_BELOW_USED")
 	assert.Equal(t, 2, count(), "refused change: no event")
-	require.Equal(t, http.StatusCreated, l.reserve(t, code, 2, code+"-c", 5_000).Status)
+	require.Equal(t, http.StatusCreated, l.Reserve(t, code, 2, code+"-c", 5_000).Status)
 	assert.Equal(t, 4, count(), "reserved and sold out")
 }
 
@@ -288,11 +289,11 @@ func TestRolledBackChangesLeaveNoEvent(t *testing.T) {
 func BenchmarkInsertManyEvents(b *testing.B) {
 	for _, on := range []bool{true, false} {
 		b.Run(fmt.Sprintf("events=%v", on), func(b *testing.B) {
-			l := newTestLedger(b, ledgerOptions{noRedis: true})
-			l.store.WriteEvents(on)
-			code := newCode(b)
-			l.createVoucher(b, spec(code, 100_000_000, 1, true))
-			v, err := l.store.Terms(context.Background(), code)
+			l := ledgertest.New(b, ledgertest.Options{NoRedis: true})
+			l.Store.WriteEvents(on)
+			code := ledgertest.NewCode(b)
+			l.CreateVoucher(b, ledgertest.Spec(code, 100_000_000, 1, true))
+			v, err := l.Store.Terms(context.Background(), code)
 			require.NoError(b, err)
 			b.ResetTimer()
 			for i := range b.N {
@@ -301,7 +302,7 @@ func BenchmarkInsertManyEvents(b *testing.B) {
 					n := int64(i*64 + j + 1)
 					claims[j] = voucher.Claim{CustomerID: n, OrderID: fmt.Sprintf("%s-%d", code, n), OrderAmount: 5_000}
 				}
-				if _, refused, err := l.store.InsertMany(context.Background(), v, claims); err != nil || refused {
+				if _, refused, err := l.Store.InsertMany(context.Background(), v, claims); err != nil || refused {
 					b.Fatalf("InsertMany = %v, refused %v", err, refused)
 				}
 			}

@@ -1,4 +1,4 @@
-package main
+package sale_test
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/flashgate/flashgate/ledger/internal/admissions"
+	"github.com/flashgate/flashgate/ledger/internal/ledgertest"
 	"github.com/flashgate/flashgate/ledger/internal/store"
 	"github.com/flashgate/flashgate/shared/devstack"
 	"github.com/flashgate/flashgate/shared/voucher"
@@ -26,22 +27,22 @@ import (
 //	go test -run '^$' -bench LogPathDrain -benchtime 5x ./ledger/
 func BenchmarkLogPathDrain(b *testing.B) {
 	const vouchers, each = 100, 30
-	k := newKafka(b, 1)
-	o := ledgerOptions{kafka: k.ListenAddrs()}
+	k := ledgertest.NewKafka(b, 1)
+	o := ledgertest.Options{Kafka: k.ListenAddrs()}
 	if os.Getenv("BENCH_DURABLE_PG") != "" {
 		pg, err := devstack.StartPostgres(devstack.PostgresOptions{Durable: true})
 		require.NoError(b, err)
 		b.Cleanup(func() { _ = pg.Stop() })
-		o.db = pg.URL()
+		o.DB = pg.URL()
 	}
-	l := newTestLedger(b, o)
+	l := ledgertest.New(b, o)
 	p, err := admissions.NewProducer(k.ListenAddrs(), admissions.DefaultTopic, time.Now)
 	require.NoError(b, err)
 	b.Cleanup(p.Close)
 	var drain time.Duration
 	txs := 0
 	for range b.N {
-		codes := l.logVouchers(b, vouchers, each)
+		codes := logVouchers(l, b, vouchers, each)
 		for n := range each {
 			for _, code := range codes {
 				cl := voucher.Claim{CustomerID: int64(n + 1), OrderID: fmt.Sprintf("%s-%d", code, n), OrderAmount: 5_000}
@@ -50,10 +51,10 @@ func BenchmarkLogPathDrain(b *testing.B) {
 				require.NoError(b, p.Append(context.Background(), code, []store.Logged{rec})[0])
 			}
 		}
-		stop := l.consume(b)
-		drain += l.waitWritten(b, codes, vouchers*each)
+		stop := l.Consume(b)
+		drain += waitWritten(l, b, codes, vouchers*each)
 		stop()
-		txs += l.transactions(b, codes...)
+		txs += transactions(l, b, codes...)
 	}
 	b.ReportMetric(0, "ns/op")
 	b.ReportMetric(drain.Seconds()/float64(b.N), "s-to-write/op")
@@ -62,13 +63,13 @@ func BenchmarkLogPathDrain(b *testing.B) {
 
 // waitWritten waits until codes' used_counts add up to want and returns the
 // time from the first use written to the last.
-func (l *testLedger) waitWritten(tb testing.TB, codes []string, want int) time.Duration {
+func waitWritten(l *ledgertest.Ledger, tb testing.TB, codes []string, want int) time.Duration {
 	tb.Helper()
 	var first time.Time
 	deadline := time.Now().Add(time.Minute)
 	for {
 		var used int
-		require.NoError(tb, l.pool.QueryRow(context.Background(),
+		require.NoError(tb, l.Pool.QueryRow(context.Background(),
 			`SELECT coalesce(sum(used_count), 0) FROM voucher WHERE code = ANY($1)`, codes).Scan(&used))
 		if used > 0 && first.IsZero() {
 			first = time.Now()
@@ -83,23 +84,23 @@ func (l *testLedger) waitWritten(tb testing.TB, codes []string, want int) time.D
 
 // logVouchers creates n writePath log vouchers of limit uses each (one per
 // customer), in Redis too.
-func (l *testLedger) logVouchers(tb testing.TB, n, limit int) []string {
+func logVouchers(l *ledgertest.Ledger, tb testing.TB, n, limit int) []string {
 	tb.Helper()
 	codes := make([]string, n)
 	for i := range codes {
-		codes[i] = newCode(tb)
-		r := l.call(tb, http.MethodPost, "/admin/vouchers", pathSpec{spec(codes[i], limit, 1, true), "log"})
+		codes[i] = ledgertest.NewCode(tb)
+		r := l.Call(tb, http.MethodPost, "/admin/vouchers", ledgertest.PathSpec{VoucherSpec: ledgertest.Spec(codes[i], limit, 1, true), WritePath: "log"})
 		require.Equal(tb, http.StatusCreated, r.Status, r.Raw)
-		l.checks.addFlash(codes[i])
+		l.Checks.AddFlash(codes[i])
 	}
 	return codes
 }
 
 // transactions is how many transactions wrote the rows of codes.
-func (l *testLedger) transactions(tb testing.TB, codes ...string) int {
+func transactions(l *ledgertest.Ledger, tb testing.TB, codes ...string) int {
 	tb.Helper()
 	var n int
-	require.NoError(tb, l.pool.QueryRow(context.Background(),
+	require.NoError(tb, l.Pool.QueryRow(context.Background(),
 		`SELECT count(DISTINCT xmin::text) FROM voucher_redemption WHERE voucher_code = ANY($1)`, codes).Scan(&n))
 	return n
 }

@@ -1,4 +1,4 @@
-package main
+package sale_test
 
 import (
 	"bytes"
@@ -16,16 +16,13 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/flashgate/flashgate/ledger/internal/ledgertest"
 	"github.com/flashgate/flashgate/ledger/internal/sale"
 	"github.com/flashgate/flashgate/ledger/internal/store"
 	"github.com/flashgate/flashgate/shared/devstack/devstacktest"
-	"github.com/flashgate/flashgate/shared/envconf"
 	"github.com/flashgate/flashgate/shared/gate"
 	"github.com/flashgate/flashgate/shared/voucher"
 )
-
-// Issue 22, races that drifted Redis from Postgres (or the books from what
-// the shop asked for), each reproduced against real servers.
 
 // A hold the sweeper released, then cancelled by the shop: the DELETE records
 // the cancel (reason CANCELLED, with its event), so a late payment callback
@@ -36,32 +33,32 @@ func TestCancelAfterExpiryIsFinal(t *testing.T) {
 	for _, flash := range []bool{true, false} {
 		t.Run(fmt.Sprintf("flash=%v", flash), func(t *testing.T) {
 			t.Parallel()
-			l := newTestLedger(t, ledgerOptions{ttl: 300 * time.Millisecond})
-			code := newCode(t)
-			l.createVoucher(t, spec(code, 2, 1, flash))
+			l := ledgertest.New(t, ledgertest.Options{TTL: 300 * time.Millisecond})
+			code := ledgertest.NewCode(t)
+			l.CreateVoucher(t, ledgertest.Spec(code, 2, 1, flash))
 			res := "/vouchers/" + code + "/reservations/"
 			order := code + "-a"
-			r := l.reserve(t, code, 1, order, 5_000)
+			r := l.Reserve(t, code, 1, order, 5_000)
 			require.Equal(t, http.StatusCreated, r.Status, r.Raw)
-			l.waitExpired(t, code)
-			_, err := l.jobs.Sweep(context.Background())
+			l.WaitExpired(t, code)
+			_, err := l.Jobs.Sweep(context.Background())
 			require.NoError(t, err)
-			require.Equal(t, "EXPIRED", l.row(t, order).reason())
+			require.Equal(t, "EXPIRED", rowOf(l, t, order).reason())
 
-			r = l.call(t, http.MethodDelete, res+order, nil)
+			r = l.Call(t, http.MethodDelete, res+order, nil)
 			require.Equal(t, http.StatusNoContent, r.Status, r.Raw)
-			assert.Equal(t, "CANCELLED", l.row(t, order).reason(), "release reason after the DELETE")
+			assert.Equal(t, "CANCELLED", rowOf(l, t, order).reason(), "release reason after the DELETE")
 
-			r = l.call(t, http.MethodPost, res+order+"/confirm", nil)
+			r = l.Call(t, http.MethodPost, res+order+"/confirm", nil)
 			assert.Equal(t, http.StatusConflict, r.Status, "confirm after cancel: %s", r.Raw)
 			assert.Equal(t, "RESERVATION_RELEASED", r.Code())
-			assert.Equal(t, dbCounts{Used: 0, Rows: 1, Active: 0, MaxPerCustomer: 0}, l.counts(t, code))
+			assert.Equal(t, ledgertest.DBCounts{Used: 0, Rows: 1, Active: 0, MaxPerCustomer: 0}, l.Counts(t, code))
 			// A second DELETE is a no-op, as before.
-			r = l.call(t, http.MethodDelete, res+order, nil)
+			r = l.Call(t, http.MethodDelete, res+order, nil)
 			assert.Equal(t, http.StatusNoContent, r.Status, r.Raw)
-			b := l.checkBooks(t, code)
+			b := l.CheckBooks(t, code)
 			if flash {
-				checkRedisMatches(t, l.gate, b, code)
+				ledgertest.CheckRedisMatches(t, l.Gate, b, code)
 			}
 		})
 	}
@@ -73,30 +70,30 @@ func TestCancelAfterExpiryIsFinal(t *testing.T) {
 // public route) may lower B's remaining.
 func TestOrderOfAnotherVoucherLeaksNoUse(t *testing.T) {
 	t.Parallel()
-	l := newTestLedger(t, ledgerOptions{})
+	l := ledgertest.New(t, ledgertest.Options{})
 	ctx := context.Background()
-	a, b := newCode(t), newCode(t)
-	l.createVoucher(t, spec(a, 5, 1, true))
-	l.createVoucher(t, spec(b, 5, 1, true))
-	require.NoError(t, l.led.Warmup(ctx, b))
+	a, b := ledgertest.NewCode(t), ledgertest.NewCode(t)
+	l.CreateVoucher(t, ledgertest.Spec(a, 5, 1, true))
+	l.CreateVoucher(t, ledgertest.Spec(b, 5, 1, true))
+	require.NoError(t, l.Ledger.Warmup(ctx, b))
 	order := a + "-o"
-	require.Equal(t, http.StatusCreated, l.reserve(t, a, 1, order, 5_000).Status)
+	require.Equal(t, http.StatusCreated, l.Reserve(t, a, 1, order, 5_000).Status)
 
 	check := func(path string) {
 		t.Helper()
 		for _, code := range []string{a, b} {
-			checkRedisMatches(t, l.gate, l.checkBooks(t, code), code)
+			ledgertest.CheckRedisMatches(t, l.Gate, l.CheckBooks(t, code), code)
 		}
-		assert.EqualValues(t, 5, redisState(t, l.gate, b).Remaining, "B's redis remaining after the %s", path)
+		assert.EqualValues(t, 5, ledgertest.RedisState(t, l.Gate, b).Remaining, "B's redis remaining after the %s", path)
 	}
 	for _, customer := range []int64{1, 2} {
-		r := l.reserve(t, b, customer, order, 5_000)
+		r := l.Reserve(t, b, customer, order, 5_000)
 		assert.Equal(t, http.StatusConflict, r.Status, r.Raw)
 		assert.Equal(t, "ORDER_CONFLICT", r.Code())
 	}
 	check("ledger's public route")
 	for _, customer := range []int64{1, 2} {
-		st, code := l.edgeReserve(t, b, customer, order) // the gate, then /internal
+		st, code := edgeReserve(l, t, b, customer, order) // the gate, then /internal
 		assert.Equal(t, http.StatusConflict, st)
 		assert.Equal(t, "ORDER_CONFLICT", code)
 	}
@@ -122,23 +119,23 @@ func TestGiveUpWhileRowLockedKeepsAgreement(t *testing.T) {
 
 func giveUpWhileRowLocked(t *testing.T, hold time.Duration) {
 	db, redisURL := devstacktest.PostgresURL(t), devstacktest.RedisURL(t)
-	l := newTestLedger(t, ledgerOptions{db: db, redis: redisURL})
-	proc := startLedger(t, db, redisURL, "DB_TIMEOUT=1500ms", "HANGING_GRACE=5s")
+	l := ledgertest.New(t, ledgertest.Options{DB: db, Redis: redisURL})
+	proc := ledgertest.StartLedger(t, db, redisURL, "DB_TIMEOUT=1500ms", "HANGING_GRACE=5s")
 	ctx := context.Background()
-	code := newCode(t)
-	l.createVoucher(t, spec(code, 10, 1, true))
-	require.NoError(t, l.led.Warmup(ctx, code))
+	code := ledgertest.NewCode(t)
+	l.CreateVoucher(t, ledgertest.Spec(code, 10, 1, true))
+	require.NoError(t, l.Ledger.Warmup(ctx, code))
 
 	const n = 4
 	orders := make([]string, n)
 	for i := range orders {
 		orders[i] = fmt.Sprintf("%s-%d", code, i)
-		rs, _, err := l.gate.Reserve(ctx, code, []gate.Item{{CustomerID: int64(i + 1), OrderID: orders[i], OrderAmount: 5_000}})
+		rs, _, err := l.Gate.Reserve(ctx, code, []gate.Item{{CustomerID: int64(i + 1), OrderID: orders[i], OrderAmount: 5_000}})
 		require.NoError(t, err)
 		require.Equal(t, []gate.Result{gate.Reserved}, rs)
 	}
 
-	tx, err := l.pool.Begin(ctx)
+	tx, err := l.Pool.Begin(ctx)
 	require.NoError(t, err)
 	defer tx.Rollback(ctx)
 	_, err = tx.Exec(ctx, `SELECT 1 FROM voucher WHERE code = $1 FOR UPDATE`, code)
@@ -146,7 +143,7 @@ func giveUpWhileRowLocked(t *testing.T, hold time.Duration) {
 	locked := time.Now()
 	impatient := &http.Client{Timeout: 100 * time.Millisecond}
 	for i, order := range orders {
-		body, err := json.Marshal(claimBody(int64(i+1), order, 5_000))
+		body, err := json.Marshal(ledgertest.ClaimBody(int64(i+1), order, 5_000))
 		require.NoError(t, err)
 		resp, err := impatient.Post(proc.URL+"/internal/vouchers/"+code+"/reservations", "application/json", bytes.NewReader(body))
 		if err == nil {
@@ -157,49 +154,15 @@ func giveUpWhileRowLocked(t *testing.T, hold time.Duration) {
 	time.Sleep(time.Until(locked.Add(hold))) // the settler's rounds run meanwhile
 	require.NoError(t, tx.Commit(ctx))
 
-	eventually(t, 10*time.Second, func() bool {
-		b := l.books(t, code)
-		st := redisState(t, l.gate, code)
-		return int64(len(st.Orders)) == int64(b.Used) && st.Remaining == b.remaining()
+	ledgertest.Eventually(t, 10*time.Second, func() bool {
+		b := l.Books(t, code)
+		st := ledgertest.RedisState(t, l.Gate, code)
+		return int64(len(st.Orders)) == int64(b.Used) && st.Remaining == b.Remaining()
 	}, "redis and postgres never agreed about %s", code)
 	time.Sleep(2 * time.Second) // a late commit, or a late give-back, would show now
-	b := l.checkBooks(t, code)
-	checkRedisMatches(t, l.gate, b, code)
+	b := l.CheckBooks(t, code)
+	ledgertest.CheckRedisMatches(t, l.Gate, b, code)
 	t.Logf("%d of %d orders written", b.Used, n)
-}
-
-// No setting lets the reconciler free a Redis hold while its write could still
-// commit: the group commit's deadline (WRITE_TIMEOUT) is capped so that it,
-// plus the DB_TIMEOUT its last statement may run on the server, ends before
-// HANGING_GRACE; a grace with no room for a write at all is refused.
-func TestWriteTimeoutWithinGrace(t *testing.T) {
-	t.Parallel()
-	for _, tc := range []struct {
-		env  map[string]string
-		want time.Duration // 0: refused
-	}{
-		{map[string]string{}, 10 * time.Second},
-		{map[string]string{"HANGING_GRACE": "2s"}, 1400 * time.Millisecond},
-		{map[string]string{"HANGING_GRACE": "1s"}, 400 * time.Millisecond},
-		{map[string]string{"HANGING_GRACE": "5s", "WRITE_TIMEOUT": "2s"}, 2 * time.Second},
-		{map[string]string{"HANGING_GRACE": "5s", "WRITE_TIMEOUT": "20s", "DB_TIMEOUT": "1500ms"}, 3400 * time.Millisecond},
-		{map[string]string{"HANGING_GRACE": "1s", "DB_TIMEOUT": "1500ms"}, 0},
-	} {
-		env := map[string]string{"DATABASE_URL": "postgres://x", "LEDGER_AUTH": "off"}
-		for k, v := range tc.env {
-			env[k] = v
-		}
-		c, err := configFrom(envconf.NewFrom(env))
-		if tc.want == 0 {
-			if assert.Error(t, err, "configFrom(%v)", tc.env) {
-				assert.Contains(t, err.Error(), "HANGING_GRACE (1s) must be above DB_TIMEOUT (1.5s)")
-			}
-			continue
-		}
-		require.NoError(t, err, "configFrom(%v)", tc.env)
-		assert.Equal(t, tc.want, c.WriteTimeout, "WriteTimeout of %v", tc.env)
-		assert.Less(t, c.WriteTimeout+c.DBTimeout, c.HangingGrace, "%v", tc.env)
-	}
 }
 
 // Changing perUserLimit while group commits are in flight deadlocked them
@@ -224,12 +187,12 @@ func TestPerUserLimitPatchDuringGroupCommits(t *testing.T) {
 // reserve, whose INSERT's foreign key takes KEY SHARE on the voucher's row
 // before it locks the customer's).
 func perUserLimitPatchDuringWrites(t *testing.T, flash bool) {
-	l := newTestLedger(t, ledgerOptions{})
-	code := newCode(t)
+	l := ledgertest.New(t, ledgertest.Options{})
+	code := ledgertest.NewCode(t)
 	const customers, perCustomer = 32, 6
-	l.createVoucher(t, spec(code, customers*perCustomer, 100, flash))
+	l.CreateVoucher(t, ledgertest.Spec(code, customers*perCustomer, 100, flash))
 	for c := 1; c <= customers; c++ { // every customer has a usage row
-		require.Equal(t, http.StatusCreated, l.reserve(t, code, int64(c), fmt.Sprintf("%s-%d-0", code, c), 5_000).Status)
+		require.Equal(t, http.StatusCreated, l.Reserve(t, code, int64(c), fmt.Sprintf("%s-%d-0", code, c), 5_000).Status)
 	}
 	var wg sync.WaitGroup
 	statuses := make(chan string, customers*perCustomer)
@@ -238,7 +201,7 @@ func perUserLimitPatchDuringWrites(t *testing.T, flash bool) {
 		go func() {
 			defer wg.Done()
 			for i := 1; i < perCustomer; i++ {
-				r := l.reserve(t, code, int64(c), fmt.Sprintf("%s-%d-%d", code, c, i), 5_000)
+				r := l.Reserve(t, code, int64(c), fmt.Sprintf("%s-%d-%d", code, c, i), 5_000)
 				statuses <- fmt.Sprintf("reserve %d %s", r.Status, r.Code())
 			}
 		}()
@@ -247,7 +210,7 @@ func perUserLimitPatchDuringWrites(t *testing.T, flash bool) {
 	go func() {
 		defer close(patched)
 		for i := 0; i < 20; i++ {
-			r := l.patch(t, code, map[string]any{"perUserLimit": 100 + i%2})
+			r := l.Patch(t, code, map[string]any{"perUserLimit": 100 + i%2})
 			statuses <- fmt.Sprintf("patch %d %s", r.Status, r.Code())
 		}
 	}()
@@ -259,9 +222,9 @@ func perUserLimitPatchDuringWrites(t *testing.T, flash bool) {
 		counts[s]++
 	}
 	assert.Equal(t, map[string]int{"reserve 201 ": customers * (perCustomer - 1), "patch 200 ": 20}, counts)
-	b := l.checkBooks(t, code)
+	b := l.CheckBooks(t, code)
 	if flash {
-		checkRedisMatches(t, l.gate, b, code)
+		ledgertest.CheckRedisMatches(t, l.Gate, b, code)
 	}
 }
 
@@ -274,13 +237,13 @@ func perUserLimitPatchDuringWrites(t *testing.T, flash bool) {
 // customer keeps 1 use, the row's stored limit stays 1, and Redis agrees.
 func TestGroupCommitObeysPatchAfterItsSnapshot(t *testing.T) {
 	t.Parallel()
-	l := newTestLedger(t, ledgerOptions{})
+	l := ledgertest.New(t, ledgertest.Options{})
 	ctx := context.Background()
-	code := newCode(t)
-	l.createVoucher(t, spec(code, 10, 3, true))
-	require.Equal(t, http.StatusCreated, l.reserve(t, code, 1, code+"-held", 5_000).Status)
+	code := ledgertest.NewCode(t)
+	l.CreateVoucher(t, ledgertest.Spec(code, 10, 3, true))
+	require.Equal(t, http.StatusCreated, l.Reserve(t, code, 1, code+"-held", 5_000).Status)
 	first, second := code+"-a", code+"-b"
-	rs, _, err := l.gate.Reserve(ctx, code, []gate.Item{
+	rs, _, err := l.Gate.Reserve(ctx, code, []gate.Item{
 		{CustomerID: 1, OrderID: first, OrderAmount: 5_000}, {CustomerID: 1, OrderID: second, OrderAmount: 5_000}})
 	require.NoError(t, err)
 	require.Equal(t, []gate.Result{gate.Reserved, gate.Reserved}, rs)
@@ -288,9 +251,9 @@ func TestGroupCommitObeysPatchAfterItsSnapshot(t *testing.T) {
 	// Another session inserts first's orderId (for another voucher, so that
 	// it holds no lock on this one's row) and holds it uncommitted: the
 	// group commit's INSERT waits on it, after its snapshot was taken.
-	other := newCode(t)
-	l.createVoucher(t, spec(other, 10, 3, false))
-	tx, err := l.pool.Begin(ctx)
+	other := ledgertest.NewCode(t)
+	l.CreateVoucher(t, ledgertest.Spec(other, 10, 3, false))
+	tx, err := l.Pool.Begin(ctx)
 	require.NoError(t, err)
 	defer tx.Rollback(ctx)
 	_, err = tx.Exec(ctx, `INSERT INTO voucher_redemption (voucher_code, customer_id, order_id, status, expires_at, discount_amount)
@@ -298,16 +261,16 @@ func TestGroupCommitObeysPatchAfterItsSnapshot(t *testing.T) {
 	require.NoError(t, err)
 	out := make(chan []store.Written, 1)
 	go func() {
-		out <- l.led.WriteAdmittedMany(ctx, code, []voucher.Claim{
+		out <- l.Ledger.WriteAdmittedMany(ctx, code, []voucher.Claim{
 			{CustomerID: 1, OrderID: first, OrderAmount: 5_000}, {CustomerID: 1, OrderID: second, OrderAmount: 5_000}})
 	}()
-	eventually(t, 5*time.Second, func() bool {
+	ledgertest.Eventually(t, 5*time.Second, func() bool {
 		var waiting int
-		require.NoError(t, l.pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+		require.NoError(t, l.Pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
 			WHERE wait_event_type = 'Lock' AND query LIKE '%ON CONFLICT (order_id) DO NOTHING%'`).Scan(&waiting))
 		return waiting > 0
 	}, "the group commit never waited on the other session's insert")
-	require.Equal(t, http.StatusOK, l.patch(t, code, map[string]any{"perUserLimit": 1}).Status)
+	require.Equal(t, http.StatusOK, l.Patch(t, code, map[string]any{"perUserLimit": 1}).Status)
 	require.NoError(t, tx.Rollback(ctx))
 
 	res := <-out
@@ -315,10 +278,10 @@ func TestGroupCommitObeysPatchAfterItsSnapshot(t *testing.T) {
 		assert.Equal(t, voucher.CodeAlreadyUsed, voucher.ErrorCode(w.Err), "claim %d: %v", i, w.Err)
 	}
 	var used, limit int
-	require.NoError(t, l.pool.QueryRow(ctx, `SELECT used_count, per_user_limit FROM voucher_customer_usage
+	require.NoError(t, l.Pool.QueryRow(ctx, `SELECT used_count, per_user_limit FROM voucher_customer_usage
 		WHERE voucher_code = $1 AND customer_id = 1`, code).Scan(&used, &limit))
 	assert.Equal(t, []int{1, 1}, []int{used, limit}, "customer 1's uses and stored limit")
-	checkRedisMatches(t, l.gate, l.checkBooks(t, code), code)
+	ledgertest.CheckRedisMatches(t, l.Gate, l.CheckBooks(t, code), code)
 }
 
 // pauseOnce is a Redis hook that, once armed, holds the next command until
@@ -358,35 +321,35 @@ func (p *pauseOnce) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pr
 func TestWarmupCatchesUpWithCommitsDuringTheLoad(t *testing.T) {
 	t.Parallel()
 	pause := newPauseOnce()
-	l := newTestLedger(t, ledgerOptions{hook: pause})
+	l := ledgertest.New(t, ledgertest.Options{Hook: pause})
 	ctx := context.Background()
-	code := newCode(t)
-	l.createVoucher(t, spec(code, 5, 1, true))
-	require.NoError(t, l.led.Warmup(ctx, code))
+	code := ledgertest.NewCode(t)
+	l.CreateVoucher(t, ledgertest.Spec(code, 5, 1, true))
+	require.NoError(t, l.Ledger.Warmup(ctx, code))
 	order := code + "-a"
 	cl := voucher.Claim{CustomerID: 1, OrderID: order, OrderAmount: 5_000}
-	rs, _, err := l.gate.Reserve(ctx, code, []gate.Item{{CustomerID: 1, OrderID: order, OrderAmount: 5_000}})
+	rs, _, err := l.Gate.Reserve(ctx, code, []gate.Item{{CustomerID: 1, OrderID: order, OrderAmount: 5_000}})
 	require.NoError(t, err)
 	require.Equal(t, []gate.Result{gate.Reserved}, rs)
-	require.NoError(t, l.gate.Unload(ctx, code)) // Redis loses the voucher while the write is on its way
+	require.NoError(t, l.Gate.Unload(ctx, code)) // Redis loses the voucher while the write is on its way
 
 	pause.armed.Store(true)
 	warmed := make(chan error, 1)
-	go func() { warmed <- l.led.Warmup(ctx, code) }()
+	go func() { warmed <- l.Ledger.Warmup(ctx, code) }()
 	<-pause.reached // the snapshot is read; the load waits
-	out := l.led.WriteAdmittedMany(ctx, code, []voucher.Claim{cl})
+	out := l.Ledger.WriteAdmittedMany(ctx, code, []voucher.Claim{cl})
 	require.NoError(t, out[0].Err)
-	patched := make(chan reply, 1)
-	go func() { patched <- l.patch(t, code, map[string]any{"totalLimit": 8}) }()
+	patched := make(chan ledgertest.Reply, 1)
+	go func() { patched <- l.Patch(t, code, map[string]any{"totalLimit": 8}) }()
 	time.Sleep(300 * time.Millisecond) // the PATCH commits; its Redis step waits for the voucher's lock
 	close(pause.release)
 	require.NoError(t, <-warmed)
 	assert.Equal(t, http.StatusOK, (<-patched).Status)
 
-	b := l.checkBooks(t, code)
+	b := l.CheckBooks(t, code)
 	require.Equal(t, 8, b.Total)
-	checkRedisMatches(t, l.gate, b, code)
-	v, _, _, err := l.gate.Meta(ctx, code)
+	ledgertest.CheckRedisMatches(t, l.Gate, b, code)
+	v, _, _, err := l.Gate.Meta(ctx, code)
 	require.NoError(t, err)
 	assert.Equal(t, 8, v.TotalLimit, "redis' totalLimit")
 }
@@ -399,12 +362,12 @@ func TestWarmupCatchesUpWithCommitsDuringTheLoad(t *testing.T) {
 func TestOverlappingBatchesInOppositeOrder(t *testing.T) {
 	t.Parallel()
 	db, redisURL := devstacktest.PostgresURL(t), devstacktest.RedisURL(t)
-	a := newTestLedger(t, ledgerOptions{db: db, redis: redisURL})
-	b := newTestLedger(t, ledgerOptions{db: db, redis: redisURL})
+	a := ledgertest.New(t, ledgertest.Options{DB: db, Redis: redisURL})
+	b := ledgertest.New(t, ledgertest.Options{DB: db, Redis: redisURL})
 	ctx := context.Background()
-	code := newCode(t)
+	code := ledgertest.NewCode(t)
 	const rounds, n = 10, 40
-	a.createVoucher(t, spec(code, rounds*n, 1, true))
+	a.CreateVoucher(t, ledgertest.Spec(code, rounds*n, 1, true))
 	for r := range rounds {
 		claims := make([]voucher.Claim, n)
 		items := make([]gate.Item, n)
@@ -412,22 +375,22 @@ func TestOverlappingBatchesInOppositeOrder(t *testing.T) {
 			claims[i] = voucher.Claim{CustomerID: int64(r*n + i + 1), OrderID: fmt.Sprintf("%s-%d-%02d", code, r, i), OrderAmount: 5_000}
 			items[i] = gate.Item{CustomerID: claims[i].CustomerID, OrderID: claims[i].OrderID, OrderAmount: 5_000}
 		}
-		_, _, err := a.gate.Reserve(ctx, code, items)
+		_, _, err := a.Gate.Reserve(ctx, code, items)
 		require.NoError(t, err)
 		reversed := slices.Clone(claims)
 		slices.Reverse(reversed)
 		var wg sync.WaitGroup
 		var outA, outB []store.Written
 		wg.Add(2)
-		go func() { defer wg.Done(); outA = a.led.WriteAdmittedMany(ctx, code, claims) }()
-		go func() { defer wg.Done(); outB = b.led.WriteAdmittedMany(ctx, code, reversed) }()
+		go func() { defer wg.Done(); outA = a.Ledger.WriteAdmittedMany(ctx, code, claims) }()
+		go func() { defer wg.Done(); outB = b.Ledger.WriteAdmittedMany(ctx, code, reversed) }()
 		wg.Wait()
 		for i := range claims {
 			assert.NoError(t, outA[i].Err, "round %d, ledger a, %s", r, claims[i].OrderID)
 			assert.NoError(t, outB[i].Err, "round %d, ledger b, %s", r, reversed[i].OrderID)
 		}
 	}
-	checkRedisMatches(t, a.gate, a.checkBooks(t, code), code)
+	ledgertest.CheckRedisMatches(t, a.Gate, a.CheckBooks(t, code), code)
 }
 
 // A ledger that stops serving settles what its requests parked before it
@@ -436,20 +399,20 @@ func TestOverlappingBatchesInOppositeOrder(t *testing.T) {
 // a row holds stays held; neither is left for a reconcile.
 func TestDrainSettlesParkedOrders(t *testing.T) {
 	t.Parallel()
-	l := newTestLedger(t, ledgerOptions{})
+	l := ledgertest.New(t, ledgertest.Options{})
 	ctx := context.Background()
-	code := newCode(t)
-	l.createVoucher(t, spec(code, 10, 1, true))
-	require.Equal(t, http.StatusCreated, l.reserve(t, code, 1, code+"-written", 5_000).Status)
-	rs, _, err := l.gate.Reserve(ctx, code, []gate.Item{{CustomerID: 2, OrderID: code + "-lost", OrderAmount: 5_000}})
+	code := ledgertest.NewCode(t)
+	l.CreateVoucher(t, ledgertest.Spec(code, 10, 1, true))
+	require.Equal(t, http.StatusCreated, l.Reserve(t, code, 1, code+"-written", 5_000).Status)
+	rs, _, err := l.Gate.Reserve(ctx, code, []gate.Item{{CustomerID: 2, OrderID: code + "-lost", OrderAmount: 5_000}})
 	require.NoError(t, err)
 	require.Equal(t, []gate.Result{gate.Reserved}, rs)
 
-	s := sale.NewSettler(l.store, l.gate, time.Now, l.log)
+	s := sale.NewSettler(l.Store, l.Gate, time.Now, l.Log)
 	s.WaitAfterFault(50 * time.Millisecond)
 	s.ParkFor(code, []string{code + "-written", code + "-lost"}, time.Hour)
 	assert.Equal(t, 2, s.Drain(ctx))
-	checkRedisMatches(t, l.gate, l.checkBooks(t, code), code)
+	ledgertest.CheckRedisMatches(t, l.Gate, l.CheckBooks(t, code), code)
 }
 
 // A release (or refund) whose caller left right after it committed (a
@@ -458,20 +421,20 @@ func TestDrainSettlesParkedOrders(t *testing.T) {
 // use the database had freed (found by the VOPR).
 func TestRestockedAfterTheCallerLeft(t *testing.T) {
 	t.Parallel()
-	l := newTestLedger(t, ledgerOptions{})
+	l := ledgertest.New(t, ledgertest.Options{})
 	ctx := context.Background()
-	code := newCode(t)
-	l.createVoucher(t, spec(code, 5, 1, true))
+	code := ledgertest.NewCode(t)
+	l.CreateVoucher(t, ledgertest.Spec(code, 5, 1, true))
 	order := code + "-a"
-	require.Equal(t, http.StatusCreated, l.reserve(t, code, 1, order, 5_000).Status)
-	_, released, err := l.store.Release(ctx, code, order)
+	require.Equal(t, http.StatusCreated, l.Reserve(t, code, 1, order, 5_000).Status)
+	_, released, err := l.Store.Release(ctx, code, order)
 	require.NoError(t, err)
 	require.True(t, released)
-	l.store.ForgetTerms(code) // the terms must be read again
+	l.Store.ForgetTerms(code) // the terms must be read again
 	left, cancel := context.WithCancel(ctx)
 	cancel()
-	require.NoError(t, l.led.Restocked(left, code, order))
-	checkRedisMatches(t, l.gate, l.checkBooks(t, code), code)
+	require.NoError(t, l.Ledger.Restocked(left, code, order))
+	ledgertest.CheckRedisMatches(t, l.Gate, l.CheckBooks(t, code), code)
 }
 
 // A late confirmation (the hold expired and was swept) whose caller leaves
@@ -483,18 +446,18 @@ func TestRestockedAfterTheCallerLeft(t *testing.T) {
 // in Redis, and the retry answered from the row.)
 func TestLateConfirmAfterTheCallerLeft(t *testing.T) {
 	t.Parallel()
-	l := newTestLedger(t, ledgerOptions{ttl: 300 * time.Millisecond})
+	l := ledgertest.New(t, ledgertest.Options{TTL: 300 * time.Millisecond})
 	ctx := context.Background()
-	code := newCode(t)
-	l.createVoucher(t, spec(code, 5, 1, true))
+	code := ledgertest.NewCode(t)
+	l.CreateVoucher(t, ledgertest.Spec(code, 5, 1, true))
 	order := code + "-a"
-	require.Equal(t, http.StatusCreated, l.reserve(t, code, 1, order, 5_000).Status)
+	require.Equal(t, http.StatusCreated, l.Reserve(t, code, 1, order, 5_000).Status)
 	time.Sleep(400 * time.Millisecond)
-	n, err := l.jobs.Sweep(ctx)
+	n, err := l.Jobs.Sweep(ctx)
 	require.NoError(t, err)
 	require.GreaterOrEqual(t, n, 1)
 
-	tx, err := l.pool.Begin(ctx)
+	tx, err := l.Pool.Begin(ctx)
 	require.NoError(t, err)
 	defer tx.Rollback(ctx)
 	_, err = tx.Exec(ctx, `SELECT 1 FROM voucher WHERE code = $1 FOR UPDATE`, code)
@@ -503,7 +466,7 @@ func TestLateConfirmAfterTheCallerLeft(t *testing.T) {
 	defer cancel()
 	confirmed := make(chan error, 1)
 	go func() {
-		_, err := l.led.Confirm(impatient, code, order)
+		_, err := l.Ledger.Confirm(impatient, code, order)
 		confirmed <- err
 	}()
 	<-impatient.Done()
@@ -511,10 +474,10 @@ func TestLateConfirmAfterTheCallerLeft(t *testing.T) {
 	require.NoError(t, tx.Commit(ctx))
 	require.NoError(t, <-confirmed, "the confirmation went on once the row was free")
 
-	r, err := l.store.Reservation(ctx, code, order)
+	r, err := l.Store.Reservation(ctx, code, order)
 	require.NoError(t, err)
 	assert.Equal(t, voucher.Confirmed, r.Status)
-	checkRedisMatches(t, l.gate, l.checkBooks(t, code), code)
+	ledgertest.CheckRedisMatches(t, l.Gate, l.CheckBooks(t, code), code)
 }
 
 // A release or a refund whose caller leaves while its transaction waits on
@@ -525,19 +488,19 @@ func TestLateConfirmAfterTheCallerLeft(t *testing.T) {
 // held in Redis, and its retries were answered from the row.)
 func TestReleaseAfterTheCallerLeft(t *testing.T) {
 	t.Parallel()
-	l := newTestLedger(t, ledgerOptions{})
+	l := ledgertest.New(t, ledgertest.Options{})
 	ctx := context.Background()
 	for _, refund := range []bool{false, true} {
-		code := newCode(t)
-		l.createVoucher(t, spec(code, 5, 1, true))
+		code := ledgertest.NewCode(t)
+		l.CreateVoucher(t, ledgertest.Spec(code, 5, 1, true))
 		order := code + "-a"
-		require.Equal(t, http.StatusCreated, l.reserve(t, code, 1, order, 5_000).Status)
+		require.Equal(t, http.StatusCreated, l.Reserve(t, code, 1, order, 5_000).Status)
 		if refund {
-			_, err := l.led.Confirm(ctx, code, order)
+			_, err := l.Ledger.Confirm(ctx, code, order)
 			require.NoError(t, err)
 		}
 
-		tx, err := l.pool.Begin(ctx)
+		tx, err := l.Pool.Begin(ctx)
 		require.NoError(t, err)
 		_, err = tx.Exec(ctx, `SELECT 1 FROM voucher WHERE code = $1 FOR UPDATE`, code)
 		require.NoError(t, err)
@@ -545,11 +508,11 @@ func TestReleaseAfterTheCallerLeft(t *testing.T) {
 		ended := make(chan error, 1)
 		go func() {
 			if refund {
-				_, err := l.led.Refund(impatient, code, order)
+				_, err := l.Ledger.Refund(impatient, code, order)
 				ended <- err
 				return
 			}
-			ended <- l.led.Release(impatient, code, order)
+			ended <- l.Ledger.Release(impatient, code, order)
 		}()
 		<-impatient.Done()
 		time.Sleep(100 * time.Millisecond) // the caller has left; the row is still locked
@@ -557,10 +520,10 @@ func TestReleaseAfterTheCallerLeft(t *testing.T) {
 		require.NoError(t, <-ended, "refund %v: it went on once the row was free", refund)
 		cancel()
 
-		r, err := l.store.Reservation(ctx, code, order)
+		r, err := l.Store.Reservation(ctx, code, order)
 		require.NoError(t, err)
 		assert.Contains(t, []voucher.Status{voucher.Released, voucher.Refunded}, r.Status)
-		checkRedisMatches(t, l.gate, l.checkBooks(t, code), code)
-		assert.EqualValues(t, 5, redisState(t, l.gate, code).Remaining, "refund %v: the use is back in Redis", refund)
+		ledgertest.CheckRedisMatches(t, l.Gate, l.CheckBooks(t, code), code)
+		assert.EqualValues(t, 5, ledgertest.RedisState(t, l.Gate, code).Remaining, "refund %v: the use is back in Redis", refund)
 	}
 }

@@ -1,4 +1,4 @@
-package main
+package sale_test
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/flashgate/flashgate/ledger/internal/ledgertest"
 	"github.com/flashgate/flashgate/ledger/internal/sale"
 	"github.com/flashgate/flashgate/shared/voucher"
 )
@@ -30,25 +31,25 @@ func logged(code string, from, n int, round string) sale.Batch {
 // and only that voucher's excess is refused.
 func TestLogPathBatchOneTransaction(t *testing.T) {
 	t.Parallel()
-	l := newTestLedger(t, ledgerOptions{})
-	codes := l.logVouchers(t, 3, 10)
+	l := ledgertest.New(t, ledgertest.Options{})
+	codes := logVouchers(l, t, 3, 10)
 	batch := []sale.Batch{logged(codes[2], 0, 4, "a"), logged(codes[0], 0, 5, "a"), logged(codes[1], 0, 6, "a")}
-	refused, err := l.led.WriteLogged(t.Context(), batch)
+	refused, err := l.Ledger.WriteLogged(t.Context(), batch)
 	require.NoError(t, err)
 	assert.Empty(t, refused)
-	assert.Equal(t, 1, l.transactions(t, codes...), "transactions that wrote the batch of three vouchers")
+	assert.Equal(t, 1, transactions(l, t, codes...), "transactions that wrote the batch of three vouchers")
 	for i, want := range []int{5, 6, 4} {
-		assert.Equal(t, want, l.counts(t, codes[i]).Used, "used_count of voucher %d", i)
+		assert.Equal(t, want, l.Counts(t, codes[i]).Used, "used_count of voucher %d", i)
 	}
 
-	refused, err = l.led.WriteLogged(t.Context(), batch) // redelivered
+	refused, err = l.Ledger.WriteLogged(t.Context(), batch) // redelivered
 	require.NoError(t, err)
 	assert.Empty(t, refused)
-	assert.Equal(t, 1, l.transactions(t, codes...), "transactions after the redelivery")
+	assert.Equal(t, 1, transactions(l, t, codes...), "transactions after the redelivery")
 
 	// Voucher 1 has 4 uses left: 7 admissions break its stock guard.
 	batch = []sale.Batch{logged(codes[0], 100, 5, "b"), logged(codes[1], 100, 7, "b"), logged(codes[2], 100, 6, "b")}
-	refused, err = l.led.WriteLogged(t.Context(), batch)
+	refused, err = l.Ledger.WriteLogged(t.Context(), batch)
 	require.NoError(t, err)
 	require.Len(t, refused, 3, "refusals")
 	for _, rf := range refused {
@@ -56,10 +57,10 @@ func TestLogPathBatchOneTransaction(t *testing.T) {
 		assert.Equal(t, voucher.CodeOutOfStock, rf.Reason)
 	}
 	for i, want := range []int{10, 10, 10} {
-		c := l.counts(t, codes[i])
+		c := l.Counts(t, codes[i])
 		assert.Equal(t, want, c.Used, "used_count of voucher %d", i)
 		assert.Equal(t, want, c.Rows, "rows of voucher %d", i)
-		st := redisState(t, l.gate, codes[i])
+		st := ledgertest.RedisState(t, l.Gate, codes[i])
 		assert.EqualValues(t, 0, st.Remaining, "Redis remaining of voucher %d", i)
 		assert.Len(t, st.Orders, want, "Redis orders of voucher %d", i)
 	}
@@ -72,9 +73,9 @@ func TestLogPathBatchOneTransaction(t *testing.T) {
 // waits for the other in a cycle (a deadlock would fail one of them).
 func TestLogPathBatchLockOrder(t *testing.T) {
 	t.Parallel()
-	l := newTestLedger(t, ledgerOptions{})
+	l := ledgertest.New(t, ledgertest.Options{})
 	const rounds, per = 30, 3
-	codes := l.logVouchers(t, 4, 2*rounds*per)
+	codes := logVouchers(l, t, 4, 2*rounds*per)
 	var wg sync.WaitGroup
 	for r := range rounds {
 		for side := range 2 {
@@ -87,7 +88,7 @@ func TestLogPathBatchLockOrder(t *testing.T) {
 				batch = append(batch, logged(code, (2*r+side)*per, per, fmt.Sprintf("r%d-s%d", r, side)))
 			}
 			wg.Go(func() {
-				refused, err := l.led.WriteLogged(context.Background(), batch)
+				refused, err := l.Ledger.WriteLogged(context.Background(), batch)
 				assert.NoError(t, err, "round %d side %d", r, side)
 				assert.Empty(t, refused, "round %d side %d", r, side)
 			})
@@ -95,6 +96,6 @@ func TestLogPathBatchLockOrder(t *testing.T) {
 		wg.Wait()
 	}
 	for _, code := range codes {
-		assert.Equal(t, 2*rounds*per, l.counts(t, code).Used, "used_count of %s", code)
+		assert.Equal(t, 2*rounds*per, l.Counts(t, code).Used, "used_count of %s", code)
 	}
 }

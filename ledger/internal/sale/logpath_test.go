@@ -1,7 +1,6 @@
-package main
+package sale_test
 
 import (
-	"context"
 	"net"
 	"net/http"
 	"strconv"
@@ -16,51 +15,10 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 
 	"github.com/flashgate/flashgate/ledger/internal/admissions"
+	"github.com/flashgate/flashgate/ledger/internal/ledgertest"
 	"github.com/flashgate/flashgate/ledger/internal/sale"
 	"github.com/flashgate/flashgate/ledger/internal/store"
 )
-
-// newKafka starts franz-go's in-process Kafka with the admissions topic and
-// its dead-letter topic, partitions partitions each.
-func newKafka(tb testing.TB, partitions int32) *kfake.Cluster {
-	tb.Helper()
-	c, err := kfake.NewCluster(kfake.NumBrokers(1),
-		kfake.SeedTopics(partitions, admissions.DefaultTopic, admissions.DeadLetterTopic(admissions.DefaultTopic)))
-	require.NoError(tb, err)
-	tb.Cleanup(c.Close)
-	return c
-}
-
-// consume runs a member of l's admissions consumer group until the returned
-// func stops it (and waits for it), or the test ends.
-func (l *testLedger) consume(tb testing.TB) (stop func()) {
-	tb.Helper()
-	c, err := l.svc.newConsumer()
-	require.NoError(tb, err)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); assert.NoError(tb, c.Run(ctx)) }()
-	var once sync.Once
-	stop = func() { once.Do(func() { cancel(); <-done }) }
-	tb.Cleanup(stop)
-	return stop
-}
-
-// waitUsed waits until code's used_count reaches want (the consumer caught up).
-func (l *testLedger) waitUsed(tb testing.TB, code string, want int) {
-	tb.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		got := l.counts(tb, code).Used
-		if got == want {
-			return
-		}
-		if time.Now().After(deadline) {
-			require.Equal(tb, want, got, "used_count of %s once the consumer caught up", code)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
 
 // TestLogPathSale: a 1,000-use writePath log voucher sold to 1,500 orders at
 // once (500 customers over the limit, 2 orders each) through the ledger's
@@ -69,16 +27,16 @@ func (l *testLedger) waitUsed(tb testing.TB, code string, want int) {
 // another member started: none lost, none doubled, no oversell.
 func TestLogPathSale(t *testing.T) {
 	t.Parallel()
-	k := newKafka(t, 4)
-	l := newTestLedger(t, ledgerOptions{kafka: k.ListenAddrs()})
-	code := newCode(t)
+	k := ledgertest.NewKafka(t, 4)
+	l := ledgertest.New(t, ledgertest.Options{Kafka: k.ListenAddrs()})
+	code := ledgertest.NewCode(t)
 	const total = 1000
-	r := l.call(t, http.MethodPost, "/admin/vouchers", pathSpec{spec(code, total, 2, true), "log"})
+	r := l.Call(t, http.MethodPost, "/admin/vouchers", ledgertest.PathSpec{VoucherSpec: ledgertest.Spec(code, total, 2, true), WritePath: "log"})
 	require.Equal(t, http.StatusCreated, r.Status, r.Raw)
-	l.checks.addFlash(code)
+	l.Checks.AddFlash(code)
 
-	stop := l.consume(t)
-	cs := claims(code, 750, 2, "log")
+	stop := l.Consume(t)
+	cs := ledgertest.Claims(code, 750, 2, "log")
 	var created, refused atomic.Int64
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, 64)
@@ -86,12 +44,12 @@ func TestLogPathSale(t *testing.T) {
 		if i == len(cs)/2 {
 			wg.Wait()
 			stop() // mid-sale: the next member starts from the committed offsets
-			stop = l.consume(t)
+			stop = l.Consume(t)
 		}
 		sem <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-sem }()
-			r := l.reserve(t, code, c.customer, c.order, 5_000)
+			r := l.Reserve(t, code, c.Customer, c.Order, 5_000)
 			switch r.Status {
 			case http.StatusCreated:
 				created.Add(1)
@@ -105,11 +63,11 @@ func TestLogPathSale(t *testing.T) {
 	wg.Wait()
 	require.EqualValues(t, total, created.Load(), "201s of %d orders for %d uses", len(cs), total)
 	assert.EqualValues(t, len(cs)-total, refused.Load())
-	l.waitUsed(t, code, total)
-	c := l.counts(t, code)
+	l.WaitUsed(t, code, total)
+	c := l.Counts(t, code)
 	assert.Equal(t, total, c.Rows, "rows")
 	assert.LessOrEqual(t, c.MaxPerCustomer, 2)
-	st := redisState(t, l.gate, code)
+	st := ledgertest.RedisState(t, l.Gate, code)
 	assert.EqualValues(t, 0, st.Remaining, "Redis remaining")
 	assert.Len(t, st.Orders, total, "Redis orders")
 }
@@ -121,55 +79,55 @@ func TestLogPathSale(t *testing.T) {
 // operator replays one (once the limit is back) and discards another.
 func TestLogPathDeadLetter(t *testing.T) {
 	t.Parallel()
-	k := newKafka(t, 2)
-	l := newTestLedger(t, ledgerOptions{kafka: k.ListenAddrs()})
-	code := newCode(t)
-	r := l.call(t, http.MethodPost, "/admin/vouchers", pathSpec{spec(code, 10, 1, true), "log"})
+	k := ledgertest.NewKafka(t, 2)
+	l := ledgertest.New(t, ledgertest.Options{Kafka: k.ListenAddrs()})
+	code := ledgertest.NewCode(t)
+	r := l.Call(t, http.MethodPost, "/admin/vouchers", ledgertest.PathSpec{VoucherSpec: ledgertest.Spec(code, 10, 1, true), WritePath: "log"})
 	require.Equal(t, http.StatusCreated, r.Status, r.Raw)
-	l.checks.addFlash(code)
-	cs := claims(code, 10, 1, "dlt")
-	reserveAll(t, l.URL, code, cs) // 201 from the broker's ack: nothing is written yet
-	assert.Equal(t, 0, l.counts(t, code).Used)
+	l.Checks.AddFlash(code)
+	cs := ledgertest.Claims(code, 10, 1, "dlt")
+	ledgertest.ReserveAll(t, l.URL, code, cs) // 201 from the broker's ack: nothing is written yet
+	assert.Equal(t, 0, l.Counts(t, code).Used)
 
-	l.exec(t, `UPDATE voucher SET total_limit = 6 WHERE code = $1`, code)
-	l.store.ForgetTerms(code)
-	l.consume(t)
-	l.waitUsed(t, code, 6)
+	l.Exec(t, `UPDATE voucher SET total_limit = 6 WHERE code = $1`, code)
+	l.Store.ForgetTerms(code)
+	l.Consume(t)
+	l.WaitUsed(t, code, 6)
 	// The list is every test's: this test counts its own voucher's only.
 	var failed []store.FailedAdmission
 	deadline := time.Now().Add(10 * time.Second)
 	for len(failed) < 4 && time.Now().Before(deadline) {
-		failed = failedOf(l.failedPage(t, false), code)
+		failed = ledgertest.FailedOf(l.FailedPage(t, false), code)
 		time.Sleep(20 * time.Millisecond)
 	}
 	require.Len(t, failed, 4, "failed admissions %+v", failed)
 	for _, f := range failed {
 		assert.Equal(t, "OUT_OF_STOCK", f.Reason)
 	}
-	assert.EqualValues(t, 4, testutil.ToFloat64(l.svc.admitted.DeadLetter))
-	st := redisState(t, l.gate, code)
+	assert.EqualValues(t, 4, testutil.ToFloat64(l.Svc.Admitted.DeadLetter))
+	st := ledgertest.RedisState(t, l.Gate, code)
 	assert.EqualValues(t, 0, st.Remaining)
 	assert.Len(t, st.Orders, 6, "Redis holds the written orders only")
 
 	replay, discard := failed[0].OrderID, failed[1].OrderID
-	r = l.call(t, http.MethodPost, "/admin/admissions/failed/"+code+"/"+replay+"/replay", nil)
+	r = l.Call(t, http.MethodPost, "/admin/admissions/failed/"+code+"/"+replay+"/replay", nil)
 	assert.Equal(t, http.StatusConflict, r.Status, "replay before the limit is raised: %s", r.Raw)
 	// Undo the tampering, in the database and (the reconciler) in Redis: a
 	// PATCH moves Redis by the change it knows of, and Redis never knew.
-	l.allowRepairs("the test lowers total_limit in the database behind Redis's back")
-	l.exec(t, `UPDATE voucher SET total_limit = 10 WHERE code = $1`, code)
-	l.store.ForgetTerms(code)
-	r = l.call(t, http.MethodPost, "/admin/vouchers/"+code+"/reconcile", nil)
+	l.AllowRepairs("the test lowers total_limit in the database behind Redis's back")
+	l.Exec(t, `UPDATE voucher SET total_limit = 10 WHERE code = $1`, code)
+	l.Store.ForgetTerms(code)
+	r = l.Call(t, http.MethodPost, "/admin/vouchers/"+code+"/reconcile", nil)
 	require.Equal(t, http.StatusOK, r.Status, r.Raw)
-	require.EqualValues(t, 4, redisState(t, l.gate, code).Remaining)
-	r = l.call(t, http.MethodPost, "/admin/admissions/failed/"+code+"/"+replay+"/replay", nil)
+	require.EqualValues(t, 4, ledgertest.RedisState(t, l.Gate, code).Remaining)
+	r = l.Call(t, http.MethodPost, "/admin/admissions/failed/"+code+"/"+replay+"/replay", nil)
 	assert.Equal(t, http.StatusCreated, r.Status, "replay: %s", r.Raw)
-	r = l.call(t, http.MethodPost, "/admin/admissions/failed/"+code+"/"+discard+"/discard", nil)
+	r = l.Call(t, http.MethodPost, "/admin/admissions/failed/"+code+"/"+discard+"/discard", nil)
 	assert.Equal(t, http.StatusOK, r.Status, "discard: %s", r.Raw)
-	r = l.call(t, http.MethodPost, "/admin/admissions/failed/"+code+"/"+discard+"/discard", nil)
+	r = l.Call(t, http.MethodPost, "/admin/admissions/failed/"+code+"/"+discard+"/discard", nil)
 	assert.Equal(t, http.StatusNotFound, r.Status, "discard again: %s", r.Raw)
-	l.waitUsed(t, code, 7)
-	assert.Len(t, failedOf(l.failedPage(t, false), code), 2, "open failed admissions after a replay and a discard")
+	l.WaitUsed(t, code, 7)
+	assert.Len(t, ledgertest.FailedOf(l.FailedPage(t, false), code), 2, "open failed admissions after a replay and a discard")
 }
 
 // TestLogPathWaits: an order answered 201 whose record is still in the log is
@@ -179,40 +137,40 @@ func TestLogPathDeadLetter(t *testing.T) {
 // at once.
 func TestLogPathWaits(t *testing.T) {
 	t.Parallel()
-	k := newKafka(t, 2)
-	l := newTestLedger(t, ledgerOptions{kafka: k.ListenAddrs()})
-	code := newCode(t)
-	r := l.call(t, http.MethodPost, "/admin/vouchers", pathSpec{spec(code, 10, 1, true), "log"})
+	k := ledgertest.NewKafka(t, 2)
+	l := ledgertest.New(t, ledgertest.Options{Kafka: k.ListenAddrs()})
+	code := ledgertest.NewCode(t)
+	r := l.Call(t, http.MethodPost, "/admin/vouchers", ledgertest.PathSpec{VoucherSpec: ledgertest.Spec(code, 10, 1, true), WritePath: "log"})
 	require.Equal(t, http.StatusCreated, r.Status, r.Raw)
-	l.checks.addFlash(code)
+	l.Checks.AddFlash(code)
 	for i, order := range []string{"o-get", "o-confirm", "o-release"} {
-		require.Equal(t, http.StatusCreated, l.reserve(t, code, int64(i+1), order, 5_000).Status)
+		require.Equal(t, http.StatusCreated, l.Reserve(t, code, int64(i+1), order, 5_000).Status)
 	}
 	base := "/vouchers/" + code + "/reservations/"
 
 	start := time.Now()
-	r = l.call(t, http.MethodGet, base+"o-get", nil)
+	r = l.Call(t, http.MethodGet, base+"o-get", nil)
 	assert.Equal(t, http.StatusServiceUnavailable, r.Status, "GET with no consumer: %s", r.Raw)
 	assert.NotEmpty(t, r.Header.Get("Retry-After"))
 	assert.GreaterOrEqual(t, time.Since(start), sale.LogWait)
 
 	start = time.Now()
-	r = l.call(t, http.MethodGet, base+"never-admitted", nil)
+	r = l.Call(t, http.MethodGet, base+"never-admitted", nil)
 	assert.Equal(t, http.StatusNotFound, r.Status, "GET of an order never admitted: %s", r.Raw)
 	assert.Less(t, time.Since(start), sale.LogWait)
 
 	var wg sync.WaitGroup
-	var confirmed, released reply
-	wg.Go(func() { confirmed = l.call(t, http.MethodPost, base+"o-confirm/confirm", nil) })
-	wg.Go(func() { released = l.call(t, http.MethodDelete, base+"o-release", nil) })
+	var confirmed, released ledgertest.Reply
+	wg.Go(func() { confirmed = l.Call(t, http.MethodPost, base+"o-confirm/confirm", nil) })
+	wg.Go(func() { released = l.Call(t, http.MethodDelete, base+"o-release", nil) })
 	time.Sleep(200 * time.Millisecond) // both wait for their rows
-	l.consume(t)
+	l.Consume(t)
 	wg.Wait()
 	assert.Equal(t, http.StatusOK, confirmed.Status, "confirm: %s", confirmed.Raw)
 	assert.Contains(t, []int{http.StatusOK, http.StatusNoContent}, released.Status, "release: %s", released.Raw)
-	r = l.call(t, http.MethodGet, base+"o-get", nil)
+	r = l.Call(t, http.MethodGet, base+"o-get", nil)
 	assert.Equal(t, http.StatusOK, r.Status, "GET once written: %s", r.Raw)
-	l.waitUsed(t, code, 2)
+	l.WaitUsed(t, code, 2)
 }
 
 // TestLogPathReconcileHolds: the reconciler counts a log voucher's records
@@ -221,20 +179,20 @@ func TestLogPathWaits(t *testing.T) {
 // then writes every one (Postgres = Redis = the 201s).
 func TestLogPathReconcileHolds(t *testing.T) {
 	t.Parallel()
-	k := newKafka(t, 2)
-	l := newTestLedger(t, ledgerOptions{kafka: k.ListenAddrs(), grace: time.Second})
-	code := newCode(t)
-	r := l.call(t, http.MethodPost, "/admin/vouchers", pathSpec{spec(code, 10, 1, true), "log"})
+	k := ledgertest.NewKafka(t, 2)
+	l := ledgertest.New(t, ledgertest.Options{Kafka: k.ListenAddrs(), Grace: time.Second})
+	code := ledgertest.NewCode(t)
+	r := l.Call(t, http.MethodPost, "/admin/vouchers", ledgertest.PathSpec{VoucherSpec: ledgertest.Spec(code, 10, 1, true), WritePath: "log"})
 	require.Equal(t, http.StatusCreated, r.Status, r.Raw)
-	l.checks.addFlash(code)
-	reserveAll(t, l.URL, code, claims(code, 5, 1, "held"))
+	l.Checks.AddFlash(code)
+	ledgertest.ReserveAll(t, l.URL, code, ledgertest.Claims(code, 5, 1, "held"))
 	time.Sleep(1500 * time.Millisecond) // past the grace
-	r = l.call(t, http.MethodPost, "/admin/vouchers/"+code+"/reconcile", nil)
+	r = l.Call(t, http.MethodPost, "/admin/vouchers/"+code+"/reconcile", nil)
 	require.Equal(t, http.StatusOK, r.Status, r.Raw)
-	st := redisState(t, l.gate, code)
+	st := ledgertest.RedisState(t, l.Gate, code)
 	assert.Len(t, st.Orders, 5, "Redis holds after a reconcile past the grace: %s", r.Raw)
-	l.consume(t)
-	l.waitUsed(t, code, 5)
+	l.Consume(t)
+	l.WaitUsed(t, code, 5)
 }
 
 // TestLogPathProduceFails: with no broker to take the admission, the reserve
@@ -243,21 +201,21 @@ func TestLogPathReconcileHolds(t *testing.T) {
 // held for a record that is not in the log.
 func TestLogPathProduceFails(t *testing.T) {
 	t.Parallel()
-	k := newKafka(t, 2)
-	l := newTestLedger(t, ledgerOptions{kafka: k.ListenAddrs()})
-	code := newCode(t)
-	r := l.call(t, http.MethodPost, "/admin/vouchers", pathSpec{spec(code, 10, 1, true), "log"})
+	k := ledgertest.NewKafka(t, 2)
+	l := ledgertest.New(t, ledgertest.Options{Kafka: k.ListenAddrs()})
+	code := ledgertest.NewCode(t)
+	r := l.Call(t, http.MethodPost, "/admin/vouchers", ledgertest.PathSpec{VoucherSpec: ledgertest.Spec(code, 10, 1, true), WritePath: "log"})
 	require.Equal(t, http.StatusCreated, r.Status, r.Raw)
-	l.checks.addFlash(code)
+	l.Checks.AddFlash(code)
 	k.Close() // every broker gone
 
-	r = l.reserve(t, code, 1, code+"-lost", 5_000)
+	r = l.Reserve(t, code, 1, code+"-lost", 5_000)
 	assert.Equal(t, http.StatusServiceUnavailable, r.Status, "reserve with no broker: %s", r.Raw)
 	assert.NotEmpty(t, r.Header.Get("Retry-After"))
-	st := redisState(t, l.gate, code)
+	st := ledgertest.RedisState(t, l.Gate, code)
 	assert.EqualValues(t, 10, st.Remaining, "Redis remaining after the failed produce")
 	assert.Empty(t, st.Orders)
-	assert.Equal(t, 0, l.counts(t, code).Rows)
+	assert.Equal(t, 0, l.Counts(t, code).Rows)
 }
 
 // TestLogPathBrokerRestart: the broker (kfake, persisted to disk) stops and
@@ -278,15 +236,15 @@ func TestLogPathBrokerRestart(t *testing.T) {
 	var mu sync.Mutex
 	t.Cleanup(func() { mu.Lock(); defer mu.Unlock(); k.Close() })
 
-	l := newTestLedger(t, ledgerOptions{kafka: []string{addr}})
-	code := newCode(t)
+	l := ledgertest.New(t, ledgertest.Options{Kafka: []string{addr}})
+	code := ledgertest.NewCode(t)
 	const total = 300
-	r := l.call(t, http.MethodPost, "/admin/vouchers", pathSpec{spec(code, total, 2, true), "log"})
+	r := l.Call(t, http.MethodPost, "/admin/vouchers", ledgertest.PathSpec{VoucherSpec: ledgertest.Spec(code, total, 2, true), WritePath: "log"})
 	require.Equal(t, http.StatusCreated, r.Status, r.Raw)
-	l.checks.addFlash(code)
-	l.consume(t)
+	l.Checks.AddFlash(code)
+	l.Consume(t)
 
-	cs := claims(code, 225, 2, "restart")
+	cs := ledgertest.Claims(code, 225, 2, "restart")
 	var created atomic.Int64
 	var started atomic.Int64
 	var wg sync.WaitGroup
@@ -304,7 +262,7 @@ func TestLogPathBrokerRestart(t *testing.T) {
 			defer func() { <-sem }()
 			deadline := time.Now().Add(60 * time.Second)
 			for {
-				r := l.reserve(t, code, c.customer, c.order, 5_000)
+				r := l.Reserve(t, code, c.Customer, c.Order, 5_000)
 				if r.Status == http.StatusCreated {
 					created.Add(1)
 					return
@@ -318,10 +276,10 @@ func TestLogPathBrokerRestart(t *testing.T) {
 	}
 	wg.Wait()
 	require.EqualValues(t, total, created.Load(), "201s")
-	l.waitUsed(t, code, total)
-	c := l.counts(t, code)
+	l.WaitUsed(t, code, total)
+	c := l.Counts(t, code)
 	assert.Equal(t, total, c.Active)
-	st := redisState(t, l.gate, code)
+	st := ledgertest.RedisState(t, l.Gate, code)
 	assert.EqualValues(t, 0, st.Remaining)
 	assert.Len(t, st.Orders, total)
 }

@@ -1,4 +1,4 @@
-package main
+package sale_test
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/flashgate/flashgate/ledger/internal/jobs"
+	"github.com/flashgate/flashgate/ledger/internal/ledgertest"
 	"github.com/flashgate/flashgate/shared/devstack"
 	"github.com/flashgate/flashgate/shared/devstack/devstacktest"
 	"github.com/flashgate/flashgate/shared/gate"
@@ -20,23 +21,23 @@ import (
 // edgeReserve reserves as the proxy does: the gate's script (loading the
 // voucher on NOT_LOADED), then, when it admits, the ledger's admitted-write
 // route. It returns the HTTP status and error code the client would get.
-func (l *testLedger) edgeReserve(tb testing.TB, code string, customer int64, order string) (int, string) {
+func edgeReserve(l *ledgertest.Ledger, tb testing.TB, code string, customer int64, order string) (int, string) {
 	tb.Helper()
 	ctx := context.Background()
 	item := []gate.Item{{CustomerID: customer, OrderID: order, OrderAmount: 5_000}}
 	res, err := gate.AdmitWarm(ctx, func(ctx context.Context) (gate.Result, error) {
-		rs, _, err := l.gate.Reserve(ctx, code, item)
+		rs, _, err := l.Gate.Reserve(ctx, code, item)
 		if err != nil {
 			return 0, err
 		}
 		return rs[0], nil
-	}, func(ctx context.Context) error { return l.led.Warmup(ctx, code) })
+	}, func(ctx context.Context) error { return l.Ledger.Warmup(ctx, code) })
 	require.NoError(tb, err)
 	if err := res.Err(); err != nil {
 		st, body := httpx.ErrorReply(err)
 		return st, body.Error
 	}
-	r := l.call(tb, http.MethodPost, "/internal/vouchers/"+code+"/reservations", claimBody(customer, order, 5_000))
+	r := l.Call(tb, http.MethodPost, "/internal/vouchers/"+code+"/reservations", ledgertest.ClaimBody(customer, order, 5_000))
 	return r.Status, r.Code()
 }
 
@@ -48,33 +49,33 @@ func (l *testLedger) edgeReserve(tb testing.TB, code string, customer int64, ord
 // without a reconcile: the commit put the order back.
 func TestRetryAfterReloadDuringWrite(t *testing.T) {
 	t.Parallel()
-	l := newTestLedger(t, ledgerOptions{})
+	l := ledgertest.New(t, ledgertest.Options{})
 	ctx := context.Background()
-	code := newCode(t)
-	l.createVoucher(t, spec(code, 1, 1, true))
-	require.NoError(t, l.led.Warmup(ctx, code))
+	code := ledgertest.NewCode(t)
+	l.CreateVoucher(t, ledgertest.Spec(code, 1, 1, true))
+	require.NoError(t, l.Ledger.Warmup(ctx, code))
 	order, other := code+"-a", code+"-b"
 
-	rs, _, err := l.gate.Reserve(ctx, code, []gate.Item{{CustomerID: 1, OrderID: order, OrderAmount: 5_000}})
+	rs, _, err := l.Gate.Reserve(ctx, code, []gate.Item{{CustomerID: 1, OrderID: order, OrderAmount: 5_000}})
 	require.NoError(t, err)
 	require.Equal(t, []gate.Result{gate.Reserved}, rs)
 	// The write is in flight: Redis loses the voucher and reloads it.
-	require.NoError(t, l.gate.Unload(ctx, code))
-	require.NoError(t, l.led.Warmup(ctx, code))
-	rs, _, err = l.gate.Reserve(ctx, code, []gate.Item{{CustomerID: 2, OrderID: other, OrderAmount: 5_000}})
+	require.NoError(t, l.Gate.Unload(ctx, code))
+	require.NoError(t, l.Ledger.Warmup(ctx, code))
+	rs, _, err = l.Gate.Reserve(ctx, code, []gate.Item{{CustomerID: 2, OrderID: other, OrderAmount: 5_000}})
 	require.NoError(t, err)
 	require.Equal(t, []gate.Result{gate.Reserved}, rs, "the reload counted the in-flight order's use as free")
 	// The order's write commits, then the other customer's is refused.
-	r := l.call(t, http.MethodPost, "/internal/vouchers/"+code+"/reservations", claimBody(1, order, 5_000))
+	r := l.Call(t, http.MethodPost, "/internal/vouchers/"+code+"/reservations", ledgertest.ClaimBody(1, order, 5_000))
 	require.Equal(t, http.StatusCreated, r.Status, r.Raw)
-	r = l.call(t, http.MethodPost, "/internal/vouchers/"+code+"/reservations", claimBody(2, other, 5_000))
+	r = l.Call(t, http.MethodPost, "/internal/vouchers/"+code+"/reservations", ledgertest.ClaimBody(2, other, 5_000))
 	require.Equal(t, http.StatusConflict, r.Status, r.Raw)
 	require.Equal(t, "OUT_OF_STOCK", r.Code())
 
-	st, errCode := l.edgeReserve(t, code, 1, order)
+	st, errCode := edgeReserve(l, t, code, 1, order)
 	assert.Equal(t, http.StatusCreated, st, "retry of %s: %s", order, errCode)
-	checkRedisMatches(t, l.gate, l.checkBooks(t, code), code)
-	st, errCode = l.edgeReserve(t, code, 3, code+"-c")
+	ledgertest.CheckRedisMatches(t, l.Gate, l.CheckBooks(t, code), code)
+	st, errCode = edgeReserve(l, t, code, 3, code+"-c")
 	assert.Equal(t, http.StatusConflict, st)
 	assert.Equal(t, "OUT_OF_STOCK", errCode)
 }
@@ -89,30 +90,30 @@ func TestRetryAfterReloadDuringWrite(t *testing.T) {
 func TestRetryAfterRedisRestartFromStaleSnapshot(t *testing.T) {
 	t.Parallel()
 	rs := devstacktest.NewRedis(t, devstack.RedisOptions{})
-	l := newTestLedger(t, ledgerOptions{redis: rs.URL()})
+	l := ledgertest.New(t, ledgertest.Options{Redis: rs.URL()})
 	// Exempt from "no repair": Redis restarts from an old snapshot on purpose,
 	// and the reconcile that restores the lost order is what is tested.
-	l.allowRepairs("redis restarts from a stale snapshot")
+	l.AllowRepairs("redis restarts from a stale snapshot")
 	ctx := context.Background()
-	code := newCode(t)
-	l.createVoucher(t, spec(code, 1, 1, true))
+	code := ledgertest.NewCode(t)
+	l.CreateVoucher(t, ledgertest.Spec(code, 1, 1, true))
 	order := code + "-a"
 
-	require.NoError(t, l.led.Warmup(ctx, code))
+	require.NoError(t, l.Ledger.Warmup(ctx, code))
 	rdb, err := gate.NewClient(rs.URL(), gate.ClientOptions{Timeout: time.Second})
 	require.NoError(t, err)
 	t.Cleanup(func() { rdb.Close() })
 	require.NoError(t, rdb.Save(ctx).Err())
-	st, errCode := l.edgeReserve(t, code, 1, order)
+	st, errCode := edgeReserve(l, t, code, 1, order)
 	require.Equal(t, http.StatusCreated, st, errCode)
 	require.NoError(t, rs.Kill())
 	require.NoError(t, rs.Restart())
-	st, errCode = l.edgeReserve(t, code, 2, code+"-b")
+	st, errCode = edgeReserve(l, t, code, 2, code+"-b")
 	require.Equal(t, http.StatusConflict, st)
 	require.Equal(t, "OUT_OF_STOCK", errCode, "the database refuses the use the stale snapshot counted as free")
 
 	reg := prometheus.NewRegistry()
-	js := l.newJobs(jobs.Config{ExpiryInterval: time.Hour, ReconcileInterval: time.Hour,
+	js := l.NewJobs(jobs.Config{ExpiryInterval: time.Hour, ReconcileInterval: time.Hour,
 		HangingGrace: 30 * time.Second, Metrics: jobs.NewMetrics(reg)})
 	jctx, cancel := context.WithCancel(ctx)
 	t.Cleanup(cancel)
@@ -121,10 +122,10 @@ func TestRetryAfterRedisRestartFromStaleSnapshot(t *testing.T) {
 	for st != http.StatusCreated {
 		require.Less(t, time.Since(start), 10*time.Second, "retry of %s: still %d %s", order, st, errCode)
 		time.Sleep(100 * time.Millisecond)
-		st, errCode = l.edgeReserve(t, code, 1, order)
+		st, errCode = edgeReserve(l, t, code, 1, order)
 	}
 	t.Logf("retry answered 201 after %s", time.Since(start).Round(time.Millisecond))
-	checkRedisMatches(t, l.gate, l.checkBooks(t, code), code)
+	ledgertest.CheckRedisMatches(t, l.Gate, l.CheckBooks(t, code), code)
 	assert.EqualValues(t, 1, gaugeValue(t, reg, "flashgate_reconcile_drift", code), "the restored order is drift")
 }
 

@@ -1,4 +1,4 @@
-package main
+package sale_test
 
 import (
 	"context"
@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/flashgate/flashgate/ledger/internal/jobs"
+	"github.com/flashgate/flashgate/ledger/internal/ledgertest"
 	"github.com/flashgate/flashgate/ledger/internal/sale"
 	"github.com/flashgate/flashgate/ledger/internal/store"
 	"github.com/flashgate/flashgate/shared/gate"
@@ -24,57 +25,57 @@ import (
 // uses held is LIMIT_BELOW_USED, and that the change is announced.
 func TestPatchRaisesSoldOutFlash(t *testing.T) {
 	t.Parallel()
-	l := newTestLedger(t, ledgerOptions{})
-	code := newCode(t)
-	l.createVoucher(t, spec(code, 3, 1, true))
+	l := ledgertest.New(t, ledgertest.Options{})
+	code := ledgertest.NewCode(t)
+	l.CreateVoucher(t, ledgertest.Spec(code, 3, 1, true))
 	for i := range int64(3) {
-		require.Equal(t, http.StatusCreated, l.reserve(t, code, i+1, code+"-"+string(rune('a'+i)), 200_000).Status)
+		require.Equal(t, http.StatusCreated, l.Reserve(t, code, i+1, code+"-"+string(rune('a'+i)), 200_000).Status)
 	}
-	r := l.reserve(t, code, 9, code+"-x", 200_000)
+	r := l.Reserve(t, code, 9, code+"-x", 200_000)
 	require.Equal(t, voucher.CodeOutOfStock, r.Code(), r.Raw)
 
-	codes := subscribe(t, l)
-	v := view(t, l.patch(t, code, map[string]any{"totalLimit": 5}), http.StatusOK)
+	codes := ledgertest.Subscribe(t, l)
+	v := ledgertest.View(t, l.Patch(t, code, map[string]any{"totalLimit": 5}), http.StatusOK)
 	assert.Equal(t, 5, v.TotalLimit)
 	assert.Equal(t, 2, v.Remaining)
-	announced(t, codes, code)
-	_, remaining, loaded, err := l.gate.Meta(context.Background(), code)
+	ledgertest.Announced(t, codes, code)
+	_, remaining, loaded, err := l.Gate.Meta(context.Background(), code)
 	require.NoError(t, err)
 	require.True(t, loaded)
 	assert.Equal(t, int64(2), remaining, "redis remaining moved by the delta")
 
-	assert.Equal(t, http.StatusCreated, l.reserve(t, code, 10, code+"-y", 200_000).Status, "admitted at once")
-	assert.Equal(t, http.StatusCreated, l.reserve(t, code, 11, code+"-z", 200_000).Status)
-	assert.Equal(t, voucher.CodeOutOfStock, l.reserve(t, code, 12, code+"-w", 200_000).Code())
+	assert.Equal(t, http.StatusCreated, l.Reserve(t, code, 10, code+"-y", 200_000).Status, "admitted at once")
+	assert.Equal(t, http.StatusCreated, l.Reserve(t, code, 11, code+"-z", 200_000).Status)
+	assert.Equal(t, voucher.CodeOutOfStock, l.Reserve(t, code, 12, code+"-w", 200_000).Code())
 
-	r = l.patch(t, code, map[string]any{"totalLimit": 4})
+	r = l.Patch(t, code, map[string]any{"totalLimit": 4})
 	assert.Equal(t, http.StatusConflict, r.Status, r.Raw)
 	assert.Equal(t, voucher.CodeLimitBelowUsed, r.Code())
-	assert.Equal(t, 5, view(t, l.patch(t, code, map[string]any{"totalLimit": 5}), http.StatusOK).TotalLimit,
+	assert.Equal(t, 5, ledgertest.View(t, l.Patch(t, code, map[string]any{"totalLimit": 5}), http.StatusOK).TotalLimit,
 		"a limit equal to the uses held is fine")
-	c := l.counts(t, code)
+	c := l.Counts(t, code)
 	assert.Equal(t, 5, c.Used)
 	assert.Equal(t, 5, c.Active)
-	checkRedisMatches(t, l.gate, l.checkBooks(t, code), code)
+	ledgertest.CheckRedisMatches(t, l.Gate, l.CheckBooks(t, code), code)
 }
 
 // TestPatchLowersPerUserLimit checks, for both kinds of voucher, that a lower
 // perUserLimit keeps the uses customers hold and stops new ones above it.
 func TestPatchLowersPerUserLimit(t *testing.T) {
 	t.Parallel()
-	l := newTestLedger(t, ledgerOptions{})
+	l := ledgertest.New(t, ledgertest.Options{})
 	for _, flash := range []bool{false, true} {
-		code := newCode(t)
-		l.createVoucher(t, spec(code, 100, 3, flash))
+		code := ledgertest.NewCode(t)
+		l.CreateVoucher(t, ledgertest.Spec(code, 100, 3, flash))
 		for _, o := range []string{"-a", "-b", "-c"} {
-			require.Equal(t, http.StatusCreated, l.reserve(t, code, 1, code+o, 200_000).Status)
+			require.Equal(t, http.StatusCreated, l.Reserve(t, code, 1, code+o, 200_000).Status)
 		}
-		require.Equal(t, http.StatusCreated, l.reserve(t, code, 2, code+"-d", 200_000).Status)
+		require.Equal(t, http.StatusCreated, l.Reserve(t, code, 2, code+"-d", 200_000).Status)
 
-		v := view(t, l.patch(t, code, map[string]any{"perUserLimit": 1}), http.StatusOK)
+		v := ledgertest.View(t, l.Patch(t, code, map[string]any{"perUserLimit": 1}), http.StatusOK)
 		assert.Equal(t, 1, v.PerUserLimit)
 		var used, limit int
-		require.NoError(t, l.pool.QueryRow(context.Background(), `SELECT used_count, per_user_limit
+		require.NoError(t, l.Pool.QueryRow(context.Background(), `SELECT used_count, per_user_limit
 			FROM voucher_customer_usage WHERE voucher_code = $1 AND customer_id = 1`, code).Scan(&used, &limit))
 		assert.Equal(t, []int{3, 3}, []int{used, limit}, "flash=%v: the uses held are kept", flash)
 
@@ -82,12 +83,12 @@ func TestPatchLowersPerUserLimit(t *testing.T) {
 			customer int64
 			order    string
 		}{{1, "-e"}, {2, "-f"}} {
-			r := l.reserve(t, code, tt.customer, code+tt.order, 200_000)
+			r := l.Reserve(t, code, tt.customer, code+tt.order, 200_000)
 			assert.Equal(t, voucher.CodeAlreadyUsed, r.Code(), "flash=%v customer %d: %s", flash, tt.customer, r.Raw)
 		}
-		assert.Equal(t, http.StatusCreated, l.reserve(t, code, 3, code+"-g", 200_000).Status, "flash=%v", flash)
-		assert.Equal(t, voucher.CodeAlreadyUsed, l.reserve(t, code, 3, code+"-h", 200_000).Code(), "flash=%v", flash)
-		c := l.counts(t, code)
+		assert.Equal(t, http.StatusCreated, l.Reserve(t, code, 3, code+"-g", 200_000).Status, "flash=%v", flash)
+		assert.Equal(t, voucher.CodeAlreadyUsed, l.Reserve(t, code, 3, code+"-h", 200_000).Code(), "flash=%v", flash)
+		c := l.Counts(t, code)
 		assert.Equal(t, 5, c.Active, "flash=%v", flash)
 	}
 }
@@ -96,27 +97,27 @@ func TestPatchLowersPerUserLimit(t *testing.T) {
 // to new reservations only: older ones keep theirs, and confirm answers it.
 func TestPatchDiscountNewReservationsOnly(t *testing.T) {
 	t.Parallel()
-	l := newTestLedger(t, ledgerOptions{})
+	l := ledgertest.New(t, ledgertest.Options{})
 	for _, flash := range []bool{false, true} {
-		code := newCode(t)
-		l.createVoucher(t, spec(code, 100, 1, flash))
-		r := l.reserve(t, code, 1, code+"-old", 500_000)
+		code := ledgertest.NewCode(t)
+		l.CreateVoucher(t, ledgertest.Spec(code, 100, 1, flash))
+		r := l.Reserve(t, code, 1, code+"-old", 500_000)
 		require.Equal(t, http.StatusCreated, r.Status, r.Raw)
 		assert.EqualValues(t, 100_000, r.Body["discountAmount"])
 
-		view(t, l.patch(t, code, map[string]any{"discountAmount": 250_000}), http.StatusOK)
-		r = l.reserve(t, code, 2, code+"-new", 500_000)
+		ledgertest.View(t, l.Patch(t, code, map[string]any{"discountAmount": 250_000}), http.StatusOK)
+		r = l.Reserve(t, code, 2, code+"-new", 500_000)
 		require.Equal(t, http.StatusCreated, r.Status, r.Raw)
 		assert.EqualValues(t, 250_000, r.Body["discountAmount"], "flash=%v: a new reservation takes the new discount", flash)
-		r = l.reserve(t, code, 3, code+"-small", 200_000)
+		r = l.Reserve(t, code, 3, code+"-small", 200_000)
 		assert.EqualValues(t, 200_000, r.Body["discountAmount"], "flash=%v: capped at the order amount", flash)
 
-		r = l.call(t, http.MethodGet, "/vouchers/"+code+"/reservations/"+code+"-old", nil)
+		r = l.Call(t, http.MethodGet, "/vouchers/"+code+"/reservations/"+code+"-old", nil)
 		assert.EqualValues(t, 100_000, r.Body["discountAmount"], "flash=%v: the old reservation keeps its discount", flash)
-		r = l.call(t, http.MethodPost, "/vouchers/"+code+"/reservations/"+code+"-old/confirm", nil)
+		r = l.Call(t, http.MethodPost, "/vouchers/"+code+"/reservations/"+code+"-old/confirm", nil)
 		require.Equal(t, http.StatusOK, r.Status, r.Raw)
 		assert.EqualValues(t, 100_000, r.Body["discountAmount"], "flash=%v: confirm answers the reservation's discount", flash)
-		r = l.reserve(t, code, 1, code+"-old", 500_000)
+		r = l.Reserve(t, code, 1, code+"-old", 500_000)
 		assert.EqualValues(t, 100_000, r.Body["discountAmount"], "flash=%v: a retry replays the first answer", flash)
 	}
 }
@@ -125,38 +126,38 @@ func TestPatchDiscountNewReservationsOnly(t *testing.T) {
 // stop a flash voucher in Redis at once, and that resuming lets it sell again.
 func TestPatchWindowAndPause(t *testing.T) {
 	t.Parallel()
-	l := newTestLedger(t, ledgerOptions{})
+	l := ledgertest.New(t, ledgertest.Options{})
 	for _, flash := range []bool{false, true} {
-		code := newCode(t)
-		l.createVoucher(t, spec(code, 100, 1, flash))
-		require.Equal(t, http.StatusCreated, l.reserve(t, code, 1, code+"-a", 200_000).Status)
+		code := ledgertest.NewCode(t)
+		l.CreateVoucher(t, ledgertest.Spec(code, 100, 1, flash))
+		require.Equal(t, http.StatusCreated, l.Reserve(t, code, 1, code+"-a", 200_000).Status)
 
-		v := view(t, l.call(t, http.MethodPost, "/admin/vouchers/"+code+"/pause", nil), http.StatusOK)
+		v := ledgertest.View(t, l.Call(t, http.MethodPost, "/admin/vouchers/"+code+"/pause", nil), http.StatusOK)
 		assert.True(t, v.Paused)
 		assert.Equal(t, voucher.StatePaused, v.State)
-		view(t, l.call(t, http.MethodPost, "/admin/vouchers/"+code+"/pause", nil), http.StatusOK) // idempotent
-		r := l.reserve(t, code, 2, code+"-b", 200_000)
+		ledgertest.View(t, l.Call(t, http.MethodPost, "/admin/vouchers/"+code+"/pause", nil), http.StatusOK) // idempotent
+		r := l.Reserve(t, code, 2, code+"-b", 200_000)
 		assert.Equal(t, http.StatusUnprocessableEntity, r.Status, "flash=%v: %s", flash, r.Raw)
 		assert.Equal(t, voucher.ReasonPaused, r.Body["reason"], "flash=%v: %s", flash, r.Raw)
-		r = l.call(t, http.MethodPost, "/vouchers/"+code+"/reservations/"+code+"-a/confirm", nil)
+		r = l.Call(t, http.MethodPost, "/vouchers/"+code+"/reservations/"+code+"-a/confirm", nil)
 		assert.Equal(t, http.StatusOK, r.Status, "flash=%v: confirm works while paused: %s", flash, r.Raw)
 
-		v = view(t, l.call(t, http.MethodPost, "/admin/vouchers/"+code+"/resume", nil), http.StatusOK)
+		v = ledgertest.View(t, l.Call(t, http.MethodPost, "/admin/vouchers/"+code+"/resume", nil), http.StatusOK)
 		assert.False(t, v.Paused)
 		assert.Equal(t, voucher.StateLive, v.State)
-		view(t, l.call(t, http.MethodPost, "/admin/vouchers/"+code+"/resume", nil), http.StatusOK)
-		assert.Equal(t, http.StatusCreated, l.reserve(t, code, 2, code+"-b", 200_000).Status, "flash=%v", flash)
+		ledgertest.View(t, l.Call(t, http.MethodPost, "/admin/vouchers/"+code+"/resume", nil), http.StatusOK)
+		assert.Equal(t, http.StatusCreated, l.Reserve(t, code, 2, code+"-b", 200_000).Status, "flash=%v", flash)
 
 		actions := []string{}
-		for _, e := range l.auditEvents(t, code) {
+		for _, e := range l.AuditEvents(t, code) {
 			actions = append(actions, e.Action)
 		}
 		assert.Equal(t, []string{store.ActionCreate, store.ActionPause, store.ActionResume}, actions, "flash=%v: audit only on change", flash)
 
 		end := time.Now().Add(-time.Second).UTC()
-		v = view(t, l.patch(t, code, map[string]any{"endsAt": end, "startsAt": end.Add(-time.Hour)}), http.StatusOK)
+		v = ledgertest.View(t, l.Patch(t, code, map[string]any{"endsAt": end, "startsAt": end.Add(-time.Hour)}), http.StatusOK)
 		assert.Equal(t, voucher.StateEnded, v.State)
-		r = l.reserve(t, code, 3, code+"-c", 200_000)
+		r = l.Reserve(t, code, 3, code+"-c", 200_000)
 		assert.Equal(t, voucher.ReasonExpired, r.Body["reason"], "flash=%v: %s", flash, r.Raw)
 	}
 }
@@ -165,11 +166,11 @@ func TestPatchWindowAndPause(t *testing.T) {
 // change nothing, and that an unknown voucher is 404.
 func TestPatchBadBodies(t *testing.T) {
 	t.Parallel()
-	l := newTestLedger(t, ledgerOptions{})
-	code := newCode(t)
-	s := spec(code, 10, 1, true)
-	l.createVoucher(t, s)
-	before := view(t, l.call(t, http.MethodGet, "/admin/vouchers/"+code, nil), http.StatusOK)
+	l := ledgertest.New(t, ledgertest.Options{})
+	code := ledgertest.NewCode(t)
+	s := ledgertest.Spec(code, 10, 1, true)
+	l.CreateVoucher(t, s)
+	before := ledgertest.View(t, l.Call(t, http.MethodGet, "/admin/vouchers/"+code, nil), http.StatusOK)
 	later := s.EndsAt.Add(time.Hour).UTC().Format(time.RFC3339Nano)
 	for _, body := range []string{
 		``, `{}`, `[]`, `null`, `{"foo": 1}`, `{"totalLimit": 5, "foo": 1}`, `{"code": "OTHER"}`,
@@ -182,15 +183,15 @@ func TestPatchBadBodies(t *testing.T) {
 		`{"minOrderAmount": -1}`, `{"totalLimit": "5"}`, `{"totalLimit": 5, "totalLimit": 6}`, `{"TotalLimit": 5}`,
 		`{"endsAt": "tomorrow"}`, `{"totalLimit": 5} {}`,
 	} {
-		r := l.patch(t, code, body)
+		r := l.Patch(t, code, body)
 		assert.Equal(t, http.StatusBadRequest, r.Status, "PATCH %s = %s", body, r.Raw)
 		assert.Equal(t, voucher.CodeInvalidRequest, r.Code(), body)
 	}
-	after := view(t, l.call(t, http.MethodGet, "/admin/vouchers/"+code, nil), http.StatusOK)
+	after := ledgertest.View(t, l.Call(t, http.MethodGet, "/admin/vouchers/"+code, nil), http.StatusOK)
 	assert.Equal(t, before, after, "nothing changed")
-	assert.Len(t, l.auditEvents(t, code), 1, "only the create is audited")
+	assert.Len(t, l.AuditEvents(t, code), 1, "only the create is audited")
 
-	r := l.patch(t, "NOPE"+code[:8], map[string]any{"totalLimit": 5})
+	r := l.Patch(t, "NOPE"+code[:8], map[string]any{"totalLimit": 5})
 	assert.Equal(t, http.StatusNotFound, r.Status, r.Raw)
 	assert.Equal(t, voucher.CodeVoucherNotFound, r.Code())
 	for _, p := range []string{"/pause", "/resume", "/audit", "/reservations", "/reservations.csv"} {
@@ -198,7 +199,7 @@ func TestPatchBadBodies(t *testing.T) {
 		if p == "/pause" || p == "/resume" {
 			method = http.MethodPost
 		}
-		r := l.call(t, method, "/admin/vouchers/NOPE"+code[:8]+p, nil)
+		r := l.Call(t, method, "/admin/vouchers/NOPE"+code[:8]+p, nil)
 		assert.Equal(t, http.StatusNotFound, r.Status, "%s %s: %s", method, p, r.Raw)
 	}
 }
@@ -207,29 +208,29 @@ func TestPatchBadBodies(t *testing.T) {
 // of LEDGER_TOKENS, oldest first, with the terms before and after.
 func TestAuditActors(t *testing.T) {
 	t.Parallel()
-	l := newAdminLedger(t)
+	l := ledgertest.NewAdmin(t)
 	ctx := context.Background()
-	code := newCode(t)
+	code := ledgertest.NewCode(t)
 	path := "/admin/vouchers/" + code
-	require.Equal(t, http.StatusCreated, l.callAs(t, "alice", http.MethodPost, "/admin/vouchers", spec(code, 10, 1, true)).Status)
-	l.trackFlash(code)
+	require.Equal(t, http.StatusCreated, l.CallAs(t, "alice", http.MethodPost, "/admin/vouchers", ledgertest.Spec(code, 10, 1, true)).Status)
+	l.TrackFlash(code)
 	// Exempt from "no repair": the test unloads the voucher itself, three
 	// times, so that warmup and the reconciler's reload are audited.
-	l.allowRepairs("unloads the voucher on purpose")
-	view(t, l.callAs(t, "bob", http.MethodPatch, path, map[string]any{"totalLimit": 20}), http.StatusOK)
-	view(t, l.callAs(t, "alice", http.MethodPost, path+"/pause", nil), http.StatusOK)
-	view(t, l.callAs(t, "default", http.MethodPost, path+"/resume", nil), http.StatusOK)
-	require.NoError(t, l.gate.Unload(ctx, code))
-	require.Equal(t, http.StatusOK, l.callAs(t, "bob", http.MethodPost, path+"/warmup", nil).Status)
-	require.Equal(t, http.StatusOK, l.callAs(t, "alice", http.MethodPost, path+"/reconcile", nil).Status) // fixes nothing
-	require.NoError(t, l.gate.Unload(ctx, code))
-	require.Equal(t, http.StatusOK, l.callAs(t, "alice", http.MethodPost, path+"/reconcile", nil).Status) // reloads
-	require.NoError(t, l.gate.Unload(ctx, code))
-	_, err := l.jobs.Reconcile(ctx, code) // the periodic reconciler
+	l.AllowRepairs("unloads the voucher on purpose")
+	ledgertest.View(t, l.CallAs(t, "bob", http.MethodPatch, path, map[string]any{"totalLimit": 20}), http.StatusOK)
+	ledgertest.View(t, l.CallAs(t, "alice", http.MethodPost, path+"/pause", nil), http.StatusOK)
+	ledgertest.View(t, l.CallAs(t, "default", http.MethodPost, path+"/resume", nil), http.StatusOK)
+	require.NoError(t, l.Gate.Unload(ctx, code))
+	require.Equal(t, http.StatusOK, l.CallAs(t, "bob", http.MethodPost, path+"/warmup", nil).Status)
+	require.Equal(t, http.StatusOK, l.CallAs(t, "alice", http.MethodPost, path+"/reconcile", nil).Status) // fixes nothing
+	require.NoError(t, l.Gate.Unload(ctx, code))
+	require.Equal(t, http.StatusOK, l.CallAs(t, "alice", http.MethodPost, path+"/reconcile", nil).Status) // reloads
+	require.NoError(t, l.Gate.Unload(ctx, code))
+	_, err := l.Jobs.Reconcile(ctx, code) // the periodic reconciler
 	require.NoError(t, err)
-	assert.Equal(t, http.StatusUnauthorized, call(t, http.MethodPost, l.URL+path+"/pause", "nobody", nil).Status)
+	assert.Equal(t, http.StatusUnauthorized, ledgertest.Call(t, http.MethodPost, l.URL+path+"/pause", "nobody", nil).Status)
 
-	events := l.auditEvents(t, code)
+	events := l.AuditEvents(t, code)
 	type who struct{ Actor, Action string }
 	var got []who
 	for i, e := range events {
@@ -266,15 +267,15 @@ func TestAuditActors(t *testing.T) {
 // without waiting for the cache's TTL.
 func TestChangeReachesOtherLedgers(t *testing.T) {
 	t.Parallel()
-	l := newTestLedger(t, ledgerOptions{})
-	code := newCode(t)
-	l.createVoucher(t, spec(code, 10, 1, false))
-	other := store.New(l.pool, time.Minute)
+	l := ledgertest.New(t, ledgertest.Options{})
+	code := ledgertest.NewCode(t)
+	l.CreateVoucher(t, ledgertest.Spec(code, 10, 1, false))
+	other := store.New(l.Pool, time.Minute)
 	frozen := time.Now()
 	other.Clock = func() time.Time { return frozen } // only ForgetTerms can refresh it
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	sub, ok := l.pub.(gate.Subscriber)
+	sub, ok := l.Pub.(gate.Subscriber)
 	require.True(t, ok)
 	forgot := make(chan string, 10)
 	go gate.WatchChanges(ctx, sub, func(code string) { other.ForgetTerms(code); forgot <- code },
@@ -285,7 +286,7 @@ func TestChangeReachesOtherLedgers(t *testing.T) {
 	require.False(t, v.Paused)
 	deadline := time.After(5 * time.Second)
 	for v.Paused == false {
-		view(t, l.call(t, http.MethodPost, "/admin/vouchers/"+code+"/pause", nil), http.StatusOK)
+		ledgertest.View(t, l.Call(t, http.MethodPost, "/admin/vouchers/"+code+"/pause", nil), http.StatusOK)
 		select {
 		case <-forgot: // the subscription may start after the first pause: pause again (idempotent)
 		case <-time.After(200 * time.Millisecond):

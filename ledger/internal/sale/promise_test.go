@@ -1,4 +1,4 @@
-package main
+package sale_test
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/flashgate/flashgate/ledger/internal/admissions"
+	"github.com/flashgate/flashgate/ledger/internal/ledgertest"
 	"github.com/flashgate/flashgate/ledger/internal/store"
 	"github.com/flashgate/flashgate/shared/api"
 	"github.com/flashgate/flashgate/shared/devstack"
@@ -28,17 +29,17 @@ type promiseBody struct {
 }
 
 // logVoucher creates a flash voucher of writePath log with s's terms.
-func (l *testLedger) logVoucher(tb testing.TB, s voucherSpec) {
+func logVoucher(l *ledgertest.Ledger, tb testing.TB, s ledgertest.VoucherSpec) {
 	tb.Helper()
-	r := l.call(tb, http.MethodPost, "/admin/vouchers", pathSpec{s, "log"})
+	r := l.Call(tb, http.MethodPost, "/admin/vouchers", ledgertest.PathSpec{VoucherSpec: s, WritePath: "log"})
 	require.Equal(tb, http.StatusCreated, r.Status, r.Raw)
-	l.checks.addFlash(s.Code)
+	l.Checks.AddFlash(s.Code)
 }
 
 // reserve201 reserves and returns the 201's promise.
-func (l *testLedger) reserve201(tb testing.TB, code string, customer int64, order string, amount int64) promiseBody {
+func reserve201(l *ledgertest.Ledger, tb testing.TB, code string, customer int64, order string, amount int64) promiseBody {
 	tb.Helper()
-	r := l.reserve(tb, code, customer, order, amount)
+	r := l.Reserve(tb, code, customer, order, amount)
 	require.Equal(tb, http.StatusCreated, r.Status, "Reserve(%s/%s) = %d %s", code, order, r.Status, r.Raw)
 	var p promiseBody
 	require.NoError(tb, json.Unmarshal([]byte(r.Raw), &p))
@@ -49,12 +50,12 @@ func (l *testLedger) reserve201(tb testing.TB, code string, customer int64, orde
 // requireRows checks that each promise has its row, with the promised
 // discount, created at its admission (before its 201) and expiring the
 // hold's length (15 minutes: the tests' HOLD_TTL) after it.
-func (l *testLedger) requireRows(tb testing.TB, code string, ps []promiseBody) {
+func requireRows(l *ledgertest.Ledger, tb testing.TB, code string, ps []promiseBody) {
 	tb.Helper()
 	for _, p := range ps {
 		var discount int64
 		var created, expires time.Time
-		err := l.pool.QueryRow(context.Background(), `SELECT discount_amount, created_at, expires_at FROM voucher_redemption
+		err := l.Pool.QueryRow(context.Background(), `SELECT discount_amount, created_at, expires_at FROM voucher_redemption
 			WHERE voucher_code = $1 AND order_id = $2 AND status = 'RESERVED'`, code, p.OrderID).Scan(&discount, &created, &expires)
 		require.NoError(tb, err, "row of %s/%s", code, p.OrderID)
 		assert.Equal(tb, p.DiscountAmount, discount, "discount of %s/%s", code, p.OrderID)
@@ -73,47 +74,49 @@ func (l *testLedger) requireRows(tb testing.TB, code string, ps []promiseBody) {
 // dead-lettered, and Redis agrees with Postgres.
 func TestLogPathPromiseKept(t *testing.T) {
 	t.Parallel()
-	k := newKafka(t, 2)
-	l := newTestLedger(t, ledgerOptions{kafka: k.ListenAddrs()})
+	k := ledgertest.NewKafka(t, 2)
+	l := ledgertest.New(t, ledgertest.Options{Kafka: k.ListenAddrs()})
 	changes := []struct {
 		name string
-		do   func(code string) reply
+		do   func(code string) ledgertest.Reply
 	}{
-		{"pause", func(code string) reply { return l.call(t, http.MethodPost, "/admin/vouchers/"+code+"/pause", nil) }},
-		{"ended", func(code string) reply {
-			return l.patch(t, code, map[string]any{"endsAt": time.Now().Add(-time.Minute)})
+		{"pause", func(code string) ledgertest.Reply {
+			return l.Call(t, http.MethodPost, "/admin/vouchers/"+code+"/pause", nil)
 		}},
-		{"minimum", func(code string) reply { return l.patch(t, code, map[string]any{"minOrderAmount": 500_000}) }},
-		{"starts", func(code string) reply {
-			return l.patch(t, code, map[string]any{"startsAt": time.Now().Add(30 * time.Minute)})
+		{"ended", func(code string) ledgertest.Reply {
+			return l.Patch(t, code, map[string]any{"endsAt": time.Now().Add(-time.Minute)})
 		}},
-		{"perUser", func(code string) reply { return l.patch(t, code, map[string]any{"perUserLimit": 1}) }},
-		{"discount", func(code string) reply { return l.patch(t, code, map[string]any{"discountAmount": 7_000}) }},
-		{"holdTtl", func(code string) reply { return l.patch(t, code, map[string]any{"holdTtl": "2s"}) }},
+		{"minimum", func(code string) ledgertest.Reply { return l.Patch(t, code, map[string]any{"minOrderAmount": 500_000}) }},
+		{"starts", func(code string) ledgertest.Reply {
+			return l.Patch(t, code, map[string]any{"startsAt": time.Now().Add(30 * time.Minute)})
+		}},
+		{"perUser", func(code string) ledgertest.Reply { return l.Patch(t, code, map[string]any{"perUserLimit": 1}) }},
+		{"discount", func(code string) ledgertest.Reply { return l.Patch(t, code, map[string]any{"discountAmount": 7_000}) }},
+		{"holdTtl", func(code string) ledgertest.Reply { return l.Patch(t, code, map[string]any{"holdTtl": "2s"}) }},
 	}
 	codes := make([]string, len(changes))
 	promises := make([][]promiseBody, len(changes))
 	for i := range changes {
-		codes[i] = newCode(t)
-		l.logVoucher(t, spec(codes[i], 10, 2, true))
+		codes[i] = ledgertest.NewCode(t)
+		logVoucher(l, t, ledgertest.Spec(codes[i], 10, 2, true))
 		// Customer 1 holds two uses: a perUserLimit of 1 is below them.
 		for j, c := range []int64{1, 1, 2} {
-			promises[i] = append(promises[i], l.reserve201(t, codes[i], c, codes[i]+"-"+string(rune('a'+j)), 200_000))
+			promises[i] = append(promises[i], reserve201(l, t, codes[i], c, codes[i]+"-"+string(rune('a'+j)), 200_000))
 		}
 	}
 	for i, c := range changes {
 		r := c.do(codes[i])
 		require.Equal(t, http.StatusOK, r.Status, "%s: %s", c.name, r.Raw)
 	}
-	l.consume(t)
+	l.Consume(t)
 	for i, c := range changes {
 		t.Run(c.name, func(t *testing.T) {
-			l.waitUsed(t, codes[i], 3)
-			l.requireRows(t, codes[i], promises[i])
-			assert.Equal(t, 3, l.counts(t, codes[i]).Active)
+			l.WaitUsed(t, codes[i], 3)
+			requireRows(l, t, codes[i], promises[i])
+			assert.Equal(t, 3, l.Counts(t, codes[i]).Active)
 		})
 	}
-	assert.Zero(t, testutil.ToFloat64(l.svc.admitted.DeadLetter), "dead-lettered records")
+	assert.Zero(t, testutil.ToFloat64(l.Svc.Admitted.DeadLetter), "dead-lettered records")
 }
 
 // TestLogPathLimitBelowLog: PATCH totalLimit below the uses held by records
@@ -121,28 +124,28 @@ func TestLogPathPromiseKept(t *testing.T) {
 // nothing, in Postgres or Redis; the three records are then written.
 func TestLogPathLimitBelowLog(t *testing.T) {
 	t.Parallel()
-	k := newKafka(t, 2)
-	l := newTestLedger(t, ledgerOptions{kafka: k.ListenAddrs()})
-	code := newCode(t)
-	l.logVoucher(t, spec(code, 10, 1, true))
+	k := ledgertest.NewKafka(t, 2)
+	l := ledgertest.New(t, ledgertest.Options{Kafka: k.ListenAddrs()})
+	code := ledgertest.NewCode(t)
+	logVoucher(l, t, ledgertest.Spec(code, 10, 1, true))
 	var ps []promiseBody
 	for i := range 3 {
-		ps = append(ps, l.reserve201(t, code, int64(i+1), code+"-"+string(rune('a'+i)), 5_000))
+		ps = append(ps, reserve201(l, t, code, int64(i+1), code+"-"+string(rune('a'+i)), 5_000))
 	}
-	r := l.patch(t, code, map[string]any{"totalLimit": 1})
+	r := l.Patch(t, code, map[string]any{"totalLimit": 1})
 	require.Equal(t, http.StatusConflict, r.Status, "PATCH totalLimit 1 with 3 records in the log: %s", r.Raw)
 	assert.Contains(t, r.Raw, "LIMIT_BELOW_USED")
-	assert.EqualValues(t, 7, redisState(t, l.gate, code).Remaining, "Redis remaining after the refused PATCH")
-	v := view(t, l.call(t, http.MethodGet, "/admin/vouchers/"+code, nil), http.StatusOK)
+	assert.EqualValues(t, 7, ledgertest.RedisState(t, l.Gate, code).Remaining, "Redis remaining after the refused PATCH")
+	v := ledgertest.View(t, l.Call(t, http.MethodGet, "/admin/vouchers/"+code, nil), http.StatusOK)
 	assert.Equal(t, 10, v.TotalLimit)
 
-	r = l.patch(t, code, map[string]any{"totalLimit": 3})
+	r = l.Patch(t, code, map[string]any{"totalLimit": 3})
 	require.Equal(t, http.StatusOK, r.Status, "PATCH totalLimit 3, the uses held: %s", r.Raw)
-	assert.EqualValues(t, 0, redisState(t, l.gate, code).Remaining)
-	l.consume(t)
-	l.waitUsed(t, code, 3)
-	l.requireRows(t, code, ps)
-	assert.Zero(t, testutil.ToFloat64(l.svc.admitted.DeadLetter), "dead-lettered records")
+	assert.EqualValues(t, 0, ledgertest.RedisState(t, l.Gate, code).Remaining)
+	l.Consume(t)
+	l.WaitUsed(t, code, 3)
+	requireRows(l, t, code, ps)
+	assert.Zero(t, testutil.ToFloat64(l.Svc.Admitted.DeadLetter), "dead-lettered records")
 }
 
 // TestLogPathRetryFromPromise: while an order's record waits in the log, a
@@ -152,33 +155,33 @@ func TestLogPathLimitBelowLog(t *testing.T) {
 // with the promised discount, and Redis holds exactly its use.
 func TestLogPathRetryFromPromise(t *testing.T) {
 	t.Parallel()
-	k := newKafka(t, 2)
-	l := newTestLedger(t, ledgerOptions{kafka: k.ListenAddrs()})
-	code := newCode(t)
-	l.logVoucher(t, spec(code, 3, 1, true))
+	k := ledgertest.NewKafka(t, 2)
+	l := ledgertest.New(t, ledgertest.Options{Kafka: k.ListenAddrs()})
+	code := ledgertest.NewCode(t)
+	logVoucher(l, t, ledgertest.Spec(code, 3, 1, true))
 	order := code + "-o"
-	p := l.reserve201(t, code, 1, order, 5_000)
+	p := reserve201(l, t, code, 1, order, 5_000)
 	for _, amount := range []int64{10, 7_000} {
-		r := l.reserve(t, code, 1, order, amount)
+		r := l.Reserve(t, code, 1, order, amount)
 		assert.Equal(t, http.StatusConflict, r.Status, "retry at %d while the record waits: %s", amount, r.Raw)
 		assert.Contains(t, r.Raw, "ORDER_CONFLICT")
 	}
-	r := l.reserve(t, code, 1, order, 5_000)
+	r := l.Reserve(t, code, 1, order, 5_000)
 	require.Equal(t, http.StatusCreated, r.Status, "same retry while the record waits: %s", r.Raw)
 	assert.Equal(t, "true", r.Header.Get(api.HeaderReplayed))
 	var again promiseBody
 	require.NoError(t, json.Unmarshal([]byte(r.Raw), &again))
 	assert.Equal(t, p.DiscountAmount, again.DiscountAmount)
 
-	l.consume(t)
-	l.waitUsed(t, code, 1)
-	l.requireRows(t, code, []promiseBody{p})
+	l.Consume(t)
+	l.WaitUsed(t, code, 1)
+	requireRows(l, t, code, []promiseBody{p})
 	// Two more customers take the two uses left, and both are written.
-	l.reserve201(t, code, 2, code+"-o2", 5_000)
-	l.reserve201(t, code, 3, code+"-o3", 5_000)
-	l.waitUsed(t, code, 3)
-	assert.Zero(t, testutil.ToFloat64(l.svc.admitted.DeadLetter), "dead-lettered records")
-	st := redisState(t, l.gate, code)
+	reserve201(l, t, code, 2, code+"-o2", 5_000)
+	reserve201(l, t, code, 3, code+"-o3", 5_000)
+	l.WaitUsed(t, code, 3)
+	assert.Zero(t, testutil.ToFloat64(l.Svc.Admitted.DeadLetter), "dead-lettered records")
+	st := ledgertest.RedisState(t, l.Gate, code)
 	assert.EqualValues(t, 0, st.Remaining)
 	assert.Len(t, st.Orders, 3)
 }
@@ -188,25 +191,25 @@ func TestLogPathRetryFromPromise(t *testing.T) {
 // claim took there is given back at once.
 func TestLogPathOrderOnTwoVouchers(t *testing.T) {
 	t.Parallel()
-	k := newKafka(t, 2)
-	l := newTestLedger(t, ledgerOptions{kafka: k.ListenAddrs()})
-	a, b := newCode(t), newCode(t)
-	l.logVoucher(t, spec(a, 5, 1, true))
-	l.logVoucher(t, spec(b, 5, 1, true))
+	k := ledgertest.NewKafka(t, 2)
+	l := ledgertest.New(t, ledgertest.Options{Kafka: k.ListenAddrs()})
+	a, b := ledgertest.NewCode(t), ledgertest.NewCode(t)
+	logVoucher(l, t, ledgertest.Spec(a, 5, 1, true))
+	logVoucher(l, t, ledgertest.Spec(b, 5, 1, true))
 	order := a + "-shared"
-	l.reserve201(t, a, 1, order, 5_000)
-	r := l.reserve(t, b, 1, order, 5_000)
+	reserve201(l, t, a, 1, order, 5_000)
+	r := l.Reserve(t, b, 1, order, 5_000)
 	assert.Equal(t, http.StatusConflict, r.Status, "the same orderId on a second log voucher: %s", r.Raw)
 	assert.Contains(t, r.Raw, "ORDER_CONFLICT")
-	st := redisState(t, l.gate, b)
+	st := ledgertest.RedisState(t, l.Gate, b)
 	assert.EqualValues(t, 5, st.Remaining, "Redis remaining of the second voucher")
 	assert.Empty(t, st.Orders)
 
-	l.consume(t)
-	l.waitUsed(t, a, 1)
-	assert.Equal(t, 0, l.counts(t, b).Rows)
-	assert.Zero(t, testutil.ToFloat64(l.svc.admitted.DeadLetter), "dead-lettered records")
-	n, err := l.rdb.Exists(context.Background(), gate.LoggedKey(a), gate.OrderKey(order)).Result()
+	l.Consume(t)
+	l.WaitUsed(t, a, 1)
+	assert.Equal(t, 0, l.Counts(t, b).Rows)
+	assert.Zero(t, testutil.ToFloat64(l.Svc.Admitted.DeadLetter), "dead-lettered records")
+	n, err := l.RDB.Exists(context.Background(), gate.LoggedKey(a), gate.OrderKey(order)).Result()
 	require.NoError(t, err)
 	assert.Zero(t, n, "promise keys left once the row is written")
 }
@@ -218,16 +221,16 @@ func TestLogPathOrderOnTwoVouchers(t *testing.T) {
 func TestLogPathUnreadableRows(t *testing.T) {
 	t.Parallel()
 	pg := devstacktest.NewPostgres(t, devstack.PostgresOptions{})
-	k := newKafka(t, 2)
-	l := newTestLedger(t, ledgerOptions{kafka: k.ListenAddrs(), db: pg.URL()})
-	code := newCode(t)
-	l.logVoucher(t, spec(code, 5, 2, true))
-	l.reserve201(t, code, 1, code+"-o1", 5_000)
+	k := ledgertest.NewKafka(t, 2)
+	l := ledgertest.New(t, ledgertest.Options{Kafka: k.ListenAddrs(), DB: pg.URL()})
+	code := ledgertest.NewCode(t)
+	logVoucher(l, t, ledgertest.Spec(code, 5, 2, true))
+	reserve201(l, t, code, 1, code+"-o1", 5_000)
 
-	l.exec(t, `ALTER TABLE voucher_redemption RENAME TO voucher_redemption_away`)
-	claims := []any{claimBody(1, code+"-o1", 5_000), claimBody(2, code+"-o2", 5_000)}
-	r := l.call(t, http.MethodPost, api.InternalPrefix+api.ReservationsPath(code)+"/batch", map[string]any{"claims": claims})
-	l.exec(t, `ALTER TABLE voucher_redemption_away RENAME TO voucher_redemption`)
+	l.Exec(t, `ALTER TABLE voucher_redemption RENAME TO voucher_redemption_away`)
+	claims := []any{ledgertest.ClaimBody(1, code+"-o1", 5_000), ledgertest.ClaimBody(2, code+"-o2", 5_000)}
+	r := l.Call(t, http.MethodPost, api.InternalPrefix+api.ReservationsPath(code)+"/batch", map[string]any{"claims": claims})
+	l.Exec(t, `ALTER TABLE voucher_redemption_away RENAME TO voucher_redemption`)
 	var batch struct{ Results []struct{ Status int } }
 	if r.Status == http.StatusOK {
 		require.NoError(t, json.Unmarshal([]byte(r.Raw), &batch), r.Raw)
@@ -238,10 +241,10 @@ func TestLogPathUnreadableRows(t *testing.T) {
 	} else {
 		assert.Equal(t, http.StatusServiceUnavailable, r.Status, r.Raw)
 	}
-	l.consume(t)
-	l.waitUsed(t, code, 1)
+	l.Consume(t)
+	l.WaitUsed(t, code, 1)
 	time.Sleep(500 * time.Millisecond) // a second record, if any, would be written by now
-	assert.Equal(t, 1, l.counts(t, code).Rows, "rows: o1 once, o2 never")
+	assert.Equal(t, 1, l.Counts(t, code).Rows, "rows: o1 once, o2 never")
 }
 
 // TestLogPathForeignOrderGivesBack: an orderId whose row is another
@@ -249,22 +252,22 @@ func TestLogPathUnreadableRows(t *testing.T) {
 // there in Redis is given back at once, as on sync.
 func TestLogPathForeignOrderGivesBack(t *testing.T) {
 	t.Parallel()
-	k := newKafka(t, 2)
-	l := newTestLedger(t, ledgerOptions{kafka: k.ListenAddrs()})
-	syncCode, logCode := newCode(t), newCode(t)
-	l.createVoucher(t, spec(syncCode, 5, 1, true))
-	l.logVoucher(t, spec(logCode, 5, 1, true))
+	k := ledgertest.NewKafka(t, 2)
+	l := ledgertest.New(t, ledgertest.Options{Kafka: k.ListenAddrs()})
+	syncCode, logCode := ledgertest.NewCode(t), ledgertest.NewCode(t)
+	l.CreateVoucher(t, ledgertest.Spec(syncCode, 5, 1, true))
+	logVoucher(l, t, ledgertest.Spec(logCode, 5, 1, true))
 	order := syncCode + "-o"
-	require.Equal(t, http.StatusCreated, l.reserve(t, syncCode, 1, order, 5_000).Status)
+	require.Equal(t, http.StatusCreated, l.Reserve(t, syncCode, 1, order, 5_000).Status)
 	// As a proxy sends it: the gate admits it (the log voucher does not hold
 	// it), then the ledger's admitted write answers it.
-	res, _, err := l.gate.Reserve(context.Background(), logCode, []gate.Item{{CustomerID: 1, OrderID: order, OrderAmount: 5_000}})
+	res, _, err := l.Gate.Reserve(context.Background(), logCode, []gate.Item{{CustomerID: 1, OrderID: order, OrderAmount: 5_000}})
 	require.NoError(t, err)
 	require.Equal(t, []gate.Result{gate.Reserved}, res)
-	r := l.call(t, http.MethodPost, api.InternalPrefix+api.ReservationsPath(logCode), claimBody(1, order, 5_000))
+	r := l.Call(t, http.MethodPost, api.InternalPrefix+api.ReservationsPath(logCode), ledgertest.ClaimBody(1, order, 5_000))
 	assert.Equal(t, http.StatusConflict, r.Status, "the orderId of a sync voucher's row on a log voucher: %s", r.Raw)
 	assert.Contains(t, r.Raw, "ORDER_CONFLICT")
-	st := redisState(t, l.gate, logCode)
+	st := ledgertest.RedisState(t, l.Gate, logCode)
 	assert.EqualValues(t, 5, st.Remaining, "Redis remaining of the log voucher")
 	assert.Empty(t, st.Orders)
 }
@@ -277,42 +280,42 @@ func TestLogPathForeignOrderGivesBack(t *testing.T) {
 // over.
 func TestLogPathPendingPromiseTakenOver(t *testing.T) {
 	t.Parallel()
-	k := newKafka(t, 2)
-	l := newTestLedger(t, ledgerOptions{kafka: k.ListenAddrs()})
-	code := newCode(t)
-	l.logVoucher(t, spec(code, 5, 1, true))
+	k := ledgertest.NewKafka(t, 2)
+	l := ledgertest.New(t, ledgertest.Options{Kafka: k.ListenAddrs()})
+	code := ledgertest.NewCode(t)
+	logVoucher(l, t, ledgertest.Spec(code, 5, 1, true))
 	ctx := context.Background()
 	young, old := code+"-young", code+"-old"
-	res, _, err := l.gate.Reserve(ctx, code, []gate.Item{{CustomerID: 1, OrderID: young, OrderAmount: 5_000},
+	res, _, err := l.Gate.Reserve(ctx, code, []gate.Item{{CustomerID: 1, OrderID: young, OrderAmount: 5_000},
 		{CustomerID: 2, OrderID: old, OrderAmount: 5_000}})
 	require.NoError(t, err)
 	require.Equal(t, []gate.Result{gate.Reserved, gate.Reserved}, res)
 	now := time.UnixMilli(time.Now().UnixMilli()).UTC()
 	then := now.Add(-time.Minute)
-	_, _, err = l.gate.Promise(ctx, code, []gate.Promise{
+	_, _, err = l.Gate.Promise(ctx, code, []gate.Promise{
 		{OrderID: young, CustomerID: 1, OrderAmount: 5_000, DiscountAmount: 4_000, AdmittedAt: now, ExpiresAt: now.Add(15 * time.Minute)},
 		{OrderID: old, CustomerID: 2, OrderAmount: 5_000, DiscountAmount: 4_000, AdmittedAt: then, ExpiresAt: then.Add(15 * time.Minute)},
 	})
 	require.NoError(t, err)
 
-	r := l.reserve(t, code, 1, young, 5_000)
+	r := l.Reserve(t, code, 1, young, 5_000)
 	assert.Equal(t, http.StatusServiceUnavailable, r.Status, "a retry of a young pending promise: %s", r.Raw)
-	r = l.reserve(t, code, 2, old, 7_000)
+	r = l.Reserve(t, code, 2, old, 7_000)
 	assert.Equal(t, http.StatusServiceUnavailable, r.Status, "another amount on a stale pending promise: %s", r.Raw)
-	r = l.reserve(t, code, 2, old, 5_000)
+	r = l.Reserve(t, code, 2, old, 5_000)
 	require.Equal(t, http.StatusCreated, r.Status, "the same claim on a stale pending promise: %s", r.Raw)
 	assert.Equal(t, "true", r.Header.Get(api.HeaderReplayed))
 	assert.Contains(t, r.Raw, `"discountAmount":4000`)
 
 	// The young one's ledger is gone too: remove its promise and hold, as a
 	// produce that failed would have.
-	require.NoError(t, l.gate.Forget(ctx, code, young))
-	_, err = l.gate.GiveBack(ctx, code, young)
+	require.NoError(t, l.Gate.Forget(ctx, code, young))
+	_, err = l.Gate.GiveBack(ctx, code, young)
 	require.NoError(t, err)
-	l.consume(t)
-	l.waitUsed(t, code, 1)
-	l.requireRows(t, code, []promiseBody{{OrderID: old, DiscountAmount: 4_000, answered: then}})
-	assert.Zero(t, testutil.ToFloat64(l.svc.admitted.DeadLetter), "dead-lettered records")
+	l.Consume(t)
+	l.WaitUsed(t, code, 1)
+	requireRows(l, t, code, []promiseBody{{OrderID: old, DiscountAmount: 4_000, answered: then}})
+	assert.Zero(t, testutil.ToFloat64(l.Svc.Admitted.DeadLetter), "dead-lettered records")
 }
 
 // TestLogPathConstraintDeadLetters: a record the database's own constraints
@@ -323,12 +326,12 @@ func TestLogPathPendingPromiseTakenOver(t *testing.T) {
 func TestLogPathConstraintDeadLetters(t *testing.T) {
 	t.Parallel()
 	pg := devstacktest.NewPostgres(t, devstack.PostgresOptions{})
-	k := newKafka(t, 1)
-	l := newTestLedger(t, ledgerOptions{kafka: k.ListenAddrs(), db: pg.URL()})
-	code := newCode(t)
-	s := spec(code, 5, 1, true)
+	k := ledgertest.NewKafka(t, 1)
+	l := ledgertest.New(t, ledgertest.Options{Kafka: k.ListenAddrs(), DB: pg.URL()})
+	code := ledgertest.NewCode(t)
+	s := ledgertest.Spec(code, 5, 1, true)
 	s.MinOrderAmount = 0
-	l.logVoucher(t, s)
+	logVoucher(l, t, s)
 	p, err := admissions.NewProducer(k.ListenAddrs(), admissions.DefaultTopic, time.Now)
 	require.NoError(t, err)
 	t.Cleanup(p.Close)
@@ -341,12 +344,12 @@ func TestLogPathConstraintDeadLetters(t *testing.T) {
 	for _, err := range p.Append(context.Background(), code, recs) {
 		require.NoError(t, err)
 	}
-	l.consume(t)
-	l.waitUsed(t, code, 1)
+	l.Consume(t)
+	l.WaitUsed(t, code, 1)
 	deadline := time.Now().Add(10 * time.Second)
-	for testutil.ToFloat64(l.svc.admitted.DeadLetter) < 1 && time.Now().Before(deadline) {
+	for testutil.ToFloat64(l.Svc.Admitted.DeadLetter) < 1 && time.Now().Before(deadline) {
 		time.Sleep(20 * time.Millisecond)
 	}
-	assert.EqualValues(t, 1, testutil.ToFloat64(l.svc.admitted.DeadLetter), "dead-lettered records")
-	assert.Equal(t, 1, l.counts(t, code).Rows)
+	assert.EqualValues(t, 1, testutil.ToFloat64(l.Svc.Admitted.DeadLetter), "dead-lettered records")
+	assert.Equal(t, 1, l.Counts(t, code).Rows)
 }

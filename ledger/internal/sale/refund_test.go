@@ -1,4 +1,4 @@
-package main
+package sale_test
 
 import (
 	"context"
@@ -11,7 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/flashgate/flashgate/shared/gate"
+	"github.com/flashgate/flashgate/ledger/internal/ledgertest"
 	"github.com/flashgate/flashgate/shared/voucher"
 )
 
@@ -25,10 +25,10 @@ type row struct {
 	ReleaseReason *string
 }
 
-func (l *testLedger) row(tb testing.TB, orderID string) row {
+func rowOf(l *ledgertest.Ledger, tb testing.TB, orderID string) row {
 	tb.Helper()
 	var r row
-	err := l.pool.QueryRow(context.Background(), `
+	err := l.Pool.QueryRow(context.Background(), `
 		SELECT status, order_amount, discount_amount, confirmed_at, released_at, release_reason
 		FROM voucher_redemption WHERE order_id = $1`, orderID).
 		Scan(&r.Status, &r.OrderAmount, &r.Discount, &r.ConfirmedAt, &r.ReleasedAt, &r.ReleaseReason)
@@ -44,42 +44,6 @@ func (r row) reason() string {
 	return *r.ReleaseReason
 }
 
-// subscribe listens on the change channel and returns the codes announced.
-func subscribe(tb testing.TB, l *testLedger) <-chan string {
-	tb.Helper()
-	sub, ok := l.pub.(gate.Subscriber)
-	require.True(tb, ok, "the test ledger's publisher is a redis client")
-	ctx, cancel := context.WithCancel(context.Background())
-	tb.Cleanup(cancel)
-	ps := sub.Subscribe(ctx, gate.ChangesChannel)
-	_, err := ps.Receive(ctx) // the subscription is live before anything is published
-	require.NoError(tb, err)
-	tb.Cleanup(func() { ps.Close() })
-	codes := make(chan string, 100)
-	go func() {
-		for m := range ps.Channel() {
-			codes <- m.Payload
-		}
-	}()
-	return codes
-}
-
-// announced waits for code on codes.
-func announced(tb testing.TB, codes <-chan string, code string) {
-	tb.Helper()
-	deadline := time.After(5 * time.Second)
-	for {
-		select {
-		case c := <-codes:
-			if c == code {
-				return
-			}
-		case <-deadline:
-			tb.Fatalf("no change of %s was published", code)
-		}
-	}
-}
-
 // A refund gives the use back to the voucher and the customer (Postgres and
 // Redis), announces it, and is idempotent; only a confirmed reservation can be
 // refunded; a refunded one cannot be confirmed, released is 204, and a retry
@@ -89,40 +53,40 @@ func TestRefund(t *testing.T) {
 	for _, flash := range []bool{false, true} {
 		t.Run(fmt.Sprintf("flash=%v", flash), func(t *testing.T) {
 			t.Parallel()
-			l := newTestLedger(t, ledgerOptions{})
-			code := newCode(t)
-			l.createVoucher(t, spec(code, 1, 1, flash))
-			changes := subscribe(t, l)
+			l := ledgertest.New(t, ledgertest.Options{})
+			code := ledgertest.NewCode(t)
+			l.CreateVoucher(t, ledgertest.Spec(code, 1, 1, flash))
+			changes := ledgertest.Subscribe(t, l)
 			res := "/vouchers/" + code + "/reservations"
 			o := code + "-a"
-			require.Equal(t, 201, l.call(t, "POST", res, claimBody(1, o, 150_000)).Status)
+			require.Equal(t, 201, l.Call(t, "POST", res, ledgertest.ClaimBody(1, o, 150_000)).Status)
 
-			r := l.call(t, "POST", res+"/"+o+"/refund", nil)
+			r := l.Call(t, "POST", res+"/"+o+"/refund", nil)
 			assert.Equal(t, 409, r.Status, r.Raw)
 			assert.Equal(t, voucher.CodeNotConfirmed, r.Code(), "refund of a reserved one")
-			r = l.call(t, "POST", res+"/"+code+"-nope/refund", nil)
+			r = l.Call(t, "POST", res+"/"+code+"-nope/refund", nil)
 			assert.Equal(t, 404, r.Status, r.Raw)
 			assert.Equal(t, voucher.CodeReservationNotFound, r.Code())
 
-			require.Equal(t, 200, l.call(t, "POST", res+"/"+o+"/confirm", nil).Status)
-			require.Equal(t, 409, l.call(t, "POST", res, claimBody(2, code+"-b", 150_000)).Status, "sold out")
+			require.Equal(t, 200, l.Call(t, "POST", res+"/"+o+"/confirm", nil).Status)
+			require.Equal(t, 409, l.Call(t, "POST", res, ledgertest.ClaimBody(2, code+"-b", 150_000)).Status, "sold out")
 			for i := 0; i < 2; i++ { // idempotent
-				r = l.call(t, "POST", res+"/"+o+"/refund", nil)
+				r = l.Call(t, "POST", res+"/"+o+"/refund", nil)
 				require.Equal(t, 200, r.Status, r.Raw)
 				assert.JSONEq(t, fmt.Sprintf(`{"orderId":%q,"status":"REFUNDED","discountAmount":100000}`, o), r.Raw)
 			}
-			announced(t, changes, code)
-			got := l.row(t, o)
+			ledgertest.Announced(t, changes, code)
+			got := rowOf(l, t, o)
 			assert.Equal(t, "REFUNDED", got.Status)
 			assert.Equal(t, voucher.ReasonRefunded, got.reason())
 			assert.NotNil(t, got.ReleasedAt)
 			assert.NotNil(t, got.ConfirmedAt)
-			assert.Equal(t, dbCounts{Used: 0, Rows: 1, Active: 0}, l.counts(t, code))
-			b := l.checkBooks(t, code)
+			assert.Equal(t, ledgertest.DBCounts{Used: 0, Rows: 1, Active: 0}, l.Counts(t, code))
+			b := l.CheckBooks(t, code)
 			assert.Equal(t, 0, b.Usage[1], "the customer's use came back")
 			if flash {
-				checkRedisMatches(t, l.gate, b, code)
-				assert.Contains(t, redisState(t, l.gate, code).Finished, o, "a refunded order is recorded finished")
+				ledgertest.CheckRedisMatches(t, l.Gate, b, code)
+				assert.Contains(t, ledgertest.RedisState(t, l.Gate, code).Finished, o, "a refunded order is recorded finished")
 			}
 
 			for _, s := range []struct {
@@ -133,18 +97,18 @@ func TestRefund(t *testing.T) {
 			}{
 				{"POST", res + "/" + o + "/confirm", nil, 409, voucher.CodeReservationRefunded},
 				{"DELETE", res + "/" + o, nil, 204, ""},
-				{"POST", res, claimBody(1, o, 150_000), 409, voucher.CodeReservationRefunded},
+				{"POST", res, ledgertest.ClaimBody(1, o, 150_000), 409, voucher.CodeReservationRefunded},
 				{"GET", res + "/" + o, nil, 200, ""},
 			} {
-				r := l.call(t, s.method, s.path, s.body)
+				r := l.Call(t, s.method, s.path, s.body)
 				assert.Equal(t, s.status, r.Status, "%s %s = %s", s.method, s.path, r.Raw)
 				assert.Equal(t, s.code, r.Code(), "%s %s", s.method, s.path)
 			}
-			assert.Equal(t, "REFUNDED", l.row(t, o).Status, "release of a refunded one changes nothing")
+			assert.Equal(t, "REFUNDED", rowOf(l, t, o).Status, "release of a refunded one changes nothing")
 			// The use is back: the customer and another can take it.
-			r = l.call(t, "POST", res, claimBody(1, code+"-c", 150_000))
+			r = l.Call(t, "POST", res, ledgertest.ClaimBody(1, code+"-c", 150_000))
 			assert.Equal(t, 201, r.Status, r.Raw)
-			l.checkBooks(t, code)
+			l.CheckBooks(t, code)
 		})
 	}
 }
@@ -156,32 +120,32 @@ func TestRefundConcurrent(t *testing.T) {
 	for _, flash := range []bool{false, true} {
 		t.Run(fmt.Sprintf("flash=%v", flash), func(t *testing.T) {
 			t.Parallel()
-			l := newTestLedger(t, ledgerOptions{})
-			code := newCode(t)
-			l.createVoucher(t, spec(code, 3, 3, flash))
+			l := ledgertest.New(t, ledgertest.Options{})
+			code := ledgertest.NewCode(t)
+			l.CreateVoucher(t, ledgertest.Spec(code, 3, 3, flash))
 			res := "/vouchers/" + code + "/reservations"
 			for i, o := range []string{"a", "b", "c"} {
-				require.Equal(t, 201, l.call(t, "POST", res, claimBody(int64(1+i%2), code+"-"+o, 150_000)).Status)
-				require.Equal(t, 200, l.call(t, "POST", res+"/"+code+"-"+o+"/confirm", nil).Status)
+				require.Equal(t, 201, l.Call(t, "POST", res, ledgertest.ClaimBody(int64(1+i%2), code+"-"+o, 150_000)).Status)
+				require.Equal(t, 200, l.Call(t, "POST", res+"/"+code+"-"+o+"/confirm", nil).Status)
 			}
-			replies := make([]reply, 50)
+			replies := make([]ledgertest.Reply, 50)
 			var wg sync.WaitGroup
 			for i := range replies {
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
-					replies[i] = l.call(t, "POST", res+"/"+code+"-a/refund", nil)
+					replies[i] = l.Call(t, "POST", res+"/"+code+"-a/refund", nil)
 				}()
 			}
 			wg.Wait()
 			for _, r := range replies {
 				assert.Equal(t, 200, r.Status, r.Raw)
 			}
-			assert.Equal(t, dbCounts{Used: 2, Rows: 3, Active: 2, MaxPerCustomer: 1}, l.counts(t, code))
-			b := l.checkBooks(t, code)
+			assert.Equal(t, ledgertest.DBCounts{Used: 2, Rows: 3, Active: 2, MaxPerCustomer: 1}, l.Counts(t, code))
+			b := l.CheckBooks(t, code)
 			assert.Equal(t, map[int64]int{1: 1, 2: 1}, b.Usage)
 			if flash {
-				checkRedisMatches(t, l.gate, b, code)
+				ledgertest.CheckRedisMatches(t, l.Gate, b, code)
 			}
 		})
 	}
@@ -195,50 +159,50 @@ func TestConfirmAfterEndings(t *testing.T) {
 	for _, flash := range []bool{false, true} {
 		t.Run(fmt.Sprintf("flash=%v", flash), func(t *testing.T) {
 			t.Parallel()
-			l := newTestLedger(t, ledgerOptions{db: ownPostgres(t), ttl: 300 * time.Millisecond}) // sweeps take this test's rows only
-			code := newCode(t)
-			l.createVoucher(t, spec(code, 2, 1, flash))
+			l := ledgertest.New(t, ledgertest.Options{DB: ledgertest.OwnPostgres(t), TTL: 300 * time.Millisecond}) // sweeps take this test's rows only
+			code := ledgertest.NewCode(t)
+			l.CreateVoucher(t, ledgertest.Spec(code, 2, 1, flash))
 			res := "/vouchers/" + code + "/reservations"
 			cancelled, expired, other := code+"-cancel", code+"-exp", code+"-other"
-			require.Equal(t, 201, l.call(t, "POST", res, claimBody(1, cancelled, 150_000)).Status)
-			require.Equal(t, 204, l.call(t, "DELETE", res+"/"+cancelled, nil).Status)
-			got := l.row(t, cancelled)
+			require.Equal(t, 201, l.Call(t, "POST", res, ledgertest.ClaimBody(1, cancelled, 150_000)).Status)
+			require.Equal(t, 204, l.Call(t, "DELETE", res+"/"+cancelled, nil).Status)
+			got := rowOf(l, t, cancelled)
 			assert.Equal(t, voucher.ReasonCancelled, got.reason())
 			assert.NotNil(t, got.ReleasedAt)
-			r := l.call(t, "POST", res+"/"+cancelled+"/confirm", nil)
+			r := l.Call(t, "POST", res+"/"+cancelled+"/confirm", nil)
 			assert.Equal(t, 409, r.Status, r.Raw)
 			assert.Equal(t, voucher.CodeReservationReleased, r.Code(), "an explicit release is final")
 
-			require.Equal(t, 201, l.call(t, "POST", res, claimBody(2, expired, 150_000)).Status)
+			require.Equal(t, 201, l.Call(t, "POST", res, ledgertest.ClaimBody(2, expired, 150_000)).Status)
 			time.Sleep(400 * time.Millisecond)
-			_, err := l.jobs.Sweep(context.Background())
+			_, err := l.Jobs.Sweep(context.Background())
 			require.NoError(t, err)
-			got = l.row(t, expired)
+			got = rowOf(l, t, expired)
 			assert.Equal(t, "RELEASED", got.Status)
 			assert.Equal(t, voucher.ReasonExpiredHold, got.reason())
 			assert.NotNil(t, got.ReleasedAt)
 
 			// Customer 2 holds a use again through another order: the late
 			// payment meets the customer's limit.
-			require.Equal(t, 201, l.call(t, "POST", res, claimBody(2, other, 150_000)).Status)
-			r = l.call(t, "POST", res+"/"+expired+"/confirm", nil)
+			require.Equal(t, 201, l.Call(t, "POST", res, ledgertest.ClaimBody(2, other, 150_000)).Status)
+			r = l.Call(t, "POST", res+"/"+expired+"/confirm", nil)
 			assert.Equal(t, 409, r.Status, r.Raw)
 			assert.Equal(t, voucher.CodeReservationExpired, r.Code())
 			assert.Contains(t, r.Body["message"], "the customer's limit")
-			require.Equal(t, 204, l.call(t, "DELETE", res+"/"+other, nil).Status)
+			require.Equal(t, 204, l.Call(t, "DELETE", res+"/"+other, nil).Status)
 
-			r = l.call(t, "POST", res+"/"+expired+"/confirm", nil)
+			r = l.Call(t, "POST", res+"/"+expired+"/confirm", nil)
 			require.Equal(t, 200, r.Status, "a late payment after expiry still confirms: %s", r.Raw)
 			assert.JSONEq(t, fmt.Sprintf(`{"orderId":%q,"status":"CONFIRMED","discountAmount":100000}`, expired), r.Raw)
-			got = l.row(t, expired)
+			got = rowOf(l, t, expired)
 			assert.Equal(t, "CONFIRMED", got.Status)
 			assert.NotNil(t, got.ConfirmedAt)
 			assert.Nil(t, got.ReleasedAt)
 			assert.Equal(t, "", got.reason())
-			b := l.checkBooks(t, code)
+			b := l.CheckBooks(t, code)
 			assert.Equal(t, 1, b.Used)
 			if flash {
-				checkRedisMatches(t, l.gate, b, code)
+				ledgertest.CheckRedisMatches(t, l.Gate, b, code)
 			}
 		})
 	}
@@ -250,23 +214,23 @@ func TestLateConfirmNoUseLeftMessage(t *testing.T) {
 	for _, flash := range []bool{false, true} {
 		t.Run(fmt.Sprintf("flash=%v", flash), func(t *testing.T) {
 			t.Parallel()
-			l := newTestLedger(t, ledgerOptions{db: ownPostgres(t), ttl: 300 * time.Millisecond}) // sweeps take this test's rows only
-			code := newCode(t)
-			l.createVoucher(t, spec(code, 1, 1, flash))
+			l := ledgertest.New(t, ledgertest.Options{DB: ledgertest.OwnPostgres(t), TTL: 300 * time.Millisecond}) // sweeps take this test's rows only
+			code := ledgertest.NewCode(t)
+			l.CreateVoucher(t, ledgertest.Spec(code, 1, 1, flash))
 			res := "/vouchers/" + code + "/reservations"
-			require.Equal(t, 201, l.call(t, "POST", res, claimBody(1, code+"-a", 150_000)).Status)
+			require.Equal(t, 201, l.Call(t, "POST", res, ledgertest.ClaimBody(1, code+"-a", 150_000)).Status)
 			time.Sleep(400 * time.Millisecond)
-			_, err := l.jobs.Sweep(context.Background())
+			_, err := l.Jobs.Sweep(context.Background())
 			require.NoError(t, err)
-			require.Equal(t, 201, l.call(t, "POST", res, claimBody(2, code+"-b", 150_000)).Status)
-			r := l.call(t, "POST", res+"/"+code+"-a/confirm", nil)
+			require.Equal(t, 201, l.Call(t, "POST", res, ledgertest.ClaimBody(2, code+"-b", 150_000)).Status)
+			r := l.Call(t, "POST", res+"/"+code+"-a/confirm", nil)
 			assert.Equal(t, 409, r.Status, r.Raw)
 			assert.Equal(t, voucher.CodeReservationExpired, r.Code())
 			assert.Contains(t, r.Body["message"], "no use left")
-			b := l.checkBooks(t, code)
+			b := l.CheckBooks(t, code)
 			assert.Equal(t, 1, b.Used)
 			if flash {
-				checkRedisMatches(t, l.gate, b, code)
+				ledgertest.CheckRedisMatches(t, l.Gate, b, code)
 			}
 		})
 	}
@@ -276,18 +240,18 @@ func TestLateConfirmNoUseLeftMessage(t *testing.T) {
 // channel.
 func TestStockBackIsPublished(t *testing.T) {
 	t.Parallel()
-	l := newTestLedger(t, ledgerOptions{db: ownPostgres(t), ttl: 300 * time.Millisecond}) // sweeps take this test's rows only
-	changes := subscribe(t, l)
-	released, swept := newCode(t), newCode(t)
+	l := ledgertest.New(t, ledgertest.Options{DB: ledgertest.OwnPostgres(t), TTL: 300 * time.Millisecond}) // sweeps take this test's rows only
+	changes := ledgertest.Subscribe(t, l)
+	released, swept := ledgertest.NewCode(t), ledgertest.NewCode(t)
 	for _, code := range []string{released, swept} {
-		l.createVoucher(t, spec(code, 5, 1, true))
-		require.Equal(t, 201, l.call(t, "POST", "/vouchers/"+code+"/reservations", claimBody(1, code+"-a", 150_000)).Status)
+		l.CreateVoucher(t, ledgertest.Spec(code, 5, 1, true))
+		require.Equal(t, 201, l.Call(t, "POST", "/vouchers/"+code+"/reservations", ledgertest.ClaimBody(1, code+"-a", 150_000)).Status)
 	}
-	require.Equal(t, 204, l.call(t, "DELETE", "/vouchers/"+released+"/reservations/"+released+"-a", nil).Status)
-	announced(t, changes, released)
+	require.Equal(t, 204, l.Call(t, "DELETE", "/vouchers/"+released+"/reservations/"+released+"-a", nil).Status)
+	ledgertest.Announced(t, changes, released)
 	time.Sleep(400 * time.Millisecond)
-	_, err := l.jobs.Sweep(context.Background())
+	_, err := l.Jobs.Sweep(context.Background())
 	require.NoError(t, err)
-	announced(t, changes, swept)
-	assert.Equal(t, http.StatusOK, l.call(t, "GET", "/vouchers/"+swept+"/reservations/"+swept+"-a", nil).Status)
+	ledgertest.Announced(t, changes, swept)
+	assert.Equal(t, http.StatusOK, l.Call(t, "GET", "/vouchers/"+swept+"/reservations/"+swept+"-a", nil).Status)
 }

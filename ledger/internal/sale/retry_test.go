@@ -1,4 +1,4 @@
-package main
+package sale_test
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/flashgate/flashgate/ledger/internal/ledgertest"
 	"github.com/flashgate/flashgate/ledger/internal/web"
 	"github.com/flashgate/flashgate/shared/api"
 	"github.com/flashgate/flashgate/shared/voucher"
@@ -25,14 +26,14 @@ func TestReserveRetries(t *testing.T) {
 	for _, flash := range []bool{false, true} {
 		t.Run(fmt.Sprintf("flash=%v", flash), func(t *testing.T) {
 			t.Parallel()
-			l := newTestLedger(t, ledgerOptions{})
-			code, other := newCode(t), newCode(t)
-			l.createVoucher(t, spec(code, 2, 1, flash))
-			l.createVoucher(t, spec(other, 2, 1, flash))
+			l := ledgertest.New(t, ledgertest.Options{})
+			code, other := ledgertest.NewCode(t), ledgertest.NewCode(t)
+			l.CreateVoucher(t, ledgertest.Spec(code, 2, 1, flash))
+			l.CreateVoucher(t, ledgertest.Spec(other, 2, 1, flash))
 			res := "/vouchers/" + code + "/reservations"
 			o := code + "-a"
 
-			first := l.call(t, "POST", res, claimBody(1, o, 5_000))
+			first := l.Call(t, "POST", res, ledgertest.ClaimBody(1, o, 5_000))
 			require.Equal(t, 201, first.Status, first.Raw)
 			assert.Empty(t, first.Header.Get(api.HeaderReplayed), "the first answer is no replay")
 			assert.JSONEq(t, fmt.Sprintf(`{"orderId":%q,"discountAmount":5000}`, o), first.Raw, "the discount is capped at the order")
@@ -40,17 +41,17 @@ func TestReserveRetries(t *testing.T) {
 			// The voucher's terms change under the held order: it is sold out,
 			// its minimum and discount rise, its window ends. The retry is
 			// still answered as the first request was.
-			require.Equal(t, 201, l.call(t, "POST", res, claimBody(2, code+"-b", 5_000)).Status)
-			l.exec(t, `UPDATE voucher SET min_order_amount = 9000, discount_amount = 7, ends_at = now() WHERE code = $1`, code)
-			l.store.ForgetTerms(code)
+			require.Equal(t, 201, l.Call(t, "POST", res, ledgertest.ClaimBody(2, code+"-b", 5_000)).Status)
+			l.Exec(t, `UPDATE voucher SET min_order_amount = 9000, discount_amount = 7, ends_at = now() WHERE code = $1`, code)
+			l.Store.ForgetTerms(code)
 			if flash { // Redis takes the new terms, as a change through the ledger's routes gives them
-				v, err := l.store.Voucher(context.Background(), code)
+				v, err := l.Store.Voucher(context.Background(), code)
 				require.NoError(t, err)
-				_, err = l.gate.Update(context.Background(), code, v)
+				_, err = l.Gate.Update(context.Background(), code, v)
 				require.NoError(t, err)
 			}
 			for i := 0; i < 2; i++ {
-				r := l.call(t, "POST", res, claimBody(1, o, 5_000))
+				r := l.Call(t, "POST", res, ledgertest.ClaimBody(1, o, 5_000))
 				assert.Equal(t, 201, r.Status, r.Raw)
 				assert.Equal(t, first.Raw, r.Raw)
 				assert.Equal(t, "true", r.Header.Get(api.HeaderReplayed))
@@ -59,23 +60,23 @@ func TestReserveRetries(t *testing.T) {
 				path string
 				body any
 			}{
-				"another amount":   {res, claimBody(1, o, 5_001)},
-				"another customer": {res, claimBody(2, o, 5_000)},
-				"another voucher":  {"/vouchers/" + other + "/reservations", claimBody(1, o, 5_000)},
+				"another amount":   {res, ledgertest.ClaimBody(1, o, 5_001)},
+				"another customer": {res, ledgertest.ClaimBody(2, o, 5_000)},
+				"another voucher":  {"/vouchers/" + other + "/reservations", ledgertest.ClaimBody(1, o, 5_000)},
 			} {
-				r := l.call(t, "POST", c.path, c.body)
+				r := l.Call(t, "POST", c.path, c.body)
 				assert.Equal(t, 409, r.Status, "%s: %s", name, r.Raw)
 				assert.Equal(t, voucher.CodeOrderConflict, r.Code(), name)
 				assert.Empty(t, r.Header.Get(api.HeaderReplayed), name)
 			}
-			require.Equal(t, 204, l.call(t, "DELETE", res+"/"+o, nil).Status)
-			r := l.call(t, "POST", res, claimBody(1, o, 5_000))
+			require.Equal(t, 204, l.Call(t, "DELETE", res+"/"+o, nil).Status)
+			r := l.Call(t, "POST", res, ledgertest.ClaimBody(1, o, 5_000))
 			assert.Equal(t, 409, r.Status, r.Raw)
 			assert.Equal(t, voucher.CodeReservationReleased, r.Code())
-			b := l.checkBooks(t, code)
+			b := l.CheckBooks(t, code)
 			assert.Equal(t, 1, b.Used)
 			if flash {
-				checkRedisMatches(t, l.gate, b, code)
+				ledgertest.CheckRedisMatches(t, l.Gate, b, code)
 			}
 		})
 	}
@@ -84,39 +85,39 @@ func TestReserveRetries(t *testing.T) {
 // The single internal route marks a replay with the header too.
 func TestAdmittedRouteReplayHeader(t *testing.T) {
 	t.Parallel()
-	l := newTestLedger(t, ledgerOptions{})
-	code := newCode(t)
-	l.createVoucher(t, spec(code, 2, 1, true))
+	l := ledgertest.New(t, ledgertest.Options{})
+	code := ledgertest.NewCode(t)
+	l.CreateVoucher(t, ledgertest.Spec(code, 2, 1, true))
 	path := "/internal/vouchers/" + code + "/reservations"
-	r := l.call(t, "POST", path, claimBody(1, code+"-a", 150_000))
+	r := l.Call(t, "POST", path, ledgertest.ClaimBody(1, code+"-a", 150_000))
 	require.Equal(t, 201, r.Status, r.Raw)
 	assert.Empty(t, r.Header.Get(api.HeaderReplayed))
-	r = l.call(t, "POST", path, claimBody(1, code+"-a", 150_000))
+	r = l.Call(t, "POST", path, ledgertest.ClaimBody(1, code+"-a", 150_000))
 	require.Equal(t, 201, r.Status, r.Raw)
 	assert.Equal(t, "true", r.Header.Get(api.HeaderReplayed))
-	r = l.call(t, "POST", path, claimBody(1, code+"-a", 150_001))
+	r = l.Call(t, "POST", path, ledgertest.ClaimBody(1, code+"-a", 150_001))
 	assert.Equal(t, 409, r.Status, r.Raw)
 	assert.Equal(t, voucher.CodeOrderConflict, r.Code())
-	assert.Equal(t, dbCounts{Used: 1, Rows: 1, Active: 1, MaxPerCustomer: 1}, l.counts(t, code))
+	assert.Equal(t, ledgertest.DBCounts{Used: 1, Rows: 1, Active: 1, MaxPerCustomer: 1}, l.Counts(t, code))
 }
 
 // orderIds made only of dots are refused in bodies and in paths, and a path
 // with a dot segment never reaches a handler as that segment.
 func TestDotOnlyOrderIDs(t *testing.T) {
 	t.Parallel()
-	l := newTestLedger(t, ledgerOptions{noRedis: true})
-	code := newCode(t)
-	l.createVoucher(t, spec(code, 5, 5, false))
+	l := ledgertest.New(t, ledgertest.Options{NoRedis: true})
+	code := ledgertest.NewCode(t)
+	l.CreateVoucher(t, ledgertest.Spec(code, 5, 5, false))
 	res := "/vouchers/" + code + "/reservations"
 	for _, id := range []string{".", "..", "...."} {
-		r := l.call(t, "POST", res, claimBody(1, id, 5_000))
+		r := l.Call(t, "POST", res, ledgertest.ClaimBody(1, id, 5_000))
 		assert.Equal(t, 400, r.Status, "reserve %q: %s", id, r.Raw)
 		assert.Equal(t, voucher.CodeInvalidRequest, r.Code())
 	}
-	assert.Equal(t, 201, l.call(t, "POST", res, claimBody(1, "a.b", 5_000)).Status, "dots inside an id are fine")
+	assert.Equal(t, 201, l.Call(t, "POST", res, ledgertest.ClaimBody(1, "a.b", 5_000)).Status, "dots inside an id are fine")
 
 	// Sent as is, without a client's path normalisation.
-	h := l.handler(func(s *web.Server) { s.Token = "" })
+	h := l.Handler(func(s *web.Server) { s.Token = "" })
 	for _, p := range []struct{ method, path string }{
 		{"POST", res + "/../confirm"}, {"POST", res + "/./confirm"}, {"POST", res + "/../refund"},
 		{"DELETE", res + "/.."}, {"GET", res + "/.."}, {"DELETE", res + "/."},
@@ -128,7 +129,7 @@ func TestDotOnlyOrderIDs(t *testing.T) {
 		assert.Equal(t, 400, w.Code, "%s %s = %d %s", p.method, p.path, w.Code, w.Body)
 		assert.Contains(t, w.Body.String(), voucher.CodeInvalidRequest, "%s %s", p.method, p.path)
 	}
-	assert.Equal(t, dbCounts{Used: 1, Rows: 1, Active: 1, MaxPerCustomer: 1}, l.counts(t, code))
+	assert.Equal(t, ledgertest.DBCounts{Used: 1, Rows: 1, Active: 1, MaxPerCustomer: 1}, l.Counts(t, code))
 }
 
 // A lowered perUserLimit keeps the uses customers hold and stops new ones
@@ -138,24 +139,24 @@ func TestLoweredPerUserLimit(t *testing.T) {
 	for _, flash := range []bool{false, true} {
 		t.Run(fmt.Sprintf("flash=%v", flash), func(t *testing.T) {
 			t.Parallel()
-			l := newTestLedger(t, ledgerOptions{})
-			code := newCode(t)
-			l.createVoucher(t, spec(code, 100, 3, flash))
+			l := ledgertest.New(t, ledgertest.Options{})
+			code := ledgertest.NewCode(t)
+			l.CreateVoucher(t, ledgertest.Spec(code, 100, 3, flash))
 			res := "/vouchers/" + code + "/reservations"
 			for i := 0; i < 3; i++ {
-				require.Equal(t, 201, l.call(t, "POST", res, claimBody(1, fmt.Sprintf("%s-held%d", code, i), 5_000)).Status)
+				require.Equal(t, 201, l.Call(t, "POST", res, ledgertest.ClaimBody(1, fmt.Sprintf("%s-held%d", code, i), 5_000)).Status)
 			}
 			// As PATCH does it (LEDGER-ADMIN builds the route): the voucher and the
 			// usage rows, then Redis for a flash voucher.
-			l.exec(t, `UPDATE voucher SET per_user_limit = 1 WHERE code = $1`, code)
-			l.exec(t, `UPDATE voucher_customer_usage SET per_user_limit = GREATEST(1, used_count) WHERE voucher_code = $1`, code)
+			l.Exec(t, `UPDATE voucher SET per_user_limit = 1 WHERE code = $1`, code)
+			l.Exec(t, `UPDATE voucher_customer_usage SET per_user_limit = GREATEST(1, used_count) WHERE voucher_code = $1`, code)
 			if flash {
-				v, err := l.store.Voucher(context.Background(), code)
+				v, err := l.Store.Voucher(context.Background(), code)
 				require.NoError(t, err)
-				_, err = l.gate.Update(context.Background(), code, v)
+				_, err = l.Gate.Update(context.Background(), code, v)
 				require.NoError(t, err)
 			}
-			l.store.ForgetTerms(code)
+			l.Store.ForgetTerms(code)
 
 			// Customer 1 keeps 3 and gets no more; 20 new customers race with 4
 			// orders each and get exactly one use each.
@@ -167,7 +168,7 @@ func TestLoweredPerUserLimit(t *testing.T) {
 					wg.Add(1)
 					go func() {
 						defer wg.Done()
-						r := l.call(t, "POST", res, claimBody(int64(c), fmt.Sprintf("%s-c%d-%d", code, c, o), 5_000))
+						r := l.Call(t, "POST", res, ledgertest.ClaimBody(int64(c), fmt.Sprintf("%s-c%d-%d", code, c, o), 5_000))
 						mu.Lock()
 						got[fmt.Sprint(r.Status, r.Code())]++
 						mu.Unlock()
@@ -176,19 +177,19 @@ func TestLoweredPerUserLimit(t *testing.T) {
 			}
 			wg.Wait()
 			assert.Equal(t, map[string]int{"201": 20, "409ALREADY_USED": 64}, got)
-			b := l.checkBooks(t, code)
+			b := l.CheckBooks(t, code)
 			assert.Equal(t, 23, b.Used)
 			assert.Equal(t, 3, b.Active[1], "the uses held above the new limit stay")
-			require.Equal(t, 200, l.call(t, "POST", res+"/"+code+"-held0/confirm", nil).Status)
-			require.Equal(t, 204, l.call(t, "DELETE", res+"/"+code+"-held1", nil).Status)
-			r := l.call(t, "POST", res, claimBody(1, code+"-again", 5_000))
+			require.Equal(t, 200, l.Call(t, "POST", res+"/"+code+"-held0/confirm", nil).Status)
+			require.Equal(t, 204, l.Call(t, "DELETE", res+"/"+code+"-held1", nil).Status)
+			r := l.Call(t, "POST", res, ledgertest.ClaimBody(1, code+"-again", 5_000))
 			assert.Equal(t, 409, r.Status, "2 held, limit 1: %s", r.Raw)
 			var limit int
-			require.NoError(t, l.pool.QueryRow(context.Background(), `SELECT per_user_limit FROM voucher_customer_usage
+			require.NoError(t, l.Pool.QueryRow(context.Background(), `SELECT per_user_limit FROM voucher_customer_usage
 				WHERE voucher_code = $1 AND customer_id = 2`, code).Scan(&limit))
 			assert.Equal(t, 1, limit, "a new usage row carries the current limit")
 			if flash {
-				checkRedisMatches(t, l.gate, l.checkBooks(t, code), code)
+				ledgertest.CheckRedisMatches(t, l.Gate, l.CheckBooks(t, code), code)
 			}
 		})
 	}
@@ -199,20 +200,20 @@ func TestLoweredPerUserLimit(t *testing.T) {
 // release, refund, reads and retries work as usual.
 func TestPausedStandardVoucher(t *testing.T) {
 	t.Parallel()
-	l := newTestLedger(t, ledgerOptions{noRedis: true})
-	code := newCode(t)
-	l.createVoucher(t, spec(code, 10, 5, false))
+	l := ledgertest.New(t, ledgertest.Options{NoRedis: true})
+	code := ledgertest.NewCode(t)
+	l.CreateVoucher(t, ledgertest.Spec(code, 10, 5, false))
 	res := "/vouchers/" + code + "/reservations"
 	for _, o := range []string{"a", "b", "c"} {
-		require.Equal(t, 201, l.call(t, "POST", res, claimBody(1, code+"-"+o, 150_000)).Status)
+		require.Equal(t, 201, l.Call(t, "POST", res, ledgertest.ClaimBody(1, code+"-"+o, 150_000)).Status)
 	}
-	require.Equal(t, 200, l.call(t, "POST", res+"/"+code+"-c/confirm", nil).Status)
-	l.exec(t, `UPDATE voucher SET paused = true WHERE code = $1`, code) // the terms stay cached: the UPDATE's guard answers
-	r := l.call(t, "POST", res, claimBody(2, code+"-new", 150_000))
+	require.Equal(t, 200, l.Call(t, "POST", res+"/"+code+"-c/confirm", nil).Status)
+	l.Exec(t, `UPDATE voucher SET paused = true WHERE code = $1`, code) // the terms stay cached: the UPDATE's guard answers
+	r := l.Call(t, "POST", res, ledgertest.ClaimBody(2, code+"-new", 150_000))
 	assert.Equal(t, 422, r.Status, r.Raw)
 	assert.Equal(t, voucher.ReasonPaused, r.Body["reason"])
-	l.store.ForgetTerms(code)
-	r = l.call(t, "POST", res, claimBody(2, code+"-new2", 150_000))
+	l.Store.ForgetTerms(code)
+	r = l.Call(t, "POST", res, ledgertest.ClaimBody(2, code+"-new2", 150_000))
 	assert.Equal(t, 422, r.Status, r.Raw)
 	assert.Equal(t, voucher.ReasonPaused, r.Body["reason"])
 
@@ -221,7 +222,7 @@ func TestPausedStandardVoucher(t *testing.T) {
 		body         any
 		status       int
 	}{
-		{"POST", res, claimBody(1, code+"-a", 150_000), 201},
+		{"POST", res, ledgertest.ClaimBody(1, code+"-a", 150_000), 201},
 		{"POST", res + "/" + code + "-a/confirm", nil, 200},
 		{"DELETE", res + "/" + code + "-b", nil, 204},
 		{"POST", res + "/" + code + "-c/refund", nil, 200},
@@ -229,13 +230,13 @@ func TestPausedStandardVoucher(t *testing.T) {
 		{"GET", "/admin/vouchers/" + code, nil, 200},
 	}
 	for _, s := range steps {
-		r := l.call(t, s.method, s.path, s.body)
+		r := l.Call(t, s.method, s.path, s.body)
 		assert.Equal(t, s.status, r.Status, "%s %s while paused = %s", s.method, s.path, r.Raw)
 	}
-	assert.Equal(t, dbCounts{Used: 1, Rows: 3, Active: 1, MaxPerCustomer: 1}, l.counts(t, code))
-	l.exec(t, `UPDATE voucher SET paused = false WHERE code = $1`, code)
-	l.store.ForgetTerms(code)
-	assert.Equal(t, http.StatusCreated, l.call(t, "POST", res, claimBody(2, code+"-after", 150_000)).Status)
+	assert.Equal(t, ledgertest.DBCounts{Used: 1, Rows: 3, Active: 1, MaxPerCustomer: 1}, l.Counts(t, code))
+	l.Exec(t, `UPDATE voucher SET paused = false WHERE code = $1`, code)
+	l.Store.ForgetTerms(code)
+	assert.Equal(t, http.StatusCreated, l.Call(t, "POST", res, ledgertest.ClaimBody(2, code+"-after", 150_000)).Status)
 }
 
 // A flash voucher paused in the database but not (yet) in Redis: the gate
@@ -243,21 +244,21 @@ func TestPausedStandardVoucher(t *testing.T) {
 // without recording the order finished, so it may be admitted once resumed.
 func TestFlashPausedInDatabaseGivesBack(t *testing.T) {
 	t.Parallel()
-	l := newTestLedger(t, ledgerOptions{})
-	code := newCode(t)
-	l.createVoucher(t, spec(code, 3, 2, true))
+	l := ledgertest.New(t, ledgertest.Options{})
+	code := ledgertest.NewCode(t)
+	l.CreateVoucher(t, ledgertest.Spec(code, 3, 2, true))
 	res := "/vouchers/" + code + "/reservations"
-	require.Equal(t, 201, l.call(t, "POST", res, claimBody(1, code+"-held", 150_000)).Status)
-	l.exec(t, `UPDATE voucher SET paused = true WHERE code = $1`, code)
-	l.store.ForgetTerms(code)
+	require.Equal(t, 201, l.Call(t, "POST", res, ledgertest.ClaimBody(1, code+"-held", 150_000)).Status)
+	l.Exec(t, `UPDATE voucher SET paused = true WHERE code = $1`, code)
+	l.Store.ForgetTerms(code)
 
 	var wg sync.WaitGroup
-	replies := make([]reply, 10)
+	replies := make([]ledgertest.Reply, 10)
 	for i := range replies {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			replies[i] = l.call(t, "POST", res, claimBody(int64(10+i), fmt.Sprintf("%s-n%d", code, i), 150_000))
+			replies[i] = l.Call(t, "POST", res, ledgertest.ClaimBody(int64(10+i), fmt.Sprintf("%s-n%d", code, i), 150_000))
 		}()
 	}
 	wg.Wait()
@@ -272,19 +273,19 @@ func TestFlashPausedInDatabaseGivesBack(t *testing.T) {
 		}
 	}
 	assert.GreaterOrEqual(t, paused, 2, "the gate admitted at least its 2 uses, and the database refused them")
-	r := l.call(t, "POST", res, claimBody(1, code+"-held", 150_000))
+	r := l.Call(t, "POST", res, ledgertest.ClaimBody(1, code+"-held", 150_000))
 	assert.Equal(t, 201, r.Status, "a held order's retry while paused: %s", r.Raw)
 	assert.Equal(t, "true", r.Header.Get(api.HeaderReplayed))
-	b := l.checkBooks(t, code)
+	b := l.CheckBooks(t, code)
 	assert.Equal(t, 1, b.Used)
-	checkRedisMatches(t, l.gate, b, code)
-	assert.Empty(t, redisState(t, l.gate, code).Finished, "a refused write is not a finished order")
+	ledgertest.CheckRedisMatches(t, l.Gate, b, code)
+	assert.Empty(t, ledgertest.RedisState(t, l.Gate, code).Finished, "a refused write is not a finished order")
 
-	l.exec(t, `UPDATE voucher SET paused = false WHERE code = $1`, code)
-	l.store.ForgetTerms(code)
-	r = l.call(t, "POST", res, claimBody(10, code+"-n0", 150_000))
+	l.Exec(t, `UPDATE voucher SET paused = false WHERE code = $1`, code)
+	l.Store.ForgetTerms(code)
+	r = l.Call(t, "POST", res, ledgertest.ClaimBody(10, code+"-n0", 150_000))
 	assert.Equal(t, 201, r.Status, "the same order once resumed: %s", r.Raw)
-	checkRedisMatches(t, l.gate, l.checkBooks(t, code), code)
+	ledgertest.CheckRedisMatches(t, l.Gate, l.CheckBooks(t, code), code)
 }
 
 // A batch of retries of a held order with another amount and with its own:
@@ -294,28 +295,28 @@ func TestFlashPausedInDatabaseGivesBack(t *testing.T) {
 // order's own row gives nothing back).
 func TestBatchRetriesOfHeldOrder(t *testing.T) {
 	t.Parallel()
-	l := newTestLedger(t, ledgerOptions{})
-	code := newCode(t)
-	l.createVoucher(t, spec(code, 3, 1, true))
+	l := ledgertest.New(t, ledgertest.Options{})
+	code := ledgertest.NewCode(t)
+	l.CreateVoucher(t, ledgertest.Spec(code, 3, 1, true))
 	order := code + "-a"
-	r := l.call(t, "POST", "/vouchers/"+code+"/reservations", claimBody(1, order, 150_000))
+	r := l.Call(t, "POST", "/vouchers/"+code+"/reservations", ledgertest.ClaimBody(1, order, 150_000))
 	require.Equal(t, 201, r.Status, r.Raw)
 
 	claims := []map[string]any{
-		claimBody(1, order, 150_001), claimBody(1, order, 150_000), claimBody(1, order, 150_000),
+		ledgertest.ClaimBody(1, order, 150_001), ledgertest.ClaimBody(1, order, 150_000), ledgertest.ClaimBody(1, order, 150_000),
 	}
-	r = l.call(t, "POST", "/internal/vouchers/"+code+"/reservations/batch", map[string]any{"claims": claims})
+	r = l.Call(t, "POST", "/internal/vouchers/"+code+"/reservations/batch", map[string]any{"claims": claims})
 	require.Equal(t, 200, r.Status, r.Raw)
 	results := r.Body["results"].([]any)
 	require.Len(t, results, 3)
 	for i, want := range []int{409, 201, 201} {
 		assert.EqualValues(t, want, results[i].(map[string]any)["status"], "claim %d: %v", i, results[i])
 	}
-	st, loaded, err := l.gate.State(context.Background(), code)
+	st, loaded, err := l.Gate.State(context.Background(), code)
 	require.NoError(t, err)
 	require.True(t, loaded)
 	require.Len(t, st.Orders, 1, "the order still holds its use in redis")
 	assert.Equal(t, order, st.Orders[0].OrderID)
 	assert.EqualValues(t, 2, st.Remaining)
-	assert.Equal(t, dbCounts{Used: 1, Rows: 1, Active: 1, MaxPerCustomer: 1}, l.counts(t, code))
+	assert.Equal(t, ledgertest.DBCounts{Used: 1, Rows: 1, Active: 1, MaxPerCustomer: 1}, l.Counts(t, code))
 }

@@ -1,4 +1,4 @@
-package main
+package sale_test
 
 import (
 	"context"
@@ -14,6 +14,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/flashgate/flashgate/ledger/internal/ledgertest"
 	"github.com/flashgate/flashgate/shared/api"
 	"github.com/flashgate/flashgate/shared/voucher"
 )
@@ -31,22 +32,22 @@ func FuzzStateMachine(f *testing.F) {
 	for _, p := range smSeeds {
 		f.Add(p)
 	}
-	l := newTestLedger(f, ledgerOptions{noRedis: true})
+	l := ledgertest.New(f, ledgertest.Options{NoRedis: true})
 
 	// Another voucher's order: every operation on it through this voucher must
 	// be refused and must leave it as it is.
 	foreign := smCode("F")
-	l.createVoucher(f, spec(foreign, 1, 1, false))
+	l.CreateVoucher(f, ledgertest.Spec(foreign, 1, 1, false))
 	foreignOrder := foreign + "-o"
-	r := l.call(f, http.MethodPost, "/vouchers/"+foreign+"/reservations", claimBody(1, foreignOrder, 5_000))
+	r := l.Call(f, http.MethodPost, "/vouchers/"+foreign+"/reservations", ledgertest.ClaimBody(1, foreignOrder, 5_000))
 	require.Equal(f, http.StatusCreated, r.Status, r.Raw)
 
 	f.Fuzz(func(t *testing.T, input []byte) {
 		p := smDecode(input)
 		code := smCode("")
-		s := spec(code, p.stock, p.limit, false)
+		s := ledgertest.Spec(code, p.stock, p.limit, false)
 		s.DiscountAmount = smDiscount // below every order amount that reserves
-		l.createVoucher(t, s)
+		l.CreateVoucher(t, s)
 		m := &smModel{stock: p.stock, limit: p.limit, orders: map[string]*smOrder{}, foreign: foreignOrder}
 		for i, o := range p.ops {
 			id := foreignOrder
@@ -215,19 +216,19 @@ func smCode(kind string) string {
 		strconv.FormatInt(time.Now().UnixNano(), 36), strconv.FormatInt(smSeq.Add(1), 36))
 }
 
-func (o smOpCode) send(t *testing.T, l *testLedger, code, id string) reply {
+func (o smOpCode) send(t *testing.T, l *ledgertest.Ledger, code, id string) ledgertest.Reply {
 	base := "/vouchers/" + code + "/reservations"
 	switch o.kind {
 	case smReserve, smReserveSmall, smReserveOther:
-		return l.call(t, http.MethodPost, base, claimBody(o.customer, id, o.amount()))
+		return l.Call(t, http.MethodPost, base, ledgertest.ClaimBody(o.customer, id, o.amount()))
 	case smConfirm:
-		return l.call(t, http.MethodPost, base+"/"+id+"/confirm", nil)
+		return l.Call(t, http.MethodPost, base+"/"+id+"/confirm", nil)
 	case smRelease:
-		return l.call(t, http.MethodDelete, base+"/"+id, nil)
+		return l.Call(t, http.MethodDelete, base+"/"+id, nil)
 	case smRefund:
-		return l.call(t, http.MethodPost, base+"/"+id+"/refund", nil)
+		return l.Call(t, http.MethodPost, base+"/"+id+"/refund", nil)
 	}
-	return l.call(t, http.MethodGet, base+"/"+id, nil)
+	return l.Call(t, http.MethodGet, base+"/"+id, nil)
 }
 
 // smModel is what a voucher's state must be: used = active (RESERVED or
@@ -355,7 +356,7 @@ func (m *smModel) reserve(o smOpCode, id string, r *smOrder) smExpected {
 }
 
 // smCheckAnswer compares an HTTP answer with the model's, body included.
-func smCheckAnswer(t *testing.T, step string, kind int, id string, got reply, want smExpected) {
+func smCheckAnswer(t *testing.T, step string, kind int, id string, got ledgertest.Reply, want smExpected) {
 	t.Helper()
 	if got.Status != want.status {
 		t.Errorf("%s = %d %s, want %d %s", step, got.Status, got.Raw, want.status, want.code)
@@ -420,11 +421,11 @@ type smDBVoucher struct {
 	}
 }
 
-func smReadDB(t *testing.T, l *testLedger, code string) smDBVoucher {
+func smReadDB(t *testing.T, l *ledgertest.Ledger, code string) smDBVoucher {
 	t.Helper()
 	var d smDBVoucher
 	var orders, usage []byte
-	err := l.pool.QueryRow(context.Background(), `
+	err := l.Pool.QueryRow(context.Background(), `
 		SELECT v.used_count,
 		       coalesce((SELECT json_agg(json_build_object('order_id', order_id, 'customer_id', customer_id, 'status', status))
 		                 FROM voucher_redemption WHERE voucher_code = v.code), '[]'),
@@ -440,7 +441,7 @@ func smReadDB(t *testing.T, l *testLedger, code string) smDBVoucher {
 // smCheckDB holds the database to the model and to its own invariants: used_count
 // is the number of active rows, each customer's usage row the number of their
 // active rows, neither above its limit.
-func smCheckDB(t *testing.T, step string, l *testLedger, code string, m *smModel) {
+func smCheckDB(t *testing.T, step string, l *ledgertest.Ledger, code string, m *smModel) {
 	t.Helper()
 	d := smReadDB(t, l, code)
 	active := 0
@@ -476,9 +477,9 @@ func smCheckDB(t *testing.T, step string, l *testLedger, code string, m *smModel
 }
 
 // smCheckCounters compares GET /admin/vouchers/{code} with the model.
-func smCheckCounters(t *testing.T, l *testLedger, code string, m *smModel) {
+func smCheckCounters(t *testing.T, l *ledgertest.Ledger, code string, m *smModel) {
 	t.Helper()
-	r := l.call(t, http.MethodGet, "/admin/vouchers/"+code, nil)
+	r := l.Call(t, http.MethodGet, "/admin/vouchers/"+code, nil)
 	var v voucher.Voucher
 	if r.Status != http.StatusOK || json.Unmarshal([]byte(r.Raw), &v) != nil {
 		t.Errorf("GET /admin/vouchers/%s = %d %s", code, r.Status, r.Raw)
@@ -494,7 +495,7 @@ func smCheckCounters(t *testing.T, l *testLedger, code string, m *smModel) {
 }
 
 // smCheckForeign asserts the other voucher's order was left alone.
-func smCheckForeign(t *testing.T, l *testLedger, code, orderID string) {
+func smCheckForeign(t *testing.T, l *ledgertest.Ledger, code, orderID string) {
 	t.Helper()
 	d := smReadDB(t, l, code)
 	if d.Used != 1 || len(d.Orders) != 1 || d.Orders[0].ID != orderID || d.Orders[0].Status != string(voucher.Reserved) {

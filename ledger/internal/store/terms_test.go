@@ -1,4 +1,4 @@
-package main
+package store_test
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/flashgate/flashgate/ledger/internal/ledgertest"
 	"github.com/flashgate/flashgate/ledger/internal/store"
 )
 
@@ -66,12 +67,12 @@ func (r *termsReads) heldRead(t *testing.T, st *store.Store, code string) (first
 // stops waiting for the shared read.
 func TestTermsMissesShareOneRead(t *testing.T) {
 	t.Parallel()
-	l := newTestLedger(t, ledgerOptions{})
+	l := ledgertest.New(t, ledgertest.Options{})
 	ctx := context.Background()
-	code := newCode(t)
-	l.createVoucher(t, spec(code, 10, 1, false))
+	code := ledgertest.NewCode(t)
+	l.CreateVoucher(t, ledgertest.Spec(code, 10, 1, false))
 	reads := &termsReads{}
-	pool := l.poolOfItsOwn(t, func(cfg *pgxpool.Config) { cfg.ConnConfig.Tracer = reads })
+	pool := l.PoolOfItsOwn(t, func(cfg *pgxpool.Config) { cfg.ConnConfig.Tracer = reads })
 
 	t.Run("misses together", func(t *testing.T) {
 		st := store.New(pool, time.Minute)
@@ -111,7 +112,7 @@ func TestTermsMissesShareOneRead(t *testing.T) {
 		first, release := reads.heldRead(t, st, code)
 		defer release()
 		// A change commits and is announced while that read is held.
-		l.exec(t, `UPDATE voucher SET discount_amount = 9 WHERE code = $1`, code)
+		l.Exec(t, `UPDATE voucher SET discount_amount = 9 WHERE code = $1`, code)
 		st.ForgetTerms(code)
 		v, err := st.Terms(ctx, code)
 		require.NoError(t, err)

@@ -1,4 +1,4 @@
-package main
+package store_test
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/assert"
 
+	"github.com/flashgate/flashgate/ledger/internal/ledgertest"
 	"github.com/flashgate/flashgate/ledger/internal/store"
 )
 
@@ -49,11 +50,11 @@ func (t primeTracer) TraceQueryEnd(ctx context.Context, _ *pgx.Conn, _ pgx.Trace
 // of a 2-core machine from the ledger serving beside a restarting one.
 func TestWarmOpensOneConnectionAtATime(t *testing.T) {
 	t.Parallel()
-	l := newTestLedger(t, ledgerOptions{})
+	l := ledgertest.New(t, ledgertest.Options{})
 	const n = 6
 	var connects, primes inProgress
 	var opened atomic.Int64
-	pool := l.poolOfItsOwn(t, func(cfg *pgxpool.Config) {
+	pool := l.PoolOfItsOwn(t, func(cfg *pgxpool.Config) {
 		cfg.BeforeConnect = func(context.Context, *pgx.ConnConfig) error {
 			connects.enter()
 			time.Sleep(20 * time.Millisecond) // a backend's start on a loaded machine

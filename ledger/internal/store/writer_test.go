@@ -1,4 +1,4 @@
-package main
+package store_test
 
 import (
 	"context"
@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/flashgate/flashgate/ledger/internal/ledgertest"
 	"github.com/flashgate/flashgate/ledger/internal/sale"
 	"github.com/flashgate/flashgate/ledger/internal/store"
 	"github.com/flashgate/flashgate/shared/api"
@@ -22,10 +23,10 @@ import (
 )
 
 // newWriter returns a Writer over l's store that records batch sizes.
-func newWriter(tb testing.TB, l *testLedger) (*sale.Writer, *[]int) {
+func newWriter(tb testing.TB, l *ledgertest.Ledger) (*sale.Writer, *[]int) {
 	ctx, cancel := context.WithCancel(context.Background())
 	tb.Cleanup(cancel)
-	w := sale.NewWriter(ctx, l.store, 256, 10*time.Second)
+	w := sale.NewWriter(ctx, l.Store, 256, 10*time.Second)
 	var mu sync.Mutex
 	sizes := &[]int{}
 	w.ObserveSizes(func(n int) { mu.Lock(); *sizes = append(*sizes, n); mu.Unlock() })
@@ -42,9 +43,9 @@ func writeOne(w *sale.Writer, code string, cl voucher.Claim) (voucher.Reservatio
 // few transactions, and the ones past the stock fail alone with OUT_OF_STOCK.
 func TestWriterGroupCommitExact(t *testing.T) {
 	t.Parallel()
-	l := newTestLedger(t, ledgerOptions{noRedis: true})
-	code := newCode(t)
-	l.createVoucher(t, spec(code, 300, 2, true))
+	l := ledgertest.New(t, ledgertest.Options{NoRedis: true})
+	code := ledgertest.NewCode(t)
+	l.CreateVoucher(t, ledgertest.Spec(code, 300, 2, true))
 	w, sizes := newWriter(t, l)
 
 	const n = 400 // 100 more than the stock: the database's guards refuse them
@@ -70,7 +71,7 @@ func TestWriterGroupCommitExact(t *testing.T) {
 	wg.Wait()
 	assert.EqualValues(t, 300, ok.Load())
 	assert.EqualValues(t, 100, soldOut.Load())
-	assert.Equal(t, dbCounts{Used: 300, Rows: 300, Active: 300, MaxPerCustomer: 2}, l.counts(t, code))
+	assert.Equal(t, ledgertest.DBCounts{Used: 300, Rows: 300, Active: 300, MaxPerCustomer: 2}, l.Counts(t, code))
 	t.Logf("%d writes in %d batches %v", n, len(*sizes), *sizes)
 	assert.Less(t, len(*sizes), n/2, "writes were not grouped")
 }
@@ -79,9 +80,9 @@ func TestWriterGroupCommitExact(t *testing.T) {
 // only that item fails.
 func TestWriterOneBadItemFailsAlone(t *testing.T) {
 	t.Parallel()
-	l := newTestLedger(t, ledgerOptions{noRedis: true})
-	code := newCode(t)
-	l.createVoucher(t, spec(code, 100, 1, true))
+	l := ledgertest.New(t, ledgertest.Options{NoRedis: true})
+	code := ledgertest.NewCode(t)
+	l.CreateVoucher(t, ledgertest.Spec(code, 100, 1, true))
 	w, _ := newWriter(t, l)
 	// Customer 1 already holds its one use.
 	_, err := writeOne(w, code, voucher.Claim{CustomerID: 1, OrderID: code + "-first", OrderAmount: 5_000})
@@ -101,15 +102,15 @@ func TestWriterOneBadItemFailsAlone(t *testing.T) {
 	for i, o := range out {
 		assert.Equal(t, want[i], voucher.ErrorCode(o.Err), "writeBatch item %d (%v) = %v", i, claims[i], o.Err)
 	}
-	assert.Equal(t, dbCounts{Used: 3, Rows: 3, Active: 3, MaxPerCustomer: 1}, l.counts(t, code))
+	assert.Equal(t, ledgertest.DBCounts{Used: 3, Rows: 3, Active: 3, MaxPerCustomer: 1}, l.Counts(t, code))
 }
 
 // The same new orderId twice in one batch is written once.
 func TestWriterSameOrderTwiceInBatch(t *testing.T) {
 	t.Parallel()
-	l := newTestLedger(t, ledgerOptions{noRedis: true})
-	code := newCode(t)
-	l.createVoucher(t, spec(code, 10, 1, true))
+	l := ledgertest.New(t, ledgertest.Options{NoRedis: true})
+	code := ledgertest.NewCode(t)
+	l.CreateVoucher(t, ledgertest.Spec(code, 10, 1, true))
 	w, _ := newWriter(t, l)
 	cl := voucher.Claim{CustomerID: 1, OrderID: code + "-x", OrderAmount: 5_000}
 	out, err := w.WriteBatch(context.Background(), code, []voucher.Claim{cl, cl})
@@ -118,13 +119,13 @@ func TestWriterSameOrderTwiceInBatch(t *testing.T) {
 		require.NoError(t, o.Err)
 		assert.Equal(t, cl.OrderID, o.Reservation.OrderID)
 	}
-	assert.Equal(t, dbCounts{Used: 1, Rows: 1, Active: 1, MaxPerCustomer: 1}, l.counts(t, code))
+	assert.Equal(t, ledgertest.DBCounts{Used: 1, Rows: 1, Active: 1, MaxPerCustomer: 1}, l.Counts(t, code))
 }
 
 func BenchmarkWriter(b *testing.B) {
-	l := newTestLedger(b, ledgerOptions{noRedis: true})
-	code := newCode(b)
-	l.createVoucher(b, spec(code, 10_000_000, 1, true))
+	l := ledgertest.New(b, ledgertest.Options{NoRedis: true})
+	code := ledgertest.NewCode(b)
+	l.CreateVoucher(b, ledgertest.Spec(code, 10_000_000, 1, true))
 	w, sizes := newWriter(b, l)
 	var seq atomic.Int64
 	b.SetParallelism(64)
@@ -144,19 +145,19 @@ func BenchmarkWriter(b *testing.B) {
 // one request; malformed batches are refused whole and write nothing.
 func TestAdmittedBatchRoute(t *testing.T) {
 	t.Parallel()
-	l := newTestLedger(t, ledgerOptions{token: "tok"})
-	code := newCode(t)
-	l.createVoucher(t, spec(code, 3, 1, true))
+	l := ledgertest.New(t, ledgertest.Options{Token: "tok"})
+	code := ledgertest.NewCode(t)
+	l.CreateVoucher(t, ledgertest.Spec(code, 3, 1, true))
 	path := "/internal/vouchers/" + code + "/reservations/batch"
 	claims := []map[string]any{
-		claimBody(1, code+"-a", 5_000),
-		claimBody(1, code+"-a", 5_000), // a retry in the same batch
-		claimBody(2, code+"-a", 5_000), // the same order, another customer
-		claimBody(3, code+"-b", 10),    // too small
-		claimBody(1, code+"-c", 5_000), // customer 1 is at its limit
-		claimBody(4, code+"-d", 5_000),
+		ledgertest.ClaimBody(1, code+"-a", 5_000),
+		ledgertest.ClaimBody(1, code+"-a", 5_000), // a retry in the same batch
+		ledgertest.ClaimBody(2, code+"-a", 5_000), // the same order, another customer
+		ledgertest.ClaimBody(3, code+"-b", 10),    // too small
+		ledgertest.ClaimBody(1, code+"-c", 5_000), // customer 1 is at its limit
+		ledgertest.ClaimBody(4, code+"-d", 5_000),
 	}
-	r := l.call(t, "POST", path, map[string]any{"claims": claims})
+	r := l.Call(t, "POST", path, map[string]any{"claims": claims})
 	require.Equal(t, 200, r.Status, r.Raw)
 	results, _ := r.Body["results"].([]any)
 	require.Len(t, results, len(claims))
@@ -176,32 +177,32 @@ func TestAdmittedBatchRoute(t *testing.T) {
 		assert.Equal(t, want[i].replayed, has, "claim %d: replayed present only on a replay: %v", i, item)
 	}
 	// The whole batch again: every 201 is now a replay.
-	r = l.call(t, "POST", path, map[string]any{"claims": claims[:2]})
+	r = l.Call(t, "POST", path, map[string]any{"claims": claims[:2]})
 	require.Equal(t, 200, r.Status, r.Raw)
 	for i, res := range r.Body["results"].([]any) {
 		item := res.(map[string]any)
 		assert.EqualValues(t, 201, item["status"], "retry %d: %v", i, item)
 		assert.Equal(t, true, item["replayed"], "retry %d: %v", i, item)
 	}
-	assert.Equal(t, dbCounts{Used: 2, Rows: 2, Active: 2, MaxPerCustomer: 1}, l.counts(t, code))
+	assert.Equal(t, ledgertest.DBCounts{Used: 2, Rows: 2, Active: 2, MaxPerCustomer: 1}, l.Counts(t, code))
 
 	tooMany := make([]map[string]any, api.MaxBatchClaims+1)
 	for i := range tooMany {
-		tooMany[i] = claimBody(int64(100+i), fmt.Sprintf("%s-m%d", code, i), 5_000)
+		tooMany[i] = ledgertest.ClaimBody(int64(100+i), fmt.Sprintf("%s-m%d", code, i), 5_000)
 	}
 	for name, body := range map[string]any{
 		"empty":                    map[string]any{"claims": []any{}},
 		"too many":                 map[string]any{"claims": tooMany},
 		"bad claim":                map[string]any{"claims": []any{map[string]any{"customerId": 0, "orderId": "x", "orderAmount": 1}}},
-		"not a batch":              claimBody(5, code+"-e", 5_000),
+		"not a batch":              ledgertest.ClaimBody(5, code+"-e", 5_000),
 		"a claim with a key twice": json.RawMessage(`{"claims":[{"customerId":5,"customerId":6,"orderId":"` + code + `-f","orderAmount":5000}]}`),
 	} {
-		r := l.call(t, "POST", path, body)
+		r := l.Call(t, "POST", path, body)
 		assert.Equal(t, 400, r.Status, "%s: %s", name, r.Raw)
 		assert.Equal(t, "INVALID_REQUEST", r.Code(), name)
 	}
-	assert.Equal(t, dbCounts{Used: 2, Rows: 2, Active: 2, MaxPerCustomer: 1}, l.counts(t, code))
-	r = call(t, "POST", l.URL+path, "", map[string]any{"claims": claims})
+	assert.Equal(t, ledgertest.DBCounts{Used: 2, Rows: 2, Active: 2, MaxPerCustomer: 1}, l.Counts(t, code))
+	r = ledgertest.Call(t, "POST", l.URL+path, "", map[string]any{"claims": claims})
 	assert.Equal(t, 401, r.Status, "the batch route needs the token")
 }
 
@@ -210,15 +211,15 @@ func TestAdmittedBatchRoute(t *testing.T) {
 // error names the guard that fired.
 func TestGroupCommitRefusedWritesNothing(t *testing.T) {
 	t.Parallel()
-	l := newTestLedger(t, ledgerOptions{noRedis: true})
+	l := ledgertest.New(t, ledgertest.Options{NoRedis: true})
 	ctx := context.Background()
 	type tally struct {
-		dbCounts
+		ledgertest.DBCounts
 		Usage, Events int
 	}
 	tallyOf := func(code string) tally {
-		tl := tally{dbCounts: l.counts(t, code)}
-		require.NoError(t, l.pool.QueryRow(ctx, `
+		tl := tally{DBCounts: l.Counts(t, code)}
+		require.NoError(t, l.Pool.QueryRow(ctx, `
 			SELECT (SELECT coalesce(sum(used_count), 0) FROM voucher_customer_usage WHERE voucher_code = $1),
 			       (SELECT count(*) FROM voucher_event WHERE voucher_code = $1)`, code).Scan(&tl.Usage, &tl.Events))
 		return tl
@@ -243,23 +244,23 @@ func TestGroupCommitRefusedWritesNothing(t *testing.T) {
 		}, voucher.ErrPaused},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			code := newCode(t)
-			l.createVoucher(t, spec(code, tc.stock, 1, true))
-			v, err := l.store.Terms(ctx, code)
+			code := ledgertest.NewCode(t)
+			l.CreateVoucher(t, ledgertest.Spec(code, tc.stock, 1, true))
+			v, err := l.Store.Terms(ctx, code)
 			require.NoError(t, err)
-			out, refused, err := l.store.InsertMany(ctx, v, []voucher.Claim{{CustomerID: 1, OrderID: code + "-first", OrderAmount: 5_000}})
+			out, refused, err := l.Store.InsertMany(ctx, v, []voucher.Claim{{CustomerID: 1, OrderID: code + "-first", OrderAmount: 5_000}})
 			require.NoError(t, err)
 			require.False(t, refused)
 			require.NoError(t, out[0].Err)
 			if tc.pause {
-				_, err := l.pool.Exec(ctx, `UPDATE voucher SET paused = true WHERE code = $1`, code)
+				_, err := l.Pool.Exec(ctx, `UPDATE voucher SET paused = true WHERE code = $1`, code)
 				require.NoError(t, err)
 			}
 			before := tallyOf(code)
 
-			_, err = l.store.GroupCommit(ctx, l.pool, v, tc.claims(code))
+			_, err = l.Store.GroupCommit(ctx, l.Pool, v, tc.claims(code))
 			assert.Equal(t, tc.want, store.Translate(err))
-			_, refused, err = l.store.InsertMany(ctx, v, tc.claims(code))
+			_, refused, err = l.Store.InsertMany(ctx, v, tc.claims(code))
 			require.NoError(t, err)
 			assert.True(t, refused)
 			assert.Equal(t, before, tallyOf(code), "a refused group commit left rows behind")
@@ -269,9 +270,9 @@ func TestGroupCommitRefusedWritesNothing(t *testing.T) {
 
 // ledgerConn returns a test ledger without Redis and one of its pooled
 // connections, released when the test ends.
-func ledgerConn(t *testing.T) (*testLedger, *pgxpool.Conn) {
-	l := newTestLedger(t, ledgerOptions{noRedis: true})
-	c, err := l.pool.Acquire(context.Background())
+func ledgerConn(t *testing.T) (*ledgertest.Ledger, *pgxpool.Conn) {
+	l := ledgertest.New(t, ledgertest.Options{NoRedis: true})
+	c, err := l.Pool.Acquire(context.Background())
 	require.NoError(t, err)
 	t.Cleanup(c.Release)
 	return l, c
@@ -283,7 +284,7 @@ func TestPrimeWritesNothing(t *testing.T) {
 	t.Parallel()
 	l, c := ledgerConn(t)
 	ctx := context.Background()
-	require.NoError(t, l.store.Prime(ctx, c.Conn()))
+	require.NoError(t, l.Store.Prime(ctx, c.Conn()))
 
 	var prepared int
 	require.NoError(t, c.QueryRow(ctx, `SELECT count(*) FROM pg_prepared_statements WHERE statement IN ($1, $2)`,

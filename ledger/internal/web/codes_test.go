@@ -1,4 +1,4 @@
-package main
+package web_test
 
 import (
 	"encoding/json"
@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/flashgate/flashgate/ledger/internal/ledgertest"
 	"github.com/flashgate/flashgate/shared/api"
 )
 
@@ -18,11 +19,11 @@ import (
 // flash) are each listed once. A bad after= or an unknown parameter is 400.
 func TestVoucherCodes(t *testing.T) {
 	t.Parallel()
-	l := newTestLedger(t, ledgerOptions{})
-	prefix := newCode(t)[:20]
+	l := ledgertest.New(t, ledgertest.Options{})
+	prefix := ledgertest.NewCode(t)[:20]
 	mine := []string{prefix + "a", prefix + "b", prefix + "c"}
 	for i, code := range mine {
-		l.createVoucher(t, spec(code, 5, 1, i == 1))
+		l.CreateVoucher(t, ledgertest.Spec(code, 5, 1, i == 1))
 	}
 	var all []string
 	after := ""
@@ -32,7 +33,7 @@ func TestVoucherCodes(t *testing.T) {
 		if after != "" {
 			path += "?after=" + after
 		}
-		r := l.call(t, http.MethodGet, path, nil)
+		r := l.Call(t, http.MethodGet, path, nil)
 		require.Equal(t, http.StatusOK, r.Status, r.Raw)
 		var page api.VoucherCodes
 		require.NoError(t, json.Unmarshal([]byte(r.Raw), &page))
@@ -53,7 +54,7 @@ func TestVoucherCodes(t *testing.T) {
 		assert.True(t, found, "%s not listed", code)
 		assert.False(t, found && i+1 < len(all) && all[i+1] == code, "%s listed twice", code)
 	}
-	r := l.call(t, http.MethodGet, api.VoucherCodesPath+"?after="+prefix+"a", nil)
+	r := l.Call(t, http.MethodGet, api.VoucherCodesPath+"?after="+prefix+"a", nil)
 	require.Equal(t, http.StatusOK, r.Status, r.Raw)
 	var page api.VoucherCodes
 	require.NoError(t, json.Unmarshal([]byte(r.Raw), &page))
@@ -61,7 +62,7 @@ func TestVoucherCodes(t *testing.T) {
 	assert.Equal(t, mine[1:], page.Codes[:2], "the page after %s", mine[0])
 
 	for _, bad := range []string{"?after=a%20b", "?after=" + prefix + "&after=x", "?limit=5", "?after=x%2Fy"} {
-		r := l.call(t, http.MethodGet, api.VoucherCodesPath+bad, nil)
+		r := l.Call(t, http.MethodGet, api.VoucherCodesPath+bad, nil)
 		assert.Equal(t, http.StatusBadRequest, r.Status, "GET %s: %s", bad, r.Raw)
 	}
 }
@@ -71,11 +72,11 @@ func TestVoucherCodes(t *testing.T) {
 // at once rather than at its next re-read.
 func TestCreatePublishesChange(t *testing.T) {
 	t.Parallel()
-	l := newTestLedger(t, ledgerOptions{})
-	codes := subscribe(t, l)
+	l := ledgertest.New(t, ledgertest.Options{})
+	codes := ledgertest.Subscribe(t, l)
 	for _, flash := range []bool{false, true} {
-		code := newCode(t)
-		l.createVoucher(t, spec(code, 5, 1, flash))
-		announced(t, codes, code)
+		code := ledgertest.NewCode(t)
+		l.CreateVoucher(t, ledgertest.Spec(code, 5, 1, flash))
+		ledgertest.Announced(t, codes, code)
 	}
 }

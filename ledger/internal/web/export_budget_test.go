@@ -1,4 +1,4 @@
-package main
+package web_test
 
 import (
 	"context"
@@ -9,6 +9,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/flashgate/flashgate/ledger/internal/app"
+	"github.com/flashgate/flashgate/ledger/internal/ledgertest"
 	"github.com/flashgate/flashgate/shared/api"
 )
 
@@ -22,11 +24,11 @@ import (
 // where another test's export would be counted too.
 func TestExportBudget(t *testing.T) {
 	const timeout = 5 * time.Second
-	l := newTestLedger(t, ledgerOptions{export: Config{ExportMax: 2, ExportTimeout: timeout}})
-	code, other := newCode(t), newCode(t)
-	l.createVoucher(t, spec(code, 10, 1, false))
-	l.createVoucher(t, spec(other, 10, 1, false))
-	l.exec(t, `
+	l := ledgertest.New(t, ledgertest.Options{Export: app.Config{ExportMax: 2, ExportTimeout: timeout}})
+	code, other := ledgertest.NewCode(t), ledgertest.NewCode(t)
+	l.CreateVoucher(t, ledgertest.Spec(code, 10, 1, false))
+	l.CreateVoucher(t, ledgertest.Spec(other, 10, 1, false))
+	l.Exec(t, `
 		INSERT INTO voucher_redemption (voucher_code, customer_id, order_id, status, created_at, expires_at,
 		                                order_amount, discount_amount, released_at, release_reason)
 		SELECT $1::text, i, $1::text || ':o.' || i, 'RELEASED', now(), now() + interval '15 minutes',
@@ -51,15 +53,15 @@ func TestExportBudget(t *testing.T) {
 	assert.NotEmpty(t, refused.Header.Get(api.HeaderRetryAfter), "a 429 says when to come back")
 
 	sessions := func() (n int) {
-		require.NoError(t, l.pool.QueryRow(context.Background(), `SELECT count(*) FROM pg_stat_activity
+		require.NoError(t, l.Pool.QueryRow(context.Background(), `SELECT count(*) FROM pg_stat_activity
 			WHERE application_name = 'flashgate-ledger-export' AND xact_start IS NOT NULL`).Scan(&n))
 		return n
 	}
 	assert.Equal(t, 2, sessions(), "the stalled exports hold a transaction each, on the exports' own pool")
-	assert.Equal(t, http.StatusCreated, l.reserve(t, other, 1, other+"-o1", 5_000).Status,
+	assert.Equal(t, http.StatusCreated, l.Reserve(t, other, 1, other+"-o1", 5_000).Status,
 		"a reserve beside two stalled exports")
 
-	waitFor(t, timeout+20*time.Second, "the stalled exports' transactions end at EXPORT_TIMEOUT", func() bool { return sessions() == 0 })
+	ledgertest.WaitFor(t, timeout+20*time.Second, "the stalled exports' transactions end at EXPORT_TIMEOUT", func() bool { return sessions() == 0 })
 	t.Logf("the stalled exports' transactions ended %s after they began (EXPORT_TIMEOUT %s)",
 		time.Since(began).Round(100*time.Millisecond), timeout)
 	assert.Equal(t, http.StatusOK, export().StatusCode, "a slot is free again")

@@ -1,4 +1,4 @@
-package main
+package web_test
 
 import (
 	"context"
@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/flashgate/flashgate/ledger/internal/ledgertest"
 	"github.com/flashgate/flashgate/ledger/internal/web"
 )
 
@@ -69,15 +70,15 @@ func parseExportRow(tb testing.TB, cells []string) exportRow {
 // first rows); and reports the time and the heap seen meanwhile.
 func TestExportCSV(t *testing.T) {
 	t.Parallel()
-	l := newTestLedger(t, ledgerOptions{})
+	l := ledgertest.New(t, ledgertest.Options{})
 	ctx := context.Background()
-	code := newCode(t)
-	l.createVoucher(t, spec(code, 10, 1, false))
-	require.Equal(t, http.StatusCreated, l.reserve(t, code, 1, code+"-r1", 200_000).Status)
-	require.Equal(t, http.StatusCreated, l.reserve(t, code, 2, code+"-r2", 200_000).Status)
-	require.Equal(t, http.StatusOK, l.call(t, http.MethodPost, "/vouchers/"+code+"/reservations/"+code+"-r2/confirm", nil).Status)
+	code := ledgertest.NewCode(t)
+	l.CreateVoucher(t, ledgertest.Spec(code, 10, 1, false))
+	require.Equal(t, http.StatusCreated, l.Reserve(t, code, 1, code+"-r1", 200_000).Status)
+	require.Equal(t, http.StatusCreated, l.Reserve(t, code, 2, code+"-r2", 200_000).Status)
+	require.Equal(t, http.StatusOK, l.Call(t, http.MethodPost, "/vouchers/"+code+"/reservations/"+code+"-r2/confirm", nil).Status)
 	const n = 100_000
-	l.exec(t, `
+	l.Exec(t, `
 		INSERT INTO voucher_redemption (voucher_code, customer_id, order_id, status, created_at, expires_at,
 		                                order_amount, discount_amount, confirmed_at, released_at, release_reason)
 		SELECT $1::text, 10 + i % 5000, $1::text || ':o.' || i,
@@ -103,7 +104,7 @@ func TestExportCSV(t *testing.T) {
 	began := time.Now()
 	req, err := http.NewRequest(http.MethodGet, l.URL+"/admin/vouchers/"+code+"/reservations.csv", nil)
 	require.NoError(t, err)
-	resp, err := httpClient.Do(req)
+	resp, err := ledgertest.HTTPClient.Do(req)
 	require.NoError(t, err)
 	defer resp.Body.Close()
 	require.Equal(t, http.StatusOK, resp.StatusCode)
@@ -139,7 +140,7 @@ func TestExportCSV(t *testing.T) {
 	// first would have finished its query by now.
 	time.Sleep(300 * time.Millisecond)
 	var running int
-	require.NoError(t, l.pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+	require.NoError(t, l.Pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
 		WHERE state = 'active' AND query LIKE '%reservations export%' AND query NOT LIKE '%pg_stat_activity%'`).Scan(&running))
 	assert.Equal(t, 1, running, "the export's query still runs while the client reads its first rows")
 	for read < 10_000 {
@@ -186,9 +187,9 @@ func joinHeader(h []string) string {
 }
 
 // tableRows reads a voucher's reservations straight from the table, in id order.
-func tableRows(tb testing.TB, l *testLedger, code string) []exportRow {
+func tableRows(tb testing.TB, l *ledgertest.Ledger, code string) []exportRow {
 	tb.Helper()
-	rows, err := l.pool.Query(context.Background(), `
+	rows, err := l.Pool.Query(context.Background(), `
 		SELECT order_id, customer_id, status, order_amount, discount_amount, created_at, expires_at,
 		       confirmed_at, released_at, release_reason
 		FROM voucher_redemption WHERE voucher_code = $1 ORDER BY id`, code)
@@ -215,13 +216,13 @@ func tableRows(tb testing.TB, l *testLedger, code string) []exportRow {
 // reservations (the header alone) and of an unknown voucher (404).
 func TestExportEmptyAndUnknown(t *testing.T) {
 	t.Parallel()
-	l := newTestLedger(t, ledgerOptions{})
-	code := newCode(t)
-	l.createVoucher(t, spec(code, 10, 1, false))
-	r := l.call(t, http.MethodGet, "/admin/vouchers/"+code+"/reservations.csv", nil)
+	l := ledgertest.New(t, ledgertest.Options{})
+	code := ledgertest.NewCode(t)
+	l.CreateVoucher(t, ledgertest.Spec(code, 10, 1, false))
+	r := l.Call(t, http.MethodGet, "/admin/vouchers/"+code+"/reservations.csv", nil)
 	assert.Equal(t, http.StatusOK, r.Status)
 	assert.Equal(t, joinHeader(web.CSVHeader)+"\n", r.Raw)
-	r = l.call(t, http.MethodGet, "/admin/vouchers/"+code+"x/reservations.csv", nil)
+	r = l.Call(t, http.MethodGet, "/admin/vouchers/"+code+"x/reservations.csv", nil)
 	assert.Equal(t, http.StatusNotFound, r.Status, r.Raw)
 	assert.Equal(t, "VOUCHER_NOT_FOUND", r.Code())
 }
@@ -232,18 +233,18 @@ func TestExportEmptyAndUnknown(t *testing.T) {
 // route's validation, so they never reach a row, let alone the export.
 func TestExportCSVFormulaCells(t *testing.T) {
 	t.Parallel()
-	l := newTestLedger(t, ledgerOptions{})
-	code := newCode(t)
-	l.createVoucher(t, spec(code, 10, 1, false))
+	l := ledgertest.New(t, ledgertest.Options{})
+	code := ledgertest.NewCode(t)
+	l.CreateVoucher(t, ledgertest.Spec(code, 10, 1, false))
 	for i, order := range []string{"-1-1", "-2.5E3"} {
-		r := l.reserve(t, code, int64(i+1), order+code, 200_000)
+		r := l.Reserve(t, code, int64(i+1), order+code, 200_000)
 		require.Equal(t, http.StatusCreated, r.Status, r.Raw)
 	}
 	for i, order := range []string{"+1", "@x", "=1+1"} {
-		r := l.reserve(t, code, int64(i+10), order+code, 200_000)
+		r := l.Reserve(t, code, int64(i+10), order+code, 200_000)
 		assert.Equal(t, http.StatusBadRequest, r.Status, "reserve %q: %s", order, r.Raw)
 	}
-	r := l.call(t, http.MethodGet, "/admin/vouchers/"+code+"/reservations.csv", nil)
+	r := l.Call(t, http.MethodGet, "/admin/vouchers/"+code+"/reservations.csv", nil)
 	require.Equal(t, http.StatusOK, r.Status, r.Raw)
 	rows, err := csv.NewReader(strings.NewReader(r.Raw)).ReadAll()
 	require.NoError(t, err)

@@ -1,4 +1,4 @@
-package main
+package web_test
 
 import (
 	"fmt"
@@ -12,6 +12,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/flashgate/flashgate/ledger/internal/ledgertest"
 	"github.com/flashgate/flashgate/shared/devstack"
 	"github.com/flashgate/flashgate/shared/devstack/devstacktest"
 	"github.com/flashgate/flashgate/shared/voucher"
@@ -34,13 +35,13 @@ func TestPostgresStoppedAnswers503Fast(t *testing.T) {
 	led, err := devstack.StartService("ledger", filepath.Join(devstacktest.Binaries(t, "."), "ledger"), env, base+"/healthz", devstacktest.ServiceLog(t, "ledger"))
 	require.NoError(t, err)
 	t.Cleanup(func() { led.Stop() })
-	l := &testLedger{URL: base}
-	code := newCode(t)
+	l := &ledgertest.Ledger{URL: base}
+	code := ledgertest.NewCode(t)
 	// Created, retried as an operator would: the first statements on a new
 	// Postgres once passed DB_TIMEOUT beside the rest of make test (503); a
 	// retry after an unknown commit finds the voucher there.
 	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(200 * time.Millisecond) {
-		r := l.call(t, "POST", "/admin/vouchers", spec(code, 100_000, 1, false))
+		r := l.Call(t, "POST", "/admin/vouchers", ledgertest.Spec(code, 100_000, 1, false))
 		if r.Status == http.StatusCreated || r.Code() == voucher.CodeVoucherExists {
 			break
 		}
@@ -49,9 +50,9 @@ func TestPostgresStoppedAnswers503Fast(t *testing.T) {
 	// A first write on a new Postgres, retried as a client would: on a
 	// machine busy with the rest of make test it once took longer than
 	// DB_TIMEOUT and was answered 503 (what this test measures comes next).
-	var warm reply
+	var warm ledgertest.Reply
 	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(200 * time.Millisecond) {
-		warm = l.call(t, "POST", "/vouchers/"+code+"/reservations", claimBody(1, code+"-warm", 500_000))
+		warm = l.Call(t, "POST", "/vouchers/"+code+"/reservations", ledgertest.ClaimBody(1, code+"-warm", 500_000))
 		if warm.Status != http.StatusServiceUnavailable || time.Now().After(deadline) {
 			break
 		}
@@ -96,7 +97,7 @@ func TestPostgresStoppedAnswers503Fast(t *testing.T) {
 	require.Less(t, readyTook, 2*time.Second, "/readyz with Postgres stopped (target 1 s)")
 
 	require.Eventually(t, func() bool {
-		return l.call(t, "POST", "/vouchers/"+code+"/reservations", claimBody(2, code+"-after", 500_000)).Status == 201
+		return l.Call(t, "POST", "/vouchers/"+code+"/reservations", ledgertest.ClaimBody(2, code+"-after", 500_000)).Status == 201
 	}, 15*time.Second, 100*time.Millisecond, "the ledger serves again once Postgres continues")
 }
 

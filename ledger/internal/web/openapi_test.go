@@ -1,10 +1,11 @@
-package main
+package web_test
 
 import (
 	"testing"
 
 	"github.com/gin-gonic/gin"
 
+	"github.com/flashgate/flashgate/ledger/internal/ledgertest"
 	"github.com/flashgate/flashgate/ledger/internal/web"
 	"github.com/flashgate/flashgate/shared/httpx"
 	"github.com/flashgate/flashgate/shared/httpx/httpxtest"
@@ -22,8 +23,8 @@ func TestOpenAPIRoutes(t *testing.T) {
 // TestOpenAPIResponses validates the ledger's live answers (through
 // shared/client) against openapi.yaml with kin-openapi, auth on.
 func TestOpenAPIResponses(t *testing.T) {
-	l := newTestLedger(t, ledgerOptions{token: "test-token"})
-	code := newCode(t)
-	l.createVoucher(t, spec(code, 5, 1, true))
+	l := ledgertest.New(t, ledgertest.Options{Token: "test-token"})
+	code := ledgertest.NewCode(t)
+	l.CreateVoucher(t, ledgertest.Spec(code, 5, 1, true))
 	httpxtest.CheckLiveResponses(t, l.URL, l.Token, code)
 }

@@ -1,10 +1,11 @@
-package main
+package web_test
 
 import (
 	"testing"
 
 	"github.com/gin-gonic/gin"
 
+	"github.com/flashgate/flashgate/ledger/internal/ledgertest"
 	"github.com/flashgate/flashgate/ledger/internal/web"
 	"github.com/flashgate/flashgate/shared/envconf"
 	"github.com/flashgate/flashgate/shared/httpx"
@@ -52,13 +53,13 @@ var ledgerScopes = map[string][]httpx.Scope{
 // without a token, through otherwise. The voucher code is fresh: what gets
 // through changes nothing (empty bodies, an unknown voucher).
 func TestRouteScopes(t *testing.T) {
-	l := newTestLedger(t, ledgerOptions{token: "scope-all"})
-	check := httpxtest.ScopeCheck{All: l.Token, Want: ledgerScopes, Code: newCode(t), Tokens: map[httpx.Scope]string{}}
+	l := ledgertest.New(t, ledgertest.Options{Token: "scope-all"})
+	check := httpxtest.ScopeCheck{All: l.Token, Want: ledgerScopes, Code: ledgertest.NewCode(t), Tokens: map[httpx.Scope]string{}}
 	tokens := map[string]envconf.Credential{}
 	for _, sc := range httpx.Scopes {
 		check.Tokens[httpx.Scope(sc)] = "scope-" + sc
 		tokens[sc+"-only"] = envconf.Credential{Token: "scope-" + sc, Scopes: []string{sc}}
 	}
-	h := l.handler(func(s *web.Server) { s.Tokens = tokens })
+	h := l.Handler(func(s *web.Server) { s.Tokens = tokens })
 	httpxtest.CheckRouteScopes(t, h.(*gin.Engine), check)
 }
