@@ -15,11 +15,15 @@ import (
 	"github.com/flashgate/flashgate/shared/devstack/devstacktest"
 )
 
-// ledgerBinary is bin/ledger built from this package once per test binary,
-// so that tests can kill and restart a real ledger process.
+// ledgerPackage is the ledger's command, by import path: the kit serves test
+// packages in several directories.
+const ledgerPackage = "github.com/flashgate/flashgate/ledger"
+
+// LedgerBinary is bin/ledger built once per test binary, so that tests can
+// kill and restart a real ledger process.
 func LedgerBinary(tb testing.TB) string {
 	tb.Helper()
-	return filepath.Join(devstacktest.Binaries(tb, "."), "ledger")
+	return filepath.Join(devstacktest.Binaries(tb, ledgerPackage), "ledger")
 }
 
 // ledgerProcess is a bin/ledger process on the given servers.

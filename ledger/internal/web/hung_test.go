@@ -3,7 +3,6 @@ package web_test
 import (
 	"fmt"
 	"net/http"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -32,7 +31,7 @@ func TestPostgresStoppedAnswers503Fast(t *testing.T) {
 	env := []string{"LEDGER_ADDR=" + base[len("http://"):], "DATABASE_URL=" + pg.URL(),
 		"REDIS_URL=" + devstacktest.RedisURL(t), devstack.OpenLedger, "EXPIRY_INTERVAL=1h", "RECONCILE_INTERVAL=1h",
 		"SHUTDOWN_DELAY=0s"} // no load balancer to wait for: a test's stop is immediate
-	led, err := devstack.StartService("ledger", filepath.Join(devstacktest.Binaries(t, "."), "ledger"), env, base+"/healthz", devstacktest.ServiceLog(t, "ledger"))
+	led, err := devstack.StartService("ledger", ledgertest.LedgerBinary(t), env, base+"/healthz", devstacktest.ServiceLog(t, "ledger"))
 	require.NoError(t, err)
 	t.Cleanup(func() { led.Stop() })
 	l := &ledgertest.Ledger{URL: base}
