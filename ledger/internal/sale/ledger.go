@@ -254,7 +254,7 @@ func (l *Ledger) WriteAdmittedMany(ctx context.Context, code string, claims []vo
 	// still waits for it), so what is parked below is parked from the
 	// batch's side; another lane's write of the same order may still run,
 	// and the settler waits for it too.
-	writing := l.settler.Writing(code, ids)
+	writing := l.settler.writing(code, ids)
 	out := l.writer.WriteMany(ctx, code, claims)
 	writing()
 	if l.gate == nil {
@@ -482,7 +482,7 @@ func (l *Ledger) Restocked(ctx context.Context, code, orderID string) error {
 // retries.
 func (l *Ledger) reassert(ctx context.Context, code string, orders []gate.Order) {
 	bg := context.WithoutCancel(ctx)
-	if l.settler.Reassert(bg, code, orders) > 0 {
+	if l.settler.reassert(bg, code, orders) > 0 {
 		PublishChange(bg, l.pub, code, l.log)
 	}
 }

@@ -64,7 +64,7 @@ func (w *Writer) Reserve(ctx context.Context, code string, cl voucher.Claim) (vo
 }
 
 // ObserveCommits reports each group transaction's duration to f.
-func (w *Writer) ObserveCommits(f func(time.Duration)) { w.commit = f }
+func (w *Writer) observeCommits(f func(time.Duration)) { w.commit = f }
 
 // WriteMany makes admitted claims of one voucher durable (idempotent by
 // orderId) and returns their answers once committed: a reservation (replayed
@@ -123,7 +123,7 @@ type Batch struct {
 // fires, else voucher by voucher as WriteBatch writes them. Each batch's
 // claims are answered as WriteBatch answers them; a voucher that is gone or
 // not a flash voucher fails its own claims, a fault fails the call.
-func (w *Writer) WriteBatches(ctx context.Context, batches []Batch) ([][]store.Written, error) {
+func (w *Writer) writeBatches(ctx context.Context, batches []Batch) ([][]store.Written, error) {
 	ctx, cancel := context.WithTimeout(ctx, w.timeout)
 	defer cancel()
 	plans := make([]*batchPlan, len(batches))

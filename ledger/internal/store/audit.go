@@ -97,7 +97,7 @@ func auditJSON(v any) ([]byte, error) {
 // AddAudit writes one audit row outside a change of terms (warmup, reconcile).
 func (s *Store) AddAudit(ctx context.Context, code, actor, action string, before, after any) error {
 	if err := insertAudit(ctx, s.pool, code, actor, action, before, after); err != nil {
-		return Translate(fmt.Errorf("audit %s %s: %w", action, code, err))
+		return translate(fmt.Errorf("audit %s %s: %w", action, code, err))
 	}
 	return nil
 }
@@ -126,7 +126,7 @@ func (s *Store) Audit(ctx context.Context, code string) ([]AuditEvent, error) {
 			return err
 		})
 	if err != nil {
-		return nil, Translate(fmt.Errorf("audit %s: %w", code, err))
+		return nil, translate(fmt.Errorf("audit %s: %w", code, err))
 	}
 	if events == nil {
 		events = []AuditEvent{}

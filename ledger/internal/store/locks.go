@@ -26,12 +26,12 @@ func (s *Store) WithVoucherLock(ctx context.Context, code string, fn func(ctx co
 	for {
 		conn, err := s.pool.Acquire(ctx)
 		if err != nil {
-			return Translate(fmt.Errorf("lock %s: %w", code, err))
+			return translate(fmt.Errorf("lock %s: %w", code, err))
 		}
 		var locked bool
 		if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock(`+key+`)`, code).Scan(&locked); err != nil {
 			conn.Release()
-			return Translate(fmt.Errorf("lock %s: %w", code, err))
+			return translate(fmt.Errorf("lock %s: %w", code, err))
 		}
 		if !locked {
 			conn.Release()
