@@ -21,7 +21,7 @@ type Metrics struct {
 	remaining        *httpx.BoundedGauge
 }
 
-// newJobsMetrics registers the jobs' metrics on reg (nil: a throwaway
+// NewMetrics registers the jobs' metrics on reg (nil: a throwaway
 // registry, for tests).
 func NewMetrics(reg prometheus.Registerer) *Metrics {
 	if reg == nil {

@@ -78,7 +78,7 @@ func (j *Jobs) ReconcileBy(ctx context.Context, code, actor string) (Report, err
 	return rep, nil
 }
 
-// reconcileAudit is a reconcile's audit row after: its report and the kinds
+// ReconcileAudit is a reconcile's audit row after: its report and the kinds
 // of what it repaired.
 type ReconcileAudit struct {
 	Report
@@ -203,7 +203,7 @@ func (j *Jobs) settleFinished(ctx context.Context, code string, snapshot []store
 	return j.settler.Agree(ctx, code, gone)
 }
 
-// ReconcileAll reconciles every live flash voucher that has changed since its
+// reconcileAll reconciles every live flash voucher that has changed since its
 // last clean reconcile by this ledger (see cleanMark), and every tenth run all
 // of them; it returns the reports of those it reconciled.
 func (j *Jobs) reconcileAll(ctx context.Context) []Report {
@@ -238,7 +238,7 @@ func (j *Jobs) reconcileAll(ctx context.Context) []Report {
 	return reps
 }
 
-// ReconcileInherited reconciles at once every live flash voucher whose Redis
+// reconcileInherited reconciles at once every live flash voucher whose Redis
 // state the serving Redis process did not write from the database
 // (gate.GenInherited): a restart from a snapshot or an append-only file, or a
 // failover, may have lost orders the database committed since, whose retries

@@ -15,10 +15,10 @@ import (
 	"github.com/flashgate/flashgate/shared/voucher"
 )
 
-// adminTokens are the named tokens of newAdminLedger, beside its LEDGER_TOKEN.
+// adminTokens are the named tokens of NewAdmin, beside its LEDGER_TOKEN.
 var adminTokens = map[string]string{"alice": "alice-token", "bob": "bob-token"}
 
-// newAdminLedger is newTestLedger served with LEDGER_TOKEN "default-token"
+// NewAdmin is New served with LEDGER_TOKEN "default-token"
 // and LEDGER_TOKENS alice and bob (adminTokens), as main wires them.
 func NewAdmin(tb testing.TB) *Ledger {
 	tb.Helper()
@@ -34,7 +34,7 @@ func NewAdmin(tb testing.TB) *Ledger {
 	return l
 }
 
-// callAs sends a request with the named token of actor (adminTokens), or
+// CallAs sends a request with the named token of actor (adminTokens), or
 // LEDGER_TOKEN for "default".
 func (l *Ledger) CallAs(tb testing.TB, actor, method, path string, body any) Reply {
 	tb.Helper()
@@ -45,7 +45,7 @@ func (l *Ledger) CallAs(tb testing.TB, actor, method, path string, body any) Rep
 	return Call(tb, method, l.URL+path, token, body)
 }
 
-// view decodes a voucher view reply, requiring status want.
+// View decodes a voucher view reply, requiring status want.
 func View(tb testing.TB, r Reply, want int) voucher.Voucher {
 	tb.Helper()
 	require.Equal(tb, want, r.Status, "reply %s", r.Raw)
@@ -54,20 +54,20 @@ func View(tb testing.TB, r Reply, want int) voucher.Voucher {
 	return v
 }
 
-// patch sends PATCH /admin/vouchers/{code}.
+// Patch sends PATCH /admin/vouchers/{code}.
 func (l *Ledger) Patch(tb testing.TB, code string, body any) Reply {
 	tb.Helper()
 	return l.Call(tb, http.MethodPatch, "/admin/vouchers/"+code, body)
 }
 
-// reserve reserves through the ledger's public route (the gate first for a
+// Reserve reserves through the ledger's public route (the gate first for a
 // flash voucher, as through a proxy).
 func (l *Ledger) Reserve(tb testing.TB, code string, customer int64, order string, amount int64) Reply {
 	tb.Helper()
 	return l.Call(tb, http.MethodPost, "/vouchers/"+code+"/reservations", ClaimBody(customer, order, amount))
 }
 
-// auditEvents reads GET /admin/vouchers/{code}/audit.
+// AuditEvents reads GET /admin/vouchers/{code}/audit.
 func (l *Ledger) AuditEvents(tb testing.TB, code string) []store.AuditEvent {
 	tb.Helper()
 	r := l.Call(tb, http.MethodGet, "/admin/vouchers/"+code+"/audit", nil)
@@ -79,7 +79,7 @@ func (l *Ledger) AuditEvents(tb testing.TB, code string) []store.AuditEvent {
 	return body.Events
 }
 
-// exec runs SQL on the test database.
+// Exec runs SQL on the test database.
 func (l *Ledger) Exec(tb testing.TB, sql string, args ...any) {
 	tb.Helper()
 	_, err := l.Pool.Exec(context.Background(), sql, args...)

@@ -10,7 +10,7 @@ import (
 	"github.com/flashgate/flashgate/shared/agreement/agreementtest"
 )
 
-// agreementChecks is what a testLedger checks when its test ends (issue 22,
+// agreementChecks is what a Ledger checks when its test ends (issue 22,
 // Redis agrees with Postgres on its own): every flash voucher the test created agrees between
 // Redis and the database, and no reconcile repaired one of them. The ledger's
 // jobs never Run in these tests (the reconciler is off), so a test that drifts
@@ -23,7 +23,7 @@ type agreementChecks struct {
 	repairOK string // why repairs are expected; empty: a repair fails the test
 }
 
-// addFlash and addJobs do nothing on a testLedger built by hand around a
+// AddFlash and AddJobs do nothing on a Ledger built by hand around a
 // ledger process (no checks).
 func (c *agreementChecks) AddFlash(code string) {
 	if c == nil {
@@ -43,10 +43,10 @@ func (c *agreementChecks) AddJobs(j *jobs.Jobs) {
 	c.jobs = append(c.jobs, j)
 }
 
-// trackFlash adds a flash voucher the test created without createVoucher.
+// TrackFlash adds a flash voucher the test created without CreateVoucher.
 func (l *Ledger) TrackFlash(code string) { l.Checks.AddFlash(code) }
 
-// allowRepairs is for a test that destroys Redis' data on purpose (or tests
+// AllowRepairs is for a test that destroys Redis' data on purpose (or tests
 // the reconciler itself): a repair is then expected, and only agreement after
 // the recovery is checked. why says what the test destroys.
 func (l *Ledger) AllowRepairs(why string) {
@@ -55,7 +55,7 @@ func (l *Ledger) AllowRepairs(why string) {
 	l.Checks.repairOK = why
 }
 
-// requireAgreement is the check at the end of every test with a testLedger.
+// requireAgreement is the check at the end of every test with a Ledger.
 func (l *Ledger) requireAgreement(tb testing.TB) {
 	tb.Helper()
 	c := l.Checks

@@ -18,7 +18,7 @@ import (
 	"github.com/flashgate/flashgate/shared/gate"
 )
 
-// ownPostgres returns the URL of a PostgreSQL only this test uses. The sweeper
+// OwnPostgres returns the URL of a PostgreSQL only this test uses. The sweeper
 // releases every expired reservation in its database, so tests that sweep get
 // their own instead of taking rows from tests running beside them.
 func OwnPostgres(tb testing.TB) string {
@@ -26,13 +26,13 @@ func OwnPostgres(tb testing.TB) string {
 	return devstacktest.NewPostgres(tb, devstack.PostgresOptions{}).URL()
 }
 
-// claim is one reserve request of a test: a customer and an orderId.
+// Claim is one reserve request of a test: a customer and an orderId.
 type Claim struct {
 	Customer int64
 	Order    string
 }
 
-// claims returns customers x perCustomer claims for code, orderIds tagged with
+// Claims returns customers x perCustomer claims for code, orderIds tagged with
 // round so that a later round never reuses one.
 func Claims(code string, customers, perCustomer int, round string) []Claim {
 	var out []Claim
@@ -44,7 +44,7 @@ func Claims(code string, customers, perCustomer int, round string) []Claim {
 	return out
 }
 
-// reserveAll reserves every claim concurrently through ledger URL base and
+// ReserveAll reserves every claim concurrently through ledger URL base and
 // requires a 201 for each. A 503 is retried with the same orderId, as the
 // API tells a client to: on a loaded machine a write can pass DB_TIMEOUT.
 func ReserveAll(tb testing.TB, base, code string, cs []Claim) {
@@ -62,7 +62,7 @@ func ReserveAll(tb testing.TB, base, code string, cs []Claim) {
 	}
 }
 
-// reserveRetrying posts body to code's reservations at ledger URL base until
+// ReserveRetrying posts body to code's reservations at ledger URL base until
 // the answer is not 503 (at most 20 tries, 50 ms apart), and returns it.
 func ReserveRetrying(tb testing.TB, base, code string, body any) Reply {
 	tb.Helper()
@@ -76,7 +76,7 @@ func ReserveRetrying(tb testing.TB, base, code string, body any) Reply {
 	return r
 }
 
-// eventually polls cond every 20ms until it holds or timeout passes.
+// Eventually polls cond every 20ms until it holds or timeout passes.
 func Eventually(tb testing.TB, timeout time.Duration, cond func() bool, format string, args ...any) {
 	tb.Helper()
 	deadline := time.Now().Add(timeout)
@@ -88,7 +88,7 @@ func Eventually(tb testing.TB, timeout time.Duration, cond func() bool, format s
 	}
 }
 
-// waitExpired waits until every RESERVED reservation of code has expired on
+// WaitExpired waits until every RESERVED reservation of code has expired on
 // the database's clock, the one the sweeper goes by.
 func (l *Ledger) WaitExpired(tb testing.TB, code string) {
 	tb.Helper()
@@ -101,7 +101,7 @@ func (l *Ledger) WaitExpired(tb testing.TB, code string) {
 	}, "reservations of %s still live", code)
 }
 
-// statuses returns each reservation's status by orderId.
+// Statuses returns each reservation's status by orderId.
 func (l *Ledger) Statuses(tb testing.TB, code string) map[string]string {
 	tb.Helper()
 	rows, err := l.Pool.Query(context.Background(),
@@ -114,7 +114,7 @@ func (l *Ledger) Statuses(tb testing.TB, code string) map[string]string {
 	return out
 }
 
-// books is one voucher's accounts as the database keeps them.
+// Books is one voucher's accounts as the database keeps them.
 type Books struct {
 	Total, Used int
 	Status      map[string]int   // RESERVED, CONFIRMED, RELEASED -> rows
@@ -127,7 +127,7 @@ func (b Books) ActiveOrders() int { return b.Status["RESERVED"] + b.Status["CONF
 
 func (b Books) Remaining() int64 { return int64(b.Total - b.Used) }
 
-// books reads code's counters, rows and per-customer counts in one snapshot.
+// Books reads code's counters, rows and per-customer counts in one snapshot.
 func (l *Ledger) Books(tb testing.TB, code string) Books {
 	tb.Helper()
 	b := Books{Status: map[string]int{}, Active: map[int64]int{}, Usage: map[int64]int{}, Orders: map[string]int64{}}
@@ -166,7 +166,7 @@ func (l *Ledger) Books(tb testing.TB, code string) Books {
 	return b
 }
 
-// checkBooks asserts that the database's counters agree with its rows:
+// CheckBooks asserts that the database's counters agree with its rows:
 // used_count is the number of active reservations, never negative nor above
 // the limit, and each customer's count is its number of active reservations.
 // It returns the books.
@@ -186,7 +186,7 @@ func (l *Ledger) CheckBooks(tb testing.TB, code string) Books {
 	return b
 }
 
-// redisState reads code's state from Redis and requires it to be loaded.
+// RedisState reads code's state from Redis and requires it to be loaded.
 func RedisState(tb testing.TB, g *gate.Gate, code string) gate.State {
 	tb.Helper()
 	st, loaded, err := g.State(context.Background(), code)
@@ -195,7 +195,7 @@ func RedisState(tb testing.TB, g *gate.Gate, code string) gate.State {
 	return st
 }
 
-// checkRedisMatches asserts that Redis holds exactly the database's active
+// CheckRedisMatches asserts that Redis holds exactly the database's active
 // orders of code and as many remaining uses as the database.
 func CheckRedisMatches(tb testing.TB, g *gate.Gate, b Books, code string) {
 	tb.Helper()

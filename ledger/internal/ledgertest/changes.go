@@ -10,7 +10,7 @@ import (
 	"github.com/flashgate/flashgate/shared/gate"
 )
 
-// subscribe listens on the change channel and returns the codes announced.
+// Subscribe listens on the change channel and returns the codes announced.
 func Subscribe(tb testing.TB, l *Ledger) <-chan string {
 	tb.Helper()
 	sub, ok := l.Pub.(gate.Subscriber)
@@ -30,7 +30,7 @@ func Subscribe(tb testing.TB, l *Ledger) <-chan string {
 	return codes
 }
 
-// announced waits for code on codes.
+// Announced waits for code on codes.
 func Announced(tb testing.TB, codes <-chan string, code string) {
 	tb.Helper()
 	deadline := time.After(5 * time.Second)

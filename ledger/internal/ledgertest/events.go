@@ -27,10 +27,10 @@ import (
 	"github.com/flashgate/flashgate/shared/httpx/httpxtest"
 )
 
-// testSecret signs the tests' webhooks.
+// TestSecret signs the tests' webhooks.
 const TestSecret = "test-webhook-secret-0123456789"
 
-// newEventsDB creates a database of its own on the shared PostgreSQL (the
+// NewEventsDB creates a database of its own on the shared PostgreSQL (the
 // dispatcher's lock, watermark and cursors are per database) and returns its
 // URL; it is dropped when the test ends.
 func NewEventsDB(tb testing.TB) string {
@@ -97,7 +97,7 @@ func NewReceiver(tb testing.TB) *receiver {
 	return rc
 }
 
-// failWhile makes the receiver answer 500 while f returns true.
+// FailWhile makes the receiver answer 500 while f returns true.
 func (rc *receiver) FailWhile(f func() bool) { rc.failFunc.Store(&f) }
 
 func (rc *receiver) Events() []events.Event {
@@ -106,8 +106,8 @@ func (rc *receiver) Events() []events.Event {
 	return append([]events.Event(nil), rc.got...)
 }
 
-// dbEvents reads every event of the database at dbURL, in id order.
-func DbEvents(tb testing.TB, dbURL string) []events.Event {
+// DBEvents reads every event of the database at dbURL, in id order.
+func DBEvents(tb testing.TB, dbURL string) []events.Event {
 	tb.Helper()
 	ctx := context.Background()
 	conn, err := pgx.Connect(ctx, dbURL)
@@ -120,7 +120,7 @@ func DbEvents(tb testing.TB, dbURL string) []events.Event {
 	return evs
 }
 
-// checkDelivered asserts that got (what a sink received, in arrival order,
+// CheckDelivered asserts that got (what a sink received, in arrival order,
 // duplicates allowed) holds every event of want (the database's) with the
 // same content, nothing else, and each voucher's in order: no event arrived
 // before every earlier event of its voucher had arrived.
@@ -157,13 +157,13 @@ func CheckDelivered(tb testing.TB, sink string, want, got []events.Event) {
 	assert.Zero(tb, disorder, "%s: events out of their voucher's order", sink)
 }
 
-// waitFor polls cond every 50 ms until it holds or within passes.
+// WaitFor polls cond every 50 ms until it holds or within passes.
 func WaitFor(tb testing.TB, within time.Duration, what string, cond func() bool) {
 	tb.Helper()
 	WaitOr(tb, within, what, cond, func() {})
 }
 
-// waitOr is waitFor that runs explain (to log what the test sees) before failing.
+// WaitOr is WaitFor that runs explain (to log what the test sees) before failing.
 func WaitOr(tb testing.TB, within time.Duration, what string, cond func() bool, explain func()) {
 	tb.Helper()
 	deadline := time.Now().Add(within)
@@ -176,7 +176,7 @@ func WaitOr(tb testing.TB, within time.Duration, what string, cond func() bool, 
 	}
 }
 
-// logOutbox logs where the outbox of the database at dbURL stands: its
+// LogOutbox logs where the outbox of the database at dbURL stands: its
 // cursors, its last id, and every transaction with an xid in the cluster
 // (one of them can hold the watermark back).
 func LogOutbox(tb testing.TB, dbURL string) {
@@ -203,7 +203,7 @@ func LogOutbox(tb testing.TB, dbURL string) {
 	}
 }
 
-// runDispatcher runs a dispatcher of l's store over sinks until the test ends.
+// RunDispatcher runs a dispatcher of l's store over sinks until the test ends.
 func RunDispatcher(tb testing.TB, l *Ledger, dbURL string, sinks ...outbox.Sink) *outbox.Dispatcher {
 	tb.Helper()
 	log := slog.New(slog.NewTextHandler(tbWriter{tb}, &slog.HandlerOptions{Level: slog.LevelWarn}))
@@ -227,7 +227,7 @@ func (w tbWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// fastWebhook is a webhook sink with the tests' short waits.
+// FastWebhook is a webhook sink with the tests' short waits.
 func FastWebhook(url string, attempts int) *outbox.Webhook {
 	return outbox.NewWebhook(url, outbox.WebhookConfig{
 		Secret: TestSecret, MaxAttempts: attempts, Timeout: 5 * time.Second,
@@ -235,7 +235,7 @@ func FastWebhook(url string, attempts int) *outbox.Webhook {
 	})
 }
 
-// feed reads the pull feed whole, page after page.
+// Feed reads the pull feed whole, page after page.
 func (l *Ledger) Feed(tb testing.TB, limit int) []events.Event {
 	tb.Helper()
 	var all []events.Event

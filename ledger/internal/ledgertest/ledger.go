@@ -26,7 +26,7 @@ import (
 	"github.com/flashgate/flashgate/shared/httpx/httpxtest"
 )
 
-// testLedger is a ledger served over real HTTP on a real Postgres and Redis.
+// Ledger is a ledger served over real HTTP on a real Postgres and Redis.
 type Ledger struct {
 	URL    string
 	Token  string
@@ -107,7 +107,7 @@ func New(tb testing.TB, o Options) *Ledger {
 	return l
 }
 
-// poolOfItsOwn returns a pool on l's database beside l's own, configured by
+// PoolOfItsOwn returns a pool on l's database beside l's own, configured by
 // set first (a tracer, connection hooks), closed at the test's end.
 func (l *Ledger) PoolOfItsOwn(tb testing.TB, set func(*pgxpool.Config)) *pgxpool.Pool {
 	tb.Helper()
@@ -120,7 +120,7 @@ func (l *Ledger) PoolOfItsOwn(tb testing.TB, set func(*pgxpool.Config)) *pgxpool
 	return pool
 }
 
-// handler is l's HTTP handler as build wires it, with change applied to a
+// Handler is l's HTTP handler as build wires it, with change applied to a
 // copy of its Server first (a token, a metrics registry, ...).
 func (l *Ledger) Handler(change func(*web.Server)) http.Handler {
 	srv := *l.Svc.Server
@@ -130,20 +130,20 @@ func (l *Ledger) Handler(change func(*web.Server)) http.Handler {
 	return srv.Handler()
 }
 
-// newJobs returns jobs wired to l as main wires them to its ledger.
+// NewJobs returns jobs wired to l as main wires them to its ledger.
 func (l *Ledger) NewJobs(cfg jobs.Config) *jobs.Jobs {
 	j := jobs.New(l.Store, l.Gate, l.Pub, l.Settler, l.Ledger.Warmup, l.Log, cfg)
 	l.Checks.AddJobs(j)
 	return j
 }
 
-// newCode returns a voucher code unique to this test run.
+// NewCode returns a voucher code unique to this test run.
 func NewCode(tb testing.TB) string {
 	tb.Helper()
 	return httpxtest.NewCode(tb, 18)
 }
 
-// voucherSpec builds a POST /admin/vouchers body valid now.
+// VoucherSpec builds a POST /admin/vouchers body valid now.
 type VoucherSpec struct {
 	Code           string    `json:"code"`
 	DiscountAmount int64     `json:"discountAmount"`
@@ -162,7 +162,7 @@ func Spec(code string, limit, perUser int, flash bool) VoucherSpec {
 	}
 }
 
-// createVoucher creates a voucher through the admin route.
+// CreateVoucher creates a voucher through the admin route.
 func (l *Ledger) CreateVoucher(tb testing.TB, s VoucherSpec) {
 	tb.Helper()
 	st, body := l.Do(tb, http.MethodPost, "/admin/vouchers", s)
@@ -172,7 +172,7 @@ func (l *Ledger) CreateVoucher(tb testing.TB, s VoucherSpec) {
 	}
 }
 
-// reply is a decoded response.
+// Reply is a decoded response.
 type Reply = httpxtest.Reply
 
 var HTTPClient = &http.Client{
@@ -180,7 +180,7 @@ var HTTPClient = &http.Client{
 	Transport: &http.Transport{MaxIdleConnsPerHost: 512, MaxConnsPerHost: 512},
 }
 
-// call sends body (a string is sent as is, anything else as JSON).
+// Call sends body (a string is sent as is, anything else as JSON).
 func Call(tb testing.TB, method, url, token string, body any) Reply {
 	tb.Helper()
 	return httpxtest.Call(tb, HTTPClient, method, url, token, body)
@@ -201,7 +201,8 @@ func ClaimBody(customer int64, order string, amount int64) map[string]any {
 	return map[string]any{"customerId": customer, "orderId": order, "orderAmount": amount}
 }
 
-// counts reads a voucher's counters straight from the database.
+// DBCounts are a voucher's counters as Counts reads them, straight from the
+// database.
 type DBCounts struct {
 	Used, Rows, Active, MaxPerCustomer int
 }

@@ -16,7 +16,7 @@ import (
 	"github.com/flashgate/flashgate/ledger/internal/store"
 )
 
-// failedPage reads GET /admin/admissions/failed (all: the resolved too).
+// FailedPage reads GET /admin/admissions/failed (all: the resolved too).
 func (l *Ledger) FailedPage(tb testing.TB, all bool) []store.FailedAdmission {
 	tb.Helper()
 	path := "/admin/admissions/failed"
@@ -32,7 +32,7 @@ func (l *Ledger) FailedPage(tb testing.TB, all bool) []store.FailedAdmission {
 	return page.Admissions
 }
 
-// failedOf is the failed admissions of voucher code among fs.
+// FailedOf is the failed admissions of voucher code among fs.
 func FailedOf(fs []store.FailedAdmission, code string) []store.FailedAdmission {
 	var mine []store.FailedAdmission
 	for _, f := range fs {
@@ -43,7 +43,7 @@ func FailedOf(fs []store.FailedAdmission, code string) []store.FailedAdmission {
 	return mine
 }
 
-// newKafka starts franz-go's in-process Kafka with the admissions topic and
+// NewKafka starts franz-go's in-process Kafka with the admissions topic and
 // its dead-letter topic, partitions partitions each.
 func NewKafka(tb testing.TB, partitions int32) *kfake.Cluster {
 	tb.Helper()
@@ -54,7 +54,7 @@ func NewKafka(tb testing.TB, partitions int32) *kfake.Cluster {
 	return c
 }
 
-// consume runs a member of l's admissions consumer group until the returned
+// Consume runs a member of l's admissions consumer group until the returned
 // func stops it (and waits for it), or the test ends.
 func (l *Ledger) Consume(tb testing.TB) (stop func()) {
 	tb.Helper()
@@ -69,7 +69,7 @@ func (l *Ledger) Consume(tb testing.TB) (stop func()) {
 	return stop
 }
 
-// waitUsed waits until code's used_count reaches want (the consumer caught up).
+// WaitUsed waits until code's used_count reaches want (the consumer caught up).
 func (l *Ledger) WaitUsed(tb testing.TB, code string, want int) {
 	tb.Helper()
 	deadline := time.Now().Add(30 * time.Second)
@@ -85,7 +85,7 @@ func (l *Ledger) WaitUsed(tb testing.TB, code string, want int) {
 	}
 }
 
-// pathSpec is a create body with a write path.
+// PathSpec is a create body with a write path.
 type PathSpec struct {
 	VoucherSpec
 	WritePath string `json:"writePath,omitempty"`

@@ -26,13 +26,13 @@ func LedgerBinary(tb testing.TB) string {
 	return filepath.Join(devstacktest.Binaries(tb, ledgerPackage), "ledger")
 }
 
-// ledgerProcess is a bin/ledger process on the given servers.
+// Process is a bin/ledger process on the given servers.
 type Process struct {
 	*devstack.Service
 	URL string
 }
 
-// startLedger runs bin/ledger on db and redis without auth, its jobs idle
+// StartLedger runs bin/ledger on db and redis without auth, its jobs idle
 // (hourly) and a one-second hanging grace unless env says otherwise, and stops
 // it when the test ends.
 func StartLedger(tb testing.TB, db, redis string, env ...string) *Process {
@@ -51,7 +51,7 @@ func StartLedger(tb testing.TB, db, redis string, env ...string) *Process {
 	return &Process{Service: svc, URL: "http://" + addr}
 }
 
-// tryCall is call for a server that may be down: a failed exchange is returned,
+// TryCall is call for a server that may be down: a failed exchange is returned,
 // not reported.
 func TryCall(method, url string, body any) (Reply, error) {
 	var rd io.Reader

@@ -40,7 +40,7 @@ func TestWebhookOutage(t *testing.T) {
 		code := codes[i%3]
 		require.Equal(t, http.StatusCreated, l.Reserve(t, code, int64(i+1), fmt.Sprintf("%s-%d", code, i), 5_000).Status)
 	}
-	want := ledgertest.DbEvents(t, db)
+	want := ledgertest.DBEvents(t, db)
 	ledgertest.WaitFor(t, 30*time.Second, "every event delivered after the outage", func() bool { return distinct(rc.Events()) >= len(want) })
 	assert.False(t, time.Now().Before(up), "delivered during the outage")
 	ledgertest.CheckDelivered(t, "webhook", want, rc.Events())
@@ -66,7 +66,7 @@ func TestWebhookParkedAndRetried(t *testing.T) {
 	for i := range 3 {
 		require.Equal(t, http.StatusCreated, l.Reserve(t, code, int64(i+1), fmt.Sprintf("%s-%d", code, i), 5_000).Status)
 	}
-	want := ledgertest.DbEvents(t, db)
+	want := ledgertest.DBEvents(t, db)
 	require.Len(t, want, 4)
 	ledgertest.WaitFor(t, 20*time.Second, "every event parked", func() bool { return len(parked(l, t, "failed")) == len(want) })
 	for _, p := range parked(l, t, "failed") {
@@ -143,7 +143,7 @@ func TestDispatcherTakeover(t *testing.T) {
 	stream(200, 200)
 	ledgertest.WaitFor(t, 10*time.Second, "the other ledger takes over", func() bool { return leader(heir) })
 	t.Logf("took over %v after kill -9", time.Since(killed).Round(time.Millisecond))
-	want := ledgertest.DbEvents(t, db)
+	want := ledgertest.DBEvents(t, db)
 	ledgertest.WaitOr(t, 30*time.Second, "every event delivered", func() bool { return distinct(rc.Events()) >= len(want) }, func() {
 		t.Logf("received %d distinct of %d; the heir leads: %v", distinct(rc.Events()), len(want), leader(heir))
 		ledgertest.LogOutbox(t, db)
@@ -216,7 +216,7 @@ func TestPruneKeepsUndeliveredAndParked(t *testing.T) {
 	for i := range 5 {
 		require.Equal(t, http.StatusCreated, l.Reserve(t, code, int64(i+1), fmt.Sprintf("%s-%d", code, i), 5_000).Status)
 	}
-	evs := ledgertest.DbEvents(t, db)
+	evs := ledgertest.DBEvents(t, db)
 	require.Len(t, evs, 6)
 	ctx := context.Background()
 	l.Exec(t, `UPDATE voucher_event SET occurred_at = now() - interval '2 hours' WHERE id <= $1`, evs[4].ID)
@@ -226,7 +226,7 @@ func TestPruneKeepsUndeliveredAndParked(t *testing.T) {
 	d.Positions[0].Store(evs[3].ID)
 	d.Prune(ctx)
 	var left []int64
-	for _, e := range ledgertest.DbEvents(t, db) {
+	for _, e := range ledgertest.DBEvents(t, db) {
 		left = append(left, e.ID)
 	}
 	// 0, 2 and 3 pruned; 1 parked; 4 not delivered; 5 too young.

@@ -62,7 +62,7 @@ func TestEventsSale(t *testing.T) {
 		require.Equal(t, http.StatusOK, l.Call(t, http.MethodPost, fmt.Sprintf("/vouchers/%s/reservations/%s-s%d/confirm", std, std, i), nil).Status)
 	}
 
-	want := ledgertest.DbEvents(t, db)
+	want := ledgertest.DBEvents(t, db)
 	checkHistory(t, l, want, flash, std)
 	kafkaGot := consumeAll(t, cluster.ListenAddrs(), topic, len(want))
 	ledgertest.WaitOr(t, 30*time.Second, "the webhook receives every event", func() bool { return distinct(rc.Events()) >= len(want) },

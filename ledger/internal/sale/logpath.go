@@ -21,7 +21,7 @@ type AdmissionLog interface {
 // serves). Without one, they answer 503 and give their uses back.
 func (l *Ledger) UseLog(a AdmissionLog) { l.admissions = a }
 
-// ErrNoLog answers the admitted writes of a log voucher on a ledger without
+// errNoLog answers the admitted writes of a log voucher on a ledger without
 // KAFKA_ADMISSIONS_BROKERS.
 var errNoLog = fmt.Errorf("writePath log needs Kafka (KAFKA_ADMISSIONS_BROKERS): %w", voucher.ErrUnavailable)
 
@@ -96,7 +96,7 @@ func (l *Ledger) appendAdmitted(ctx context.Context, v voucher.Voucher, claims [
 	return out
 }
 
-// LogWait bounds how long a read or a change of one order waits for its
+// logWait bounds how long a read or a change of one order waits for its
 // row while the order's admission is still in the admissions log.
 const logWait = 3 * time.Second
 

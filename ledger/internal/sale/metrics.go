@@ -14,7 +14,7 @@ type Metrics struct {
 	commitLatency prometheus.Histogram
 }
 
-// newWriterMetrics registers the group commit's metrics on reg.
+// NewMetrics registers the group commit's metrics on reg.
 func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
 		writeBatch: prometheus.NewHistogram(prometheus.HistogramOpts{

@@ -101,7 +101,7 @@ func (s *Settler) logDue(ctx context.Context, code string, ids []string) []strin
 // that (see openPool).
 func (s *Settler) WaitAfterFault(d time.Duration) { s.fence = d }
 
-// Writing records that a write of orderIDs of code is starting; the returned
+// writing records that a write of orderIDs of code is starting; the returned
 // func records its end. Parked orders are resolved only once no write of
 // them is in flight: the answer a write's caller gave up on may still be on
 // its way, and the give-back would race its commit.
@@ -204,7 +204,7 @@ func (s *Settler) Agree(ctx context.Context, code string, orderIDs []string) err
 // is found by the reconciler, at once after a restart (Jobs.ReconcileInherited).
 const reassertTimeout = 250 * time.Millisecond
 
-// Reassert makes Redis hold orders the database holds a use for, just
+// reassert makes Redis hold orders the database holds a use for, just
 // committed or found by a retry: Redis may have lost them while their write
 // was in flight (a reload from the database before the commit, a restart from
 // an older snapshot), and would refuse their retries OUT_OF_STOCK until the

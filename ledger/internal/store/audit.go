@@ -34,7 +34,7 @@ type AuditEvent struct {
 	After  json.RawMessage `json:"after"`
 }
 
-// auditTerms are the terms an audit row keeps before and after a change: what
+// AuditTerms are the terms an audit row keeps before and after a change: what
 // an operator may change, and flashSale to tell the kind of voucher.
 type AuditTerms struct {
 	DiscountAmount int64     `json:"discountAmount"`
@@ -51,7 +51,7 @@ type AuditTerms struct {
 	WritePath            string           `json:"writePath,omitempty"` // absent: sync
 }
 
-// termsOf returns v's terms as an audit row keeps them; two vouchers with the
+// TermsOf returns v's terms as an audit row keeps them; two vouchers with the
 // same terms compare equal.
 func TermsOf(v voucher.Voucher) AuditTerms {
 	return AuditTerms{

@@ -125,7 +125,7 @@ func (s *Store) answers(ctx context.Context, v voucher.Voucher, claims []voucher
 	return out
 }
 
-// Prime runs the statements of a sale's hot path on conn without writing
+// prime runs the statements of a sale's hot path on conn without writing
 // anything: the group commit of no claims and a read of no voucher's terms.
 // Postgres then has the catalogs of every table, index and function they use
 // in this connection's caches, and pgx has the statements prepared, so that

@@ -109,7 +109,7 @@ func (s *Store) loggedCommit(ctx context.Context, tx pgx.Tx, g LoggedGroup) (map
 	return groupRowsOf(tx.Query(ctx, loggedCommitSQL, g.Code, customers, orders, amounts, discounts, admitted, expires, s.events))
 }
 
-// LoggedCommitSQL is GroupCommitSQL for promised admissions: $1 code, $2
+// loggedCommitSQL is GroupCommitSQL for promised admissions: $1 code, $2
 // customers, $3 orders, $4 amounts, $5 discounts, $6 admission times (the
 // rows' created_at), $7 expiries, $8 whether events are written. No WHERE
 // of pause, window, current limits or stock: the gate decided, and the 201

@@ -180,11 +180,11 @@ func (s *Store) AdvanceWatermark(ctx context.Context, prev int64, wait time.Dura
 	return last, nil
 }
 
-// errWatermarkHeld reports a watermark that could not move within its wait:
+// ErrWatermarkHeld reports a watermark that could not move within its wait:
 // a transaction that began before the events it waits for is still open.
 var ErrWatermarkHeld = errors.New("event watermark held back by an open transaction (pg_stat_activity: idle in transaction?)")
 
-// SetCursor moves event_cursor's row name forward to pos (never back).
+// setCursor moves event_cursor's row name forward to pos (never back).
 func (s *Store) setCursor(ctx context.Context, name string, pos int64) error {
 	_, err := s.pool.Exec(ctx, `
 		INSERT INTO event_cursor (name, position) VALUES ($1, $2)

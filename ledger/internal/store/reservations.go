@@ -40,7 +40,7 @@ func scanReservation(row pgx.Row, before ...any) (voucher.Reservation, error) {
 	return r, nil
 }
 
-// written is the answer to one claim's write: its reservation, or why not.
+// Written is the answer to one claim's write: its reservation, or why not.
 // replayed marks an answer read from the row an earlier request wrote.
 type Written struct {
 	Reservation voucher.Reservation
@@ -80,7 +80,7 @@ func (s *Store) order(ctx context.Context, q querier, orderID string, lock bool)
 	return r, nil
 }
 
-// OrdersInSQL is ordersIn's statement: $1 the orderIds.
+// ordersInSQL is ordersIn's statement: $1 the orderIds.
 const ordersInSQL = `
 		SELECT ` + reservationColumns + `
 		FROM ` + redemptionsOf + `($1::text[])` + redemptionsOfEnd + `
@@ -140,7 +140,7 @@ func (s *Store) ExistingMany(ctx context.Context, code string, claims []voucher.
 	return out, found, nil
 }
 
-// retryAnswer is what a reserve with an orderId that already has row r gets,
+// RetryAnswer is what a reserve with an orderId that already has row r gets,
 // whatever the voucher's terms are now: the same voucher, customer and amount
 // replay the stored answer; anything else is a conflict; an order that gave its
 // use back is never reserved again.
@@ -156,7 +156,7 @@ func RetryAnswer(r voucher.Reservation, code string, cl voucher.Claim) error {
 	return nil
 }
 
-// ActiveOfSQL is ActiveOf's statement: $1 the voucher, $2 the orderIds.
+// activeOfSQL is ActiveOf's statement: $1 the voucher, $2 the orderIds.
 const activeOfSQL = `
 		SELECT ` + activeOrderColumns + `
 		FROM ` + redemptionsOf + `($2::text[])` + redemptionsOfEnd + `

@@ -46,7 +46,7 @@ type Store struct {
 	termsReads singleflight.Group
 }
 
-// termsTTL is how long Terms keeps a voucher's terms.
+// TermsTTL is how long Terms keeps a voucher's terms.
 const TermsTTL = time.Second
 
 type cachedTerms struct {

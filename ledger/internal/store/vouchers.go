@@ -162,7 +162,7 @@ func (s *Store) Terms(ctx context.Context, code string) (voucher.Voucher, error)
 // termsSQL reads one voucher's terms (termsColumns) by code.
 const termsSQL = `SELECT ` + termsColumns + ` FROM voucher WHERE code = $1`
 
-// currentTerms reads a voucher's terms from the database, past the cache.
+// CurrentTerms reads a voucher's terms from the database, past the cache.
 func (s *Store) CurrentTerms(ctx context.Context, code string) (voucher.Voucher, error) {
 	v, err := scanTerms(s.pool.QueryRow(ctx, termsSQL, code))
 	if err != nil {

@@ -8,7 +8,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-// warmTimeout bounds the start-up warm-up: a dependency that does not answer
+// WarmTimeout bounds the start-up warm-up: a dependency that does not answer
 // by then is left to open its connections on demand (readiness tells).
 const WarmTimeout = 5 * time.Second
 
