@@ -50,7 +50,7 @@ type Config struct {
 	Admissions        admissions.Config             // KAFKA_ADMISSIONS_*: the log of writePath log vouchers
 }
 
-// Service is the ledger wired from its Config: what run serves, and what the
+// Service is the ledger wired from its Config: what Run serves, and what the
 // tests drive.
 type Service struct {
 	Cfg      Config
@@ -73,7 +73,7 @@ type Service struct {
 // Build migrates the database and wires the ledger from cfg; it starts
 // nothing. Writes run under base, which must outlive the requests that wait
 // on them; alive, when not nil, is asked by readiness first (nil while the
-// Service accepts requests). closeAll frees the connections.
+// service accepts requests). closeAll frees the connections.
 func Build(base context.Context, cfg Config, log *slog.Logger, alive func() error) (svc *Service, closeAll func(), err error) {
 	if err := migrations.MigrateURL(base, cfg.DatabaseURL); err != nil {
 		return nil, nil, err
@@ -186,7 +186,7 @@ func (svc *Service) consumeLog(producer *admissions.Producer) (err error) {
 }
 
 // NewConsumer returns a member of the admissions consumer group writing
-// through the Service's ledger.
+// through the service's ledger.
 func (svc *Service) NewConsumer() (*admissions.Consumer, error) {
 	cfg := svc.Cfg
 	return admissions.NewConsumer(admissions.ConsumerConfig{
