@@ -245,7 +245,7 @@ func TestAuditActors(t *testing.T) {
 	}, got)
 	require.Len(t, events, 7)
 	assert.JSONEq(t, `null`, string(events[0].Before))
-	var before, after store.AuditTerms
+	var before, after voucher.Terms
 	require.NoError(t, json.Unmarshal(events[1].Before, &before))
 	require.NoError(t, json.Unmarshal(events[1].After, &after))
 	assert.Equal(t, 10, before.TotalLimit)

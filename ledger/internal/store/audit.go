@@ -34,32 +34,13 @@ type AuditEvent struct {
 	After  json.RawMessage `json:"after"`
 }
 
-// AuditTerms are the terms an audit row keeps before and after a change: what
-// an operator may change, and flashSale to tell the kind of voucher.
-type AuditTerms struct {
-	DiscountAmount int64     `json:"discountAmount"`
-	MinOrderAmount int64     `json:"minOrderAmount"`
-	TotalLimit     int       `json:"totalLimit"`
-	PerUserLimit   int       `json:"perUserLimit"`
-	StartsAt       time.Time `json:"startsAt"`
-	EndsAt         time.Time `json:"endsAt"`
-	FlashSale      bool      `json:"flashSale"`
-	Paused         bool      `json:"paused"`
-
-	RequireCheckoutToken bool             `json:"requireCheckoutToken"`
-	HoldTTL              voucher.Duration `json:"holdTtl,omitempty"`   // absent: RESERVATION_TTL
-	WritePath            string           `json:"writePath,omitempty"` // absent: sync
-}
-
-// TermsOf returns v's terms as an audit row keeps them; two vouchers with the
-// same terms compare equal.
-func TermsOf(v voucher.Voucher) AuditTerms {
-	return AuditTerms{
-		DiscountAmount: v.DiscountAmount, MinOrderAmount: v.MinOrderAmount, TotalLimit: v.TotalLimit,
-		PerUserLimit: v.PerUserLimit, StartsAt: v.StartsAt.UTC(), EndsAt: v.EndsAt.UTC(),
-		FlashSale: v.FlashSale, Paused: v.Paused,
-		RequireCheckoutToken: v.RequireCheckoutToken, HoldTTL: v.HoldTTL, WritePath: auditPath(v.WritePath),
-	}
+// TermsOf returns v's terms as an audit row and a voucher event keep them:
+// times in UTC and writePath only for a log voucher (sync, the default, is
+// left out), so that two vouchers with the same terms compare equal.
+func TermsOf(v voucher.Voucher) voucher.Terms {
+	t := v.Terms
+	t.StartsAt, t.EndsAt, t.WritePath = t.StartsAt.UTC(), t.EndsAt.UTC(), auditPath(t.WritePath)
+	return t
 }
 
 // execer is what both a pool and a transaction offer for writes.

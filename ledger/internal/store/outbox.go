@@ -47,9 +47,9 @@ type (
 		Reason         string `json:"reason"` // CANCELLED, EXPIRED or REFUNDED
 	}
 	voucherData struct {
-		Actor  string      `json:"actor"`
-		Before *AuditTerms `json:"before,omitempty"` // voucher.updated only
-		Terms  AuditTerms  `json:"terms"`
+		Actor  string         `json:"actor"`
+		Before *voucher.Terms `json:"before,omitempty"` // voucher.updated only
+		Terms  voucher.Terms  `json:"terms"`
 	}
 	soldOutData struct {
 		TotalLimit int `json:"totalLimit"`
