@@ -1,3 +1,11 @@
+// Package ledgertest starts a whole ledger for the tests of the ledger's
+// packages: New wires one as app.Build does, on the devstack's PostgreSQL and
+// Redis (or servers of the test's own), and serves it over HTTP; the helpers
+// around it drive it as clients do and check what it leaves: the books in the
+// database (CheckBooks), Redis against them (CheckRedisMatches, and at every
+// test's end the agreement check), the events it delivered, a ledger process
+// (StartLedger) and the admissions log (NewKafka). A test package's TestMain
+// calls RunTests.
 package ledgertest
 
 import (
