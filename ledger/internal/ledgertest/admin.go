@@ -19,7 +19,7 @@ import (
 var adminTokens = map[string]string{"alice": "alice-token", "bob": "bob-token"}
 
 // NewAdmin is New served with LEDGER_TOKEN "default-token"
-// and LEDGER_TOKENS alice and bob (adminTokens), as main wires them.
+// and LEDGER_TOKENS alice and bob (adminTokens), as the ledger wires them.
 func NewAdmin(tb testing.TB) *Ledger {
 	tb.Helper()
 	l := New(tb, Options{Token: "default-token"})

@@ -78,7 +78,7 @@ func New(tb testing.TB, o Options) *Ledger {
 	if !o.NoRedis && o.Redis == "" {
 		o.Redis = devstacktest.RedisURL(tb)
 	}
-	// The ledger as main builds it, but for the settings a test runs with:
+	// The ledger as app.Build wires it, but for the settings a test runs with:
 	// jobs that wait to be called, no per-statement deadline, no bound on a
 	// standard voucher's reserves, logs discarded.
 	cfg := app.Config{DatabaseURL: o.DB, Token: o.Token, ReservationTTL: o.TTL, HangingGrace: o.Grace,
@@ -128,7 +128,7 @@ func (l *Ledger) PoolOfItsOwn(tb testing.TB, set func(*pgxpool.Config)) *pgxpool
 	return pool
 }
 
-// Handler is l's HTTP handler as build wires it, with change applied to a
+// Handler is l's HTTP handler as app.Build wires it, with change applied to a
 // copy of its Server first (a token, a metrics registry, ...).
 func (l *Ledger) Handler(change func(*web.Server)) http.Handler {
 	srv := *l.Svc.Server
@@ -138,7 +138,7 @@ func (l *Ledger) Handler(change func(*web.Server)) http.Handler {
 	return srv.Handler()
 }
 
-// NewJobs returns jobs wired to l as main wires them to its ledger.
+// NewJobs returns jobs wired to l as app.Build wires them to its ledger.
 func (l *Ledger) NewJobs(cfg jobs.Config) *jobs.Jobs {
 	j := jobs.New(l.Store, l.Gate, l.Pub, l.Settler, l.Ledger.Warmup, l.Log, cfg)
 	l.Checks.AddJobs(j)
