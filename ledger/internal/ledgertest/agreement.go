@@ -10,13 +10,13 @@ import (
 	"github.com/flashgate/flashgate/shared/agreement/agreementtest"
 )
 
-// agreementChecks is what a Ledger checks when its test ends (issue 22,
-// Redis agrees with Postgres on its own): every flash voucher the test created agrees between
-// Redis and the database, and no reconcile repaired one of them. The ledger's
+// AgreementChecks is what a Ledger checks when its test ends (Redis agrees
+// with Postgres on its own): every flash voucher the test created agrees
+// between Redis and the database, and no reconcile repaired one of them. The ledger's
 // jobs never Run in these tests (the reconciler is off), so a test that drifts
 // Redis is caught by the agreement check, and one that called Reconcile and
 // got a repair is caught by the jobs' metrics and the audit.
-type agreementChecks struct {
+type AgreementChecks struct {
 	mu       sync.Mutex
 	flash    []string
 	jobs     []*jobs.Jobs
@@ -25,7 +25,7 @@ type agreementChecks struct {
 
 // AddFlash and AddJobs do nothing on a Ledger built by hand around a
 // ledger process (no checks).
-func (c *agreementChecks) AddFlash(code string) {
+func (c *AgreementChecks) AddFlash(code string) {
 	if c == nil {
 		return
 	}
@@ -34,7 +34,7 @@ func (c *agreementChecks) AddFlash(code string) {
 	c.flash = append(c.flash, code)
 }
 
-func (c *agreementChecks) AddJobs(j *jobs.Jobs) {
+func (c *AgreementChecks) AddJobs(j *jobs.Jobs) {
 	if c == nil {
 		return
 	}

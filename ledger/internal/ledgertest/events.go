@@ -56,10 +56,10 @@ func NewEventsDB(tb testing.TB) string {
 	return u.String()
 }
 
-// receiver is a webhook endpoint that checks each signature and keeps every
+// Receiver is a webhook endpoint that checks each signature and keeps every
 // event it accepted, in the order they arrived. fail decides, per request,
 // whether to answer 500 instead.
-type receiver struct {
+type Receiver struct {
 	*httptest.Server
 	mu       sync.Mutex
 	got      []events.Event
@@ -68,9 +68,9 @@ type receiver struct {
 	failFunc atomic.Pointer[func() bool]
 }
 
-func NewReceiver(tb testing.TB) *receiver {
+func NewReceiver(tb testing.TB) *Receiver {
 	tb.Helper()
-	rc := &receiver{}
+	rc := &Receiver{}
 	rc.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)
 		if err := events.VerifySignature(TestSecret, r.Header.Get(events.SignatureHeader), body, 5*time.Minute); err != nil {
@@ -98,9 +98,9 @@ func NewReceiver(tb testing.TB) *receiver {
 }
 
 // FailWhile makes the receiver answer 500 while f returns true.
-func (rc *receiver) FailWhile(f func() bool) { rc.failFunc.Store(&f) }
+func (rc *Receiver) FailWhile(f func() bool) { rc.failFunc.Store(&f) }
 
-func (rc *receiver) Events() []events.Event {
+func (rc *Receiver) Events() []events.Event {
 	rc.mu.Lock()
 	defer rc.mu.Unlock()
 	return append([]events.Event(nil), rc.got...)

@@ -45,11 +45,11 @@ type Ledger struct {
 	Pub    gate.Publisher // the Redis client; nil without Redis
 	Jobs   *jobs.Jobs
 	Ledger *sale.Ledger
-	// settler and log are led's, for jobs built beside l.jobs.
+	// Settler and Log are Ledger's, for jobs built beside Jobs.
 	Settler *sale.Settler
 	Log     *slog.Logger
 	RDB     redis.UniversalClient // nil without Redis
-	Checks  *agreementChecks
+	Checks  *AgreementChecks
 }
 
 type Options struct {
@@ -103,7 +103,7 @@ func New(tb testing.TB, o Options) *Ledger {
 	tb.Cleanup(pool.Close)
 
 	l := &Ledger{Token: o.Token, Pool: pool, Svc: svc, Store: svc.Store, Gate: svc.Gate, Ledger: svc.Ledger,
-		Settler: svc.Settler, Log: log, RDB: svc.RDB, Jobs: svc.Jobs, Checks: &agreementChecks{}}
+		Settler: svc.Settler, Log: log, RDB: svc.RDB, Jobs: svc.Jobs, Checks: &AgreementChecks{}}
 	if svc.RDB != nil {
 		l.Pub = svc.RDB
 	}
