@@ -64,7 +64,7 @@ FUZZ_TARGETS := \
 	./shared/httpx:FuzzDecodeReserveRequest ./shared/httpx:FuzzDecodeNewVoucher \
 	./shared/gate:FuzzDecodeReserve ./shared/gate:FuzzDecodeMeta \
 	./shared/gate:FuzzDecodeState ./shared/gate:FuzzDecodeReconcile ./shared/gate:FuzzDecodeUpdate \
-	./ledger:FuzzStateMachine
+	./ledger/internal/sale:FuzzStateMachine
 fuzz: deps
 	@set -e; for t in $(FUZZ_TARGETS); do \
 		pkg=$${t%%:*}; name=$${t##*:}; \

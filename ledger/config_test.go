@@ -2,9 +2,12 @@ package main
 
 import (
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
+	"github.com/flashgate/flashgate/ledger/internal/ledgertest"
 	"github.com/flashgate/flashgate/shared/envconf"
 	"github.com/flashgate/flashgate/shared/httpx/httpxtest"
 )
@@ -78,7 +81,7 @@ func TestConfigWarmConns(t *testing.T) {
 
 // TestCommandLine runs bin/ledger --help and --version: exit 0, every setting listed.
 func TestCommandLine(t *testing.T) {
-	httpxtest.CheckCommandLine(t, ledgerBinary(t), "ledger", configFrom)
+	httpxtest.CheckCommandLine(t, ledgertest.LedgerBinary(t), "ledger", configFrom)
 }
 
 // TestConfigFailsClosed: a ledger without LEDGER_TOKEN or LEDGER_TOKENS
@@ -122,5 +125,39 @@ func TestConfigFailsClosed(t *testing.T) {
 			assert.Contains(t, err.Error(), tc.want, "configFrom(%v)", tc.env)
 			assert.NotContains(t, err.Error(), "t0", "configFrom(%v): no token in the message", tc.env)
 		}
+	}
+}
+
+// No setting lets the reconciler free a Redis hold while its write could still
+// commit: the group commit's deadline (WRITE_TIMEOUT) is capped so that it,
+// plus the DB_TIMEOUT its last statement may run on the server, ends before
+// HANGING_GRACE; a grace with no room for a write at all is refused.
+func TestWriteTimeoutWithinGrace(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		env  map[string]string
+		want time.Duration // 0: refused
+	}{
+		{map[string]string{}, 10 * time.Second},
+		{map[string]string{"HANGING_GRACE": "2s"}, 1400 * time.Millisecond},
+		{map[string]string{"HANGING_GRACE": "1s"}, 400 * time.Millisecond},
+		{map[string]string{"HANGING_GRACE": "5s", "WRITE_TIMEOUT": "2s"}, 2 * time.Second},
+		{map[string]string{"HANGING_GRACE": "5s", "WRITE_TIMEOUT": "20s", "DB_TIMEOUT": "1500ms"}, 3400 * time.Millisecond},
+		{map[string]string{"HANGING_GRACE": "1s", "DB_TIMEOUT": "1500ms"}, 0},
+	} {
+		env := map[string]string{"DATABASE_URL": "postgres://x", "LEDGER_AUTH": "off"}
+		for k, v := range tc.env {
+			env[k] = v
+		}
+		c, err := configFrom(envconf.NewFrom(env))
+		if tc.want == 0 {
+			if assert.Error(t, err, "configFrom(%v)", tc.env) {
+				assert.Contains(t, err.Error(), "HANGING_GRACE (1s) must be above DB_TIMEOUT (1.5s)")
+			}
+			continue
+		}
+		require.NoError(t, err, "configFrom(%v)", tc.env)
+		assert.Equal(t, tc.want, c.WriteTimeout, "WriteTimeout of %v", tc.env)
+		assert.Less(t, c.WriteTimeout+c.DBTimeout, c.HangingGrace, "%v", tc.env)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/flashgate/flashgate/ledger/internal/ledgertest"
 	"github.com/flashgate/flashgate/shared/api"
 	"github.com/flashgate/flashgate/shared/devstack"
 	"github.com/flashgate/flashgate/shared/devstack/devstacktest"
@@ -28,7 +29,7 @@ func TestFaultLoggedOnce(t *testing.T) {
 	addr := fmt.Sprintf("127.0.0.1:%d", port)
 	const token = "faultlog-ledger-token-93ad"
 	var logs httpxtest.LogBuffer
-	led, err := devstack.StartService("ledger-faultlog", ledgerBinary(t), []string{
+	led, err := devstack.StartService("ledger-faultlog", ledgertest.LedgerBinary(t), []string{
 		"LEDGER_ADDR=" + addr, "DATABASE_URL=" + pg.URL(), "REDIS_URL=",
 		"LEDGER_TOKEN=" + token, "EXPIRY_INTERVAL=1h", "RECONCILE_INTERVAL=1h", "SHUTDOWN_DELAY=0s",
 	}, "http://"+addr+"/healthz", &logs)
@@ -36,16 +37,16 @@ func TestFaultLoggedOnce(t *testing.T) {
 	t.Cleanup(func() { _ = led.Stop() })
 	base := "http://" + addr
 
-	code := newCode(t)
-	r := httpxtest.Call(t, http.DefaultClient, http.MethodPost, base+"/admin/vouchers", token, spec(code, 5, 1, false))
+	code := ledgertest.NewCode(t)
+	r := httpxtest.Call(t, http.DefaultClient, http.MethodPost, base+"/admin/vouchers", token, ledgertest.Spec(code, 5, 1, false))
 	require.Equal(t, http.StatusCreated, r.Status, r.Raw)
 	require.NoError(t, pg.Stop())
 
 	r = httpxtest.Call(t, httpxtest.RequestIDClient("probe-503-xyz"), http.MethodPost, base+api.ReservationsPath(code),
-		token, claimBody(1, code+"-o1", 5_000))
+		token, ledgertest.ClaimBody(1, code+"-o1", 5_000))
 	require.Equal(t, http.StatusServiceUnavailable, r.Status, "reserve with Postgres stopped: %s", r.Raw)
 
-	claims := []any{claimBody(2, code+"-o2", 5_000), claimBody(3, code+"-o3", 5_000)}
+	claims := []any{ledgertest.ClaimBody(2, code+"-o2", 5_000), ledgertest.ClaimBody(3, code+"-o3", 5_000)}
 	r = httpxtest.Call(t, httpxtest.RequestIDClient("probe-503-batch"), http.MethodPost,
 		base+api.InternalPrefix+api.ReservationsPath(code)+"/batch", token, map[string]any{"claims": claims})
 	status, body := r.Status, []byte(r.Raw)

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/flashgate/flashgate/ledger/internal/ledgertest"
 	"github.com/flashgate/flashgate/ledger/internal/web"
 	"github.com/flashgate/flashgate/shared/devstack"
 	"github.com/flashgate/flashgate/shared/devstack/devstacktest"
@@ -26,9 +27,9 @@ type hostileCounts struct {
 	GateCalls int64
 }
 
-func countHostile(tb testing.TB, l *testLedger, prefix string, g *gate.Gate) hostileCounts {
+func countHostile(tb testing.TB, l *ledgertest.Ledger, prefix string, g *gate.Gate) hostileCounts {
 	tb.Helper()
-	c := hostileCounts{RowCounts: httpxtest.CountRows(tb, l.pool, prefix)}
+	c := hostileCounts{RowCounts: httpxtest.CountRows(tb, l.Pool, prefix)}
 	if g != nil {
 		c.GateCalls = g.Calls()
 	}
@@ -41,17 +42,17 @@ func countHostile(tb testing.TB, l *testLedger, prefix string, g *gate.Gate) hos
 // It does not run in parallel, so that whole-table counts are its own.
 func TestLedgerHostileInput(t *testing.T) {
 	const token = "hostile-ledger-token"
-	l := newTestLedger(t, ledgerOptions{token: token})
-	base, _ := httpxtest.Serve(t, l.handler(func(s *web.Server) { s.Metrics = nil }))
+	l := ledgertest.New(t, ledgertest.Options{Token: token})
+	base, _ := httpxtest.Serve(t, l.Handler(func(s *web.Server) { s.Metrics = nil }))
 
-	prefix := newCode(t)
+	prefix := ledgertest.NewCode(t)
 	code, flash := prefix+"s", prefix+"f"
-	l.createVoucher(t, spec(code, 10, 1, false))
-	l.createVoucher(t, spec(flash, 10, 1, true))
+	l.CreateVoucher(t, ledgertest.Spec(code, 10, 1, false))
+	l.CreateVoucher(t, ledgertest.Spec(flash, 10, 1, true))
 	order := prefix + "-held"
-	st, body := l.do(t, http.MethodPost, "/vouchers/"+code+"/reservations", claimBody(1, order, 5_000))
+	st, body := l.Do(t, http.MethodPost, "/vouchers/"+code+"/reservations", ledgertest.ClaimBody(1, order, 5_000))
 	require.Equal(t, http.StatusCreated, st, body)
-	flashBefore, loaded, err := l.gate.State(context.Background(), flash)
+	flashBefore, loaded, err := l.Gate.State(context.Background(), flash)
 	require.NoError(t, err)
 	require.True(t, loaded)
 
@@ -109,19 +110,19 @@ func TestLedgerHostileInput(t *testing.T) {
 		{Name: "trailing slash on an admin route", Method: http.MethodGet, Path: admin + "/" + code + "/"},
 	}...)
 	httpxtest.RunHostile(t, base, token, cases, "/vouchers/"+code+"/reservations/"+order,
-		func(tb testing.TB) hostileCounts { return countHostile(tb, l, prefix, l.gate) })
+		func(tb testing.TB) hostileCounts { return countHostile(tb, l, prefix, l.Gate) })
 
-	flashAfter, _, err := l.gate.State(context.Background(), flash)
+	flashAfter, _, err := l.Gate.State(context.Background(), flash)
 	require.NoError(t, err)
 	assert.Equal(t, flashBefore.Remaining, flashAfter.Remaining, "flash voucher's Redis counter")
 	assert.Equal(t, flashBefore.Orders, flashAfter.Orders, "flash voucher's Redis orders")
 
 	// A valid write still goes through, exactly once.
-	was := l.counts(t, code)
+	was := l.Counts(t, code)
 	r := httpxtest.SendHostile(t, base, token, httpxtest.HostileCase{Method: http.MethodPost, Path: "/vouchers/" + code + "/reservations",
 		Body: httpxtest.Claim("2", `"`+prefix+`-last"`, "5000")})
 	assert.Equal(t, http.StatusCreated, r.Status, r.Raw)
-	assert.Equal(t, dbCounts{Used: was.Used + 1, Rows: was.Rows + 1, Active: was.Active + 1, MaxPerCustomer: 1}, l.counts(t, code))
+	assert.Equal(t, ledgertest.DBCounts{Used: was.Used + 1, Rows: was.Rows + 1, Active: was.Active + 1, MaxPerCustomer: 1}, l.Counts(t, code))
 }
 
 // TestLedgerSlowHeadersCutOff: a client that sends its headers one byte per
@@ -129,8 +130,8 @@ func TestLedgerHostileInput(t *testing.T) {
 // to keep short, and checks the default is set.
 func TestLedgerSlowHeadersCutOff(t *testing.T) {
 	t.Parallel()
-	l := newTestLedger(t, ledgerOptions{noRedis: true, token: "slow-token"})
-	h := l.handler(nil)
+	l := ledgertest.New(t, ledgertest.Options{NoRedis: true, Token: "slow-token"})
+	h := l.Handler(nil)
 	httpxtest.CheckSlowHeadersCutOff(t, h)
 }
 
@@ -141,7 +142,7 @@ func TestLedgerSlowHeadersCutOff(t *testing.T) {
 // its output.
 func TestLedgerTokenNeverLogged(t *testing.T) {
 	t.Parallel()
-	bin := ledgerBinary(t)
+	bin := ledgertest.LedgerBinary(t)
 	port, err := devstack.FreePort()
 	require.NoError(t, err)
 	addr := fmt.Sprintf("127.0.0.1:%d", port)
@@ -154,7 +155,7 @@ func TestLedgerTokenNeverLogged(t *testing.T) {
 	t.Cleanup(func() { _ = led.Stop() })
 	base := "http://" + addr
 
-	prefix := newCode(t)
+	prefix := ledgertest.NewCode(t)
 	std, flash := prefix+"s", prefix+"f"
 	wrong := []string{"Bearer wrong-" + token[:10], "Bearer " + token + "x", token, "Bearer " + strings.ToUpper(token)}
 	for _, auth := range wrong {
@@ -162,7 +163,7 @@ func TestLedgerTokenNeverLogged(t *testing.T) {
 		assert.Equal(t, http.StatusUnauthorized, r.Status, "auth %q: %s", auth, r.Raw)
 	}
 	create := func(code string, flash bool) {
-		s := spec(code, 5, 1, flash)
+		s := ledgertest.Spec(code, 5, 1, flash)
 		buf, _ := json.Marshal(s)
 		r := httpxtest.SendHostile(t, base, token, httpxtest.HostileCase{Method: http.MethodPost, Path: "/admin/vouchers", Body: buf})
 		require.Equal(t, http.StatusCreated, r.Status, r.Raw)
@@ -194,8 +195,8 @@ func TestLedgerTokenNeverLogged(t *testing.T) {
 // scraper's.
 func TestLedgerMetricsBoundedUnderHostileMethods(t *testing.T) {
 	t.Parallel()
-	l := newTestLedger(t, ledgerOptions{noRedis: true})
-	h := l.handler(func(s *web.Server) { s.Token = "" })
+	l := ledgertest.New(t, ledgertest.Options{NoRedis: true})
+	h := l.Handler(func(s *web.Server) { s.Token = "" })
 	base, _ := httpxtest.Serve(t, h)
 	httpxtest.CheckMetricsMethodsBounded(t, base, "/vouchers/x/reservations")
 }

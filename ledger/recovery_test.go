@@ -1,14 +1,9 @@
 package main
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
-	"fmt"
-	"io"
 	"math/rand/v2"
 	"net/http"
-	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -18,78 +13,17 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/flashgate/flashgate/ledger/internal/ledgertest"
 	"github.com/flashgate/flashgate/shared/devstack"
 	"github.com/flashgate/flashgate/shared/devstack/devstacktest"
 	"github.com/flashgate/flashgate/shared/gate"
 )
 
-// ledgerBinary is bin/ledger built from this package once per test binary,
-// so that tests can kill and restart a real ledger process.
-func ledgerBinary(tb testing.TB) string {
-	tb.Helper()
-	return filepath.Join(devstacktest.Binaries(tb, "."), "ledger")
-}
-
-// ledgerProcess is a bin/ledger process on the given servers.
-type ledgerProcess struct {
-	*devstack.Service
-	URL string
-}
-
-// startLedger runs bin/ledger on db and redis without auth, its jobs idle
-// (hourly) and a one-second hanging grace unless env says otherwise, and stops
-// it when the test ends.
-func startLedger(tb testing.TB, db, redis string, env ...string) *ledgerProcess {
-	tb.Helper()
-	port, err := devstack.FreePort()
-	require.NoError(tb, err)
-	addr := fmt.Sprintf("127.0.0.1:%d", port)
-	env = append([]string{
-		"LEDGER_ADDR=" + addr, "DATABASE_URL=" + db, "REDIS_URL=" + redis, devstack.OpenLedger,
-		"EXPIRY_INTERVAL=1h", "RECONCILE_INTERVAL=1h", "HANGING_GRACE=1s", "DB_MAX_CONNS=16",
-		"SHUTDOWN_DELAY=0s", // no load balancer to wait for: a test's stop is immediate
-	}, env...)
-	svc, err := devstack.StartService("ledger", ledgerBinary(tb), env, "http://"+addr+"/healthz", devstacktest.ServiceLog(tb, "ledger"))
-	require.NoError(tb, err)
-	tb.Cleanup(func() { svc.Stop() })
-	return &ledgerProcess{Service: svc, URL: "http://" + addr}
-}
-
-// tryCall is call for a server that may be down: a failed exchange is returned,
-// not reported.
-func tryCall(method, url string, body any) (reply, error) {
-	var rd io.Reader
-	if body != nil {
-		buf, err := json.Marshal(body)
-		if err != nil {
-			return reply{}, err
-		}
-		rd = bytes.NewReader(buf)
-	}
-	req, err := http.NewRequest(method, url, rd)
-	if err != nil {
-		return reply{}, err
-	}
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := httpClient.Do(req)
-	if err != nil {
-		return reply{}, err
-	}
-	defer resp.Body.Close()
-	raw, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return reply{}, err
-	}
-	r := reply{Status: resp.StatusCode, Raw: string(raw)}
-	_ = json.Unmarshal(raw, &r.Body)
-	return r, nil
-}
-
 // burstOutcome is what the clients of a burst saw.
 type burstOutcome struct {
-	final    map[string]reply // orderId -> the definitive answer
-	admitted map[string]claim // orderIds answered 201
-	retries  int              // 503s and failed exchanges, each retried
+	final    map[string]ledgertest.Reply // orderId -> the definitive answer
+	admitted map[string]ledgertest.Claim // orderIds answered 201
+	retries  int                         // 503s and failed exchanges, each retried
 }
 
 // retryingBurst sends every claim to the ledger's public reserve route from
@@ -98,24 +32,24 @@ type burstOutcome struct {
 // faultAt 201s, fault runs in its own goroutine and no new claim goes out
 // until it calls begun (the fault has struck), so that the rest of the burst
 // meets it; the burst returns after fault did.
-func retryingBurst(t *testing.T, base, code string, cs []claim, workers, faultAt int, fault func(begun func())) burstOutcome {
+func retryingBurst(t *testing.T, base, code string, cs []ledgertest.Claim, workers, faultAt int, fault func(begun func())) burstOutcome {
 	t.Helper()
-	out := burstOutcome{final: map[string]reply{}, admitted: map[string]claim{}}
+	out := burstOutcome{final: map[string]ledgertest.Reply{}, admitted: map[string]ledgertest.Claim{}}
 	var mu sync.Mutex
 	var created, retries atomic.Int64
 	deadline := time.Now().Add(30 * time.Second)
-	work := make(chan claim)
+	work := make(chan ledgertest.Claim)
 	var wg sync.WaitGroup
 	for range workers {
 		wg.Go(func() {
 			for c := range work {
 				for {
-					r, err := tryCall(http.MethodPost, base+"/vouchers/"+code+"/reservations", claimBody(c.customer, c.order, 5_000))
+					r, err := ledgertest.TryCall(http.MethodPost, base+"/vouchers/"+code+"/reservations", ledgertest.ClaimBody(c.Customer, c.Order, 5_000))
 					if err == nil && r.Status != http.StatusServiceUnavailable {
 						mu.Lock()
-						out.final[c.order] = r
+						out.final[c.Order] = r
 						if r.Status == http.StatusCreated {
-							out.admitted[c.order] = c
+							out.admitted[c.Order] = c
 							created.Add(1)
 						}
 						mu.Unlock()
@@ -160,8 +94,8 @@ func retryingBurst(t *testing.T, base, code string, cs []claim, workers, faultAt
 }
 
 // shuffled returns cs in a random order.
-func shuffled(cs []claim) []claim {
-	out := append([]claim(nil), cs...)
+func shuffled(cs []ledgertest.Claim) []ledgertest.Claim {
+	out := append([]ledgertest.Claim(nil), cs...)
 	rand.Shuffle(len(out), func(i, j int) { out[i], out[j] = out[j], out[i] })
 	return out
 }
@@ -170,17 +104,17 @@ func shuffled(cs []claim) []claim {
 // order got 201 or a final 409, exactly stock orders were admitted (the
 // crowd wants more), none by a customer above perUser, and the database holds
 // exactly the admitted orders, each RESERVED for its customer.
-func (l *testLedger) checkBurst(t *testing.T, code string, cs []claim, o burstOutcome, stock, perUser int) books {
+func checkBurst(l *ledgertest.Ledger, t *testing.T, code string, cs []ledgertest.Claim, o burstOutcome, stock, perUser int) ledgertest.Books {
 	t.Helper()
 	perCustomer := map[int64]int{}
 	for _, c := range cs {
-		r, ok := o.final[c.order]
+		r, ok := o.final[c.Order]
 		if !ok {
 			continue // reported by retryingBurst
 		}
 		switch {
 		case r.Status == http.StatusCreated:
-			perCustomer[c.customer]++
+			perCustomer[c.Customer]++
 		case r.Status == http.StatusConflict && (r.Code() == "OUT_OF_STOCK" || r.Code() == "ALREADY_USED"):
 		default:
 			t.Errorf("Reserve(%v) = %d %s, want 201 or 409 OUT_OF_STOCK|ALREADY_USED", c, r.Status, r.Raw)
@@ -190,16 +124,16 @@ func (l *testLedger) checkBurst(t *testing.T, code string, cs []claim, o burstOu
 	for c, n := range perCustomer {
 		assert.LessOrEqual(t, n, perUser, "customer %d was admitted %d times", c, n)
 	}
-	st := l.statuses(t, code)
+	st := l.Statuses(t, code)
 	for id := range o.admitted {
 		assert.Equal(t, "RESERVED", st[id], "order %s got a 201 but is %q in the database", id, st[id])
 	}
-	b := l.checkBooks(t, code)
+	b := l.CheckBooks(t, code)
 	assert.Len(t, b.Orders, len(o.admitted), "active rows vs 201s")
 	for id, cust := range b.Orders {
 		c, ok := o.admitted[id]
 		assert.True(t, ok, "order %s holds a use but its client never got a 201", id)
-		assert.Equal(t, c.customer, cust, "order %s customer", id)
+		assert.Equal(t, c.Customer, cust, "order %s customer", id)
 	}
 	for c, n := range b.Active {
 		assert.LessOrEqual(t, n, perUser, "customer %d holds %d uses", c, n)
@@ -241,27 +175,27 @@ func TestRedisLossMidBurst(t *testing.T) {
 		t.Run(f.name, func(t *testing.T) {
 			t.Parallel()
 			r := devstacktest.NewRedis(t, devstack.RedisOptions{})
-			l := newTestLedger(t, ledgerOptions{redis: r.URL(), grace: time.Second})
+			l := ledgertest.New(t, ledgertest.Options{Redis: r.URL(), Grace: time.Second})
 			// Exempt from "no repair": Redis is flushed or killed mid-burst on
 			// purpose; agreement after the test's reconcile still holds.
-			l.allowRepairs("redis loses its data mid-burst")
-			code := newCode(t)
+			l.AllowRepairs("redis loses its data mid-burst")
+			code := ledgertest.NewCode(t)
 			const stock, perUser = 100, 2
-			l.createVoucher(t, spec(code, stock, perUser, true))
-			cs := shuffled(claims(code, 200, 3, "b")) // 600 orders, up to 3 per customer
+			l.CreateVoucher(t, ledgertest.Spec(code, stock, perUser, true))
+			cs := shuffled(ledgertest.Claims(code, 200, 3, "b")) // 600 orders, up to 3 per customer
 
 			o := retryingBurst(t, l.URL, code, cs, 64, stock/4, func(begun func()) { f.fault(t, r, begun) })
 			t.Logf("%d admitted, %d retries", len(o.admitted), o.retries)
 			if f.want503s {
 				require.Positive(t, o.retries, "no client got a 503 while redis was down")
 			}
-			b := l.checkBurst(t, code, cs, o, stock, perUser)
+			b := checkBurst(l, t, code, cs, o, stock, perUser)
 
-			rep, err := l.jobs.Reconcile(context.Background(), code)
+			rep, err := l.Jobs.Reconcile(context.Background(), code)
 			require.NoError(t, err)
 			t.Logf("reconcile: %+v", rep)
 			assert.LessOrEqual(t, rep.RedisRemainingAfter, rep.DBRemaining, "reconcile left redis above the database")
-			checkRedisMatches(t, l.gate, b, code)
+			ledgertest.CheckRedisMatches(t, l.Gate, b, code)
 		})
 	}
 }
@@ -275,19 +209,19 @@ func TestLedgerKilledMidBurst(t *testing.T) {
 	t.Parallel()
 	r := devstacktest.NewRedis(t, devstack.RedisOptions{})
 	db := devstacktest.PostgresURL(t)
-	lp := startLedger(t, db, r.URL()) // HANGING_GRACE=1s
+	lp := ledgertest.StartLedger(t, db, r.URL()) // HANGING_GRACE=1s
 	// An in-process ledger on the same servers, for reading the books.
-	l := newTestLedger(t, ledgerOptions{db: db, redis: r.URL(), grace: time.Second})
+	l := ledgertest.New(t, ledgertest.Options{DB: db, Redis: r.URL(), Grace: time.Second})
 	// Exempt from "no repair": the ledger is SIGKILLed between taking uses in
 	// Redis and committing them, so only the reconciler's release after the
 	// grace can give those back; agreement after it still holds.
-	l.allowRepairs("the ledger is killed between redis and its commit")
-	code := newCode(t)
+	l.AllowRepairs("the ledger is killed between redis and its commit")
+	code := ledgertest.NewCode(t)
 	const stock, perUser = 100, 2
-	st := call(t, http.MethodPost, lp.URL+"/admin/vouchers", "", spec(code, stock, perUser, true))
+	st := ledgertest.Call(t, http.MethodPost, lp.URL+"/admin/vouchers", "", ledgertest.Spec(code, stock, perUser, true))
 	require.Equal(t, http.StatusCreated, st.Status, st.Raw)
-	l.trackFlash(code)
-	cs := shuffled(claims(code, 200, 3, "k"))
+	l.TrackFlash(code)
+	cs := shuffled(ledgertest.Claims(code, 200, 3, "k"))
 
 	o := retryingBurst(t, lp.URL, code, cs, 64, stock/4, func(begun func()) {
 		assert.NoError(t, lp.Kill())
@@ -297,14 +231,14 @@ func TestLedgerKilledMidBurst(t *testing.T) {
 	})
 	t.Logf("%d admitted, %d retries", len(o.admitted), o.retries)
 	require.Positive(t, o.retries, "the clients never noticed the ledger was down")
-	b := l.checkBurst(t, code, cs, o, stock, perUser)
+	b := checkBurst(l, t, code, cs, o, stock, perUser)
 
 	time.Sleep(1100 * time.Millisecond) // past HANGING_GRACE: a write cut short can no longer land
-	rep := call(t, http.MethodPost, lp.URL+"/admin/vouchers/"+code+"/reconcile", "", nil)
+	rep := ledgertest.Call(t, http.MethodPost, lp.URL+"/admin/vouchers/"+code+"/reconcile", "", nil)
 	require.Equal(t, http.StatusOK, rep.Status, rep.Raw)
 	t.Logf("reconcile: %s", rep.Raw)
 	assert.LessOrEqual(t, rep.Body["redisRemainingAfter"], rep.Body["dbRemaining"], "reconcile left redis above the database")
-	checkRedisMatches(t, l.gate, b, code)
+	ledgertest.CheckRedisMatches(t, l.Gate, b, code)
 }
 
 // A ledger loads every live flash voucher that Redis lacks when it starts,
@@ -316,34 +250,34 @@ func TestWarmAllReloadsLostVouchers(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(func() { rdb.Close() })
 	ctx := context.Background()
-	l := newTestLedger(t, ledgerOptions{redis: r.URL()})
+	l := ledgertest.New(t, ledgertest.Options{Redis: r.URL()})
 	// Exempt from "no repair": Redis is flushed (and a counter overwritten) on
 	// purpose; agreement after the last reload still holds.
-	l.allowRepairs("flushes redis on purpose")
+	l.AllowRepairs("flushes redis on purpose")
 
-	flashA, flashB, standard := newCode(t), newCode(t), newCode(t)
-	l.createVoucher(t, spec(flashA, 10, 1, true))
-	l.createVoucher(t, spec(flashB, 20, 2, true))
-	l.createVoucher(t, spec(standard, 10, 1, false))
-	reserveAll(t, l.URL, flashA, claims(flashA, 3, 1, "w"))
-	reserveAll(t, l.URL, flashB, claims(flashB, 2, 2, "w"))
-	reserveAll(t, l.URL, standard, claims(standard, 2, 1, "w"))
+	flashA, flashB, standard := ledgertest.NewCode(t), ledgertest.NewCode(t), ledgertest.NewCode(t)
+	l.CreateVoucher(t, ledgertest.Spec(flashA, 10, 1, true))
+	l.CreateVoucher(t, ledgertest.Spec(flashB, 20, 2, true))
+	l.CreateVoucher(t, ledgertest.Spec(standard, 10, 1, false))
+	ledgertest.ReserveAll(t, l.URL, flashA, ledgertest.Claims(flashA, 3, 1, "w"))
+	ledgertest.ReserveAll(t, l.URL, flashB, ledgertest.Claims(flashB, 2, 2, "w"))
+	ledgertest.ReserveAll(t, l.URL, standard, ledgertest.Claims(standard, 2, 1, "w"))
 	res := l.URL + "/vouchers/" + flashB + "/reservations/"
-	require.Equal(t, http.StatusOK, call(t, http.MethodPost, res+flashB+"-w-c1-o0/confirm", "", nil).Status)
-	require.Equal(t, http.StatusNoContent, call(t, http.MethodDelete, res+flashB+"-w-c2-o1", "", nil).Status)
+	require.Equal(t, http.StatusOK, ledgertest.Call(t, http.MethodPost, res+flashB+"-w-c1-o0/confirm", "", nil).Status)
+	require.Equal(t, http.StatusNoContent, ledgertest.Call(t, http.MethodDelete, res+flashB+"-w-c2-o1", "", nil).Status)
 
 	checkLoaded := func(t *testing.T) {
 		t.Helper()
 		for _, code := range []string{flashA, flashB} {
-			checkRedisMatches(t, l.gate, l.checkBooks(t, code), code)
-			m, _, ok, err := l.gate.Meta(ctx, code)
+			ledgertest.CheckRedisMatches(t, l.Gate, l.CheckBooks(t, code), code)
+			m, _, ok, err := l.Gate.Meta(ctx, code)
 			require.NoError(t, err)
 			require.True(t, ok)
-			b := l.books(t, code)
+			b := l.Books(t, code)
 			assert.Equal(t, b.Total, m.TotalLimit)
 			assert.True(t, m.FlashSale)
 		}
-		_, loaded, err := l.gate.State(ctx, standard)
+		_, loaded, err := l.Gate.State(ctx, standard)
 		require.NoError(t, err)
 		assert.False(t, loaded, "a standard voucher was loaded into redis")
 	}
@@ -351,7 +285,7 @@ func TestWarmAllReloadsLostVouchers(t *testing.T) {
 		t.Helper()
 		require.NoError(t, rdb.FlushAll(ctx).Err())
 		for _, code := range []string{flashA, flashB} {
-			_, loaded, err := l.gate.State(ctx, code)
+			_, loaded, err := l.Gate.State(ctx, code)
 			require.NoError(t, err)
 			require.False(t, loaded)
 		}
@@ -359,21 +293,21 @@ func TestWarmAllReloadsLostVouchers(t *testing.T) {
 
 	t.Run("Jobs.WarmAll", func(t *testing.T) {
 		flush(t)
-		l.jobs.WarmAll(ctx)
+		l.Jobs.WarmAll(ctx)
 		checkLoaded(t)
 		// A second run changes nothing: a loaded voucher is never overwritten.
 		require.NoError(t, rdb.Set(ctx, gate.Keys(flashA)[0], 7, redis.KeepTTL).Err())
-		l.jobs.WarmAll(ctx)
-		assert.EqualValues(t, 7, redisState(t, l.gate, flashA).Remaining)
+		l.Jobs.WarmAll(ctx)
+		assert.EqualValues(t, 7, ledgertest.RedisState(t, l.Gate, flashA).Remaining)
 	})
 	t.Run("ledger restart", func(t *testing.T) {
-		lp := startLedger(t, devstacktest.PostgresURL(t), r.URL())
+		lp := ledgertest.StartLedger(t, devstacktest.PostgresURL(t), r.URL())
 		require.NoError(t, lp.Kill()) // so that its own warmup cannot load anything after the flush
 		flush(t)
 		require.NoError(t, lp.Restart())
-		eventually(t, 10*time.Second, func() bool {
+		ledgertest.Eventually(t, 10*time.Second, func() bool {
 			for _, code := range []string{flashA, flashB} {
-				if _, loaded, err := l.gate.State(ctx, code); err != nil || !loaded {
+				if _, loaded, err := l.Gate.State(ctx, code); err != nil || !loaded {
 					return false
 				}
 			}

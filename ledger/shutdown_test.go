@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/flashgate/flashgate/ledger/internal/ledgertest"
 	"github.com/flashgate/flashgate/shared/api"
 	"github.com/flashgate/flashgate/shared/devstack"
 	"github.com/flashgate/flashgate/shared/devstack/devstacktest"
@@ -31,30 +32,30 @@ func TestSIGTERMUnderLoad(t *testing.T) {
 	db := devstacktest.PostgresURL(t)
 	rds := devstacktest.RedisURL(t)
 	const delay = time.Second
-	lp := startLedger(t, db, rds, "SHUTDOWN_DELAY="+delay.String(), "SHUTDOWN_TIMEOUT=15s", "DB_TIMEOUT=1500ms",
+	lp := ledgertest.StartLedger(t, db, rds, "SHUTDOWN_DELAY="+delay.String(), "SHUTDOWN_TIMEOUT=15s", "DB_TIMEOUT=1500ms",
 		"HANGING_GRACE=5s") // room for a write held on the row lock (WRITE_TIMEOUT is capped below the grace)
-	l := newTestLedger(t, ledgerOptions{db: db, redis: rds, grace: time.Second})
-	code := newCode(t)
-	r := call(t, http.MethodPost, lp.URL+"/admin/vouchers", "", spec(code, 100_000, 100, true))
+	l := ledgertest.New(t, ledgertest.Options{DB: db, Redis: rds, Grace: time.Second})
+	code := ledgertest.NewCode(t)
+	r := ledgertest.Call(t, http.MethodPost, lp.URL+"/admin/vouchers", "", ledgertest.Spec(code, 100_000, 100, true))
 	require.Equal(t, http.StatusCreated, r.Status, r.Raw)
 	// lp stops within the test, so its /metrics cannot be read at the end: the
 	// audit check of l covers a repair by lp's jobs.
-	l.trackFlash(code)
+	l.TrackFlash(code)
 
 	hold, release := httpxtest.VoucherLock(t, db, code)
 	res := httpxtest.ShutdownLoad{
 		URL: lp.URL, Delay: delay, Workers: 32, Warmup: 500 * time.Millisecond,
 		Request: func(w, i int) (string, string, any) {
-			return http.MethodPost, api.ReservationsPath(code), claimBody(int64(1+w*1000+i%1000), fmt.Sprintf("w%d-%d", w, i), 5_000)
+			return http.MethodPost, api.ReservationsPath(code), ledgertest.ClaimBody(int64(1+w*1000+i%1000), fmt.Sprintf("w%d-%d", w, i), 5_000)
 		},
 		Stop: lp.Stop,
 		Hold: hold, Release: release,
 	}.Run(t)
 	res.Check(t, http.StatusCreated)
 	created := res.Count(http.StatusCreated)
-	b := l.checkBooks(t, code)
-	assert.Equal(t, created, b.active(), "the database holds %d orders, the clients got %d 201s", b.active(), created)
-	checkRedisMatches(t, l.gate, b, code)
+	b := l.CheckBooks(t, code)
+	assert.Equal(t, created, b.ActiveOrders(), "the database holds %d orders, the clients got %d 201s", b.ActiveOrders(), created)
+	ledgertest.CheckRedisMatches(t, l.Gate, b, code)
 }
 
 // TestLedgerSettingsRefused: HANGING_GRACE below a second and a
@@ -99,7 +100,7 @@ func TestLedgerSettingsRefused(t *testing.T) {
 	}
 
 	// The process itself: exit 2 with the message on stderr.
-	cmd := exec.Command(ledgerBinary(t))
+	cmd := exec.Command(ledgertest.LedgerBinary(t))
 	cmd.Env = append(os.Environ(), "DATABASE_URL=postgres://127.0.0.1:1/x", "HANGING_GRACE=1ns")
 	out, err := cmd.CombinedOutput()
 	var exit *exec.ExitError
@@ -115,15 +116,15 @@ func TestLedgerSettingsRoute(t *testing.T) {
 	port, err := devstack.FreePort()
 	require.NoError(t, err)
 	addr := fmt.Sprintf("127.0.0.1:%d", port)
-	led, err := devstack.StartService("ledger-settings", ledgerBinary(t), []string{
+	led, err := devstack.StartService("ledger-settings", ledgertest.LedgerBinary(t), []string{
 		"LEDGER_ADDR=" + addr, "DATABASE_URL=" + devstacktest.PostgresURL(t), "REDIS_URL=" + devstacktest.RedisURL(t),
 		"LEDGER_TOKEN=settings-token", "HANGING_GRACE=2s", "SHUTDOWN_DELAY=0s",
 	}, "http://"+addr+"/healthz", devstacktest.ServiceLog(t, "ledger-settings"))
 	require.NoError(t, err)
 	t.Cleanup(func() { led.Stop() })
-	r := call(t, http.MethodGet, "http://"+addr+api.SettingsPath, "", nil)
+	r := ledgertest.Call(t, http.MethodGet, "http://"+addr+api.SettingsPath, "", nil)
 	assert.Equal(t, http.StatusUnauthorized, r.Status, r.Raw)
-	r = call(t, http.MethodGet, "http://"+addr+api.SettingsPath, "settings-token", nil)
+	r = ledgertest.Call(t, http.MethodGet, "http://"+addr+api.SettingsPath, "settings-token", nil)
 	require.Equal(t, http.StatusOK, r.Status, r.Raw)
 	assert.Equal(t, map[string]any{"hangingGrace": "2s"}, r.Body)
 }
@@ -133,17 +134,17 @@ func TestLedgerSettingsRoute(t *testing.T) {
 func TestLedgerReadiness(t *testing.T) {
 	t.Parallel()
 	rs := devstacktest.NewRedis(t, devstack.RedisOptions{})
-	lp := startLedger(t, devstacktest.PostgresURL(t), rs.URL(), "SHUTDOWN_DELAY=0s")
-	r := call(t, http.MethodGet, lp.URL+"/readyz", "", nil)
+	lp := ledgertest.StartLedger(t, devstacktest.PostgresURL(t), rs.URL(), "SHUTDOWN_DELAY=0s")
+	r := ledgertest.Call(t, http.MethodGet, lp.URL+"/readyz", "", nil)
 	require.Equal(t, http.StatusOK, r.Status, r.Raw)
 	require.NoError(t, rs.Kill())
 	start := time.Now()
-	r = call(t, http.MethodGet, lp.URL+"/readyz", "", nil)
+	r = ledgertest.Call(t, http.MethodGet, lp.URL+"/readyz", "", nil)
 	assert.Equal(t, http.StatusOK, r.Status, "/readyz with redis down: %s", r.Raw)
 	assert.Less(t, time.Since(start), time.Second)
-	code := newCode(t)
-	r = call(t, http.MethodPost, lp.URL+"/admin/vouchers", "", spec(code, 10, 1, false))
+	code := ledgertest.NewCode(t)
+	r = ledgertest.Call(t, http.MethodPost, lp.URL+"/admin/vouchers", "", ledgertest.Spec(code, 10, 1, false))
 	require.Equal(t, http.StatusCreated, r.Status, r.Raw)
-	r = call(t, http.MethodPost, lp.URL+api.ReservationsPath(code), "", claimBody(1, "o1", 5_000))
+	r = ledgertest.Call(t, http.MethodPost, lp.URL+api.ReservationsPath(code), "", ledgertest.ClaimBody(1, "o1", 5_000))
 	assert.Equal(t, http.StatusCreated, r.Status, "a standard reserve with redis down: %s", r.Raw)
 }

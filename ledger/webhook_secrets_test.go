@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/flashgate/flashgate/ledger/internal/ledgertest"
 	"github.com/flashgate/flashgate/shared/api"
 	"github.com/flashgate/flashgate/shared/devstack"
 	"github.com/flashgate/flashgate/shared/httpx/httpxtest"
@@ -40,10 +41,10 @@ func TestWebhookSecretsNeverLeave(t *testing.T) {
 	require.NoError(t, err)
 	addr := fmt.Sprintf("127.0.0.1:%d", port)
 	var logs httpxtest.LogBuffer
-	led, err := devstack.StartService("ledger-secrets", ledgerBinary(t), []string{
-		"LEDGER_ADDR=" + addr, "DATABASE_URL=" + newEventsDB(t), "REDIS_URL=", "LEDGER_TOKEN=" + token, "LOG_LEVEL=debug",
+	led, err := devstack.StartService("ledger-secrets", ledgertest.LedgerBinary(t), []string{
+		"LEDGER_ADDR=" + addr, "DATABASE_URL=" + ledgertest.NewEventsDB(t), "REDIS_URL=", "LEDGER_TOKEN=" + token, "LOG_LEVEL=debug",
 		"EXPIRY_INTERVAL=1h", "RECONCILE_INTERVAL=1h", "SHUTDOWN_DELAY=0s",
-		"WEBHOOK_URLS=" + closed + "," + answers500, "WEBHOOK_SECRET=" + testSecret,
+		"WEBHOOK_URLS=" + closed + "," + answers500, "WEBHOOK_SECRET=" + ledgertest.TestSecret,
 		"WEBHOOK_MAX_ATTEMPTS=2", "WEBHOOK_BACKOFF=20ms", "WEBHOOK_BACKOFF_MAX=100ms", "WEBHOOK_TIMEOUT=2s",
 	}, "http://"+addr+"/healthz", &logs)
 	require.NoError(t, err)
@@ -53,11 +54,11 @@ func TestWebhookSecretsNeverLeave(t *testing.T) {
 		return httpxtest.Call(t, http.DefaultClient, http.MethodGet, base+path, token, nil)
 	}
 
-	code := newCode(t)
-	r := httpxtest.Call(t, http.DefaultClient, http.MethodPost, base+"/admin/vouchers", token, spec(code, 5, 1, false))
+	code := ledgertest.NewCode(t)
+	r := httpxtest.Call(t, http.DefaultClient, http.MethodPost, base+"/admin/vouchers", token, ledgertest.Spec(code, 5, 1, false))
 	require.Equal(t, http.StatusCreated, r.Status, r.Raw)
 	var failed httpxtest.Reply
-	waitFor(t, 30*time.Second, "the voucher's event parked by both sinks", func() bool {
+	ledgertest.WaitFor(t, 30*time.Second, "the voucher's event parked by both sinks", func() bool {
 		failed = get("/admin/events?status=failed")
 		return failed.Status == http.StatusOK && strings.Count(failed.Raw, `"status":"FAILED"`) == 2
 	})

@@ -28,9 +28,17 @@ $GO build -o "$bindir/" ./ledger ./proxy ./loadtest ./flashgatectl || exit 1
 export FLASHGATE_TEST_BIN=$bindir
 
 solo=$($GO list $SOLO_PKGS) || exit 1
-# The ledger's package first: the longest, it would otherwise start behind
-# the packages before it in the list.
-others=$($GO list ./... | grep -v -x -F "$solo" | awk '/\/ledger$/ {print; next} {rest = rest $0 "\n"} END {printf "%s", rest}')
+# The ledger's packages first, the longest of them first: each would
+# otherwise start behind the packages before it in the list.
+first='/ledger/internal/(sale|web|jobs|outbox|admissions|store|app)$|/ledger$'
+others=$($GO list ./... | grep -v -x -F "$solo" | awk -v first="$first" '
+	$0 ~ first {lead[++n] = $0; next}
+	{rest = rest $0 "\n"}
+	END {
+		split("sale web jobs outbox admissions store app ledger", want, " ")
+		for (w = 1; w in want; w++) for (i = 1; i <= n; i++) if (lead[i] ~ ("/" want[w] "$")) print lead[i]
+		printf "%s", rest
+	}')
 
 $MAKE --no-print-directory fuzz FUZZ_WORKERS=1 FUZZTIME=500x >"$fuzzlog" 2>&1 &
 fuzz=$!

@@ -48,9 +48,18 @@ func sale(tb testing.TB, rdb *redis.Client, db *pgxpool.Pool) string {
 	tb.Helper()
 	ctx := context.Background()
 	code := fmt.Sprintf("agree-%d-%d", time.Now().UnixNano()%1_000_000, seq.Add(1))
-	v := voucher.Voucher{Code: code, DiscountAmount: 500, MinOrderAmount: 1000, TotalLimit: 10, PerUserLimit: 2,
-		StartsAt: time.Now().Add(-time.Hour).Truncate(time.Millisecond).UTC(),
-		EndsAt:   time.Now().Add(time.Hour).Truncate(time.Millisecond).UTC(), FlashSale: true}
+	v := voucher.Voucher{
+		Code: code,
+		Terms: voucher.Terms{
+			DiscountAmount: 500,
+			MinOrderAmount: 1000,
+			TotalLimit:     10,
+			PerUserLimit:   2,
+			StartsAt:       time.Now().Add(-time.Hour).Truncate(time.Millisecond).UTC(),
+			EndsAt:         time.Now().Add(time.Hour).Truncate(time.Millisecond).UTC(),
+			FlashSale:      true,
+		},
+	}
 	_, err := db.Exec(ctx, `INSERT INTO voucher (code, discount_amount, min_order_amount, total_limit, used_count,
 		per_user_limit, starts_at, ends_at, flash_sale) VALUES ($1, $2, $3, $4, 3, $5, $6, $7, true)`,
 		code, v.DiscountAmount, v.MinOrderAmount, v.TotalLimit, v.PerUserLimit, v.StartsAt, v.EndsAt)

@@ -125,7 +125,7 @@ func TestCheck(t *testing.T) {
 	keys, _ := checkout.ParseKeys("k1:" + oldSecret)
 	now := time.Unix(1_800_000_000, 0)
 	open := voucher.Voucher{Code: "V"}
-	guarded := voucher.Voucher{Code: "V", RequireCheckoutToken: true}
+	guarded := voucher.Voucher{Code: "V", Terms: voucher.Terms{RequireCheckoutToken: true}}
 	good := keys.Mint("V", 7, now.Add(time.Minute))
 	tests := []struct {
 		name  string

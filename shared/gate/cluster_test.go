@@ -31,8 +31,16 @@ func TestOnRedisCluster(t *testing.T) {
 	codes := make([]string, 12)
 	for i := range codes {
 		codes[i] = fmt.Sprintf("CL%d-%d", i, time.Now().UnixNano()%100000)
-		loaded, err := g.Load(ctx, codes[i], Snapshot{Voucher: voucher.Voucher{DiscountAmount: 1, TotalLimit: 40, PerUserLimit: 1,
-			StartsAt: time.Now().Add(-time.Hour), EndsAt: time.Now().Add(time.Hour), FlashSale: true}, Remaining: 40})
+		loaded, err := g.Load(ctx, codes[i], Snapshot{Voucher: voucher.Voucher{
+			Terms: voucher.Terms{
+				DiscountAmount: 1,
+				TotalLimit:     40,
+				PerUserLimit:   1,
+				StartsAt:       time.Now().Add(-time.Hour),
+				EndsAt:         time.Now().Add(time.Hour),
+				FlashSale:      true,
+			},
+		}, Remaining: 40})
 		require.NoError(t, err)
 		require.True(t, loaded)
 		m, err := cl.MasterOf(Keys(codes[i])[0])

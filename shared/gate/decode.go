@@ -90,7 +90,7 @@ func decodeMeta(v any) (voucher.Voucher, int64, bool, error) {
 		return voucher.Voucher{}, 0, false, fmt.Errorf("decode meta reply: totalLimit %d, perUserLimit %d, flashSale %d, paused %d, checkoutToken %d",
 			f[2], f[3], f[6], f[7], f[8])
 	}
-	m := voucher.Voucher{
+	m := voucher.Voucher{Terms: voucher.Terms{
 		DiscountAmount: f[0],
 		MinOrderAmount: f[1],
 		TotalLimit:     int(f[2]),
@@ -101,7 +101,7 @@ func decodeMeta(v any) (voucher.Voucher, int64, bool, error) {
 		Paused:         f[7] == 1,
 
 		RequireCheckoutToken: f[8] == 1,
-	}
+	}}
 	return m, remaining, true, nil
 }
 

@@ -68,9 +68,19 @@ func TestDecodeReplies(t *testing.T) {
 	require.NoError(t, err)
 	assert.True(t, ok)
 	assert.EqualValues(t, 7, remaining)
-	assert.Equal(t, voucher.Voucher{DiscountAmount: 100, MinOrderAmount: 5, TotalLimit: 10, PerUserLimit: 2,
-		StartsAt: time.UnixMilli(1700000000000).UTC(), EndsAt: time.UnixMilli(1700003600000).UTC(), FlashSale: true, Paused: true,
-		RequireCheckoutToken: true}, m)
+	assert.Equal(t, voucher.Voucher{
+		Terms: voucher.Terms{
+			DiscountAmount:       100,
+			MinOrderAmount:       5,
+			TotalLimit:           10,
+			PerUserLimit:         2,
+			StartsAt:             time.UnixMilli(1700000000000).UTC(),
+			EndsAt:               time.UnixMilli(1700003600000).UTC(),
+			FlashSale:            true,
+			Paused:               true,
+			RequireCheckoutToken: true,
+		},
+	}, m)
 
 	_, _, ok, err = decodeMeta([]any{})
 	assert.NoError(t, err)

@@ -136,9 +136,9 @@ func (g *Gate) run(ctx context.Context, s *redis.Script, keys []string, args ...
 	return s.Run(ctx, g.rdb, keys, args...).Result()
 }
 
-// runRO is run for read-only scripts (EVALSHA_RO), which a replica may serve.
 // readOnly runs the read-only script s on code's keys (args after them),
-// after checking code; a failure is named by what and code.
+// after checking code; a failure is named by what and code. runRO is run for
+// read-only scripts (EVALSHA_RO), which a replica may serve.
 func (g *Gate) readOnly(ctx context.Context, s *redis.Script, code, what string, args ...any) (any, error) {
 	if err := checkCode(code); err != nil {
 		return nil, err

@@ -65,13 +65,15 @@ func testCode(tb testing.TB, g *Gate, suffix string) string {
 
 func testMeta(total, perUser int) voucher.Voucher {
 	return voucher.Voucher{
-		DiscountAmount: 100_000,
-		MinOrderAmount: 500_000,
-		TotalLimit:     total,
-		PerUserLimit:   perUser,
-		StartsAt:       time.UnixMilli(time.Now().Add(-time.Hour).UnixMilli()).UTC(),
-		EndsAt:         time.UnixMilli(time.Now().Add(time.Hour).UnixMilli()).UTC(),
-		FlashSale:      true,
+		Terms: voucher.Terms{
+			DiscountAmount: 100_000,
+			MinOrderAmount: 500_000,
+			TotalLimit:     total,
+			PerUserLimit:   perUser,
+			StartsAt:       time.UnixMilli(time.Now().Add(-time.Hour).UnixMilli()).UTC(),
+			EndsAt:         time.UnixMilli(time.Now().Add(time.Hour).UnixMilli()).UTC(),
+			FlashSale:      true,
+		},
 	}
 }
 

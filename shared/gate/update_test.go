@@ -101,8 +101,18 @@ func TestUpdate(t *testing.T) {
 		require.NoError(t, err)
 
 		now := time.UnixMilli(time.Now().UnixMilli()).UTC()
-		v := voucher.Voucher{DiscountAmount: 7, MinOrderAmount: 9, TotalLimit: 12, PerUserLimit: 3,
-			StartsAt: now.Add(-time.Minute), EndsAt: now.Add(48 * time.Hour), FlashSale: true, Paused: true}
+		v := voucher.Voucher{
+			Terms: voucher.Terms{
+				DiscountAmount: 7,
+				MinOrderAmount: 9,
+				TotalLimit:     12,
+				PerUserLimit:   3,
+				StartsAt:       now.Add(-time.Minute),
+				EndsAt:         now.Add(48 * time.Hour),
+				FlashSale:      true,
+				Paused:         true,
+			},
+		}
 		res, err := g.Update(ctx, code, v)
 		require.NoError(t, err)
 		assert.Equal(t, UpdateResult{Loaded: true, RemainingBefore: 9, RemainingAfter: 11}, res)

@@ -44,7 +44,7 @@ func TestParseHoldTTL(t *testing.T) {
 // TestHoldJSON: a voucher's hold is answered in Go's form and read back; a
 // voucher without one answers no holdTtl and holds for the fallback.
 func TestHoldJSON(t *testing.T) {
-	b, err := json.Marshal(Voucher{Code: "V", HoldTTL: Duration(3 * time.Minute)})
+	b, err := json.Marshal(Voucher{Code: "V", Terms: Terms{HoldTTL: Duration(3 * time.Minute)}})
 	if err != nil {
 		t.Fatal(err)
 	}

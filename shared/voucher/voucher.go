@@ -88,7 +88,20 @@ func matches(s string, max int, orderID bool) bool {
 
 // Voucher is a voucher with its counters as the ledger reports them.
 type Voucher struct {
-	Code           string    `json:"code"`
+	Code string `json:"code"`
+	Terms
+	State          string `json:"state"` // by the database clock; see StateAt
+	UsedCount      int    `json:"usedCount"`
+	ReservedCount  int    `json:"reservedCount"`
+	ConfirmedCount int    `json:"confirmedCount"`
+	RefundedCount  int    `json:"refundedCount"`
+	Remaining      int    `json:"remaining"`
+}
+
+// Terms are what a voucher's creator sets and an operator may change (all but
+// flashSale): a Voucher's, and what the audit trail and the voucher events
+// keep of one before and after a change (the ledger's store.TermsOf).
+type Terms struct {
 	DiscountAmount int64     `json:"discountAmount"`
 	MinOrderAmount int64     `json:"minOrderAmount"`
 	TotalLimit     int       `json:"totalLimit"`
@@ -105,14 +118,9 @@ type Voucher struct {
 	HoldTTL Duration `json:"holdTtl,omitempty"`
 	// WritePath is how an admitted reservation reaches Postgres: WritePathSync
 	// (the group commit answers the request) or WritePathLog (a flash voucher
-	// only: the admission is produced to Kafka and a consumer writes it).
-	WritePath      string `json:"writePath"`
-	State          string `json:"state"` // by the database clock; see StateAt
-	UsedCount      int    `json:"usedCount"`
-	ReservedCount  int    `json:"reservedCount"`
-	ConfirmedCount int    `json:"confirmedCount"`
-	RefundedCount  int    `json:"refundedCount"`
-	Remaining      int    `json:"remaining"`
+	// only: the admission is produced to Kafka and a consumer writes it). A
+	// voucher always has one; the audit trail leaves out sync, the default.
+	WritePath string `json:"writePath,omitempty"`
 }
 
 // StateAt is the voucher's state at now: ended from endsAt on, else paused
@@ -212,14 +220,13 @@ func (n NewVoucher) Validate() (Voucher, error) {
 	if path == WritePathLog && (n.FlashSale == nil || !*n.FlashSale) {
 		return Voucher{}, ErrLogNeedsFlash
 	}
-	v := Voucher{
-		Code:           *n.Code,
+	v := Voucher{Code: *n.Code, Terms: Terms{
 		DiscountAmount: *n.DiscountAmount,
 		TotalLimit:     *n.TotalLimit,
 		PerUserLimit:   1,
 		StartsAt:       n.StartsAt.UTC(),
 		EndsAt:         n.EndsAt.UTC(),
-	}
+	}}
 	if n.MinOrderAmount != nil {
 		v.MinOrderAmount = *n.MinOrderAmount
 	}

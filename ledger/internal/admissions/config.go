@@ -23,8 +23,8 @@ type Config struct {
 // DefaultSessionTimeout is KAFKA_ADMISSIONS_SESSION_TIMEOUT's default, and
 // MinSessionTimeout its least: Kafka's own group.min.session.timeout.ms.
 const (
-	DefaultSessionTimeout = 10 * time.Second
-	MinSessionTimeout     = 6 * time.Second
+	defaultSessionTimeout = 10 * time.Second
+	minSessionTimeout     = 6 * time.Second
 )
 
 // ReadConfig reads the admissions log's settings; eventBrokers (KAFKA_BROKERS)
@@ -37,7 +37,7 @@ func ReadConfig(e *envconf.Reader, eventBrokers []string) (Config, error) {
 			"the topic of writePath log admissions, keyed by voucher code (create it first, with "+DeadLetterTopic("<topic>")+" beside it)"),
 		Group: e.String("KAFKA_ADMISSIONS_GROUP", DefaultGroup,
 			"the consumer group in which the ledgers write the admissions log to Postgres"),
-		SessionTimeout: e.DurationMin("KAFKA_ADMISSIONS_SESSION_TIMEOUT", DefaultSessionTimeout, MinSessionTimeout,
+		SessionTimeout: e.DurationMin("KAFKA_ADMISSIONS_SESSION_TIMEOUT", defaultSessionTimeout, minSessionTimeout,
 			"how long the admissions group waits for a ledger that stopped heartbeating (a crash) before its partitions go to the other members; until then their admissions stay unwritten"),
 	}
 	if err := e.Err(); err != nil {

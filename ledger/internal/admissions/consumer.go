@@ -77,7 +77,7 @@ func NewConsumer(cfg ConsumerConfig, w Writer, failed FailedStore, log *slog.Log
 		cfg.MaxPoll = 256
 	}
 	if cfg.SessionTimeout <= 0 {
-		cfg.SessionTimeout = DefaultSessionTimeout
+		cfg.SessionTimeout = defaultSessionTimeout
 	}
 	opts := []kgo.Opt{
 		kgo.SeedBrokers(cfg.Brokers...),

@@ -89,12 +89,12 @@ func (j *Jobs) Run(ctx context.Context, stop <-chan struct{}) {
 				j.log.Info("expiry sweep", "released", n)
 			}
 		case <-reconcile.C:
-			j.ReconcileAll(ctx)
+			j.reconcileAll(ctx)
 		case <-unsettled.C:
 			if n := j.settler.Resolve(ctx); n > 0 {
 				j.log.Info("settled writes that failed on a fault", "orders", n)
 			}
-			j.ReconcileInherited(ctx) // after a Redis restart or failover: within a second
+			j.reconcileInherited(ctx) // after a Redis restart or failover: within a second
 		case <-retake.C:
 			j.RetakeAll(ctx)
 		}

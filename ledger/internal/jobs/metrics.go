@@ -21,7 +21,7 @@ type Metrics struct {
 	remaining        *httpx.BoundedGauge
 }
 
-// newJobsMetrics registers the jobs' metrics on reg (nil: a throwaway
+// NewMetrics registers the jobs' metrics on reg (nil: a throwaway
 // registry, for tests).
 func NewMetrics(reg prometheus.Registerer) *Metrics {
 	if reg == nil {
@@ -53,7 +53,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Uses left per voucher at the last reconcile, as the database and Redis have them (the proxy's flashgate_voucher_remaining is the last script reply).",
 		}, httpx.MaxVoucherSeries, "source"),
 	}
-	for _, kind := range RepairKindNames {
+	for _, kind := range repairKindNames {
 		m.ReconcileRepairs.WithLabelValues(kind) // every kind exported from the start: increase() sees the first
 	}
 	reg.MustRegister(m.expired, m.ReconcileFixes, m.ReconcileRepairs, m.reconcileSkipped)

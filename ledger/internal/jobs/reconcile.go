@@ -80,7 +80,7 @@ func (j *Jobs) ReconcileBy(ctx context.Context, code, actor string) (Report, err
 	return rep, nil
 }
 
-// reconcileAudit is a reconcile's audit row after: its report and the kinds
+// ReconcileAudit is a reconcile's audit row after: its report and the kinds
 // of what it repaired.
 type ReconcileAudit struct {
 	Report
@@ -112,13 +112,13 @@ type counterFix struct {
 
 // The kinds of flashgate_reconcile_repairs_total.
 const (
-	RepairRemaining = "remaining"
-	RepairRestored  = "orders_restored"
-	RepairReleased  = "orders_released"
-	RepairTerms     = "terms"
+	repairRemaining = "remaining"
+	repairRestored  = "orders_restored"
+	repairReleased  = "orders_released"
+	repairTerms     = "terms"
 )
 
-var RepairKindNames = []string{RepairRemaining, RepairRestored, RepairReleased, RepairTerms}
+var repairKindNames = []string{repairRemaining, repairRestored, repairReleased, repairTerms}
 
 // repairKinds lists what one reconcile repaired, by kind. A reload is not a
 // repair: a voucher is also not loaded before its first sale.
@@ -128,10 +128,10 @@ func repairKinds(rep Report, fix counterFix) []string {
 		kind string
 		did  bool
 	}{
-		{RepairRemaining, fix.remaining},
-		{RepairRestored, rep.Restored > 0},
-		{RepairReleased, rep.Released > 0},
-		{RepairTerms, fix.terms},
+		{repairRemaining, fix.remaining},
+		{repairRestored, rep.Restored > 0},
+		{repairReleased, rep.Released > 0},
+		{repairTerms, fix.terms},
 	} {
 		if k.did {
 			kinds = append(kinds, k.kind)
@@ -242,10 +242,10 @@ func (j *Jobs) settleFinished(ctx context.Context, code string, snapshot []store
 	return gone, j.settler.Agree(ctx, code, gone)
 }
 
-// ReconcileAll reconciles every live flash voucher that has changed since its
+// reconcileAll reconciles every live flash voucher that has changed since its
 // last clean reconcile by this ledger (see cleanMark), and every tenth run all
 // of them; it returns the reports of those it reconciled.
-func (j *Jobs) ReconcileAll(ctx context.Context) []Report {
+func (j *Jobs) reconcileAll(ctx context.Context) []Report {
 	if j.gate == nil {
 		return nil
 	}
@@ -277,13 +277,13 @@ func (j *Jobs) ReconcileAll(ctx context.Context) []Report {
 	return reps
 }
 
-// ReconcileInherited reconciles at once every live flash voucher whose Redis
+// reconcileInherited reconciles at once every live flash voucher whose Redis
 // state the serving Redis process did not write from the database
 // (gate.GenInherited): a restart from a snapshot or an append-only file, or a
 // failover, may have lost orders the database committed since, whose retries
 // the gate would refuse until the next ReconcileAll. It runs every second; it
 // stops at the first Redis error (a Redis that is down has nothing to check).
-func (j *Jobs) ReconcileInherited(ctx context.Context) []Report {
+func (j *Jobs) reconcileInherited(ctx context.Context) []Report {
 	if j.gate == nil {
 		return nil
 	}

@@ -10,7 +10,7 @@ import (
 
 // reconcileFullEvery: every this many runs of ReconcileAll (the first one
 // included), every live voucher is reconciled, whatever the marks say.
-const ReconcileFullEvery = 10
+const reconcileFullEvery = 10
 
 // A cleanMark is what a voucher looked like right after a reconcile found
 // Redis holding exactly the database's orders: the voucher row's version and
@@ -35,7 +35,7 @@ func (c *cleanMarks) nextRun() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.runs++
-	return c.runs%ReconcileFullEvery == 1
+	return c.runs%reconcileFullEvery == 1
 }
 
 func (c *cleanMarks) get(code string) (cleanMark, bool) {

@@ -29,7 +29,7 @@ const minWebhookSecret = 16
 // needs some time to read what was delivered.
 const minEventRetention = time.Minute
 
-// readEvents reads the outbox's settings and refuses those that break a promise.
+// ReadConfig reads the outbox's settings and refuses those that break a promise.
 func ReadConfig(e *envconf.Reader) (Config, error) {
 	c := Config{
 		On:          e.Switch("EVENTS", true, "off: no events are written (only to measure the outbox's cost)"),
@@ -95,7 +95,7 @@ func splitList(s string) []string {
 	return out
 }
 
-// sinks builds the configured sinks; closeAll disconnects them.
+// Sinks builds the configured sinks; closeAll disconnects them.
 func (c Config) Sinks(m *Metrics) (sinks []Sink, closeAll func(), err error) {
 	wc := c.Webhook
 	wc.Metrics = m

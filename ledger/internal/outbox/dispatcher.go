@@ -215,7 +215,7 @@ func (d *Dispatcher) measureLag(ctx context.Context) {
 	}
 }
 
-// prune deletes the events every sink has delivered, once older than the retention.
+// Prune deletes the events every sink has delivered, once older than the retention.
 func (d *Dispatcher) Prune(ctx context.Context) {
 	upTo := d.Watermark.Load()
 	for i := range d.sinks {

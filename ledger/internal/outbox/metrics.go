@@ -16,7 +16,7 @@ type Metrics struct {
 	eventsPruned    prometheus.Counter
 }
 
-// newOutboxMetrics registers the outbox's metrics on reg (nil: a throwaway
+// NewMetrics registers the outbox's metrics on reg (nil: a throwaway
 // registry, for tests).
 func NewMetrics(reg prometheus.Registerer) *Metrics {
 	if reg == nil {

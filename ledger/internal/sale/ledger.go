@@ -45,7 +45,7 @@ func NewLedger(st *store.Store, w *Writer, g *gate.Gate, pub gate.Publisher, set
 // (before the ledger serves).
 func (l *Ledger) LimitStandard(lim *Limiter) { l.limiter = lim }
 
-// errNoGate answers flash-voucher operations when the ledger has no Redis.
+// ErrNoGate answers flash-voucher operations when the ledger has no Redis.
 var ErrNoGate = fmt.Errorf("flash voucher needs Redis: %w", voucher.ErrUnavailable)
 
 // Voucher returns a voucher with its counters.
@@ -254,7 +254,7 @@ func (l *Ledger) WriteAdmittedMany(ctx context.Context, code string, claims []vo
 	// still waits for it), so what is parked below is parked from the
 	// batch's side; another lane's write of the same order may still run,
 	// and the settler waits for it too.
-	writing := l.settler.Writing(code, ids)
+	writing := l.settler.writing(code, ids)
 	out := l.writer.WriteMany(ctx, code, claims)
 	writing()
 	if l.gate == nil {
@@ -449,7 +449,7 @@ func (l *Ledger) endHold(ctx context.Context, code, orderID string, op func() er
 	return err
 }
 
-// restocked tells Redis (for a flash voucher) and every subscriber that the
+// Restocked tells Redis (for a flash voucher) and every subscriber that the
 // database gave orderID's use back. The database has committed: a failure here
 // only leaves Redis holding a use (undersell) until the reconciler notices, or
 // a proxy's sold-out flag standing until its TTL.
@@ -482,12 +482,12 @@ func (l *Ledger) Restocked(ctx context.Context, code, orderID string) error {
 // retries.
 func (l *Ledger) reassert(ctx context.Context, code string, orders []gate.Order) {
 	bg := context.WithoutCancel(ctx)
-	if l.settler.Reassert(bg, code, orders) > 0 {
+	if l.settler.reassert(bg, code, orders) > 0 {
 		PublishChange(bg, l.pub, code, l.log)
 	}
 }
 
-// publishChange names code on the change channel, so that proxies drop their
+// PublishChange names code on the change channel, so that proxies drop their
 // sold-out flag and cached terms at once; a failure is logged (they fall back
 // to their TTLs). A nil p publishes nothing.
 func PublishChange(ctx context.Context, p gate.Publisher, code string, log *slog.Logger) {

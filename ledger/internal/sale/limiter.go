@@ -38,7 +38,7 @@ var errVoucherBusy = fmt.Errorf("too many reserves of one voucher at once: %w", 
 // within a second at p99.
 const maxVoucherWait = time.Second
 
-// checkVoucherWait refuses a VOUCHER_WAIT that breaks that promise.
+// CheckVoucherWait refuses a VOUCHER_WAIT that breaks that promise.
 func CheckVoucherWait(wait time.Duration) error {
 	if wait <= 0 || wait >= maxVoucherWait {
 		return fmt.Errorf("VOUCHER_WAIT must be above 0 and below %v (got %v)", maxVoucherWait, wait)

@@ -38,7 +38,7 @@ func (l *Ledger) WriteLogged(ctx context.Context, batch []Batch) ([]Refusal, err
 		for j, cl := range b.Claims {
 			ids[j] = cl.OrderID
 		}
-		writing[i] = l.settler.Writing(b.Code, ids)
+		writing[i] = l.settler.writing(b.Code, ids)
 	}
 	outs, err := l.writeLoggedBatches(ctx, batch)
 	for _, done := range writing {
@@ -85,7 +85,7 @@ func (l *Ledger) writeLoggedBatches(ctx context.Context, batch []Batch) ([][]sto
 		batch []Batch
 		at    []int
 		write func(context.Context, []Batch) ([][]store.Written, error)
-	}{{older, olderAt, l.writer.WriteBatches}, {promised, promisedAt, l.writePromised}} {
+	}{{older, olderAt, l.writer.writeBatches}, {promised, promisedAt, l.writePromised}} {
 		if len(part.batch) == 0 {
 			continue
 		}

@@ -21,9 +21,9 @@ type AdmissionLog interface {
 // serves). Without one, they answer 503 and give their uses back.
 func (l *Ledger) UseLog(a AdmissionLog) { l.admissions = a }
 
-// ErrNoLog answers the admitted writes of a log voucher on a ledger without
+// errNoLog answers the admitted writes of a log voucher on a ledger without
 // KAFKA_ADMISSIONS_BROKERS.
-var ErrNoLog = fmt.Errorf("writePath log needs Kafka (KAFKA_ADMISSIONS_BROKERS): %w", voucher.ErrUnavailable)
+var errNoLog = fmt.Errorf("writePath log needs Kafka (KAFKA_ADMISSIONS_BROKERS): %w", voucher.ErrUnavailable)
 
 // appendAdmitted is WriteAdmittedMany for voucher v whose writePath is log.
 // Every claim is answered from the truth: an order that has a row from its
@@ -60,13 +60,13 @@ func (l *Ledger) appendAdmitted(ctx context.Context, v voucher.Voucher, claims [
 		batch[j], ids[j] = p.rec, p.rec.Claim.OrderID
 	}
 	var errs []error
-	writing := l.settler.Writing(code, ids)
+	writing := l.settler.writing(code, ids)
 	if l.admissions != nil {
 		errs = l.admissions.Append(ctx, code, batch)
 	} else {
 		errs = make([]error, len(batch))
 		for j := range errs {
-			errs[j] = ErrNoLog
+			errs[j] = errNoLog
 		}
 	}
 	writing()
@@ -96,9 +96,9 @@ func (l *Ledger) appendAdmitted(ctx context.Context, v voucher.Voucher, claims [
 	return out
 }
 
-// LogWait bounds how long a read or a change of one order waits for its
+// logWait bounds how long a read or a change of one order waits for its
 // row while the order's admission is still in the admissions log.
-const LogWait = 3 * time.Second
+const logWait = 3 * time.Second
 
 // logPoll is how often such a wait reads again.
 const logPoll = 20 * time.Millisecond
@@ -123,7 +123,7 @@ func (l *Ledger) awaitLogged(ctx context.Context, code, orderID string, op func(
 	if terr != nil || v.WritePath != voucher.WritePathLog {
 		return err
 	}
-	deadline := time.Now().Add(LogWait)
+	deadline := time.Now().Add(logWait)
 	for {
 		_, promised, perr := l.gate.Promises(ctx, code, orderID)
 		if perr != nil {

@@ -14,7 +14,7 @@ type Metrics struct {
 	commitLatency prometheus.Histogram
 }
 
-// newWriterMetrics registers the group commit's metrics on reg.
+// NewMetrics registers the group commit's metrics on reg.
 func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
 		writeBatch: prometheus.NewHistogram(prometheus.HistogramOpts{
@@ -35,5 +35,5 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 // Measure has w count its batch sizes and time its commits on m.
 func (w *Writer) Measure(m *Metrics) {
 	w.ObserveSizes(func(n int) { m.writeBatch.Observe(float64(n)) })
-	w.ObserveCommits(func(d time.Duration) { m.commitLatency.Observe(d.Seconds()) })
+	w.observeCommits(func(d time.Duration) { m.commitLatency.Observe(d.Seconds()) })
 }

@@ -227,7 +227,7 @@ func (o *Operator) retryTerms(ctx context.Context, code string, err error) {
 // announceRetry is the pause between two tries of a change's Redis step.
 const announceRetry = 100 * time.Millisecond
 
-// gateState is what an audit row of a warmup keeps of Redis before and after.
+// GateState is what an audit row of a warmup keeps of Redis before and after.
 type GateState struct {
 	Loaded    bool  `json:"loaded"`
 	Remaining int64 `json:"remaining"`

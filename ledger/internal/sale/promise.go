@@ -358,7 +358,7 @@ func (l *Ledger) RetakeStale(ctx context.Context, code string) (int, error) {
 		ids[i] = p.OrderID
 	}
 	l.log.Warn("pending promises left behind are produced again", "code", code, "orders", len(ps), "err", err)
-	writing := l.settler.Writing(code, ids)
+	writing := l.settler.writing(code, ids)
 	errs := l.admissions.Append(ctx, code, batch)
 	writing()
 	var logged []string

@@ -101,11 +101,11 @@ func (s *Settler) logDue(ctx context.Context, code string, ids []string) []strin
 // that (see openPool).
 func (s *Settler) WaitAfterFault(d time.Duration) { s.fence = d }
 
-// Writing records that a write of orderIDs of code is starting; the returned
+// writing records that a write of orderIDs of code is starting; the returned
 // func records its end. Parked orders are resolved only once no write of
 // them is in flight: the answer a write's caller gave up on may still be on
 // its way, and the give-back would race its commit.
-func (s *Settler) Writing(code string, orderIDs []string) (done func()) {
+func (s *Settler) writing(code string, orderIDs []string) (done func()) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	m := s.Writes[code]
@@ -204,13 +204,13 @@ func (s *Settler) Agree(ctx context.Context, code string, orderIDs []string) err
 // is found by the reconciler, at once after a restart (Jobs.ReconcileInherited).
 const reassertTimeout = 250 * time.Millisecond
 
-// Reassert makes Redis hold orders the database holds a use for, just
+// reassert makes Redis hold orders the database holds a use for, just
 // committed or found by a retry: Redis may have lost them while their write
 // was in flight (a reload from the database before the commit, a restart from
 // an older snapshot), and would refuse their retries OUT_OF_STOCK until the
 // next reconcile. It returns how many Redis had lost; a failure is logged and
 // left for the reconciler.
-func (s *Settler) Reassert(ctx context.Context, code string, orders []gate.Order) int {
+func (s *Settler) reassert(ctx context.Context, code string, orders []gate.Order) int {
 	if s.gate == nil || len(orders) == 0 {
 		return 0
 	}
@@ -282,7 +282,7 @@ func maxTime(a, b time.Time) time.Time {
 
 // unsettledGiveUp bounds how long an unsettled order is tracked; past it the
 // reconciler (hanging admissions, missing orders) settles it.
-const UnsettledGiveUp = 10 * time.Minute
+const unsettledGiveUp = 10 * time.Minute
 
 // Resolve asks the database about the parked orders: an order that holds a use
 // there is held in Redis, one that does not gets its Redis use back. Orders
@@ -290,7 +290,7 @@ const UnsettledGiveUp = 10 * time.Minute
 // settled.
 func (s *Settler) Resolve(ctx context.Context) int {
 	settled := 0
-	for code, ids := range s.Due() {
+	for code, ids := range s.due() {
 		if ids = s.logDue(ctx, code, ids); len(ids) == 0 {
 			continue // a record may still be in the log: asked again next round, until unsettledGiveUp leaves it to the reconciler
 		}
@@ -348,14 +348,14 @@ func (s *Settler) Drain(ctx context.Context) int {
 // due returns the parked orders by voucher whose fence has passed and that
 // no write has in flight, forgetting those parked longer than
 // unsettledGiveUp.
-func (s *Settler) Due() map[string][]string {
+func (s *Settler) due() map[string][]string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	todo := map[string][]string{}
 	now := s.now()
 	for code, m := range s.Unsettled {
 		for id, p := range m {
-			if now.Sub(p.since) > UnsettledGiveUp {
+			if now.Sub(p.since) > unsettledGiveUp {
 				delete(m, id)
 				continue
 			}

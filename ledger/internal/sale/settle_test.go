@@ -26,13 +26,13 @@ func TestSettlerForgetsParkedOrdersAfterGiveUp(t *testing.T) {
 		want  map[string]int
 	}{
 		{0, map[string]int{"A": 2, "B": 1}},
-		{UnsettledGiveUp - time.Minute, map[string]int{"A": 2, "B": 1}},
+		{unsettledGiveUp - time.Minute, map[string]int{"A": 2, "B": 1}},
 		{time.Second, map[string]int{"B": 1}},
 		{time.Minute, map[string]int{}},
 	} {
 		now = now.Add(tc.after)
 		got := map[string]int{}
-		for code, ids := range s.Due() {
+		for code, ids := range s.due() {
 			got[code] = len(ids)
 		}
 		assert.Equal(t, tc.want, got, "due() after %v more", tc.after)
@@ -48,10 +48,10 @@ func TestSettlerWaitsForFenceAndWrites(t *testing.T) {
 	now := time.Date(2024, 1, 1, 12, 0, 0, 0, time.UTC)
 	s := NewSettler(nil, nil, func() time.Time { return now }, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	s.WaitAfterFault(time.Second)
-	done := s.Writing("A", []string{"a1"})
+	done := s.writing("A", []string{"a1"})
 	s.Park("A", []string{"a1", "a2"})
 	due := func() map[string][]string {
-		got := s.Due()
+		got := s.due()
 		for _, ids := range got {
 			sort.Strings(ids)
 		}

@@ -63,8 +63,8 @@ func (w *Writer) Reserve(ctx context.Context, code string, cl voucher.Claim) (vo
 	return out.Reservation, out.Replayed, out.Err
 }
 
-// ObserveCommits reports each group transaction's duration to f.
-func (w *Writer) ObserveCommits(f func(time.Duration)) { w.commit = f }
+// observeCommits reports each group transaction's duration to f.
+func (w *Writer) observeCommits(f func(time.Duration)) { w.commit = f }
 
 // WriteMany makes admitted claims of one voucher durable (idempotent by
 // orderId) and returns their answers once committed: a reservation (replayed
@@ -80,7 +80,7 @@ func (w *Writer) WriteMany(ctx context.Context, code string, claims []voucher.Cl
 	return outs
 }
 
-// writeBatch answers one batch of claims of voucher code: those below the
+// WriteBatch answers one batch of claims of voucher code: those below the
 // minimum order amount at once (unless a retry: see small), the rest through
 // writeGroup, a repeated orderId as its first claim.
 func (w *Writer) WriteBatch(ctx context.Context, code string, claims []voucher.Claim) ([]store.Written, error) {
@@ -117,13 +117,13 @@ type Batch struct {
 	Promised []store.Logged
 }
 
-// WriteBatches is WriteBatch for several flash vouchers at once, one batch
+// writeBatches is WriteBatch for several flash vouchers at once, one batch
 // per voucher: their new orders are written in one transaction
 // (store.InsertGroups: the vouchers' rows locked in code order) when no guard
 // fires, else voucher by voucher as WriteBatch writes them. Each batch's
 // claims are answered as WriteBatch answers them; a voucher that is gone or
 // not a flash voucher fails its own claims, a fault fails the call.
-func (w *Writer) WriteBatches(ctx context.Context, batches []Batch) ([][]store.Written, error) {
+func (w *Writer) writeBatches(ctx context.Context, batches []Batch) ([][]store.Written, error) {
 	ctx, cancel := context.WithTimeout(ctx, w.timeout)
 	defer cancel()
 	plans := make([]*batchPlan, len(batches))

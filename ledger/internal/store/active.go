@@ -35,7 +35,7 @@ func (s *Store) Snapshot(ctx context.Context, code string) (v voucher.Voucher, o
 	err = pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly},
 		func(tx pgx.Tx) error {
 			var err error
-			v, err = scanTerms(tx.QueryRow(ctx, TermsSQL, code))
+			v, err = scanTerms(tx.QueryRow(ctx, termsSQL, code))
 			if err != nil {
 				return err
 			}
@@ -49,7 +49,7 @@ func (s *Store) Snapshot(ctx context.Context, code string) (v voucher.Voucher, o
 			return err
 		})
 	if err != nil {
-		return voucher.Voucher{}, nil, Translate(fmt.Errorf("snapshot %s: %w", code, err))
+		return voucher.Voucher{}, nil, translate(fmt.Errorf("snapshot %s: %w", code, err))
 	}
 	return v, orders, nil
 }
@@ -82,11 +82,11 @@ func (s *Store) LiveFlashVersions(ctx context.Context) ([]LiveVersion, error) {
 		WHERE flash_sale AND ends_at + interval '1 day' > now()
 		ORDER BY code`)
 	if err != nil {
-		return nil, Translate(fmt.Errorf("live flash vouchers: %w", err))
+		return nil, translate(fmt.Errorf("live flash vouchers: %w", err))
 	}
 	live, err := pgx.CollectRows(rows, pgx.RowToStructByPos[LiveVersion])
 	if err != nil {
-		return nil, Translate(fmt.Errorf("live flash vouchers: %w", err))
+		return nil, translate(fmt.Errorf("live flash vouchers: %w", err))
 	}
 	return live, nil
 }
@@ -99,7 +99,7 @@ func (s *Store) ChangedWithin(ctx context.Context, code string, d time.Duration)
 	err := s.pool.QueryRow(ctx, `SELECT updated_at > now() - make_interval(secs => $2) FROM voucher WHERE code = $1`,
 		code, d.Seconds()).Scan(&recent)
 	if err != nil {
-		return false, Translate(fmt.Errorf("changed within %s: %w", code, err))
+		return false, translate(fmt.Errorf("changed within %s: %w", code, err))
 	}
 	return recent, nil
 }

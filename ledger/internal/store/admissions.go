@@ -63,7 +63,7 @@ func (s *Store) InsertFailedAdmissions(ctx context.Context, fs []FailedAdmission
 			f.Code, f.OrderID, f.CustomerID, f.OrderAmount, f.Reason, f.Message, f.Partition, f.Offset, f.AdmittedAt)
 	}
 	if err := s.pool.SendBatch(ctx, b).Close(); err != nil {
-		return Translate(fmt.Errorf("record %d failed admissions: %w", len(fs), err))
+		return translate(fmt.Errorf("record %d failed admissions: %w", len(fs), err))
 	}
 	return nil
 }
@@ -84,11 +84,11 @@ func (s *Store) FailedAdmissions(ctx context.Context, all bool, limit int) ([]Fa
 	rows, err := s.pool.Query(ctx, `SELECT `+failedColumns+` FROM admission_failed
 		WHERE $1 OR resolution IS NULL ORDER BY failed_at, voucher_code, order_id LIMIT $2`, all, limit)
 	if err != nil {
-		return nil, Translate(fmt.Errorf("failed admissions: %w", err))
+		return nil, translate(fmt.Errorf("failed admissions: %w", err))
 	}
 	fs, err := pgx.CollectRows(rows, scanFailed)
 	if err != nil {
-		return nil, Translate(fmt.Errorf("failed admissions: %w", err))
+		return nil, translate(fmt.Errorf("failed admissions: %w", err))
 	}
 	return fs, nil
 }
@@ -99,14 +99,14 @@ func (s *Store) FailedAdmission(ctx context.Context, code, orderID string) (Fail
 	rows, err := s.pool.Query(ctx, `SELECT `+failedColumns+` FROM admission_failed
 		WHERE voucher_code = $1 AND order_id = $2`, code, orderID)
 	if err != nil {
-		return FailedAdmission{}, Translate(fmt.Errorf("failed admission %s/%s: %w", code, orderID, err))
+		return FailedAdmission{}, translate(fmt.Errorf("failed admission %s/%s: %w", code, orderID, err))
 	}
 	f, err := pgx.CollectExactlyOneRow(rows, scanFailed)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return FailedAdmission{}, voucher.Errorf(voucher.CodeNotFound, "no failed admission of order %s for voucher %s", orderID, code)
 	}
 	if err != nil {
-		return FailedAdmission{}, Translate(fmt.Errorf("failed admission %s/%s: %w", code, orderID, err))
+		return FailedAdmission{}, translate(fmt.Errorf("failed admission %s/%s: %w", code, orderID, err))
 	}
 	return f, nil
 }
@@ -122,7 +122,7 @@ func (s *Store) ResolveFailedAdmission(ctx context.Context, f FailedAdmission, r
 		WHERE voucher_code = $1 AND order_id = $2 AND resolution IS NULL
 		  AND log_partition = $5 AND log_offset = $6`, f.Code, f.OrderID, resolution, actor, f.Partition, f.Offset)
 	if err != nil {
-		return false, Translate(fmt.Errorf("resolve failed admission %s/%s: %w", f.Code, f.OrderID, err))
+		return false, translate(fmt.Errorf("resolve failed admission %s/%s: %w", f.Code, f.OrderID, err))
 	}
 	return tag.RowsAffected() == 1, nil
 }

@@ -34,32 +34,13 @@ type AuditEvent struct {
 	After  json.RawMessage `json:"after"`
 }
 
-// auditTerms are the terms an audit row keeps before and after a change: what
-// an operator may change, and flashSale to tell the kind of voucher.
-type AuditTerms struct {
-	DiscountAmount int64     `json:"discountAmount"`
-	MinOrderAmount int64     `json:"minOrderAmount"`
-	TotalLimit     int       `json:"totalLimit"`
-	PerUserLimit   int       `json:"perUserLimit"`
-	StartsAt       time.Time `json:"startsAt"`
-	EndsAt         time.Time `json:"endsAt"`
-	FlashSale      bool      `json:"flashSale"`
-	Paused         bool      `json:"paused"`
-
-	RequireCheckoutToken bool             `json:"requireCheckoutToken"`
-	HoldTTL              voucher.Duration `json:"holdTtl,omitempty"`   // absent: RESERVATION_TTL
-	WritePath            string           `json:"writePath,omitempty"` // absent: sync
-}
-
-// termsOf returns v's terms as an audit row keeps them; two vouchers with the
-// same terms compare equal.
-func TermsOf(v voucher.Voucher) AuditTerms {
-	return AuditTerms{
-		DiscountAmount: v.DiscountAmount, MinOrderAmount: v.MinOrderAmount, TotalLimit: v.TotalLimit,
-		PerUserLimit: v.PerUserLimit, StartsAt: v.StartsAt.UTC(), EndsAt: v.EndsAt.UTC(),
-		FlashSale: v.FlashSale, Paused: v.Paused,
-		RequireCheckoutToken: v.RequireCheckoutToken, HoldTTL: v.HoldTTL, WritePath: auditPath(v.WritePath),
-	}
+// TermsOf returns v's terms as an audit row and a voucher event keep them:
+// times in UTC and writePath only for a log voucher (sync, the default, is
+// left out), so that two vouchers with the same terms compare equal.
+func TermsOf(v voucher.Voucher) voucher.Terms {
+	t := v.Terms
+	t.StartsAt, t.EndsAt, t.WritePath = t.StartsAt.UTC(), t.EndsAt.UTC(), auditPath(t.WritePath)
+	return t
 }
 
 // execer is what both a pool and a transaction offer for writes.
@@ -97,7 +78,7 @@ func auditJSON(v any) ([]byte, error) {
 // AddAudit writes one audit row outside a change of terms (warmup, reconcile).
 func (s *Store) AddAudit(ctx context.Context, code, actor, action string, before, after any) error {
 	if err := insertAudit(ctx, s.pool, code, actor, action, before, after); err != nil {
-		return Translate(fmt.Errorf("audit %s %s: %w", action, code, err))
+		return translate(fmt.Errorf("audit %s %s: %w", action, code, err))
 	}
 	return nil
 }
@@ -126,7 +107,7 @@ func (s *Store) Audit(ctx context.Context, code string) ([]AuditEvent, error) {
 			return err
 		})
 	if err != nil {
-		return nil, Translate(fmt.Errorf("audit %s: %w", code, err))
+		return nil, translate(fmt.Errorf("audit %s: %w", code, err))
 	}
 	if events == nil {
 		events = []AuditEvent{}

@@ -26,9 +26,9 @@ import (
 // statement reads the rows committed before it began, and a row committed
 // while it ran (the insert waited for it) is read once it committed.
 func (s *Store) InsertMany(ctx context.Context, v voucher.Voucher, claims []voucher.Claim) (out []Written, refused bool, err error) {
-	rows, err := s.GroupCommit(ctx, s.pool, v, claims)
+	rows, err := s.groupCommit(ctx, s.pool, v, claims)
 	if err != nil {
-		err = Translate(fmt.Errorf("write %d reservations for %s: %w", len(claims), v.Code, err))
+		err = translate(fmt.Errorf("write %d reservations for %s: %w", len(claims), v.Code, err))
 		if !voucher.IsFault(err) || errors.Is(err, errOrderTaken) {
 			return nil, true, nil // a guard or a constraint fired
 		}
@@ -63,7 +63,7 @@ func (s *Store) InsertGroups(ctx context.Context, groups []Group) (out [][]Writt
 	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		for _, i := range order {
 			g := groups[i]
-			r, err := s.GroupCommit(ctx, tx, g.V, g.Claims)
+			r, err := s.groupCommit(ctx, tx, g.V, g.Claims)
 			if err != nil {
 				return fmt.Errorf("write %d reservations for %s: %w", len(g.Claims), g.V.Code, err)
 			}
@@ -72,7 +72,7 @@ func (s *Store) InsertGroups(ctx context.Context, groups []Group) (out [][]Writt
 		return nil
 	})
 	if err != nil {
-		err = Translate(fmt.Errorf("write %d vouchers' reservations in one transaction: %w", len(groups), err))
+		err = translate(fmt.Errorf("write %d vouchers' reservations in one transaction: %w", len(groups), err))
 		if !voucher.IsFault(err) || errors.Is(err, errOrderTaken) {
 			return nil, true, nil // a guard or a constraint fired
 		}
@@ -125,16 +125,16 @@ func (s *Store) answers(ctx context.Context, v voucher.Voucher, claims []voucher
 	return out
 }
 
-// Prime runs the statements of a sale's hot path on conn without writing
+// prime runs the statements of a sale's hot path on conn without writing
 // anything: the group commit of no claims and a read of no voucher's terms.
 // Postgres then has the catalogs of every table, index and function they use
 // in this connection's caches, and pgx has the statements prepared, so that
 // the first commits of a sale run as fast as the later ones.
-func (s *Store) Prime(ctx context.Context, conn *pgx.Conn) error {
-	if _, err := s.GroupCommit(ctx, conn, voucher.Voucher{}, nil); err != nil {
+func (s *Store) prime(ctx context.Context, conn *pgx.Conn) error {
+	if _, err := s.groupCommit(ctx, conn, voucher.Voucher{}, nil); err != nil {
 		return fmt.Errorf("prime the group commit: %w", err)
 	}
-	if _, err := conn.Exec(ctx, TermsSQL, ""); err != nil {
+	if _, err := conn.Exec(ctx, termsSQL, ""); err != nil {
 		return fmt.Errorf("prime the terms read: %w", err)
 	}
 	return nil
@@ -153,7 +153,7 @@ type groupRow struct {
 // Every table is touched in one order (orders by orderId, customers by id,
 // the voucher last, so that its hot row is locked for the shortest time), as
 // the other writers do.
-func (s *Store) GroupCommit(ctx context.Context, q querier, v voucher.Voucher, claims []voucher.Claim) (map[string]groupRow, error) {
+func (s *Store) groupCommit(ctx context.Context, q querier, v voucher.Voucher, claims []voucher.Claim) (map[string]groupRow, error) {
 	orders := make([]string, len(claims))
 	customers := make([]int64, len(claims))
 	amounts := make([]int64, len(claims))
@@ -162,7 +162,7 @@ func (s *Store) GroupCommit(ctx context.Context, q querier, v voucher.Voucher, c
 		orders[i], customers[i] = cl.OrderID, cl.CustomerID
 		amounts[i], discounts[i] = cl.OrderAmount, v.DiscountFor(cl.OrderAmount)
 	}
-	rows, err := q.Query(ctx, GroupCommitSQL,
+	rows, err := q.Query(ctx, groupCommitSQL,
 		v.Code, customers, orders, v.Hold(s.ttl).Microseconds(), amounts, discounts, s.events)
 	return groupRowsOf(rows, err)
 }
@@ -193,7 +193,7 @@ func groupRowsOf(rows pgx.Rows, err error) (map[string]groupRow, error) {
 // microseconds, $5 amounts, $6 discounts, $7 whether events are written.
 // Data-modifying CTEs all run, whatever the outer query reads; the outer
 // query raises when a guard fired, which undoes every one of them.
-const GroupCommitSQL = `
+const groupCommitSQL = `
 WITH t AS (
 	SELECT * FROM unnest($2::bigint[], $3::text[], $5::bigint[], $6::bigint[]) WITH ORDINALITY AS t(c, o, a, d, i)
 ), ins AS (

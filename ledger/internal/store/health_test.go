@@ -2,15 +2,12 @@ package store
 
 import (
 	"context"
-	"os"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/flashgate/flashgate/shared/devstack/devstacktest"
 )
-
-func TestMain(m *testing.M) { os.Exit(devstacktest.RunTests(m)) }
 
 // TestHealthBusyPool: a pool whose every connection is out while work keeps
 // going through it is judged ready, mostly without a ping (which would wait

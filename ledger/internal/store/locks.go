@@ -26,12 +26,12 @@ func (s *Store) WithVoucherLock(ctx context.Context, code string, fn func(ctx co
 	for {
 		conn, err := s.pool.Acquire(ctx)
 		if err != nil {
-			return Translate(fmt.Errorf("lock %s: %w", code, err))
+			return translate(fmt.Errorf("lock %s: %w", code, err))
 		}
 		var locked bool
 		if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock(`+key+`)`, code).Scan(&locked); err != nil {
 			conn.Release()
-			return Translate(fmt.Errorf("lock %s: %w", code, err))
+			return translate(fmt.Errorf("lock %s: %w", code, err))
 		}
 		if !locked {
 			conn.Release()
@@ -67,7 +67,7 @@ type voucherLockKey struct{}
 // dispatcherLock is the advisory lock the delivering ledger holds.
 const dispatcherLock = `hashtextextended('flashgate:event-dispatcher', 0)`
 
-// dispatchLock is the event dispatcher's advisory lock, held on a connection
+// DispatchLock is the event dispatcher's advisory lock, held on a connection
 // of its own (not the pool's), so that the session that holds it lives as long
 // as the leader: a killed process's ends at once and frees the lock.
 type DispatchLock struct {
@@ -75,7 +75,7 @@ type DispatchLock struct {
 	conn *pgx.Conn
 }
 
-// newDispatchLock returns the lock, taken on a connection to databaseURL.
+// NewDispatchLock returns the lock, taken on a connection to databaseURL.
 func NewDispatchLock(databaseURL string) *DispatchLock { return &DispatchLock{url: databaseURL} }
 
 // Try tries the lock, connecting first when it has no connection (or a

@@ -66,7 +66,7 @@ func (s *Store) InsertLogged(ctx context.Context, groups []LoggedGroup) (out [][
 		if why := constraintRefusal(err); why != nil {
 			return nil, why, nil
 		}
-		return nil, nil, Translate(err)
+		return nil, nil, translate(err)
 	}
 	out = make([][]Written, len(groups))
 	for i, g := range groups {
@@ -89,7 +89,7 @@ func constraintRefusal(err error) error {
 		return nil
 	}
 	var ve *voucher.Error
-	if t := Translate(err); errors.As(t, &ve) {
+	if t := translate(err); errors.As(t, &ve) {
 		return t
 	}
 	return fmt.Errorf("%w: %w", voucher.Errorf(voucher.CodeInvalidRequest, "the database rejected the row: %s", what), ErrRejected)
@@ -106,17 +106,17 @@ func (s *Store) loggedCommit(ctx context.Context, tx pgx.Tx, g LoggedGroup) (map
 		amounts[i], discounts[i] = r.Claim.OrderAmount, r.DiscountAmount
 		admitted[i], expires[i] = r.AdmittedAt, r.ExpiresAt
 	}
-	return groupRowsOf(tx.Query(ctx, LoggedCommitSQL, g.Code, customers, orders, amounts, discounts, admitted, expires, s.events))
+	return groupRowsOf(tx.Query(ctx, loggedCommitSQL, g.Code, customers, orders, amounts, discounts, admitted, expires, s.events))
 }
 
-// LoggedCommitSQL is GroupCommitSQL for promised admissions: $1 code, $2
+// loggedCommitSQL is GroupCommitSQL for promised admissions: $1 code, $2
 // customers, $3 orders, $4 amounts, $5 discounts, $6 admission times (the
 // rows' created_at), $7 expiries, $8 whether events are written. No WHERE
 // of pause, window, current limits or stock: the gate decided, and the 201
 // is final. The customers' rows keep GREATEST(limit, used_count) so that
 // their CHECK holds, and the voucher's used_count <= total_limit CHECK stays
 // the last guard (a PATCH below the uses held in the log is refused first).
-const LoggedCommitSQL = `
+const loggedCommitSQL = `
 WITH t AS (
 	SELECT * FROM unnest($2::bigint[], $3::text[], $4::bigint[], $5::bigint[], $6::timestamptz[], $7::timestamptz[])
 		WITH ORDINALITY AS t(c, o, a, d, cr, e, i)

@@ -47,9 +47,9 @@ type (
 		Reason         string `json:"reason"` // CANCELLED, EXPIRED or REFUNDED
 	}
 	voucherData struct {
-		Actor  string      `json:"actor"`
-		Before *AuditTerms `json:"before,omitempty"` // voucher.updated only
-		Terms  AuditTerms  `json:"terms"`
+		Actor  string         `json:"actor"`
+		Before *voucher.Terms `json:"before,omitempty"` // voucher.updated only
+		Terms  voucher.Terms  `json:"terms"`
 	}
 	soldOutData struct {
 		TotalLimit int `json:"totalLimit"`
@@ -99,11 +99,11 @@ func (s *Store) Events(ctx context.Context, after, upTo int64, limit int) ([]eve
 		SELECT id, type, occurred_at, voucher_code, data FROM voucher_event
 		WHERE id > $1 AND id <= $2 ORDER BY id LIMIT $3`, after, upTo, limit)
 	if err != nil {
-		return nil, Translate(fmt.Errorf("events after %d: %w", after, err))
+		return nil, translate(fmt.Errorf("events after %d: %w", after, err))
 	}
 	out, err := pgx.CollectRows(rows, ScanEvent)
 	if err != nil {
-		return nil, Translate(fmt.Errorf("events after %d: %w", after, err))
+		return nil, translate(fmt.Errorf("events after %d: %w", after, err))
 	}
 	return out, nil
 }
@@ -123,7 +123,7 @@ func (s *Store) Cursor(ctx context.Context, name string) (int64, error) {
 		return 0, nil
 	}
 	if err != nil {
-		return 0, Translate(fmt.Errorf("event cursor %s: %w", name, err))
+		return 0, translate(fmt.Errorf("event cursor %s: %w", name, err))
 	}
 	return pos, nil
 }
@@ -146,21 +146,21 @@ func (s *Store) AdvanceWatermark(ctx context.Context, prev int64, wait time.Dura
 	var last int64
 	var called bool
 	if err := s.pool.QueryRow(ctx, `SELECT last_value, is_called FROM voucher_event_id_seq`).Scan(&last, &called); err != nil {
-		return 0, Translate(fmt.Errorf("event sequence: %w", err))
+		return 0, translate(fmt.Errorf("event sequence: %w", err))
 	}
 	if !called || last <= prev {
 		return prev, nil
 	}
 	var xid string
 	if err := s.pool.QueryRow(ctx, `SELECT pg_current_xact_id()::text`).Scan(&xid); err != nil {
-		return 0, Translate(fmt.Errorf("event snapshot: %w", err))
+		return 0, translate(fmt.Errorf("event snapshot: %w", err))
 	}
 	deadline := time.Now().Add(wait)
 	for {
 		var done bool
 		err := s.pool.QueryRow(ctx, `SELECT pg_snapshot_xmin(pg_current_snapshot()) > $1::text::xid8`, xid).Scan(&done)
 		if err != nil {
-			return 0, Translate(fmt.Errorf("event snapshot: %w", err))
+			return 0, translate(fmt.Errorf("event snapshot: %w", err))
 		}
 		if done {
 			break
@@ -174,24 +174,24 @@ func (s *Store) AdvanceWatermark(ctx context.Context, prev int64, wait time.Dura
 		case <-time.After(10 * time.Millisecond):
 		}
 	}
-	if err := s.SetCursor(ctx, watermarkCursor, last); err != nil {
+	if err := s.setCursor(ctx, watermarkCursor, last); err != nil {
 		return 0, err
 	}
 	return last, nil
 }
 
-// errWatermarkHeld reports a watermark that could not move within its wait:
+// ErrWatermarkHeld reports a watermark that could not move within its wait:
 // a transaction that began before the events it waits for is still open.
 var ErrWatermarkHeld = errors.New("event watermark held back by an open transaction (pg_stat_activity: idle in transaction?)")
 
-// SetCursor moves event_cursor's row name forward to pos (never back).
-func (s *Store) SetCursor(ctx context.Context, name string, pos int64) error {
+// setCursor moves event_cursor's row name forward to pos (never back).
+func (s *Store) setCursor(ctx context.Context, name string, pos int64) error {
 	_, err := s.pool.Exec(ctx, `
 		INSERT INTO event_cursor (name, position) VALUES ($1, $2)
 		ON CONFLICT (name) DO UPDATE SET position = GREATEST(event_cursor.position, EXCLUDED.position), updated_at = now()`,
 		name, pos)
 	if err != nil {
-		return Translate(fmt.Errorf("event cursor %s: %w", name, err))
+		return translate(fmt.Errorf("event cursor %s: %w", name, err))
 	}
 	return nil
 }
@@ -231,7 +231,7 @@ func (s *Store) Park(ctx context.Context, sink string, pos int64, failed []Parke
 		return err
 	})
 	if err != nil {
-		return Translate(fmt.Errorf("park events of %s: %w", sink, err))
+		return translate(fmt.Errorf("park events of %s: %w", sink, err))
 	}
 	return nil
 }
@@ -255,11 +255,11 @@ func (s *Store) ParkedEvents(ctx context.Context, sink, status string, after int
 		WHERE ($1 = '' OR f.sink = $1) AND ($2 = '' OR f.status = $2) AND f.event_id > $3
 		ORDER BY f.event_id, f.sink LIMIT $4`, sink, status, after, limit)
 	if err != nil {
-		return nil, Translate(fmt.Errorf("parked events: %w", err))
+		return nil, translate(fmt.Errorf("parked events: %w", err))
 	}
 	out, err := pgx.CollectRows(rows, scanParked)
 	if err != nil {
-		return nil, Translate(fmt.Errorf("parked events: %w", err))
+		return nil, translate(fmt.Errorf("parked events: %w", err))
 	}
 	return out, nil
 }
@@ -277,11 +277,11 @@ func (s *Store) RetryEvent(ctx context.Context, id int64) ([]Parked, error) {
 		SELECT e.id, e.type, e.occurred_at, e.voucher_code, e.data, f.sink, f.status, f.attempts, f.last_error, f.failed_at
 		FROM f JOIN voucher_event e ON e.id = f.event_id ORDER BY f.sink`, id)
 	if err != nil {
-		return nil, Translate(fmt.Errorf("retry event %d: %w", id, err))
+		return nil, translate(fmt.Errorf("retry event %d: %w", id, err))
 	}
 	out, err := pgx.CollectRows(rows, scanParked)
 	if err != nil {
-		return nil, Translate(fmt.Errorf("retry event %d: %w", id, err))
+		return nil, translate(fmt.Errorf("retry event %d: %w", id, err))
 	}
 	if len(out) == 0 {
 		return nil, errNoParkedEvent
@@ -292,7 +292,7 @@ func (s *Store) RetryEvent(ctx context.Context, id int64) ([]Parked, error) {
 // Delivered removes sink's failure of event id once a retry went through.
 func (s *Store) Delivered(ctx context.Context, sink string, id int64) error {
 	if _, err := s.pool.Exec(ctx, `DELETE FROM event_failure WHERE sink = $1 AND event_id = $2`, sink, id); err != nil {
-		return Translate(fmt.Errorf("delivered %d to %s: %w", id, sink, err))
+		return translate(fmt.Errorf("delivered %d to %s: %w", id, sink, err))
 	}
 	return nil
 }
@@ -308,7 +308,7 @@ func (s *Store) PruneEvents(ctx context.Context, upTo int64, before time.Time, l
 			  AND NOT EXISTS (SELECT 1 FROM event_failure f WHERE f.event_id = e.id)
 			ORDER BY e.id LIMIT $3)`, upTo, before, limit)
 	if err != nil {
-		return 0, Translate(fmt.Errorf("prune events: %w", err))
+		return 0, translate(fmt.Errorf("prune events: %w", err))
 	}
 	return tag.RowsAffected(), nil
 }
@@ -322,7 +322,7 @@ func (s *Store) UndeliveredSince(ctx context.Context, pos int64) (time.Time, boo
 		return time.Time{}, false, nil
 	}
 	if err != nil {
-		return time.Time{}, false, Translate(fmt.Errorf("undelivered events: %w", err))
+		return time.Time{}, false, translate(fmt.Errorf("undelivered events: %w", err))
 	}
 	return at, true, nil
 }

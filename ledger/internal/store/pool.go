@@ -27,7 +27,7 @@ type statementDeadline struct{ timeout time.Duration }
 // has already broken the promise that a hung Postgres costs less than that.
 const maxDBTimeout = 2 * time.Second
 
-// checkDBTimeout refuses a DB_TIMEOUT that breaks that promise.
+// CheckDBTimeout refuses a DB_TIMEOUT that breaks that promise.
 func CheckDBTimeout(d time.Duration) error {
 	if d <= 0 || d >= maxDBTimeout {
 		return fmt.Errorf("DB_TIMEOUT must be above 0 and below %v (got %v)", maxDBTimeout, d)
@@ -99,7 +99,7 @@ func (t statementDeadline) TraceAcquireEnd(ctx context.Context, _ *pgxpool.Pool,
 	t.end(ctx)
 }
 
-// poolConfig is how the store connects to Postgres.
+// PoolConfig is how the store connects to Postgres.
 type PoolConfig struct {
 	URL      string        // DATABASE_URL
 	MaxConns int           // DB_MAX_CONNS
@@ -107,7 +107,7 @@ type PoolConfig struct {
 	Timeout  time.Duration // DB_TIMEOUT: the deadline of each statement, on both sides; 0: none
 }
 
-// openStore returns the store over a pool of c: DB_MAX_CONNS, DB_MIN_CONNS
+// Open returns the store over a pool of c: DB_MAX_CONNS, DB_MIN_CONNS
 // kept open, and DB_TIMEOUT on every statement, on both sides of the
 // connection. It connects on demand (Warm opens the first connections).
 func Open(ctx context.Context, c PoolConfig, ttl time.Duration) (*Store, error) {

@@ -60,7 +60,7 @@ func (s *Store) Records(ctx context.Context, code string, f RecordFilter) (rs []
 			return rows.Err()
 		})
 	if err != nil {
-		return nil, 0, false, Translate(fmt.Errorf("reservations of %s: %w", code, err))
+		return nil, 0, false, translate(fmt.Errorf("reservations of %s: %w", code, err))
 	}
 	if len(rs) > f.Limit {
 		return rs[:f.Limit], ids[f.Limit-1], true, nil
@@ -80,7 +80,7 @@ func (s *Store) Records(ctx context.Context, code string, f RecordFilter) (rs []
 // sooner.
 func (s *Store) EachRecord(ctx context.Context, code string, each func(voucher.Record) error) error {
 	if err := voucherExists(ctx, s.pool, code); err != nil {
-		return Translate(fmt.Errorf("export %s: %w", code, err))
+		return translate(fmt.Errorf("export %s: %w", code, err))
 	}
 	pool := s.pool
 	if s.exports != nil {
@@ -110,7 +110,7 @@ func (s *Store) EachRecord(ctx context.Context, code string, each func(voucher.R
 		return eachErr
 	}
 	if err != nil {
-		return Translate(fmt.Errorf("export %s: %w", code, err))
+		return translate(fmt.Errorf("export %s: %w", code, err))
 	}
 	return nil
 }

@@ -36,7 +36,7 @@ func (s *Store) Confirm(ctx context.Context, code, orderID string) (r voucher.Re
 		return r, false, nil
 	}
 	if !errors.Is(err, pgx.ErrNoRows) {
-		return voucher.Reservation{}, false, Translate(fmt.Errorf("confirm %s/%s: %w", code, orderID, err))
+		return voucher.Reservation{}, false, translate(fmt.Errorf("confirm %s/%s: %w", code, orderID, err))
 	}
 	r, err = s.Reservation(ctx, code, orderID)
 	if err != nil || r.Status == voucher.Confirmed {
@@ -126,7 +126,7 @@ func (s *Store) LateConfirm(ctx context.Context, code, orderID string, mayTake b
 		})
 	})
 	if err != nil {
-		return voucher.Reservation{}, LateConfirmed, Translate(fmt.Errorf("late confirm %s/%s: %w", code, orderID, err))
+		return voucher.Reservation{}, LateConfirmed, translate(fmt.Errorf("late confirm %s/%s: %w", code, orderID, err))
 	}
 	return r, did, nil
 }
@@ -219,7 +219,7 @@ func (s *Store) cancelExpired(ctx context.Context, code, orderID string) (bool, 
 		)
 		SELECT count(*) FROM r`, orderID, code, s.events).Scan(&n)
 	if err != nil {
-		return false, Translate(fmt.Errorf("cancel expired %s/%s: %w", code, orderID, err))
+		return false, translate(fmt.Errorf("cancel expired %s/%s: %w", code, orderID, err))
 	}
 	return n == 1, nil
 }
@@ -276,7 +276,7 @@ func (s *Store) endHold(ctx context.Context, code, orderID string, from, to vouc
 		})
 	})
 	if err != nil {
-		return voucher.Reservation{}, false, Translate(fmt.Errorf("%s/%s to %s: %w", code, orderID, to, err))
+		return voucher.Reservation{}, false, translate(fmt.Errorf("%s/%s to %s: %w", code, orderID, to, err))
 	}
 	if ended {
 		return r, true, nil
@@ -293,11 +293,11 @@ func (s *Store) FinishedOrders(ctx context.Context, code string) ([]ActiveOrder,
 		SELECT `+activeOrderColumns+` FROM voucher_redemption
 		WHERE voucher_code = $1 AND status IN ('RELEASED', 'REFUNDED')`, code)
 	if err != nil {
-		return nil, Translate(fmt.Errorf("finished orders %s: %w", code, err))
+		return nil, translate(fmt.Errorf("finished orders %s: %w", code, err))
 	}
 	out, err := collectActiveOrders(rows)
 	if err != nil {
-		return nil, Translate(fmt.Errorf("finished orders %s: %w", code, err))
+		return nil, translate(fmt.Errorf("finished orders %s: %w", code, err))
 	}
 	return out, nil
 }
@@ -323,7 +323,7 @@ func (s *Store) DueExpired(ctx context.Context, limit int) ([]ExpiredOrder, erro
 		ORDER BY r.expires_at
 		LIMIT $1`, limit)
 	if err != nil {
-		return nil, Translate(fmt.Errorf("expired orders: %w", err))
+		return nil, translate(fmt.Errorf("expired orders: %w", err))
 	}
 	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (ExpiredOrder, error) {
 		var o ExpiredOrder
@@ -331,7 +331,7 @@ func (s *Store) DueExpired(ctx context.Context, limit int) ([]ExpiredOrder, erro
 		return o, err
 	})
 	if err != nil {
-		return nil, Translate(fmt.Errorf("expired orders: %w", err))
+		return nil, translate(fmt.Errorf("expired orders: %w", err))
 	}
 	return out, nil
 }
@@ -397,7 +397,7 @@ func (s *Store) ExpireBatch(ctx context.Context, due []ExpiredOrder) ([]ExpiredO
 		SELECT r.voucher_code, r.customer_id, r.order_id, v.flash_sale
 		FROM released r JOIN voucher v ON v.code = r.voucher_code`, ids, s.events)
 	if err != nil {
-		return nil, Translate(fmt.Errorf("expire: %w", err))
+		return nil, translate(fmt.Errorf("expire: %w", err))
 	}
 	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (ExpiredOrder, error) {
 		var o ExpiredOrder
@@ -405,7 +405,7 @@ func (s *Store) ExpireBatch(ctx context.Context, due []ExpiredOrder) ([]ExpiredO
 		return o, err
 	})
 	if err != nil {
-		return nil, Translate(fmt.Errorf("expire: %w", err))
+		return nil, translate(fmt.Errorf("expire: %w", err))
 	}
 	return out, nil
 }

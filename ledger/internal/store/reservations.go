@@ -40,7 +40,7 @@ func scanReservation(row pgx.Row, before ...any) (voucher.Reservation, error) {
 	return r, nil
 }
 
-// written is the answer to one claim's write: its reservation, or why not.
+// Written is the answer to one claim's write: its reservation, or why not.
 // replayed marks an answer read from the row an earlier request wrote.
 type Written struct {
 	Reservation voucher.Reservation
@@ -75,13 +75,13 @@ func (s *Store) order(ctx context.Context, q querier, orderID string, lock bool)
 		return voucher.Reservation{}, voucher.ErrReservationNotFound
 	}
 	if err != nil {
-		return voucher.Reservation{}, Translate(fmt.Errorf("order %s: %w", orderID, err))
+		return voucher.Reservation{}, translate(fmt.Errorf("order %s: %w", orderID, err))
 	}
 	return r, nil
 }
 
-// OrdersInSQL is ordersIn's statement: $1 the orderIds.
-const OrdersInSQL = `
+// ordersInSQL is ordersIn's statement: $1 the orderIds.
+const ordersInSQL = `
 		SELECT ` + reservationColumns + `
 		FROM ` + redemptionsOf + `($1::text[])` + redemptionsOfEnd + `
 		JOIN voucher v ON v.code = r.voucher_code`
@@ -89,7 +89,7 @@ const OrdersInSQL = `
 // ordersIn returns the reservations of the given orderIds that exist, whatever
 // their voucher, read through q (a pool or a transaction).
 func ordersIn(ctx context.Context, q querier, orderIDs []string) (map[string]voucher.Reservation, error) {
-	rows, err := q.Query(ctx, OrdersInSQL, orderIDs)
+	rows, err := q.Query(ctx, ordersInSQL, orderIDs)
 	if err != nil {
 		return nil, err
 	}
@@ -129,7 +129,7 @@ func (s *Store) ExistingMany(ctx context.Context, code string, claims []voucher.
 	}
 	rows, err := ordersIn(ctx, s.pool, ids)
 	if err != nil {
-		return nil, nil, Translate(fmt.Errorf("existing orders of %s: %w", code, err))
+		return nil, nil, translate(fmt.Errorf("existing orders of %s: %w", code, err))
 	}
 	out, found = make([]Written, len(claims)), make([]bool, len(claims))
 	for i, cl := range claims {
@@ -140,7 +140,7 @@ func (s *Store) ExistingMany(ctx context.Context, code string, claims []voucher.
 	return out, found, nil
 }
 
-// retryAnswer is what a reserve with an orderId that already has row r gets,
+// RetryAnswer is what a reserve with an orderId that already has row r gets,
 // whatever the voucher's terms are now: the same voucher, customer and amount
 // replay the stored answer; anything else is a conflict; an order that gave its
 // use back is never reserved again.
@@ -156,8 +156,8 @@ func RetryAnswer(r voucher.Reservation, code string, cl voucher.Claim) error {
 	return nil
 }
 
-// ActiveOfSQL is ActiveOf's statement: $1 the voucher, $2 the orderIds.
-const ActiveOfSQL = `
+// activeOfSQL is ActiveOf's statement: $1 the voucher, $2 the orderIds.
+const activeOfSQL = `
 		SELECT ` + activeOrderColumns + `
 		FROM ` + redemptionsOf + `($2::text[])` + redemptionsOfEnd + `
 		WHERE voucher_code = $1 AND status IN ('RESERVED', 'CONFIRMED')`
@@ -165,13 +165,13 @@ const ActiveOfSQL = `
 // ActiveOf returns, of the given orders of voucher code, those that hold a use
 // now (RESERVED or CONFIRMED), with their customers.
 func (s *Store) ActiveOf(ctx context.Context, code string, orderIDs []string) ([]ActiveOrder, error) {
-	rows, err := s.pool.Query(ctx, ActiveOfSQL, code, orderIDs)
+	rows, err := s.pool.Query(ctx, activeOfSQL, code, orderIDs)
 	if err != nil {
-		return nil, Translate(fmt.Errorf("active orders %s: %w", code, err))
+		return nil, translate(fmt.Errorf("active orders %s: %w", code, err))
 	}
 	out, err := collectActiveOrders(rows)
 	if err != nil {
-		return nil, Translate(fmt.Errorf("active orders %s: %w", code, err))
+		return nil, translate(fmt.Errorf("active orders %s: %w", code, err))
 	}
 	return out, nil
 }
@@ -253,7 +253,7 @@ func (s *Store) insert(ctx context.Context, v voucher.Voucher, cl voucher.Claim)
 		return s.takeVoucherUses(ctx, tx, v.Code, 1, true, reservedEvents{hold: v.Hold(s.ttl)}.add(cl, r.DiscountAmount))
 	})
 	if err != nil {
-		return voucher.Reservation{}, Translate(fmt.Errorf("reserve %s/%s: %w", v.Code, cl.OrderID, err))
+		return voucher.Reservation{}, translate(fmt.Errorf("reserve %s/%s: %w", v.Code, cl.OrderID, err))
 	}
 	r.CreatedAt, r.ExpiresAt = r.CreatedAt.UTC(), r.ExpiresAt.UTC()
 	return r, nil
@@ -269,7 +269,7 @@ func (s *Store) Shut(ctx context.Context, code string) (why error, err error) {
 		SELECT total_limit - used_count, paused, now() < starts_at, now() >= ends_at
 		FROM voucher WHERE code = $1`, code).Scan(&left, &paused, &notStarted, &ended)
 	if err != nil {
-		return nil, Translate(fmt.Errorf("voucher %s open: %w", code, err))
+		return nil, translate(fmt.Errorf("voucher %s open: %w", code, err))
 	}
 	switch {
 	case paused:

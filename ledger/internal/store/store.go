@@ -46,7 +46,7 @@ type Store struct {
 	termsReads singleflight.Group
 }
 
-// termsTTL is how long Terms keeps a voucher's terms.
+// TermsTTL is how long Terms keeps a voucher's terms.
 const TermsTTL = time.Second
 
 type cachedTerms struct {
@@ -70,7 +70,7 @@ func (s *Store) Ping(ctx context.Context) error { return s.pool.Ping(ctx) }
 func (s *Store) Now(ctx context.Context) (time.Time, error) {
 	var now time.Time
 	if err := s.pool.QueryRow(ctx, `SELECT now()`).Scan(&now); err != nil {
-		return time.Time{}, Translate(fmt.Errorf("now: %w", err))
+		return time.Time{}, translate(fmt.Errorf("now: %w", err))
 	}
 	return now, nil
 }
@@ -84,7 +84,7 @@ type querier interface {
 // translate maps driver errors to the domain's at the edge of the store: a
 // constraint that fired becomes the business error it guards against, and
 // anything else stays a fault (a 503 for the client, a log line for us).
-func Translate(err error) error {
+func translate(err error) error {
 	if err == nil {
 		return nil
 	}

@@ -104,7 +104,7 @@ func (s *Store) CreateVoucher(ctx context.Context, v voucher.Voucher, actor stri
 		return s.insertEvent(ctx, tx, events.VoucherCreated, v.Code, voucherData{Actor: actor, Terms: TermsOf(v)})
 	})
 	if err != nil {
-		return voucher.Voucher{}, Translate(fmt.Errorf("create voucher %s: %w", v.Code, err))
+		return voucher.Voucher{}, translate(fmt.Errorf("create voucher %s: %w", v.Code, err))
 	}
 	return s.Voucher(ctx, v.Code)
 }
@@ -113,7 +113,7 @@ func (s *Store) CreateVoucher(ctx context.Context, v voucher.Voucher, actor stri
 func (s *Store) Voucher(ctx context.Context, code string) (voucher.Voucher, error) {
 	v, err := scanView(s.pool.QueryRow(ctx, viewSelect+` WHERE v.code = $1`, code))
 	if err != nil {
-		return voucher.Voucher{}, Translate(fmt.Errorf("voucher %s: %w", code, err))
+		return voucher.Voucher{}, translate(fmt.Errorf("voucher %s: %w", code, err))
 	}
 	return v, nil
 }
@@ -160,13 +160,13 @@ func (s *Store) Terms(ctx context.Context, code string) (voucher.Voucher, error)
 }
 
 // termsSQL reads one voucher's terms (termsColumns) by code.
-const TermsSQL = `SELECT ` + termsColumns + ` FROM voucher WHERE code = $1`
+const termsSQL = `SELECT ` + termsColumns + ` FROM voucher WHERE code = $1`
 
-// currentTerms reads a voucher's terms from the database, past the cache.
+// CurrentTerms reads a voucher's terms from the database, past the cache.
 func (s *Store) CurrentTerms(ctx context.Context, code string) (voucher.Voucher, error) {
-	v, err := scanTerms(s.pool.QueryRow(ctx, TermsSQL, code))
+	v, err := scanTerms(s.pool.QueryRow(ctx, termsSQL, code))
 	if err != nil {
-		return voucher.Voucher{}, Translate(fmt.Errorf("terms %s: %w", code, err))
+		return voucher.Voucher{}, translate(fmt.Errorf("terms %s: %w", code, err))
 	}
 	return v, nil
 }
@@ -284,7 +284,7 @@ func (s *Store) changeVoucher(ctx context.Context, code, actor, action string, l
 		return voucher.Voucher{}, voucher.Voucher{}, false, err
 	}
 	if err != nil {
-		return voucher.Voucher{}, voucher.Voucher{}, false, Translate(fmt.Errorf("change voucher %s: %w", code, err))
+		return voucher.Voucher{}, voucher.Voucher{}, false, translate(fmt.Errorf("change voucher %s: %w", code, err))
 	}
 	return before, after, changed, nil
 }

@@ -35,11 +35,11 @@ func (s *Store) ListVouchers(ctx context.Context, f VoucherFilter) (vs []voucher
 		ORDER BY v.code
 		LIMIT $4`, f.State, f.FlashSale, f.After, f.Limit+1)
 	if err != nil {
-		return nil, false, Translate(fmt.Errorf("list vouchers: %w", err))
+		return nil, false, translate(fmt.Errorf("list vouchers: %w", err))
 	}
 	vs, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (voucher.Voucher, error) { return scanView(row) })
 	if err != nil {
-		return nil, false, Translate(fmt.Errorf("list vouchers: %w", err))
+		return nil, false, translate(fmt.Errorf("list vouchers: %w", err))
 	}
 	if len(vs) > f.Limit {
 		return vs[:f.Limit], true, nil
@@ -56,11 +56,11 @@ func (s *Store) ListVouchers(ctx context.Context, f VoucherFilter) (vs []voucher
 func (s *Store) VoucherCodes(ctx context.Context, after string, limit int) (codes []string, more bool, err error) {
 	rows, err := s.pool.Query(ctx, `SELECT code FROM voucher WHERE code > $1 ORDER BY code LIMIT $2`, after, limit+1)
 	if err != nil {
-		return nil, false, Translate(fmt.Errorf("list voucher codes: %w", err))
+		return nil, false, translate(fmt.Errorf("list voucher codes: %w", err))
 	}
 	codes, err = pgx.CollectRows(rows, pgx.RowTo[string])
 	if err != nil {
-		return nil, false, Translate(fmt.Errorf("list voucher codes: %w", err))
+		return nil, false, translate(fmt.Errorf("list voucher codes: %w", err))
 	}
 	if len(codes) > limit {
 		return codes[:limit], true, nil

@@ -8,7 +8,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-// warmTimeout bounds the start-up warm-up: a dependency that does not answer
+// WarmTimeout bounds the start-up warm-up: a dependency that does not answer
 // by then is left to open its connections on demand (readiness tells).
 const WarmTimeout = 5 * time.Second
 
@@ -40,7 +40,7 @@ func (s *Store) Warm(ctx context.Context, n int, log *slog.Logger) {
 		c, err := s.pool.Acquire(ctx)
 		if err == nil {
 			conns = append(conns, c)
-			err = s.Prime(ctx, c.Conn())
+			err = s.prime(ctx, c.Conn())
 		}
 		if err != nil {
 			log.Warn("postgres warm-up failed: connections open on demand", "conns", n, "warm", primed, "err", err)

@@ -235,8 +235,8 @@ func (a *admin) audit(c *gin.Context) {
 
 // widestWindow is a voucher whose window any valid patch fits; a flash one,
 // so that writePath log is checked against the voucher itself, under its lock.
-var widestWindow = voucher.Voucher{
+var widestWindow = voucher.Voucher{Terms: voucher.Terms{
 	FlashSale: true,
 	StartsAt:  time.Date(1, 1, 1, 0, 0, 0, 0, time.UTC),
 	EndsAt:    time.Date(9999, 12, 31, 23, 59, 59, 999_999_999, time.UTC),
-}
+}}

@@ -18,11 +18,11 @@ const (
 
 // nextCursor is the cursor of the page after the one whose last key is key.
 func nextCursor(key string) *string {
-	c := EncodeCursor(key)
+	c := encodeCursor(key)
 	return &c
 }
 
-func EncodeCursor(key string) string { return base64.RawURLEncoding.EncodeToString([]byte(key)) }
+func encodeCursor(key string) string { return base64.RawURLEncoding.EncodeToString([]byte(key)) }
 
 func decodeCursor(c string) (string, error) {
 	b, err := base64.RawURLEncoding.DecodeString(c)

@@ -16,7 +16,7 @@ import (
 )
 
 // csvHeader is the first row of GET /admin/vouchers/{code}/reservations.csv.
-var CSVHeader = []string{"order_id", "customer_id", "status", "order_amount", "discount_amount",
+var csvHeader = []string{"order_id", "customer_id", "status", "order_amount", "discount_amount",
 	"created_at", "expires_at", "confirmed_at", "released_at", "release_reason"}
 
 // Export tuning: rows between flushes, and how long one flush may wait for a
@@ -138,7 +138,7 @@ func writeExport(c *gin.Context, st *store.Store, code string, log *slog.Logger)
 		c.Header("Content-Type", "text/csv; charset=utf-8")
 		c.Header("Content-Disposition", `attachment; filename="`+code+`-reservations.csv"`)
 		c.Status(http.StatusOK)
-		return w.Write(CSVHeader)
+		return w.Write(csvHeader)
 	}
 	flush := func() error {
 		_ = rc.SetWriteDeadline(writeDeadline(c))

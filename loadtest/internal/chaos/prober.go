@@ -10,9 +10,10 @@ import (
 	"github.com/flashgate/flashgate/loadtest/internal/load"
 )
 
-// the fault until it sees the system answer probesInARow in a row after the
-// fault ended, or until bound after the fault ended. Every probe is a new
-// order of a new customer, so every answered probe should be a 201.
+// prober probes the system from the fault until it sees it answer
+// probesInARow in a row after the fault ended, or until bound after the
+// fault ended. Every probe is a new order of a new customer, so every
+// answered probe should be a 201.
 type prober struct {
 	url, code string
 	bound     time.Duration

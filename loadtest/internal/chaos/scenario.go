@@ -123,7 +123,7 @@ func Scenarios() []Scenario {
 			// 500 ms default twice in three runs (2026-12-04), each time
 			// while a restarted process started beside it, and answered
 			// 503; that deadline is the hung-Postgres guard, which
-			// ledger/hung_test.go measures. LEDGER_TIMEOUT (1.5 s) stays
+			// ledger/internal/web/hung_test.go measures. LEDGER_TIMEOUT (1.5 s) stays
 			// above it and HANGING_GRACE (2 s) above both.
 			LedgerEnv: []string{"MAX_INFLIGHT=4096", "DB_TIMEOUT=1s"},
 			ProxyEnv:  []string{"MAX_INFLIGHT=4096", "ADMIT_WRITE_TARGET=0"},

@@ -39,6 +39,8 @@ const (
 	pathSolution1  = "solution1"
 )
 
+// allPaths are the paths compared, in the order they are measured.
+//
 // A path is registered in four places, all in this file and wrkcompare.go:
 // its name here and in allPaths (the order it is measured in), its note in
 // pathNotes, the traffic vegeta sends it in comparer.shape, the server it goes

@@ -1,0 +1,10 @@
+package app_test
+
+import (
+	"os"
+	"testing"
+
+	"github.com/flashgate/flashgate/ledger/internal/ledgertest"
+)
+
+func TestMain(m *testing.M) { os.Exit(ledgertest.RunTests(m)) }
