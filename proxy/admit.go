@@ -16,6 +16,7 @@ import (
 	"github.com/sony/gobreaker/v2"
 	"golang.org/x/sync/singleflight"
 
+	"github.com/flashgate/flashgate/proxy/internal/codes"
 	"github.com/flashgate/flashgate/shared/api"
 	"github.com/flashgate/flashgate/shared/batch"
 	"github.com/flashgate/flashgate/shared/checkout"
@@ -37,9 +38,12 @@ type AdmitConfig struct {
 	WindowMax   int                   // the window's largest size (MAX_INFLIGHT)
 	Registerer  prometheus.Registerer // where the admission metrics go; nil: nowhere
 	// CodesRefresh is LIVE_CODES_REFRESH: how often at most a code outside
-	// the set re-reads it (voucherCodes); Lookups is LEDGER_LOOKUPS.
+	// the set re-reads it (codes.Set); Lookups is LEDGER_LOOKUPS.
 	CodesRefresh time.Duration
 	Lookups      int
+	// CodesClock is the set of codes' clock (when a re-read is due); nil:
+	// time.Now.
+	CodesClock func() time.Time
 	// CheckoutKeys verify the checkout tokens of vouchers that require one
 	// (CHECKOUT_TOKEN_SECRET); none: such vouchers are refused.
 	CheckoutKeys checkout.Keys
@@ -65,8 +69,8 @@ type Admitter struct {
 	breaker  *gobreaker.CircuitBreaker[any]
 	window   *admitWindow // nil: none
 	metrics  *admitMetrics
-	codes    *voucherCodes // every voucher's code: others are answered 404 here
-	lookups  *lookupBudget // LEDGER_LOOKUPS
+	codes    *codes.Set          // every voucher's code: others are answered 404 here
+	lookups  *codes.LookupBudget // LEDGER_LOOKUPS
 
 	metaFlight, warmFlight, soldOutFlight singleflight.Group
 
@@ -143,8 +147,8 @@ func NewAdmitter(base context.Context, g *gate.Gate, ledger *LedgerClient, cfg A
 	if cfg.WriteTarget > 0 {
 		a.window = newAdmitWindow(cfg.WriteTarget, cfg.WindowMax, log)
 	}
-	a.lookups = newLookupBudget(cfg.Lookups)
-	a.codes = newVoucherCodes(a.loadCodes, cfg.CodesRefresh, cfg.RedisTimeout, log)
+	a.lookups = codes.NewLookupBudget(cfg.Lookups)
+	a.codes = codes.New(a.loadCodes, cfg.CodesRefresh, cfg.RedisTimeout, cfg.CodesClock, log)
 	a.breaker = gobreaker.NewCircuitBreaker[any](gobreaker.Settings{
 		Name:        "redis",
 		MaxRequests: 1,

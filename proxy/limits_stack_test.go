@@ -13,7 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -129,10 +128,10 @@ func TestClientRateHoldsABot(t *testing.T) {
 			// already holding its use (ALREADY_USED): decided, no use taken.
 			assert.Equal(t, int(sent.Load()), got+botAnswers.get(http.StatusTooManyRequests)+botAnswers.get(http.StatusConflict),
 				"the bot got 201, 429 or 409 only: %v", botAnswers.n)
-			refused := testutil.ToFloat64(s.limits.refused.Get(causeClient)) + testutil.ToFloat64(s.limits.refused.Get(causeEarlyClient))
+			refused := s.metric(t, "flashgate_rate_limited_total", "cause", causeClient) + s.metric(t, "flashgate_rate_limited_total", "cause", causeEarlyClient)
 			assert.Equal(t, float64(botAnswers.get(http.StatusTooManyRequests)), refused, "each 429 counted by its cause")
 			if !early {
-				assert.Zero(t, testutil.ToFloat64(s.limits.refused.Get(causeEarlyClient)))
+				assert.Zero(t, s.metric(t, "flashgate_rate_limited_total", "cause", causeEarlyClient))
 			}
 			assert.Equal(t, got+customers, s.db(t, code).Used, "the uses taken are the 201s answered")
 		})
@@ -172,8 +171,8 @@ func TestCustomerRateAcrossProxies(t *testing.T) {
 	again := send(h, proxies[1], code, 7, code+"-o5")
 	assert.Equal(t, http.StatusTooManyRequests, again.status)
 	assert.GreaterOrEqual(t, again.retryAfter, time.Second)
-	assert.Equal(t, 1.0, testutil.ToFloat64(other.limits.refused.Get(causeEarlyOrder)), "refused as early")
-	customer := testutil.ToFloat64(s.limits.refused.Get(causeCustomer)) + testutil.ToFloat64(other.limits.refused.Get(causeCustomer))
+	assert.Equal(t, 1.0, other.metric(t, "flashgate_rate_limited_total", "cause", causeEarlyOrder), "refused as early")
+	customer := s.metric(t, "flashgate_rate_limited_total", "cause", causeCustomer) + other.metric(t, "flashgate_rate_limited_total", "cause", causeCustomer)
 	assert.Equal(t, 3.0, customer, "the three over the rate, counted as such")
 	assert.Equal(t, http.StatusTooManyRequests, send(h, s.ProxyURL, code, 7, code+"-o0").status,
 		"a retry of an order answered 201 here, the customer's bucket empty")
@@ -269,7 +268,7 @@ func TestHammeringRetriesGetNoMore(t *testing.T) {
 			hammer, polite := results[0], results[1]
 			t.Logf("early retries refused %v: hammering %d uses (%d at a first attempt) in %d requests, polite %d uses (%d) in %d requests (%v); refused early: %v",
 				early, hammer.created, hammer.first, hammer.sent, polite.created, polite.first, polite.sent, time.Since(start).Round(time.Millisecond),
-				testutil.ToFloat64(s.limits.refused.Get(causeEarlyOrder)))
+				s.metric(t, "flashgate_rate_limited_total", "cause", causeEarlyOrder))
 			assert.Equal(t, int64(uses), hammer.created+polite.created, "sold out, one use per 201")
 			assert.Equal(t, uses, s.db(t, code).Used)
 			if early {

@@ -238,7 +238,7 @@ func TestSoldOutFlagPassesKnownOrders(t *testing.T) {
 	require.Equal(t, "OUT_OF_STOCK", r.Code(), r.Raw)
 	require.True(t, s.flagged(code), "sold out: the flag is set")
 
-	hits := s.admit.flagHits.Load()
+	hits := s.metric(t, "flashgate_soldout_flag_hits_total")
 	replies := each(1200, 128, func(i int) reply {
 		switch i % 3 {
 		case 0:
@@ -258,7 +258,7 @@ func TestSoldOutFlagPassesKnownOrders(t *testing.T) {
 		}
 		return notError(r, 409, "OUT_OF_STOCK", "")
 	})
-	assert.Equal(t, int64(400), s.admit.flagHits.Load()-hits, "flag hits: exactly the new orders")
+	assert.Equal(t, 400.0, s.metric(t, "flashgate_soldout_flag_hits_total")-hits, "flag hits: exactly the new orders")
 	assert.True(t, s.flagged(code), "the flag stayed up")
 	assert.Equal(t, 21, s.rows(t, code))
 	assert.Equal(t, dbState{Used: 20, Active: 20, Remaining: 0, MaxPerCustomer: 1}, s.db(t, code))
@@ -454,7 +454,7 @@ func TestGiveBackDropsEveryProxysSoldOutFlag(t *testing.T) {
 	}, 5*time.Second, 20*time.Millisecond, "B's watcher drops its flag")
 	// Every change published above has reached B's watcher: a late one would
 	// drop the flag set next (a fresh-clone .ci/run saw it, 2026-12-05).
-	require.NoError(t, (*b.admit.codes.sync.Load())(ctx))
+	require.NoError(t, b.watcher.Sync(ctx))
 	require.Equal(t, "OUT_OF_STOCK", b.reserve(t, code, 3, code+"-3").Code())
 	require.True(t, b.flagged(code), "B holds the voucher sold out")
 

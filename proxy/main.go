@@ -223,7 +223,8 @@ func run(cfg Config, log *slog.Logger) error {
 		return err
 	}
 	defer admit.Close()
-	defer watchChanges(ctx, rdb, admit, log)()
+	_, stopWatch := watchChanges(ctx, rdb, admit, log)
+	defer stopWatch()
 	if err := admit.SharePeers(ctx, rdb, metrics.Registry); err != nil {
 		return err
 	}
@@ -262,17 +263,18 @@ func run(cfg Config, log *slog.Logger) error {
 // as soon as the ledger publishes that it changed (new terms, a pause, stock
 // coming back), until the returned stop is called; stop waits for the watcher
 // to end. A watcher that missed messages falls back to the caches' TTLs. The
-// set of voucher codes syncs with it on a miss (voucherCodes.Has).
-func watchChanges(ctx context.Context, sub gate.Subscriber, a *Admitter, log *slog.Logger) (stop func()) {
+// set of voucher codes syncs with it on a miss (codes.Set.Has); so may a
+// caller that must see every change published before it (w.Sync).
+func watchChanges(ctx context.Context, sub gate.Subscriber, a *Admitter, log *slog.Logger) (w *gate.Watcher, stop func()) {
 	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
-	w := gate.NewWatcher(sub, a.Forget, log)
+	w = gate.NewWatcher(sub, a.Forget, log)
 	a.codes.SyncWith(w.Sync)
 	go func() {
 		defer close(done)
 		w.Run(ctx)
 	}()
-	return func() {
+	return w, func() {
 		cancel()
 		<-done
 	}

@@ -61,7 +61,7 @@ func (s *Server) spare(c *gin.Context) bool {
 func (s *Server) Handler() *gin.Engine {
 	var guard gin.HandlerFunc
 	if s.limits != nil {
-		guard = s.limits.guard(edgeChecks{vet: s.vet, known: s.admit.codes.Has})
+		guard = s.limits.guard(edgeChecks{vet: s.vet, known: s.admit.Known})
 	}
 	r := httpx.NewServiceEngine(httpx.Service{Log: s.log, Metrics: s.metrics, MetricsElsewhere: s.metricsElsewhere, Open: s.openPaths(),
 		Token: s.token, Tokens: s.tokens, Scopes: scopes, Ready: func(c *gin.Context) error { return s.ready(c) }, MaxInflight: s.maxInflight, InflightCap: s.inflightCap, LatencySLO: s.latencySLO,
