@@ -7,6 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/flashgate/flashgate/proxy/internal/limits"
 	"github.com/flashgate/flashgate/shared/api"
 	"github.com/flashgate/flashgate/shared/httpx"
 	"github.com/flashgate/flashgate/shared/httpx/httpxtest"
@@ -23,7 +24,7 @@ import (
 func benchHandler(s *stack) http.Handler {
 	srv := &Server{admit: s.admit, ledger: s.admit.ledger, metrics: httpx.NewMetrics("proxy"),
 		maxInflight: 256, ready: func(context.Context) error { return nil },
-		limits: newLimits(LimitConfig{EarlyRetries: true}, nil, nil)}
+		limits: limits.New(limits.Config{EarlyRetries: true}, nil, nil)}
 	return srv.Handler()
 }
 

@@ -19,6 +19,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
+	"github.com/flashgate/flashgate/proxy/internal/limits"
 	"github.com/flashgate/flashgate/shared/agreement/agreementtest"
 	"github.com/flashgate/flashgate/shared/checkout"
 	"github.com/flashgate/flashgate/shared/devstack"
@@ -53,7 +54,7 @@ type stack struct {
 	pool      *pgxpool.Pool
 	checks    *agreementtest.Checks
 	tap       *ledgerTap           // the proxy's ledger calls, when stackOptions.tap
-	limits    *limits              // nil: the stack was started without
+	limits    *limits.Limits       // nil: the stack was started without
 	ledger    *LedgerClient        // the proxy's client of the ledger
 	reg       *prometheus.Registry // the proxy's admission and limits metrics
 	watcher   *gate.Watcher        // the proxy's change watcher
@@ -72,10 +73,10 @@ type stackOptions struct {
 	tap             bool             // newStack: the proxy calls the ledger through a ledgerTap
 	tapDelay        time.Duration    // the tap holds each voucher lookup this long
 	checkoutKeys    checkout.Keys
-	admitLog        *slog.Logger // the admitter's log; nil: discarded
-	limits          *LimitConfig // per-client limits and early retries; nil: none
-	maxInflight     int          // MAX_INFLIGHT, shed at once over it (no LATENCY_SLO); 0: no bound
-	ledgerEnv       []string     // more of the ledger process's environment
+	admitLog        *slog.Logger   // the admitter's log; nil: discarded
+	limits          *limits.Config // per-client limits and early retries; nil: none
+	maxInflight     int            // MAX_INFLIGHT, shed at once over it (no LATENCY_SLO); 0: no bound
+	ledgerEnv       []string       // more of the ledger process's environment
 }
 
 func newStack(tb testing.TB, o stackOptions) *stack {
@@ -160,7 +161,7 @@ func startProxy(tb testing.TB, o stackOptions, ledgerURL string) *stack {
 	_ = admit.LoadCodes(ctx)                             // as main: a ledger that does not answer leaves every code asked
 	srv := &Server{log: o.log, admit: admit, ledger: lc, maxInflight: o.maxInflight, ready: func(context.Context) error { return nil }}
 	if o.limits != nil {
-		srv.limits = newLimits(*o.limits, rdb, reg)
+		srv.limits = limits.New(*o.limits, rdb, reg)
 	}
 	hs := httptest.NewServer(srv.Handler())
 	tb.Cleanup(hs.Close)

@@ -16,12 +16,14 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/gin-gonic/gin"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/flashgate/flashgate/proxy/internal/limits"
 	"github.com/flashgate/flashgate/shared/checkout"
 	"github.com/flashgate/flashgate/shared/envconf"
 	"github.com/flashgate/flashgate/shared/gate"
 	"github.com/flashgate/flashgate/shared/httpx"
-	"github.com/gin-gonic/gin"
-	"github.com/redis/go-redis/v9"
 )
 
 // Config is everything the proxy reads from its environment, read once in main.
@@ -48,7 +50,7 @@ type Config struct {
 	CodesRefresh    time.Duration                 // LIVE_CODES_REFRESH: a code outside the set re-reads it at most this often
 	LedgerLookups   int                           // LEDGER_LOOKUPS: lookups at the ledger in flight at once
 	CheckoutKeys    checkout.Keys                 // CHECKOUT_TOKEN_SECRET: keyId:secret[,keyId:secret...]
-	Limits          LimitConfig                   // CLIENT_RATE, CLIENT_BURST, CUSTOMER_RATE, CUSTOMER_BURST, TRUSTED_PROXIES, REFUSE_EARLY_RETRIES
+	Limits          limits.Config                 // CLIENT_RATE, CLIENT_BURST, CUSTOMER_RATE, CUSTOMER_BURST, TRUSTED_PROXIES, REFUSE_EARLY_RETRIES
 	httpx.Serving                                 // MAX_CONNS, MAX_INFLIGHT, DEBUG_ADDR, SHUTDOWN_DELAY, SHUTDOWN_TIMEOUT
 }
 
@@ -109,7 +111,7 @@ func configFrom(e *envconf.Reader) (Config, error) {
 	if c.CheckoutKeys, err = checkout.ParseKeys(secret); err != nil {
 		return c, fmt.Errorf("CHECKOUT_TOKEN_SECRET: %w", err)
 	}
-	if c.Limits.Trusted, err = parseTrustedProxies(trusted); err != nil {
+	if c.Limits.Trusted, err = limits.ParseTrustedProxies(trusted); err != nil {
 		return c, err
 	}
 	if c.Limits.IPv6Prefix > 128 {
@@ -153,8 +155,8 @@ func checkEdgeAuth(c Config) error {
 }
 
 // readLimits reads the per-client limits' settings (TRUSTED_PROXIES aside).
-func readLimits(e *envconf.Reader, redisTimeout time.Duration) LimitConfig {
-	l := LimitConfig{
+func readLimits(e *envconf.Reader, redisTimeout time.Duration) limits.Config {
+	l := limits.Config{
 		ClientRate: e.Int("CLIENT_RATE", 0, 0,
 			"requests a second per client key (its named token, else its address: see TRUSTED_PROXIES and CLIENT_KEY_IPV6_PREFIX), reserves and the order routes (get, confirm, release, refund) alike, retries included, in a token bucket in each proxy, charged once the request is known to be for a voucher and, for a voucher that requires one, to carry a valid checkout token; over it: 429 RATE_LIMITED with Retry-After, before the gate; 0: off"),
 		ClientBurst: e.Int("CLIENT_BURST", 0, 0, "the client bucket's size: requests a client key may send at once; 0: CLIENT_RATE"),
@@ -232,7 +234,7 @@ func run(cfg Config, log *slog.Logger) error {
 	// both is read again by the first miss for it. A failure is logged; the
 	// proxy then asks about every code, as before, and the next miss reads.
 	_ = admit.LoadCodes(stopping)
-	lim := newLimits(cfg.Limits, rdb, metrics.Registry)
+	lim := limits.New(cfg.Limits, rdb, metrics.Registry)
 	// Readiness is probed in the background: a /readyz answers from what the
 	// last probes saw, and never reaches the ledger itself.
 	ready := newReadiness(ledgerReady(ledger))

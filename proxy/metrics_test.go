@@ -13,6 +13,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/flashgate/flashgate/proxy/internal/limits"
 	"github.com/flashgate/flashgate/shared/envconf"
 	"github.com/flashgate/flashgate/shared/httpx"
 	"github.com/flashgate/flashgate/shared/httpx/httpxtest"
@@ -42,7 +43,7 @@ func TestMetricsDocumented(t *testing.T) {
 	require.NoError(t, admit.SharePeers(ctx, s.rdb, m.Registry))
 	const edgeToken = "edge-token"
 	srv := &Server{admit: admit, ledger: lc, token: edgeToken, metrics: m, maxInflight: 256, latencySLO: 100 * time.Millisecond, ready: func(context.Context) error { return nil },
-		limits: newLimits(LimitConfig{EarlyRetries: true}, s.rdb, m.Registry)}
+		limits: limits.New(limits.Config{EarlyRetries: true}, s.rdb, m.Registry)}
 	h := srv.Handler()
 
 	code := newCode(t)

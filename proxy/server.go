@@ -8,6 +8,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 
+	"github.com/flashgate/flashgate/proxy/internal/limits"
 	"github.com/flashgate/flashgate/shared/api"
 	"github.com/flashgate/flashgate/shared/envconf"
 	"github.com/flashgate/flashgate/shared/httpx"
@@ -20,7 +21,7 @@ type Server struct {
 	log     *slog.Logger // faults answered 503; nil: not logged
 	admit   *Admitter
 	ledger  *LedgerClient
-	limits  *limits                       // per-client limits and early retries; nil: none
+	limits  *limits.Limits                // per-client limits and early retries; nil: none
 	token   string                        // PROXY_TOKEN, every scope
 	tokens  map[string]envconf.Credential // PROXY_TOKENS; with token empty too: the edge is open (PROXY_AUTH=off)
 	ready   func(context.Context) error
@@ -61,7 +62,7 @@ func (s *Server) spare(c *gin.Context) bool {
 func (s *Server) Handler() *gin.Engine {
 	var guard gin.HandlerFunc
 	if s.limits != nil {
-		guard = s.limits.guard(edgeChecks{vet: s.vet, known: s.admit.Known})
+		guard = s.limits.Guard(limits.EdgeChecks{Vet: s.vet, Known: s.admit.Known})
 	}
 	r := httpx.NewServiceEngine(httpx.Service{Log: s.log, Metrics: s.metrics, MetricsElsewhere: s.metricsElsewhere, Open: s.openPaths(),
 		Token: s.token, Tokens: s.tokens, Scopes: scopes, Ready: func(c *gin.Context) error { return s.ready(c) }, MaxInflight: s.maxInflight, InflightCap: s.inflightCap, LatencySLO: s.latencySLO,
@@ -141,7 +142,7 @@ func (s *Server) reserve(c *gin.Context) {
 // vet found, for the handler.
 const vettedKey = "flashgate.vetted"
 
-// vet is the limits' edgeChecks.vet: Admitter.Vet, with the request's
+// vet is the limits' EdgeChecks.Vet: Admitter.Vet, with the request's
 // checkout token; a refusal is counted as the handler would have.
 func (s *Server) vet(c *gin.Context, code string, cl voucher.Claim) error {
 	v, err := s.admit.Vet(c, code, cl, c.GetHeader(api.HeaderCheckoutToken))
