@@ -17,6 +17,7 @@ import (
 	"golang.org/x/sync/singleflight"
 
 	"github.com/flashgate/flashgate/proxy/internal/codes"
+	"github.com/flashgate/flashgate/proxy/internal/ledger"
 	"github.com/flashgate/flashgate/shared/api"
 	"github.com/flashgate/flashgate/shared/batch"
 	"github.com/flashgate/flashgate/shared/checkout"
@@ -55,7 +56,7 @@ type AdmitConfig struct {
 // round, which decides the order's own state, pause, window, minimum and stock.
 type Admitter struct {
 	gate   *gate.Gate
-	ledger *LedgerClient
+	ledger *ledger.Client
 	cfg    AdmitConfig
 	log    *slog.Logger
 	base   context.Context
@@ -64,8 +65,7 @@ type Admitter struct {
 	soldOut  *ristretto.Cache[string, *soldOutFlag]
 	admitted *ristretto.Cache[string, admittedOrder] // code/orderId -> the orders answered 201 here (AdmittedHere)
 	batcher  *batch.Batcher[string, gate.Item, gate.Result]
-	forward  *batch.Batcher[forwardKey, voucher.Claim, Reply] // admitted writes to the ledger, per voucher and lane
-	lane     atomic.Uint32                                    // round robin over forwardLanes
+	writer   *ledger.Writer // admitted claims to the ledger
 	breaker  *gobreaker.CircuitBreaker[any]
 	window   *admitWindow // nil: none
 	metrics  *admitMetrics
@@ -74,9 +74,9 @@ type Admitter struct {
 
 	metaFlight, warmFlight, soldOutFlight singleflight.Group
 
-	writing  writes    // admitted claims being written, for giveBack
-	peers    *peers    // the orders admitted through the other proxies; nil: none shared (SharePeers)
-	handOver *handOver // admissions whose fate is unknown, to the ledger
+	writing  writes           // admitted claims being written, for giveBack
+	peers    *peers           // the orders admitted through the other proxies; nil: none shared (SharePeers)
+	handOver *ledger.HandOver // admissions whose fate is unknown, to the ledger
 
 	flagHits atomic.Int64 // requests answered by the sold-out flag
 
@@ -100,30 +100,9 @@ type soldOutFlag struct {
 	passes map[string]struct{}
 }
 
-// maxForwardBatch bounds the claims of one admitted-write request, within the
-// ledger's batch route's api.MaxBatchClaims and api.MaxBatchBytes
-// (TestForwardBatchFitsLedgerRoute checks both).
-const maxForwardBatch = 256
-
-// forwardLanes is how many admitted-write requests of one voucher may be in
-// flight to the ledger at once, each batching what queued behind it: with one,
-// the ledger's writer idles while a batch's answer travels back and the next
-// one comes; with two, the next batch is already waiting when a transaction
-// commits, and the writer (one transaction per voucher at a time) merges
-// what the lanes brought. A claim's retry may take the other lane: the ledger
-// answers concurrent writes of one order alike (it did already without
-// coalescing, one request per claim).
-const forwardLanes = 2
-
-// forwardKey is a forward batch's key: the voucher and a lane.
-type forwardKey struct {
-	code string
-	lane uint32
-}
-
 // NewAdmitter wires the admission path. base is the service's lifetime: batched
 // script calls run under it, not under any one request.
-func NewAdmitter(base context.Context, g *gate.Gate, ledger *LedgerClient, cfg AdmitConfig, log *slog.Logger) (*Admitter, error) {
+func NewAdmitter(base context.Context, g *gate.Gate, lc *ledger.Client, cfg AdmitConfig, log *slog.Logger) (*Admitter, error) {
 	vouchers, err := ristretto.NewCache(&ristretto.Config[string, cachedVoucher]{
 		NumCounters: 100_000, MaxCost: 10_000, BufferItems: 64,
 	})
@@ -141,7 +120,7 @@ func NewAdmitter(base context.Context, g *gate.Gate, ledger *LedgerClient, cfg A
 		return nil, fmt.Errorf("admitted cache: %w", err)
 	}
 	a := &Admitter{
-		gate: g, ledger: ledger, cfg: cfg, log: log, base: base,
+		gate: g, ledger: lc, cfg: cfg, log: log, base: base,
 		vouchers: vouchers, soldOut: soldOut, admitted: admitted,
 	}
 	if cfg.WriteTarget > 0 {
@@ -169,17 +148,8 @@ func NewAdmitter(base context.Context, g *gate.Gate, ledger *LedgerClient, cfg A
 	a.metrics = newAdmitMetrics(reg, a)
 	a.batcher = batch.New(base, cfg.MaxBatch, a.reserveBatch)
 	a.batcher.ObserveSizes(func(n int) { a.metrics.batchSize.Observe(float64(n)) })
-	// At most maxForwardBatch claims per request: what the ledger's batch
-	// route accepts, whatever PROXY_MAX_BATCH says.
-	a.handOver = newHandOver(base, ledger, log)
-	a.forward = batch.New(base, min(cfg.MaxBatch, maxForwardBatch),
-		func(ctx context.Context, k forwardKey, claims []voucher.Claim) ([]Reply, error) {
-			return ledger.WriteAdmitted(ctx, k.code, claims)
-		})
-	// Each claim's LEDGER_TIMEOUT runs from its arrival (write), its wait
-	// behind the batch in flight included: a batch gets the earliest
-	// deadline of its claims.
-	a.forward.CallerDeadlines()
+	a.handOver = ledger.NewHandOver(base, lc, log)
+	a.writer = ledger.NewWriter(base, lc, cfg.Coalesce, cfg.MaxBatch)
 	return a, nil
 }
 
@@ -198,14 +168,14 @@ func (a *Admitter) Close() {
 // relayed as it is. It never answers 201 unless the script said RESERVED or
 // DUPLICATE and the ledger wrote (or had) the reservation. Each outcome is counted in
 // flashgate_reserve_total.
-func (a *Admitter) ReserveVetted(ctx context.Context, code string, cl voucher.Claim, v voucher.Voucher) (Reply, error) {
+func (a *Admitter) ReserveVetted(ctx context.Context, code string, cl voucher.Claim, v voucher.Voucher) (ledger.Reply, error) {
 	rep, err := a.decide(ctx, code, cl, v)
 	a.count(rep, err)
 	return rep, err
 }
 
 // count counts an outcome in flashgate_reserve_total.
-func (a *Admitter) count(rep Reply, err error) {
+func (a *Admitter) count(rep ledger.Reply, err error) {
 	outcome := rep.Outcome()
 	if err != nil {
 		if outcome = voucher.ErrorCode(err); outcome == "" {
@@ -215,7 +185,7 @@ func (a *Admitter) count(rep Reply, err error) {
 	a.metrics.outcome.Get(outcome).Inc()
 }
 
-func (a *Admitter) decide(ctx context.Context, code string, cl voucher.Claim, v voucher.Voucher) (Reply, error) {
+func (a *Admitter) decide(ctx context.Context, code string, cl voucher.Claim, v voucher.Voucher) (ledger.Reply, error) {
 	// No eligibility check here: a retry of an order is answered from the
 	// order's own state before the voucher's terms, and only Redis (flash) or
 	// the ledger (standard) knows that state and the terms of this second.
@@ -225,7 +195,7 @@ func (a *Admitter) decide(ctx context.Context, code string, cl voucher.Claim, v 
 	}
 	if a.flagged(code, cl.OrderID) {
 		a.flagHits.Add(1)
-		return Reply{}, voucher.ErrOutOfStock
+		return ledger.Reply{}, voucher.ErrOutOfStock
 	}
 	if a.window != nil && !a.window.open() && !a.holdsUse(ctx, code, cl) {
 		return a.window.refuse(requestID(ctx)), nil
@@ -259,7 +229,7 @@ func requestID(ctx context.Context) string {
 // reserveFlash takes a use in Redis and, when admitted, has the ledger write
 // the reservation, counted in the admission window meanwhile; an order
 // answered 201 is remembered for hold (AdmittedHere).
-func (a *Admitter) reserveFlash(ctx context.Context, code string, cl voucher.Claim, hold time.Duration) (Reply, error) {
+func (a *Admitter) reserveFlash(ctx context.Context, code string, cl voucher.Claim, hold time.Duration) (ledger.Reply, error) {
 	// Redis may have lost the voucher (restart, flush, eviction): then the
 	// ledger loads it from the database, once for all waiting requests.
 	gated := time.Now()
@@ -268,16 +238,16 @@ func (a *Admitter) reserveFlash(ctx context.Context, code string, cl voucher.Cla
 		func(ctx context.Context) error { return a.warmup(ctx, code) })
 	a.metrics.stages.Get(stageGate).Observe(time.Since(gated).Seconds())
 	if err != nil {
-		return Reply{}, err
+		return ledger.Reply{}, err
 	}
 	// Reserved, Duplicate and Finished go to the ledger's admitted write: it
 	// writes a new order and answers a known one from its row (replay,
 	// ORDER_CONFLICT for another amount, RESERVATION_RELEASED or _REFUNDED).
 	if err := res.Err(); err != nil {
 		if _, domain := err.(*voucher.Error); domain {
-			return Reply{}, err // an answer, not a fault: it needs no context (and its pre-encoded body)
+			return ledger.Reply{}, err // an answer, not a fault: it needs no context (and its pre-encoded body)
 		}
-		return Reply{}, fmt.Errorf("reserve %s: %w", code, err)
+		return ledger.Reply{}, fmt.Errorf("reserve %s: %w", code, err)
 	}
 	// A retry (Duplicate) goes to the ledger too, never answered from this
 	// proxy's memory of its 201: Redis may still hold an order whose row was
@@ -300,7 +270,7 @@ func (a *Admitter) reserveFlash(ctx context.Context, code string, cl voucher.Cla
 		a.peers.admitted(code, cl, hold)
 	}
 	done := a.writing.add(code, cl)
-	rep, err := a.write(ctx, code, cl)
+	rep, err := a.writer.Write(ctx, code, cl)
 	a.metrics.stages.Get(stageWrite).Observe(time.Since(start).Seconds())
 	alone := done()
 	if a.window != nil {
@@ -324,13 +294,13 @@ func (a *Admitter) reserveFlash(ctx context.Context, code string, cl voucher.Cla
 }
 
 // notDelivered reports whether a ledger call did nothing at the ledger: it was
-// never sent (neverSent), or the ledger shed it before any handler ran
+// never sent (ledger.NeverSent), or the ledger shed it before any handler ran
 // (api.HeaderShed). Then no row can exist for what it carried.
-func notDelivered(rep Reply, err error) bool {
+func notDelivered(rep ledger.Reply, err error) bool {
 	if err == nil {
 		return rep.Shed
 	}
-	return neverSent(err)
+	return ledger.NeverSent(err)
 }
 
 // giveBack returns the Redis use of an admitted claim that provably never
@@ -398,26 +368,6 @@ func (w *writes) has(code string, cl voucher.Claim) bool {
 	defer w.mu.Unlock()
 	e := w.m[[2]string{code, cl.OrderID}]
 	return e != nil && e.customer == cl.CustomerID
-}
-
-// write has the ledger write an admitted claim.
-func (a *Admitter) write(ctx context.Context, code string, cl voucher.Claim) (Reply, error) {
-	if !a.cfg.Coalesce {
-		return a.ledger.Do(ctx, "admitted_write", http.MethodPost, api.InternalPrefix+api.ReservationsPath(code), cl)
-	}
-	// Admitted together, written together: the ledger commits what one round
-	// admitted in one transaction. The claim's LEDGER_TIMEOUT starts now:
-	// without it, a claim queued behind a batch that took a whole
-	// LEDGER_TIMEOUT (a slow ledger) waited for its own batch's as well, and
-	// its 503 came after two (chaos soak, pg-restart: p99 2,025 ms). Still
-	// queued at its deadline, it was never sent (batch.ErrDropped: notDelivered).
-	ctx, cancel := context.WithTimeout(ctx, a.ledger.http.Timeout)
-	defer cancel()
-	rep, err := a.forward.Do(ctx, forwardKey{code, a.lane.Add(1) % forwardLanes}, cl)
-	if err != nil && !errors.Is(err, voucher.ErrUnavailable) {
-		err = fmt.Errorf("write %s/%s: %w: %w", code, cl.OrderID, err, voucher.ErrUnavailable)
-	}
-	return rep, err
 }
 
 // admit runs the reserve script for one claim, batched with its neighbours
@@ -576,4 +526,12 @@ func (a *Admitter) warmup(ctx context.Context, code string) error {
 		return nil, a.ledger.Warmup(ctx, code)
 	})
 	return err
+}
+
+// scriptMayHaveRun reports whether a failed reserve script call may have run
+// in Redis all the same: anything but a call the breaker refused, a connection
+// that could not be made, or the script's own refusal (it refuses before any
+// write: gate.ErrBadState).
+func scriptMayHaveRun(err error) bool {
+	return !errors.Is(err, gate.ErrBadState) && !ledger.NeverSent(err)
 }

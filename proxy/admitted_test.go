@@ -34,7 +34,7 @@ func TestFullBoundLetsHeldRetriesThrough(t *testing.T) {
 	s.admit.admitted.Wait() // the cache applies its writes in the background
 
 	const most = 2
-	srv := &Server{admit: s.admit, ledger: s.admit.ledger, maxInflight: most,
+	srv := &Server{admit: s.admit, ledger: s.ledger, maxInflight: most,
 		ready: func(context.Context) error { return nil }}
 	h := srv.Handler()
 	release, entered := make(chan struct{}), make(chan struct{}, most)

@@ -22,7 +22,7 @@ import (
 // MAX_INFLIGHT default, the edge's limits at their defaults: early retries
 // refused, no client or customer rate) over s's admitter.
 func benchHandler(s *stack) http.Handler {
-	srv := &Server{admit: s.admit, ledger: s.admit.ledger, metrics: httpx.NewMetrics("proxy"),
+	srv := &Server{admit: s.admit, ledger: s.ledger, metrics: httpx.NewMetrics("proxy"),
 		maxInflight: 256, ready: func(context.Context) error { return nil },
 		limits: limits.New(limits.Config{EarlyRetries: true}, nil, nil)}
 	return srv.Handler()

@@ -19,6 +19,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
+	"github.com/flashgate/flashgate/proxy/internal/ledger"
 	"github.com/flashgate/flashgate/proxy/internal/limits"
 	"github.com/flashgate/flashgate/shared/agreement/agreementtest"
 	"github.com/flashgate/flashgate/shared/checkout"
@@ -55,7 +56,7 @@ type stack struct {
 	checks    *agreementtest.Checks
 	tap       *ledgerTap           // the proxy's ledger calls, when stackOptions.tap
 	limits    *limits.Limits       // nil: the stack was started without
-	ledger    *LedgerClient        // the proxy's client of the ledger
+	ledger    *ledger.Client       // the proxy's client of the ledger
 	reg       *prometheus.Registry // the proxy's admission and limits metrics
 	watcher   *gate.Watcher        // the proxy's change watcher
 }
@@ -143,7 +144,7 @@ func startProxy(tb testing.TB, o stackOptions, ledgerURL string) *stack {
 	if o.lookups == 0 {
 		o.lookups = 8
 	}
-	lc := NewLedgerClient(o.lookupURL, "test-token", 10*time.Second)
+	lc := ledger.NewClient(o.lookupURL, "test-token", 10*time.Second)
 	if o.admitLog == nil {
 		o.admitLog = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}

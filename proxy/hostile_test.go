@@ -38,7 +38,7 @@ func countProxyHostile(tb testing.TB, s *stack, prefix, flash string) proxyHosti
 // proxyServer is the proxy's handler over the stack's admission path, with a
 // client token.
 func proxyServer(s *stack, token string, metrics *httpx.Metrics) *Server {
-	return &Server{admit: s.admit, ledger: s.admit.ledger, token: token, metrics: metrics,
+	return &Server{admit: s.admit, ledger: s.ledger, token: token, metrics: metrics,
 		ready: func(context.Context) error { return nil }}
 }
 

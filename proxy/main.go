@@ -19,6 +19,7 @@ import (
 	"github.com/gin-gonic/gin"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/flashgate/flashgate/proxy/internal/ledger"
 	"github.com/flashgate/flashgate/proxy/internal/limits"
 	"github.com/flashgate/flashgate/shared/checkout"
 	"github.com/flashgate/flashgate/shared/envconf"
@@ -207,15 +208,15 @@ func run(cfg Config, log *slog.Logger) error {
 		return err
 	}
 	defer rdb.Close()
-	ledger := NewLedgerClient(cfg.LedgerURL, cfg.LedgerToken, cfg.LedgerTimeout)
-	ledger.ObserveLatency(newLedgerLatency(metrics.Registry))
-	ledger.ObserveBreaker(metrics.Registry, log)
-	if err := checkLedgerSettings(stopping, ledger, cfg.LedgerTimeout, cfg.LedgerWait, log); err != nil {
+	lc := ledger.NewClient(cfg.LedgerURL, cfg.LedgerToken, cfg.LedgerTimeout)
+	lc.ObserveLatency(ledger.NewLatency(metrics.Registry))
+	lc.ObserveBreaker(metrics.Registry, log)
+	if err := ledger.CheckSettings(stopping, lc, cfg.LedgerTimeout, cfg.LedgerWait, log); err != nil {
 		return err
 	}
-	go warm(stopping, rdb, ledger, cfg, log) // beside serving: a slow dependency never delays the start
-	go ledger.KeepWarm(ctx, cfg.LedgerWarm, keepWarmEvery)
-	admit, err := NewAdmitter(ctx, gate.New(rdb), ledger, AdmitConfig{
+	go warm(stopping, rdb, lc, cfg, log) // beside serving: a slow dependency never delays the start
+	go lc.KeepWarm(ctx, cfg.LedgerWarm, ledger.KeepWarmEvery)
+	admit, err := NewAdmitter(ctx, gate.New(rdb), lc, AdmitConfig{
 		SoldOutTTL: cfg.SoldOutTTL, VoucherCacheTTL: cfg.VoucherCacheTTL, RedisTimeout: cfg.RedisTimeout,
 		Coalesce: cfg.Coalesce, MaxBatch: cfg.MaxBatch, Registerer: metrics.Registry,
 		WriteTarget: cfg.WriteTarget, WindowMax: windowMax(cfg.StartBound()),
@@ -237,17 +238,17 @@ func run(cfg Config, log *slog.Logger) error {
 	lim := limits.New(cfg.Limits, rdb, metrics.Registry)
 	// Readiness is probed in the background: a /readyz answers from what the
 	// last probes saw, and never reaches the ledger itself.
-	ready := newReadiness(ledgerReady(ledger))
-	ready.check(stopping)
-	go ready.run(ctx, readyEvery)
-	srv := &Server{log: log, admit: admit, ledger: ledger, limits: lim, token: cfg.Token, tokens: cfg.Tokens, metrics: metrics,
+	ready := ledger.NewReadiness(ledger.Ready(lc))
+	ready.Check(stopping)
+	go ready.Run(ctx, ledger.ReadyEvery)
+	srv := &Server{log: log, admit: admit, ledger: lc, limits: lim, token: cfg.Token, tokens: cfg.Tokens, metrics: metrics,
 		metricsElsewhere: cfg.MetricsAddr != "", maxInflight: cfg.MaxInflight, inflightCap: cfg.InflightCap(), latencySLO: cfg.LatencySLO, ready: func(context.Context) error {
 			// Ready while a ledger answers: without Redis, standard vouchers,
 			// confirm and release still work (flash reserves get a fast 503).
 			if err := life.Err(); err != nil {
 				return err
 			}
-			return ready.err()
+			return ready.Err()
 		}}
 
 	if cfg.OpenEdge {

@@ -2,8 +2,8 @@ package main
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/sony/gobreaker/v2"
 
+	"github.com/flashgate/flashgate/proxy/internal/ledger"
 	"github.com/flashgate/flashgate/shared/httpx"
 )
 
@@ -91,7 +91,7 @@ func newAdmitMetrics(reg prometheus.Registerer, a *Admitter) *admitMetrics {
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "flashgate_redis_breaker_state",
 			Help: "Redis circuit breaker: 0 closed, 1 half-open, 2 open.",
-		}, func() float64 { return breakerState(a.breaker.State()) }),
+		}, func() float64 { return ledger.BreakerState(a.breaker.State()) }),
 	)
 	registerCodeMetrics(reg, a)
 	return m
@@ -126,25 +126,4 @@ func registerCodeMetrics(reg prometheus.Registerer, a *Admitter) {
 			Help: "Lookups at the ledger refused because LEDGER_LOOKUPS were in flight (the request got 503).",
 		}, func() float64 { return float64(a.lookups.Refused()) }),
 	)
-}
-
-func breakerState(s gobreaker.State) float64 {
-	switch s {
-	case gobreaker.StateHalfOpen:
-		return 1
-	case gobreaker.StateOpen:
-		return 2
-	}
-	return 0
-}
-
-// newLedgerLatency is the latency of the proxy's calls to the ledger.
-func newLedgerLatency(reg prometheus.Registerer) *prometheus.HistogramVec {
-	h := prometheus.NewHistogramVec(prometheus.HistogramOpts{
-		Name:    "flashgate_ledger_request_duration_seconds",
-		Help:    "Latency of the proxy's calls to the ledger, by call.",
-		Buckets: httpx.LatencyBuckets,
-	}, []string{"call"})
-	reg.MustRegister(h)
-	return h
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/flashgate/flashgate/proxy/internal/ledger"
 	"github.com/flashgate/flashgate/proxy/internal/limits"
 	"github.com/flashgate/flashgate/shared/envconf"
 	"github.com/flashgate/flashgate/shared/httpx"
@@ -29,8 +30,8 @@ func TestMetricsDocumented(t *testing.T) {
 
 	// The proxy as main wires it: one registry for HTTP, admission and ledger-call metrics.
 	m := httpx.NewMetrics("proxy")
-	lc := NewLedgerClient(s.LedgerURL, "test-token", 10*time.Second)
-	lc.ObserveLatency(newLedgerLatency(m.Registry))
+	lc := ledger.NewClient(s.LedgerURL, "test-token", 10*time.Second)
+	lc.ObserveLatency(ledger.NewLatency(m.Registry))
 	lc.ObserveBreaker(m.Registry, slog.New(slog.DiscardHandler))
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
@@ -77,13 +78,13 @@ func TestMetricsOffThePublicPort(t *testing.T) {
 		m := httpx.NewMetrics("proxy")
 		ctx, cancel := context.WithCancel(context.Background())
 		t.Cleanup(cancel)
-		admit, err := NewAdmitter(ctx, s.gate, s.admit.ledger, AdmitConfig{
+		admit, err := NewAdmitter(ctx, s.gate, s.ledger, AdmitConfig{
 			SoldOutTTL: 2 * time.Second, VoucherCacheTTL: 5 * time.Second, RedisTimeout: 250 * time.Millisecond,
 			Coalesce: true, MaxBatch: 256, Registerer: m.Registry,
 		}, slog.New(slog.DiscardHandler))
 		require.NoError(t, err)
 		t.Cleanup(admit.Close)
-		srv := &Server{admit: admit, ledger: s.admit.ledger, metrics: m, ready: func(context.Context) error { return nil }}
+		srv := &Server{admit: admit, ledger: s.ledger, metrics: m, ready: func(context.Context) error { return nil }}
 		if !open {
 			srv.tokens = map[string]envconf.Credential{"shop": {Token: shop, Scopes: []string{"reserve"}},
 				"prometheus": {Token: scraper, Scopes: []string{"metrics"}}}

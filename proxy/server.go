@@ -8,6 +8,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 
+	"github.com/flashgate/flashgate/proxy/internal/ledger"
 	"github.com/flashgate/flashgate/proxy/internal/limits"
 	"github.com/flashgate/flashgate/shared/api"
 	"github.com/flashgate/flashgate/shared/envconf"
@@ -20,7 +21,7 @@ import (
 type Server struct {
 	log     *slog.Logger // faults answered 503; nil: not logged
 	admit   *Admitter
-	ledger  *LedgerClient
+	ledger  *ledger.Client
 	limits  *limits.Limits                // per-client limits and early retries; nil: none
 	token   string                        // PROXY_TOKEN, every scope
 	tokens  map[string]envconf.Credential // PROXY_TOKENS; with token empty too: the edge is open (PROXY_AUTH=off)
@@ -122,7 +123,7 @@ func (s *Server) reserve(c *gin.Context) {
 		httpx.WriteError(c, err)
 		return
 	}
-	var rep Reply
+	var rep ledger.Reply
 	if v, ok := c.Get(vettedKey); ok { // the guard vetted it, then charged the limits
 		rep, err = s.admit.ReserveVetted(c, code, cl, v.(voucher.Voucher))
 	} else {
@@ -180,7 +181,7 @@ func (s *Server) forward(call, route string, givesBack int) gin.HandlerFunc {
 }
 
 // relay writes the ledger's answer as it is, with its replay mark.
-func relay(c *gin.Context, rep Reply) {
+func relay(c *gin.Context, rep ledger.Reply) {
 	if rep.Status == http.StatusServiceUnavailable {
 		httpx.SetRetryAfter(c, 0)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/flashgate/flashgate/proxy/internal/ledger"
 	"github.com/flashgate/flashgate/shared/voucher"
 )
 
@@ -34,15 +35,15 @@ func (a *Admitter) Vet(ctx context.Context, code string, cl voucher.Claim, token
 
 // Reserve vets a validated claim (Vet) and runs it through the edge
 // (ReserveVetted); a refusal of Vet is counted as any other outcome.
-func (a *Admitter) Reserve(ctx context.Context, code string, cl voucher.Claim, token string) (Reply, error) {
+func (a *Admitter) Reserve(ctx context.Context, code string, cl voucher.Claim, token string) (ledger.Reply, error) {
 	v, err := a.Vet(ctx, code, cl, token)
 	if err != nil {
-		a.count(Reply{}, err)
-		return Reply{}, err
+		a.count(ledger.Reply{}, err)
+		return ledger.Reply{}, err
 	}
 	return a.ReserveVetted(ctx, code, cl, v)
 }
 
 // CountRefusal counts in flashgate_reserve_total a reserve that Vet refused
 // outside Reserve (in limits.Limits.Guard).
-func (a *Admitter) CountRefusal(err error) { a.count(Reply{}, err) }
+func (a *Admitter) CountRefusal(err error) { a.count(ledger.Reply{}, err) }

@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/flashgate/flashgate/proxy/internal/ledger"
 	"github.com/flashgate/flashgate/shared/devstack/devstacktest"
 	"github.com/flashgate/flashgate/shared/envconf"
 	"github.com/flashgate/flashgate/shared/httpx"
@@ -56,16 +57,16 @@ func (h *countCalls) count(cmd redis.Cmder) {
 // line for it, not its requests.
 func TestWarmUpServesItselfAndTouchesNothing(t *testing.T) {
 	var ledgerCalls atomic.Int64
-	ledger := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+	led := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		ledgerCalls.Add(1)
 		w.WriteHeader(http.StatusServiceUnavailable)
 	}))
-	defer ledger.Close()
+	defer led.Close()
 	redisCalls := &countCalls{}
-	s := startProxy(t, stackOptions{redisURL: devstacktest.RedisURL(t), coalesce: true, redisHook: redisCalls}, ledger.URL)
+	s := startProxy(t, stackOptions{redisURL: devstacktest.RedisURL(t), coalesce: true, redisHook: redisCalls}, led.URL)
 
 	var logged bytes.Buffer
-	srv := Server{admit: s.admit, ledger: NewLedgerClient(ledger.URL, "test-token", 0), token: "edge-token",
+	srv := Server{admit: s.admit, ledger: ledger.NewClient(led.URL, "test-token", 0), token: "edge-token",
 		metrics: httpx.NewMetrics("proxy"), maxInflight: 64, ready: func(context.Context) error { return nil }}
 	before, ledgerBefore := redisCalls.n.Load(), ledgerCalls.Load() // after the proxy's read of the voucher codes
 	warmUp(context.Background(), srv, Config{Token: "edge-token", WarmRequests: 1000,
