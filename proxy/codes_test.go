@@ -23,10 +23,24 @@ import (
 // ledgerTap stands between the proxy and the real ledger and counts the
 // proxy's calls: all of them, and the voucher lookups (GET /admin/vouchers/:code),
 // with the most of those in flight at once. A lookup is held for delay first,
-// so that concurrent ones overlap.
+// so that concurrent ones overlap. While writes holds a channel, each
+// admitted write waits for it to close (counted in held).
 type ledgerTap struct {
 	URL                        string
 	calls, lookups, peak, busy atomic.Int64
+	writes                     atomic.Pointer[chan struct{}]
+	held                       atomic.Int64
+}
+
+// holdWrites holds the admitted writes that come from now on until the
+// returned release is called.
+func (t *ledgerTap) holdWrites() (release func()) {
+	ch := make(chan struct{})
+	t.writes.Store(&ch)
+	return func() {
+		t.writes.Store(nil)
+		close(ch)
+	}
 }
 
 func newLedgerTap(tb testing.TB, ledgerURL string, delay time.Duration) *ledgerTap {
@@ -44,6 +58,11 @@ func newLedgerTap(tb testing.TB, ledgerURL string, delay time.Duration) *ledgerT
 			}
 			defer t.busy.Add(-1)
 			time.Sleep(delay)
+		}
+		if hold := t.writes.Load(); hold != nil && r.Method == http.MethodPost &&
+			strings.HasPrefix(r.URL.Path, api.InternalPrefix+"/vouchers/") && strings.Contains(r.URL.Path, "/reservations") {
+			t.held.Add(1)
+			<-*hold
 		}
 		rp.ServeHTTP(w, r)
 	}))

@@ -191,3 +191,20 @@ func TestConfigLimits(t *testing.T) {
 	_, err = configFrom(envconf.NewFrom(map[string]string{"REDIS_URL": "redis://x", "PROXY_AUTH": "off", "CLIENT_KEY_IPV6_PREFIX": "129"}))
 	require.ErrorContains(t, err, "CLIENT_KEY_IPV6_PREFIX")
 }
+
+// ADMIT_WRITE_TARGET: 0 turns the window off; below 1ms, or at or above
+// LEDGER_TIMEOUT, the proxy refuses to start, naming the variable and the bound.
+func TestAdmitWriteTargetSetting(t *testing.T) {
+	for value, want := range map[string]string{
+		"0": "", "10ms": "", "500us": "at least 1ms", "1s": "below LEDGER_TIMEOUT (1s)", "-1s": "ADMIT_WRITE_TARGET",
+	} {
+		_, err := configFrom(envconf.NewFrom(map[string]string{"REDIS_URL": "redis://127.0.0.1:1/0", "PROXY_AUTH": "off", "ADMIT_WRITE_TARGET": value}))
+		if want == "" {
+			require.NoError(t, err, value)
+			continue
+		}
+		require.Error(t, err, value)
+		assert.Contains(t, err.Error(), "ADMIT_WRITE_TARGET", value)
+		assert.Contains(t, err.Error(), want, value)
+	}
+}

@@ -19,6 +19,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
+	"github.com/flashgate/flashgate/proxy/internal/admit"
 	"github.com/flashgate/flashgate/proxy/internal/ledger"
 	"github.com/flashgate/flashgate/proxy/internal/limits"
 	"github.com/flashgate/flashgate/shared/agreement/agreementtest"
@@ -49,7 +50,7 @@ type stack struct {
 	ProxyURL  string
 	LedgerURL string
 	Ledger    *devstack.Service
-	admit     *Admitter
+	admit     *admit.Admitter
 	gate      *gate.Gate
 	rdb       redis.UniversalClient
 	pool      *pgxpool.Pool
@@ -149,24 +150,24 @@ func startProxy(tb testing.TB, o stackOptions, ledgerURL string) *stack {
 		o.admitLog = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
 	reg := prometheus.NewRegistry()
-	admit, err := NewAdmitter(ctx, g, lc, AdmitConfig{
+	adm, err := admit.New(ctx, g, lc, admit.Config{
 		SoldOutTTL: o.soldOutTTL, VoucherCacheTTL: 5 * time.Second, RedisTimeout: 250 * time.Millisecond,
 		Coalesce: o.coalesce, MaxBatch: 256, CodesRefresh: o.codesRefresh, Lookups: o.lookups,
 		CheckoutKeys: o.checkoutKeys, CodesClock: o.codesClock, Registerer: reg,
 	}, o.admitLog)
 	require.NoError(tb, err)
-	tb.Cleanup(admit.Close)
-	watcher, stopWatch := watchChanges(ctx, rdb, admit, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	tb.Cleanup(adm.Close)
+	watcher, stopWatch := adm.WatchChanges(ctx, rdb, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	tb.Cleanup(stopWatch)
-	require.NoError(tb, admit.SharePeers(ctx, rdb, nil)) // as main: the orders admitted through the other proxies
-	_ = admit.LoadCodes(ctx)                             // as main: a ledger that does not answer leaves every code asked
-	srv := &Server{log: o.log, admit: admit, ledger: lc, maxInflight: o.maxInflight, ready: func(context.Context) error { return nil }}
+	require.NoError(tb, adm.SharePeers(ctx, rdb, nil)) // as main: the orders admitted through the other proxies
+	_ = adm.LoadCodes(ctx)                             // as main: a ledger that does not answer leaves every code asked
+	srv := &Server{log: o.log, admit: adm, ledger: lc, maxInflight: o.maxInflight, ready: func(context.Context) error { return nil }}
 	if o.limits != nil {
 		srv.limits = limits.New(*o.limits, rdb, reg)
 	}
 	hs := httptest.NewServer(srv.Handler())
 	tb.Cleanup(hs.Close)
-	return &stack{ProxyURL: hs.URL, LedgerURL: ledgerURL, admit: admit, gate: g, rdb: rdb, checks: &agreementtest.Checks{},
+	return &stack{ProxyURL: hs.URL, LedgerURL: ledgerURL, admit: adm, gate: g, rdb: rdb, checks: &agreementtest.Checks{},
 		limits: srv.limits, ledger: lc, reg: reg, watcher: watcher}
 }
 

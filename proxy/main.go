@@ -19,6 +19,7 @@ import (
 	"github.com/gin-gonic/gin"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/flashgate/flashgate/proxy/internal/admit"
 	"github.com/flashgate/flashgate/proxy/internal/ledger"
 	"github.com/flashgate/flashgate/proxy/internal/limits"
 	"github.com/flashgate/flashgate/shared/checkout"
@@ -173,14 +174,6 @@ func readLimits(e *envconf.Reader, redisTimeout time.Duration) limits.Config {
 	return l
 }
 
-// windowMax is the admission window's largest size: half of the bound on
-// requests in flight the proxy starts with (Serving.StartBound), so that
-// admitted writes waiting on the ledger never fill the proxy and the cheap
-// answers (refusals, the window's own 503s) always find a slot.
-func windowMax(startBound int) int {
-	return max(startBound/2, windowLeast)
-}
-
 func main() {
 	gin.SetMode(gin.ReleaseMode)
 	envconf.Main("proxy", doc, configFrom, run)
@@ -216,32 +209,32 @@ func run(cfg Config, log *slog.Logger) error {
 	}
 	go warm(stopping, rdb, lc, cfg, log) // beside serving: a slow dependency never delays the start
 	go lc.KeepWarm(ctx, cfg.LedgerWarm, ledger.KeepWarmEvery)
-	admit, err := NewAdmitter(ctx, gate.New(rdb), lc, AdmitConfig{
+	adm, err := admit.New(ctx, gate.New(rdb), lc, admit.Config{
 		SoldOutTTL: cfg.SoldOutTTL, VoucherCacheTTL: cfg.VoucherCacheTTL, RedisTimeout: cfg.RedisTimeout,
 		Coalesce: cfg.Coalesce, MaxBatch: cfg.MaxBatch, Registerer: metrics.Registry,
-		WriteTarget: cfg.WriteTarget, WindowMax: windowMax(cfg.StartBound()),
+		WriteTarget: cfg.WriteTarget, WindowMax: admit.WindowMax(cfg.StartBound()),
 		CodesRefresh: cfg.CodesRefresh, Lookups: cfg.LedgerLookups, CheckoutKeys: cfg.CheckoutKeys,
 	}, log)
 	if err != nil {
 		return err
 	}
-	defer admit.Close()
-	_, stopWatch := watchChanges(ctx, rdb, admit, log)
+	defer adm.Close()
+	_, stopWatch := adm.WatchChanges(ctx, rdb, log)
 	defer stopWatch()
-	if err := admit.SharePeers(ctx, rdb, metrics.Registry); err != nil {
+	if err := adm.SharePeers(ctx, rdb, metrics.Registry); err != nil {
 		return err
 	}
 	// Beside the watcher: a voucher created while both come up and missed by
 	// both is read again by the first miss for it. A failure is logged; the
 	// proxy then asks about every code, as before, and the next miss reads.
-	_ = admit.LoadCodes(stopping)
+	_ = adm.LoadCodes(stopping)
 	lim := limits.New(cfg.Limits, rdb, metrics.Registry)
 	// Readiness is probed in the background: a /readyz answers from what the
 	// last probes saw, and never reaches the ledger itself.
 	ready := ledger.NewReadiness(ledger.Ready(lc))
 	ready.Check(stopping)
 	go ready.Run(ctx, ledger.ReadyEvery)
-	srv := &Server{log: log, admit: admit, ledger: lc, limits: lim, token: cfg.Token, tokens: cfg.Tokens, metrics: metrics,
+	srv := &Server{log: log, admit: adm, ledger: lc, limits: lim, token: cfg.Token, tokens: cfg.Tokens, metrics: metrics,
 		metricsElsewhere: cfg.MetricsAddr != "", maxInflight: cfg.MaxInflight, inflightCap: cfg.InflightCap(), latencySLO: cfg.LatencySLO, ready: func(context.Context) error {
 			// Ready while a ledger answers: without Redis, standard vouchers,
 			// confirm and release still work (flash reserves get a fast 503).
@@ -260,25 +253,4 @@ func run(cfg Config, log *slog.Logger) error {
 	err = life.Serve(ln, httpx.NewServer(cfg.Addr, srv.Handler()), cfg.MaxClientConns)
 	log.Info("proxy stopped")
 	return err
-}
-
-// watchChanges makes the admitter forget a voucher's terms and sold-out flag
-// as soon as the ledger publishes that it changed (new terms, a pause, stock
-// coming back), until the returned stop is called; stop waits for the watcher
-// to end. A watcher that missed messages falls back to the caches' TTLs. The
-// set of voucher codes syncs with it on a miss (codes.Set.Has); so may a
-// caller that must see every change published before it (w.Sync).
-func watchChanges(ctx context.Context, sub gate.Subscriber, a *Admitter, log *slog.Logger) (w *gate.Watcher, stop func()) {
-	ctx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	w = gate.NewWatcher(sub, a.Forget, log)
-	a.codes.SyncWith(w.Sync)
-	go func() {
-		defer close(done)
-		w.Run(ctx)
-	}()
-	return w, func() {
-		cancel()
-		<-done
-	}
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/flashgate/flashgate/proxy/internal/admit"
 	"github.com/flashgate/flashgate/proxy/internal/ledger"
 	"github.com/flashgate/flashgate/proxy/internal/limits"
 	"github.com/flashgate/flashgate/shared/envconf"
@@ -35,15 +36,15 @@ func TestMetricsDocumented(t *testing.T) {
 	lc.ObserveBreaker(m.Registry, slog.New(slog.DiscardHandler))
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	admit, err := NewAdmitter(ctx, s.gate, lc, AdmitConfig{
+	adm, err := admit.New(ctx, s.gate, lc, admit.Config{
 		SoldOutTTL: 2 * time.Second, VoucherCacheTTL: 5 * time.Second, RedisTimeout: 250 * time.Millisecond,
 		Coalesce: true, MaxBatch: 256, Registerer: m.Registry,
 	}, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	require.NoError(t, err)
-	t.Cleanup(admit.Close)
-	require.NoError(t, admit.SharePeers(ctx, s.rdb, m.Registry))
+	t.Cleanup(adm.Close)
+	require.NoError(t, adm.SharePeers(ctx, s.rdb, m.Registry))
 	const edgeToken = "edge-token"
-	srv := &Server{admit: admit, ledger: lc, token: edgeToken, metrics: m, maxInflight: 256, latencySLO: 100 * time.Millisecond, ready: func(context.Context) error { return nil },
+	srv := &Server{admit: adm, ledger: lc, token: edgeToken, metrics: m, maxInflight: 256, latencySLO: 100 * time.Millisecond, ready: func(context.Context) error { return nil },
 		limits: limits.New(limits.Config{EarlyRetries: true}, s.rdb, m.Registry)}
 	h := srv.Handler()
 
@@ -78,13 +79,13 @@ func TestMetricsOffThePublicPort(t *testing.T) {
 		m := httpx.NewMetrics("proxy")
 		ctx, cancel := context.WithCancel(context.Background())
 		t.Cleanup(cancel)
-		admit, err := NewAdmitter(ctx, s.gate, s.ledger, AdmitConfig{
+		adm, err := admit.New(ctx, s.gate, s.ledger, admit.Config{
 			SoldOutTTL: 2 * time.Second, VoucherCacheTTL: 5 * time.Second, RedisTimeout: 250 * time.Millisecond,
 			Coalesce: true, MaxBatch: 256, Registerer: m.Registry,
 		}, slog.New(slog.DiscardHandler))
 		require.NoError(t, err)
-		t.Cleanup(admit.Close)
-		srv := &Server{admit: admit, ledger: s.ledger, metrics: m, ready: func(context.Context) error { return nil }}
+		t.Cleanup(adm.Close)
+		srv := &Server{admit: adm, ledger: s.ledger, metrics: m, ready: func(context.Context) error { return nil }}
 		if !open {
 			srv.tokens = map[string]envconf.Credential{"shop": {Token: shop, Scopes: []string{"reserve"}},
 				"prometheus": {Token: scraper, Scopes: []string{"metrics"}}}

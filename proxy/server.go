@@ -8,6 +8,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 
+	"github.com/flashgate/flashgate/proxy/internal/admit"
 	"github.com/flashgate/flashgate/proxy/internal/ledger"
 	"github.com/flashgate/flashgate/proxy/internal/limits"
 	"github.com/flashgate/flashgate/shared/api"
@@ -20,7 +21,7 @@ import (
 // answered at the edge wherever it can be.
 type Server struct {
 	log     *slog.Logger // faults answered 503; nil: not logged
-	admit   *Admitter
+	admit   *admit.Admitter
 	ledger  *ledger.Client
 	limits  *limits.Limits                // per-client limits and early retries; nil: none
 	token   string                        // PROXY_TOKEN, every scope

@@ -1,4 +1,4 @@
-package main
+package admit
 
 import (
 	"context"
@@ -18,7 +18,7 @@ import (
 // its gate calls admitted, so that every other proxy knows their retries hold
 // a use already (HeldElsewhere): a retry that comes through another proxy than
 // its first try, as a balancer sends it, is then let through a full bound on
-// requests in flight like one of that proxy's own (Server.spare), instead of
+// requests in flight like one of that proxy's own (edge.Server.spare), instead of
 // waiting for a slot like a new order. Delivery is at most once: a proxy that
 // was disconnected misses some, and their retries wait for a slot as before.
 // It is a hint for shedding only: what a retry is answered is decided by the

@@ -1,4 +1,10 @@
-package main
+// Package admit is the admitter: it decides, without Postgres, whether a
+// reserve may go to the ledger (a known code, its voucher's terms, the
+// checkout token it requires, the sold-out flag, the admission window, the
+// atomic Redis script batched per voucher), has the ledger write what it
+// admitted, and knows which orders' retries hold a use already (admitted
+// here, being written, named by another proxy, known to the flag).
+package admit
 
 import (
 	"context"
@@ -26,8 +32,8 @@ import (
 	"github.com/flashgate/flashgate/shared/voucher"
 )
 
-// AdmitConfig tunes the admission path.
-type AdmitConfig struct {
+// Config tunes the admission path.
+type Config struct {
 	SoldOutTTL      time.Duration // how long a local "sold out" flag answers for Redis
 	VoucherCacheTTL time.Duration // how long a voucher's cached terms are used
 	RedisTimeout    time.Duration // deadline of one script call
@@ -57,7 +63,7 @@ type AdmitConfig struct {
 type Admitter struct {
 	gate   *gate.Gate
 	ledger *ledger.Client
-	cfg    AdmitConfig
+	cfg    Config
 	log    *slog.Logger
 	base   context.Context
 
@@ -100,9 +106,9 @@ type soldOutFlag struct {
 	passes map[string]struct{}
 }
 
-// NewAdmitter wires the admission path. base is the service's lifetime: batched
+// New wires the admission path. base is the service's lifetime: batched
 // script calls run under it, not under any one request.
-func NewAdmitter(base context.Context, g *gate.Gate, lc *ledger.Client, cfg AdmitConfig, log *slog.Logger) (*Admitter, error) {
+func New(base context.Context, g *gate.Gate, lc *ledger.Client, cfg Config, log *slog.Logger) (*Admitter, error) {
 	vouchers, err := ristretto.NewCache(&ristretto.Config[string, cachedVoucher]{
 		NumCounters: 100_000, MaxCost: 10_000, BufferItems: 64,
 	})
@@ -534,4 +540,12 @@ func (a *Admitter) warmup(ctx context.Context, code string) error {
 // write: gate.ErrBadState).
 func scriptMayHaveRun(err error) bool {
 	return !errors.Is(err, gate.ErrBadState) && !ledger.NeverSent(err)
+}
+
+// SoldOut reports whether this proxy holds code sold out: its flag answers
+// a new order OUT_OF_STOCK without asking Redis (KnownToFlag names the orders
+// it still lets through).
+func (a *Admitter) SoldOut(code string) bool {
+	_, ok := a.soldOut.Get(code)
+	return ok
 }

@@ -1,4 +1,4 @@
-package main
+package admit
 
 import (
 	"encoding/json"
@@ -193,4 +193,12 @@ func (w *admitWindow) refuse(requestID string) ledger.Reply {
 		Method: http.MethodPost, Cause: "shed: admitted writes behind (ADMIT_WRITE_TARGET)",
 		Attrs: []any{"window", w.limitObserved.Load()}})
 	return ledger.Reply{Status: http.StatusServiceUnavailable, Body: windowFullBody, Err: voucher.ErrUnavailable}
+}
+
+// WindowMax is the admission window's largest size: half of the bound on
+// requests in flight the proxy starts with (Serving.StartBound), so that
+// admitted writes waiting on the ledger never fill the proxy and the cheap
+// answers (refusals, the window's own 503s) always find a slot.
+func WindowMax(startBound int) int {
+	return max(startBound/2, windowLeast)
 }
