@@ -20,6 +20,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/flashgate/flashgate/proxy/internal/admit"
+	"github.com/flashgate/flashgate/proxy/internal/edge"
 	"github.com/flashgate/flashgate/proxy/internal/ledger"
 	"github.com/flashgate/flashgate/proxy/internal/limits"
 	"github.com/flashgate/flashgate/shared/agreement/agreementtest"
@@ -161,14 +162,14 @@ func startProxy(tb testing.TB, o stackOptions, ledgerURL string) *stack {
 	tb.Cleanup(stopWatch)
 	require.NoError(tb, adm.SharePeers(ctx, rdb, nil)) // as main: the orders admitted through the other proxies
 	_ = adm.LoadCodes(ctx)                             // as main: a ledger that does not answer leaves every code asked
-	srv := &Server{log: o.log, admit: adm, ledger: lc, maxInflight: o.maxInflight, ready: func(context.Context) error { return nil }}
+	srv := &edge.Server{Log: o.log, Admit: adm, Ledger: lc, MaxInflight: o.maxInflight, Ready: func(context.Context) error { return nil }}
 	if o.limits != nil {
-		srv.limits = limits.New(*o.limits, rdb, reg)
+		srv.Limits = limits.New(*o.limits, rdb, reg)
 	}
 	hs := httptest.NewServer(srv.Handler())
 	tb.Cleanup(hs.Close)
 	return &stack{ProxyURL: hs.URL, LedgerURL: ledgerURL, admit: adm, gate: g, rdb: rdb, checks: &agreementtest.Checks{},
-		limits: srv.limits, ledger: lc, reg: reg, watcher: watcher}
+		limits: srv.Limits, ledger: lc, reg: reg, watcher: watcher}
 }
 
 // newCode returns a voucher code unique to this test run.

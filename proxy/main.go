@@ -20,6 +20,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/flashgate/flashgate/proxy/internal/admit"
+	"github.com/flashgate/flashgate/proxy/internal/edge"
 	"github.com/flashgate/flashgate/proxy/internal/ledger"
 	"github.com/flashgate/flashgate/proxy/internal/limits"
 	"github.com/flashgate/flashgate/shared/checkout"
@@ -140,7 +141,7 @@ func configFrom(e *envconf.Reader) (Config, error) {
 
 // proxyScopes are the scopes PROXY_TOKENS may give: the edge's routes take
 // no other (a read, write or internal token belongs to a ledger).
-var proxyScopes = []string{string(httpx.ScopeReserve), string(httpx.ScopeSettle), string(scopeMetrics)}
+var proxyScopes = []string{string(httpx.ScopeReserve), string(httpx.ScopeSettle), string(edge.ScopeMetrics)}
 
 // checkEdgeAuth refuses an edge without a token unless PROXY_AUTH=off says
 // so, PROXY_AUTH=off beside a token (which of the two was meant?), and
@@ -234,8 +235,8 @@ func run(cfg Config, log *slog.Logger) error {
 	ready := ledger.NewReadiness(ledger.Ready(lc))
 	ready.Check(stopping)
 	go ready.Run(ctx, ledger.ReadyEvery)
-	srv := &Server{log: log, admit: adm, ledger: lc, limits: lim, token: cfg.Token, tokens: cfg.Tokens, metrics: metrics,
-		metricsElsewhere: cfg.MetricsAddr != "", maxInflight: cfg.MaxInflight, inflightCap: cfg.InflightCap(), latencySLO: cfg.LatencySLO, ready: func(context.Context) error {
+	srv := &edge.Server{Log: log, Admit: adm, Ledger: lc, Limits: lim, Token: cfg.Token, Tokens: cfg.Tokens, Metrics: metrics,
+		MetricsElsewhere: cfg.MetricsAddr != "", MaxInflight: cfg.MaxInflight, InflightCap: cfg.InflightCap(), LatencySLO: cfg.LatencySLO, Ready: func(context.Context) error {
 			// Ready while a ledger answers: without Redis, standard vouchers,
 			// confirm and release still work (flash reserves get a fast 503).
 			if err := life.Err(); err != nil {

@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/flashgate/flashgate/proxy/internal/admit"
+	"github.com/flashgate/flashgate/proxy/internal/edge"
 	"github.com/flashgate/flashgate/proxy/internal/ledger"
 	"github.com/flashgate/flashgate/proxy/internal/limits"
 	"github.com/flashgate/flashgate/shared/envconf"
@@ -44,8 +45,8 @@ func TestMetricsDocumented(t *testing.T) {
 	t.Cleanup(adm.Close)
 	require.NoError(t, adm.SharePeers(ctx, s.rdb, m.Registry))
 	const edgeToken = "edge-token"
-	srv := &Server{admit: adm, ledger: lc, token: edgeToken, metrics: m, maxInflight: 256, latencySLO: 100 * time.Millisecond, ready: func(context.Context) error { return nil },
-		limits: limits.New(limits.Config{EarlyRetries: true}, s.rdb, m.Registry)}
+	srv := &edge.Server{Admit: adm, Ledger: lc, Token: edgeToken, Metrics: m, MaxInflight: 256, LatencySLO: 100 * time.Millisecond, Ready: func(context.Context) error { return nil },
+		Limits: limits.New(limits.Config{EarlyRetries: true}, s.rdb, m.Registry)}
 	h := srv.Handler()
 
 	code := newCode(t)
@@ -85,9 +86,9 @@ func TestMetricsOffThePublicPort(t *testing.T) {
 		}, slog.New(slog.DiscardHandler))
 		require.NoError(t, err)
 		t.Cleanup(adm.Close)
-		srv := &Server{admit: adm, ledger: s.ledger, metrics: m, ready: func(context.Context) error { return nil }}
+		srv := &edge.Server{Admit: adm, Ledger: s.ledger, Metrics: m, Ready: func(context.Context) error { return nil }}
 		if !open {
-			srv.tokens = map[string]envconf.Credential{"shop": {Token: shop, Scopes: []string{"reserve"}},
+			srv.Tokens = map[string]envconf.Credential{"shop": {Token: shop, Scopes: []string{"reserve"}},
 				"prometheus": {Token: scraper, Scopes: []string{"metrics"}}}
 		}
 		h := srv.Handler()

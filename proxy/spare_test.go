@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/flashgate/flashgate/proxy/internal/edge"
 	"github.com/flashgate/flashgate/shared/devstack/devstacktest"
 	"github.com/flashgate/flashgate/shared/voucher"
 )
@@ -35,8 +36,8 @@ func TestFullBoundLetsHeldRetriesThrough(t *testing.T) {
 		"the cache applies its writes in the background")
 
 	const most = 2
-	srv := &Server{admit: s.admit, ledger: s.ledger, maxInflight: most,
-		ready: func(context.Context) error { return nil }}
+	srv := &edge.Server{Admit: s.admit, Ledger: s.ledger, MaxInflight: most,
+		Ready: func(context.Context) error { return nil }}
 	h := srv.Handler()
 	release, entered := make(chan struct{}), make(chan struct{}, most)
 	h.GET("/hold", func(c *gin.Context) { entered <- struct{}{}; <-release })

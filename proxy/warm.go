@@ -9,6 +9,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/flashgate/flashgate/proxy/internal/edge"
 	"github.com/flashgate/flashgate/proxy/internal/ledger"
 	"github.com/flashgate/flashgate/shared/api"
 	"github.com/flashgate/flashgate/shared/gate"
@@ -50,13 +51,13 @@ const warmUpCode = "flashgate-warm-up"
 // MAX_INFLIGHT connections at once.
 // With auth on, the copy holds one token of its own, made for this start: the
 // warm-up never shows a client's.
-func warmUp(ctx context.Context, srv Server, cfg Config, log *slog.Logger) {
-	srv.log, srv.metrics = nil, httpx.NewMetrics("proxy")
-	if srv.token != "" || len(srv.tokens) > 0 {
-		srv.token, srv.tokens = rand.Text(), nil
+func warmUp(ctx context.Context, srv edge.Server, cfg Config, log *slog.Logger) {
+	srv.Log, srv.Metrics = nil, httpx.NewMetrics("proxy")
+	if srv.Token != "" || len(srv.Tokens) > 0 {
+		srv.Token, srv.Tokens = rand.Text(), nil
 	}
 	httpx.WarmUp{
 		Path: api.ReservationsPath(warmUpCode), Body: []byte(`{"customerId":0,"orderId":"warm-up","orderAmount":1}`),
-		Token: srv.token, Want: http.StatusBadRequest, Requests: cfg.WarmRequests, Conns: cfg.StartBound(),
+		Token: srv.Token, Want: http.StatusBadRequest, Requests: cfg.WarmRequests, Conns: cfg.StartBound(),
 	}.Run(ctx, srv.Handler(), log)
 }
