@@ -12,7 +12,7 @@ import (
 // sender's budget: its code is a voucher's (the set of codes, then its terms),
 // and the checkout token a voucher requires is valid for its customer (token:
 // the request's X-Checkout-Token, "" when none). Only then do the limits
-// charge a customer's bucket or remember its order (limits.Limits.Guard): a request
+// charge a customer's bucket or remember its order (the edge's guard): a request
 // in a customer's name without that customer's token, or for a made-up code,
 // spends no one's budget and makes no Redis key. It returns the voucher's
 // terms for ReserveVetted.
@@ -45,5 +45,5 @@ func (a *Admitter) Reserve(ctx context.Context, code string, cl voucher.Claim, t
 }
 
 // CountRefusal counts in flashgate_reserve_total a reserve that Vet refused
-// outside Reserve (in limits.Limits.Guard).
+// outside Reserve (in the edge's guard).
 func (a *Admitter) CountRefusal(err error) { a.count(ledger.Reply{}, err) }

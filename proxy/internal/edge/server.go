@@ -69,7 +69,7 @@ func (s *Server) spare(c *gin.Context) bool {
 func (s *Server) Handler() *gin.Engine {
 	var guard gin.HandlerFunc
 	if s.Limits != nil {
-		guard = s.Limits.Guard(limits.EdgeChecks{Vet: s.vet, Known: s.Admit.Known})
+		guard = s.guard
 	}
 	r := httpx.NewServiceEngine(httpx.Service{Log: s.Log, Metrics: s.Metrics, MetricsElsewhere: s.MetricsElsewhere, Open: s.OpenPaths(),
 		Token: s.Token, Tokens: s.Tokens, Scopes: scopes, Ready: func(c *gin.Context) error { return s.Ready(c) }, MaxInflight: s.MaxInflight, InflightCap: s.InflightCap, LatencySLO: s.LatencySLO,
@@ -143,22 +143,6 @@ func (s *Server) reserve(c *gin.Context) {
 		httpx.SetLocation(c, code, cl.OrderID)
 	}
 	relay(c, rep)
-}
-
-// vettedKey holds on a reserve's gin.Context the voucher terms the guard's
-// vet found, for the handler.
-const vettedKey = "flashgate.vetted"
-
-// vet is the limits' EdgeChecks.Vet: Admitter.Vet, with the request's
-// checkout token; a refusal is counted as the handler would have.
-func (s *Server) vet(c *gin.Context, code string, cl voucher.Claim) error {
-	v, err := s.Admit.Vet(c, code, cl, c.GetHeader(api.HeaderCheckoutToken))
-	if err != nil {
-		s.Admit.CountRefusal(err)
-		return err
-	}
-	c.Set(vettedKey, v)
-	return nil
 }
 
 // forward relays an order's route (get, confirm, refund, release: route is

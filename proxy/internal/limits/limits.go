@@ -1,8 +1,8 @@
 // Package limits is the edge's defences against its crowd, decided before
 // the gate: a token bucket per client key (CLIENT_RATE), one per customerId
 // per voucher in Redis (CUSTOMER_RATE), and the memory of who was told to
-// come back later (REFUSE_EARLY_RETRIES). Guard is the gin middleware that
-// applies them.
+// come back later (REFUSE_EARLY_RETRIES). The edge's guard charges them,
+// before the gate.
 package limits
 
 import (
@@ -100,62 +100,24 @@ func burstOr(burst, rate int) int {
 	return rate
 }
 
-// EdgeChecks are what the guard asks before it charges anything: the
-// sender must be known to be whose it says before it spends a budget.
-type EdgeChecks struct {
-	// Vet passes a reserve's claim (the admitter's Vet: a known code, its
-	// voucher's terms, the checkout token it requires) or returns the error
-	// it is answered with.
-	Vet func(c *gin.Context, code string, cl voucher.Claim) error
-	// Known reports whether code may be a voucher's (the set of codes).
-	Known func(ctx context.Context, code string) bool
+// ChargeReserve charges a vetted reserve (see edge's guard): its client
+// key's bucket (CLIENT_RATE: the sender's own budget, a retry of an order
+// answered 201 included), its order's early retry, its customer's bucket
+// (CUSTOMER_RATE, in Redis). It reports whether the reserve may go on (false:
+// it was answered 429), and the key of its order and customer for
+// RememberRefusal.
+func (l *Limits) ChargeReserve(c *gin.Context, code string, cl voucher.Claim) (order string, ok bool) {
+	order = "order:" + code + "/" + cl.OrderID + "/" + strconv.FormatInt(cl.CustomerID, 10)
+	if !l.ChargeClient(c) || l.refuseEarly(c, order) || !l.customer(c, code, cl, order) {
+		return order, false
+	}
+	return order, true
 }
 
-// Guard is the gate before the gate (httpx.Service.Guard), after the bearer
-// token's check and before the shedder, so that a refusal takes no slot of
-// MAX_INFLIGHT. A reserve is checked before it is charged: its claim valid
-// (else the handler answers 400), then vetted (EdgeChecks.Vet: a made-up code
-// or a missing checkout token is answered here and charges nothing), then
-// charged: its client key's bucket (CLIENT_RATE: the sender's own budget, a
-// retry of an order answered 201 included), its order's early retry, its
-// customer's bucket (CUSTOMER_RATE, in Redis). Every 503 or 429 a vetted
-// reserve gets further on (the shedder, the window, a fault) is remembered
-// with its Retry-After for its order and customer. The order routes (get,
-// confirm, release, refund) are answered 404 for a code outside the set and
-// charged to the client key's bucket before they reach the ledger.
-func (l *Limits) Guard(checks EdgeChecks) gin.HandlerFunc {
-	return func(c *gin.Context) {
-		switch c.FullPath() {
-		case api.RouteReservations:
-			if c.Request.Method == http.MethodPost {
-				l.guardReserve(c, checks.Vet)
-			}
-		case api.RouteReservation, api.RouteConfirm, api.RouteRefund:
-			l.guardOrder(c, checks.Known)
-		}
-	}
-}
-
-// guardReserve is Guard for a reserve.
-func (l *Limits) guardReserve(c *gin.Context, vet func(*gin.Context, string, voucher.Claim) error) {
-	code, err := httpx.CodeParam(c)
-	if err != nil {
-		return
-	}
-	cl, ok := httpx.PeekClaim(c)
-	if !ok {
-		return
-	}
-	if err := vet(c, code, cl); err != nil {
-		httpx.WriteError(c, err)
-		c.Abort()
-		return
-	}
-	order := "order:" + code + "/" + cl.OrderID + "/" + strconv.FormatInt(cl.CustomerID, 10)
-	if !l.chargeClient(c) || l.refuseEarly(c, order) || !l.customer(c, code, cl, order) {
-		return
-	}
-	c.Next()
+// RememberRefusal remembers, for order (ChargeReserve), the Retry-After of
+// the 503 or 429 its reserve was answered further on (the shedder, the
+// window, a fault), so that its retry before then is refused again.
+func (l *Limits) RememberRefusal(c *gin.Context, order string) {
 	if st := c.Writer.Status(); l.comebacks != nil &&
 		(st == http.StatusServiceUnavailable || st == http.StatusTooManyRequests) {
 		if d, ok := httpx.RetryAfterOf(c.Writer.Header()); ok {
@@ -165,28 +127,13 @@ func (l *Limits) guardReserve(c *gin.Context, vet func(*gin.Context, string, vou
 	}
 }
 
-// guardOrder is Guard for an order's route: a code outside the set is
-// answered 404 here, and the request is charged to its client key.
-func (l *Limits) guardOrder(c *gin.Context, known func(context.Context, string) bool) {
-	code, _, err := httpx.OrderParams(c)
-	if err != nil {
-		return // the handler answers the invalid path
-	}
-	if !known(c, code) {
-		httpx.WriteError(c, voucher.ErrVoucherNotFound)
-		c.Abort()
-		return
-	}
-	l.chargeClient(c)
-}
-
-// chargeClient takes a token from the client key's bucket (CLIENT_RATE) and
+// ChargeClient takes a token from the client key's bucket (CLIENT_RATE) and
 // reports whether the request may go on (false: it was answered 429). Only a
 // client key whose bucket is empty is refused: one that comes back before the
 // Retry-After of its last 429 with the bucket still empty is told a longer
 // one (cause early_client), but a shared key (a NAT, a shop's token) is served
 // as soon as its bucket has a token, whoever emptied it.
-func (l *Limits) chargeClient(c *gin.Context) bool {
+func (l *Limits) ChargeClient(c *gin.Context) bool {
 	if l.clients == nil {
 		return true
 	}
