@@ -23,7 +23,7 @@ const module = "github.com/flashgate/flashgate/"
 var layers = map[string][]string{
 	"ledger/internal/":   {"store", "sale", "admissions", "jobs", "outbox", "web"},
 	"loadtest/internal/": {"stack", "load", "verify", "burst", "compare", "chaos", "attack"},
-	"proxy/internal/":    {"codes", "limits", "ledger", "admit", "edge"},
+	"proxy/internal/":    {"ledger", "codes", "limits", "admit", "edge"},
 }
 
 // pkg is what `go list -json` says of one package.

@@ -133,7 +133,7 @@ func New(base context.Context, g *gate.Gate, lc *ledger.Client, cfg Config, log 
 		a.window = newAdmitWindow(cfg.WriteTarget, cfg.WindowMax, log)
 	}
 	a.lookups = codes.NewLookupBudget(cfg.Lookups)
-	a.codes = codes.New(a.loadCodes, cfg.CodesRefresh, cfg.RedisTimeout, cfg.CodesClock, log)
+	a.codes = codes.New(codes.FromLedger(lc, a.lookups), cfg.CodesRefresh, cfg.RedisTimeout, cfg.CodesClock, log)
 	a.breaker = gobreaker.NewCircuitBreaker[any](gobreaker.Settings{
 		Name:        "redis",
 		MaxRequests: 1,

@@ -7,21 +7,13 @@ import (
 )
 
 // lookUp reads a voucher's terms from the ledger, within the budget.
-func (a *Admitter) lookUp(ctx context.Context, code string) (v voucher.Voucher, err error) {
-	err = a.lookups.Do("look up voucher "+code, func() error {
-		v, err = a.ledger.Voucher(ctx, code)
-		return err
-	})
-	return v, err
-}
-
-// loadCodes reads the set of codes from the ledger, within the budget.
-func (a *Admitter) loadCodes(ctx context.Context) (codes []string, err error) {
-	err = a.lookups.Do("read the voucher codes", func() error {
-		codes, err = a.ledger.VoucherCodes(ctx)
-		return err
-	})
-	return codes, err
+func (a *Admitter) lookUp(ctx context.Context, code string) (voucher.Voucher, error) {
+	release, err := a.lookups.Take("look up voucher " + code)
+	if err != nil {
+		return voucher.Voucher{}, err
+	}
+	defer release()
+	return a.ledger.Voucher(ctx, code)
 }
 
 // LoadCodes reads the set of codes; the proxy calls it once before it listens.

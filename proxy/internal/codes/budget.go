@@ -1,9 +1,11 @@
 package codes
 
 import (
+	"context"
 	"fmt"
 	"sync/atomic"
 
+	"github.com/flashgate/flashgate/proxy/internal/ledger"
 	"github.com/flashgate/flashgate/shared/voucher"
 )
 
@@ -24,21 +26,34 @@ func NewLookupBudget(n int) *LookupBudget {
 	return &LookupBudget{slots: make(chan struct{}, max(n, 1))}
 }
 
-// Do runs f, a lookup named what, if the budget has room.
-func (b *LookupBudget) Do(what string, f func() error) error {
+// Take takes a place for a lookup named what, if the budget has room; the
+// lookup calls release when it is done.
+func (b *LookupBudget) Take(what string) (release func(), err error) {
 	select {
 	case b.slots <- struct{}{}:
 	default:
 		b.refused.Add(1)
-		return fmt.Errorf("%s: %d lookups at the ledger in flight (LEDGER_LOOKUPS): %w",
+		return nil, fmt.Errorf("%s: %d lookups at the ledger in flight (LEDGER_LOOKUPS): %w",
 			what, cap(b.slots), voucher.ErrUnavailable)
 	}
 	b.inflight.Add(1)
-	defer func() {
+	return func() {
 		b.inflight.Add(-1)
 		<-b.slots
-	}()
-	return f()
+	}, nil
+}
+
+// FromLedger is a Set's load: the set of codes read from the ledger, within
+// budget b.
+func FromLedger(lc *ledger.Client, b *LookupBudget) func(ctx context.Context) ([]string, error) {
+	return func(ctx context.Context) ([]string, error) {
+		release, err := b.Take("read the voucher codes")
+		if err != nil {
+			return nil, err
+		}
+		defer release()
+		return lc.VoucherCodes(ctx)
+	}
 }
 
 // InFlight is how many lookups run now.
