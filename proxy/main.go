@@ -5,6 +5,11 @@
 // forwards only the admitted ones, and retries of known orders, to the
 // ledger. A voucher's terms are read from the ledger only when neither the
 // cache nor Redis has them (standard vouchers, a cold proxy).
+//
+// main reads the Config once and wires the packages under internal/, each
+// importing only those before it: ledger (the client of the ledger, its
+// batched writes, readiness), codes (the set of voucher codes), limits (the
+// per-client buckets), admit (the Admitter) and edge (the routes).
 package main
 
 import (
