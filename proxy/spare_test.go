@@ -101,7 +101,7 @@ func TestFullBoundLetsHeldRetriesThrough(t *testing.T) {
 	assert.EqualValues(t, 0, s.redisRemaining(t, elsewhere))
 
 	// An order admitted through another proxy, its voucher not sold out: the
-	// other proxy named it on HeldChannel, so its retry here is let through
+	// other proxy named it on the held-orders channel, so its retry here is let through
 	// too, and takes no new use.
 	open := newCode(t)
 	s.createVoucher(t, open, 10, 1, true)

@@ -88,7 +88,7 @@ type Admitter struct {
 
 	unverifiable sync.Map // codes requiring a checkout token this proxy cannot verify, logged once each
 
-	// forgetMu orders dropping a voucher's flag and terms (Forget, Unflag)
+	// forgetMu orders dropping a voucher's flag and terms (forget, Unflag)
 	// against setting them from a read made before the drop: a read that
 	// started before epoch moved is not cached.
 	forgetMu sync.Mutex
@@ -101,7 +101,7 @@ type Admitter struct {
 // gets its 201, a finished one its RESERVATION_RELEASED or _REFUNDED);
 // everyone else gets OUT_OF_STOCK at once. An order admitted elsewhere after
 // the flag was set is not in passes: the stock that let it in came back with a
-// change published to every proxy, which dropped the flag (Forget).
+// change published to every proxy, which dropped the flag (forget).
 type soldOutFlag struct {
 	passes map[string]struct{}
 }
@@ -496,10 +496,10 @@ func (a *Admitter) Unflag(code string) {
 	a.soldOut.Del(code)
 }
 
-// Forget drops a voucher's sold-out flag and cached terms, so that the next
+// forget drops a voucher's sold-out flag and cached terms, so that the next
 // request reads both again: the ledger published that the voucher changed
 // (new terms, a pause, stock coming back). It is gate.WatchChanges's onChange.
-func (a *Admitter) Forget(code string) {
+func (a *Admitter) forget(code string) {
 	a.forgetMu.Lock()
 	defer a.forgetMu.Unlock()
 	a.epoch++
@@ -515,7 +515,7 @@ func (a *Admitter) currentEpoch() uint64 {
 }
 
 // setIfCurrent runs set (a cache write from a read begun at epoch) unless a
-// Forget or Unflag came since: that read may predate the change.
+// forget or Unflag came since: that read may predate the change.
 func (a *Admitter) setIfCurrent(epoch uint64, set func()) {
 	a.forgetMu.Lock()
 	defer a.forgetMu.Unlock()

@@ -16,7 +16,7 @@ import (
 func (a *Admitter) WatchChanges(ctx context.Context, sub gate.Subscriber, log *slog.Logger) (w *gate.Watcher, stop func()) {
 	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
-	w = gate.NewWatcher(sub, a.Forget, log)
+	w = gate.NewWatcher(sub, a.forget, log)
 	a.codes.SyncWith(w.Sync)
 	go func() {
 		defer close(done)

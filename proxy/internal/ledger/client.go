@@ -143,11 +143,11 @@ func (l *Client) Do(ctx context.Context, call, method, path string, body any) (R
 	return readReply(method, path, resp)
 }
 
-// Probe sends one GET to the ledger past the circuit breaker: the start's
+// probe sends one GET to the ledger past the circuit breaker: the start's
 // check, whose failures say nothing yet about a serving ledger (they would
 // open the breaker and hide their cause behind it) and keep that cause
 // (connection refused, no such host) as it is.
-func (l *Client) Probe(ctx context.Context, path string) (Reply, error) {
+func (l *Client) probe(ctx context.Context, path string) (Reply, error) {
 	req, err := l.newRequest(ctx, http.MethodGet, path, nil)
 	if err != nil {
 		return Reply{}, err
@@ -258,10 +258,10 @@ func (l *Client) Warmup(ctx context.Context, code string) error {
 	return nil
 }
 
-// WriteAdmitted sends claims the gate admitted together to the ledger's batch
+// writeAdmitted sends claims the gate admitted together to the ledger's batch
 // route in one request and returns each one's answer as the single route would
 // have given it. A batch.Func: Writer batches per voucher.
-func (l *Client) WriteAdmitted(ctx context.Context, code string, claims []voucher.Claim) ([]Reply, error) {
+func (l *Client) writeAdmitted(ctx context.Context, code string, claims []voucher.Claim) ([]Reply, error) {
 	ctx, cancel := context.WithTimeout(ctx, l.http.Timeout)
 	defer cancel()
 	rep, err := l.Do(ctx, "admitted_write", http.MethodPost,

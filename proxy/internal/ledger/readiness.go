@@ -23,7 +23,7 @@ const (
 // last saw of the ledger, never from a call of the request's own: a flood of
 // /readyz (it needs no token and is never shed) then reaches the ledger twice
 // a second per process, whatever its size. The probe goes past the ledger
-// client's circuit breaker (Client.Probe): slow probes must not open
+// client's circuit breaker (Client.probe): slow probes must not open
 // the breaker that admitted writes and settles use. One failed probe (a
 // ledger pool busy for a moment, a slow answer) does not make the proxy
 // unready; readyFailures in a row (1.5 s) do, as a ledger that stays away.
@@ -41,7 +41,7 @@ func NewReadiness(probe func(ctx context.Context) error) *Readiness {
 // Ready is the probe of the ledger's /readyz.
 func Ready(l *Client) func(ctx context.Context) error {
 	return func(ctx context.Context) error {
-		rep, err := l.Probe(ctx, api.ReadyzPath)
+		rep, err := l.probe(ctx, api.ReadyzPath)
 		if err != nil {
 			return fmt.Errorf("ledger: %w", err)
 		}

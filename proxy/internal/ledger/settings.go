@@ -47,7 +47,7 @@ func readLedgerSettings(ctx context.Context, l *Client, wait time.Duration, log 
 	var lastErr error
 	var warned time.Time
 	for {
-		rep, err := l.Probe(waiting, api.SettingsPath)
+		rep, err := l.probe(waiting, api.SettingsPath)
 		switch {
 		case err == nil && rep.Status == http.StatusOK:
 			var s api.LedgerSettings

@@ -50,7 +50,7 @@ func NewWriter(base context.Context, ledger *Client, coalesce bool, maxBatch int
 	w := &Writer{ledger: ledger, coalesce: coalesce}
 	w.forward = batch.New(base, min(maxBatch, maxForwardBatch),
 		func(ctx context.Context, k forwardKey, claims []voucher.Claim) ([]Reply, error) {
-			return ledger.WriteAdmitted(ctx, k.code, claims)
+			return ledger.writeAdmitted(ctx, k.code, claims)
 		})
 	// Each claim's LEDGER_TIMEOUT runs from its arrival (Write), its wait
 	// behind the batch in flight included: a batch gets the earliest
