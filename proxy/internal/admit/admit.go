@@ -95,17 +95,6 @@ type Admitter struct {
 	epoch    uint64
 }
 
-// soldOutFlag marks a voucher sold out. passes are the orders Redis knew when
-// the flag was set, holding a use or finished (released, expired, refunded):
-// their retries still go through to the script and the ledger (a held order
-// gets its 201, a finished one its RESERVATION_RELEASED or _REFUNDED);
-// everyone else gets OUT_OF_STOCK at once. An order admitted elsewhere after
-// the flag was set is not in passes: the stock that let it in came back with a
-// change published to every proxy, which dropped the flag (forget).
-type soldOutFlag struct {
-	passes map[string]struct{}
-}
-
 // New wires the admission path. base is the service's lifetime: batched
 // script calls run under it, not under any one request.
 func New(base context.Context, g *gate.Gate, lc *ledger.Client, cfg Config, log *slog.Logger) (*Admitter, error) {
@@ -299,83 +288,6 @@ func (a *Admitter) reserveFlash(ctx context.Context, code string, cl voucher.Cla
 	return rep, err
 }
 
-// notDelivered reports whether a ledger call did nothing at the ledger: it was
-// never sent (ledger.NeverSent), or the ledger shed it before any handler ran
-// (api.HeaderShed). Then no row can exist for what it carried.
-func notDelivered(rep ledger.Reply, err error) bool {
-	if err == nil {
-		return rep.Shed
-	}
-	return ledger.NeverSent(err)
-}
-
-// giveBack returns the Redis use of an admitted claim that provably never
-// reached the ledger (notDelivered) and that no other request of this proxy
-// is writing: no row can hold it, and its retry is admitted again. Giving it
-// back is the proxy's to do, since the ledger never heard of the claim; left
-// held, it would wait for the reconciler's HANGING_GRACE.
-func (a *Admitter) giveBack(code, orderID string) {
-	ctx, cancel := context.WithTimeout(a.base, a.cfg.RedisTimeout)
-	defer cancel()
-	if _, err := a.gate.GiveBack(ctx, code, orderID); err != nil {
-		// Whether it ran is unknown now: the ledger settles it once it answers.
-		a.log.Warn("give back a claim the ledger never received", "code", code, "order", orderID,
-			"err", fmt.Errorf("handed over to the ledger: %w", err))
-		a.handOver.Give(code, orderID)
-	}
-}
-
-// writes tracks the admitted claims this proxy is writing, by voucher and
-// orderId: a claim whose write was not delivered is given back only when no
-// other write of the same order (a retry on another lane) overlapped it here.
-// An earlier write of the order that committed left it held in Redis, so a
-// later claim of it is a Duplicate, never given back.
-type writes struct {
-	mu sync.Mutex
-	m  map[[2]string]*writing
-}
-
-type writing struct {
-	n          int   // writes of the order under way
-	overlapped bool  // two or more were under way at once since n was 0
-	customer   int64 // of the first of them
-}
-
-// add records a write of cl's order starting; the returned func records its
-// end and reports whether no other write of the order overlapped it.
-func (w *writes) add(code string, cl voucher.Claim) (done func() (alone bool)) {
-	k := [2]string{code, cl.OrderID}
-	w.mu.Lock()
-	if w.m == nil {
-		w.m = map[[2]string]*writing{}
-	}
-	e := w.m[k]
-	if e == nil {
-		e = &writing{customer: cl.CustomerID}
-		w.m[k] = e
-	}
-	e.n++
-	e.overlapped = e.overlapped || e.n > 1
-	w.mu.Unlock()
-	return func() bool {
-		w.mu.Lock()
-		defer w.mu.Unlock()
-		alone := !e.overlapped
-		if e.n--; e.n == 0 {
-			delete(w.m, k)
-		}
-		return alone
-	}
-}
-
-// has reports whether a write of cl's order for cl's customer is under way.
-func (w *writes) has(code string, cl voucher.Claim) bool {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	e := w.m[[2]string{code, cl.OrderID}]
-	return e != nil && e.customer == cl.CustomerID
-}
-
 // admit runs the reserve script for one claim, batched with its neighbours
 // when coalescing is on.
 func (a *Admitter) admit(ctx context.Context, code string, cl voucher.Claim) (gate.Result, error) {
@@ -431,99 +343,6 @@ func (a *Admitter) reserveBatch(ctx context.Context, code string, items []gate.I
 	return rs, nil
 }
 
-// flagged reports whether the sold-out flag answers for this order.
-func (a *Admitter) flagged(code, orderID string) bool {
-	set, passes := a.flagFor(code, orderID)
-	return set && !passes
-}
-
-// flagFor reports whether this proxy holds code sold out, and if so whether
-// the flag passes orderID through (an order Redis knew when it was set).
-func (a *Admitter) flagFor(code, orderID string) (set, passes bool) {
-	f, ok := a.soldOut.Get(code)
-	if !ok {
-		return false, false
-	}
-	_, passes = f.passes[orderID]
-	return true, passes
-}
-
-// KnownToFlag reports whether this proxy holds the voucher sold out and its
-// flag knows orderID: the order held its use or had finished in Redis when the
-// flag was set, whichever proxy admitted it, so its retry takes nothing new.
-func (a *Admitter) KnownToFlag(code, orderID string) bool {
-	set, passes := a.flagFor(code, orderID)
-	return set && passes
-}
-
-// flagSoldOut sets the sold-out flag, with the orders Redis knows now (holding
-// a use or finished) so that their retries are still answered from their own
-// state. One caller per voucher does the work; a failure only leaves the flag
-// unset (it is a hint).
-func (a *Admitter) flagSoldOut(code string) {
-	if _, ok := a.soldOut.Get(code); ok {
-		return
-	}
-	_, _, _ = a.soldOutFlight.Do(code, func() (any, error) {
-		epoch := a.currentEpoch()
-		ctx, cancel := context.WithTimeout(a.base, a.cfg.RedisTimeout)
-		defer cancel()
-		st, loaded, err := a.gate.State(ctx, code)
-		if err != nil || !loaded || st.Remaining > 0 {
-			return nil, err
-		}
-		f := &soldOutFlag{passes: make(map[string]struct{}, len(st.Orders)+len(st.Finished))}
-		for _, o := range st.Orders {
-			f.passes[o.OrderID] = struct{}{}
-		}
-		for _, id := range st.Finished {
-			f.passes[id] = struct{}{}
-		}
-		a.setIfCurrent(epoch, func() {
-			a.soldOut.SetWithTTL(code, f, 1, a.cfg.SoldOutTTL)
-			a.soldOut.Wait()
-		})
-		return nil, nil
-	})
-}
-
-// Unflag drops the sold-out flag of a voucher, as when a release or refund
-// passed through this proxy and gave a use back.
-func (a *Admitter) Unflag(code string) {
-	a.forgetMu.Lock()
-	defer a.forgetMu.Unlock()
-	a.epoch++
-	a.soldOut.Del(code)
-}
-
-// forget drops a voucher's sold-out flag and cached terms, so that the next
-// request reads both again: the ledger published that the voucher changed
-// (new terms, a pause, stock coming back). It is gate.WatchChanges's onChange.
-func (a *Admitter) forget(code string) {
-	a.forgetMu.Lock()
-	defer a.forgetMu.Unlock()
-	a.epoch++
-	a.soldOut.Del(code)
-	a.vouchers.Del(code)
-	a.codes.Add(code)
-}
-
-func (a *Admitter) currentEpoch() uint64 {
-	a.forgetMu.Lock()
-	defer a.forgetMu.Unlock()
-	return a.epoch
-}
-
-// setIfCurrent runs set (a cache write from a read begun at epoch) unless a
-// forget or Unflag came since: that read may predate the change.
-func (a *Admitter) setIfCurrent(epoch uint64, set func()) {
-	a.forgetMu.Lock()
-	defer a.forgetMu.Unlock()
-	if a.epoch == epoch {
-		set()
-	}
-}
-
 // warmup asks the ledger to load a voucher into Redis, one call per voucher at
 // a time however many requests saw NOT_LOADED.
 func (a *Admitter) warmup(ctx context.Context, code string) error {
@@ -540,12 +359,4 @@ func (a *Admitter) warmup(ctx context.Context, code string) error {
 // write: gate.ErrBadState).
 func scriptMayHaveRun(err error) bool {
 	return !errors.Is(err, gate.ErrBadState) && !ledger.NeverSent(err)
-}
-
-// SoldOut reports whether this proxy holds code sold out: its flag answers
-// a new order OUT_OF_STOCK without asking Redis (KnownToFlag names the orders
-// it still lets through).
-func (a *Admitter) SoldOut(code string) bool {
-	_, ok := a.soldOut.Get(code)
-	return ok
 }
