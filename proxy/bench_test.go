@@ -7,6 +7,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/flashgate/flashgate/proxy/internal/edge"
+	"github.com/flashgate/flashgate/proxy/internal/limits"
 	"github.com/flashgate/flashgate/shared/api"
 	"github.com/flashgate/flashgate/shared/httpx"
 	"github.com/flashgate/flashgate/shared/httpx/httpxtest"
@@ -21,9 +23,9 @@ import (
 // MAX_INFLIGHT default, the edge's limits at their defaults: early retries
 // refused, no client or customer rate) over s's admitter.
 func benchHandler(s *stack) http.Handler {
-	srv := &Server{admit: s.admit, ledger: s.admit.ledger, metrics: httpx.NewMetrics("proxy"),
-		maxInflight: 256, ready: func(context.Context) error { return nil },
-		limits: newLimits(LimitConfig{EarlyRetries: true}, nil, nil)}
+	srv := &edge.Server{Admit: s.admit, Ledger: s.ledger, Metrics: httpx.NewMetrics("proxy"),
+		MaxInflight: 256, Ready: func(context.Context) error { return nil },
+		Limits: limits.New(limits.Config{EarlyRetries: true}, nil, nil)}
 	return srv.Handler()
 }
 

@@ -6,7 +6,9 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
+	"github.com/flashgate/flashgate/proxy/internal/limits"
 	"github.com/flashgate/flashgate/shared/envconf"
 	"github.com/flashgate/flashgate/shared/httpx/httpxtest"
 )
@@ -156,5 +158,47 @@ func TestConfigCheckoutSecret(t *testing.T) {
 			assert.Contains(t, err.Error(), "CHECKOUT_TOKEN_SECRET")
 			assert.NotContains(t, err.Error(), "0123456789abcdef")
 		}
+	}
+}
+
+// TestConfigLimits: the limits are off by default, early retries are
+// refused, an IPv6 client is keyed by its /64, and a TRUSTED_PROXIES that is
+// not a list of CIDRs or a CLIENT_KEY_IPV6_PREFIX over 128 stops the start
+// naming it.
+func TestConfigLimits(t *testing.T) {
+	c, err := configFrom(envconf.NewFrom(map[string]string{"REDIS_URL": "redis://x", "PROXY_AUTH": "off"}))
+	require.NoError(t, err)
+	assert.Equal(t, 0, c.Limits.ClientRate)
+	assert.Equal(t, 0, c.Limits.CustomerRate)
+	assert.True(t, c.Limits.EarlyRetries)
+	assert.Empty(t, c.Limits.Trusted)
+	c, err = configFrom(envconf.NewFrom(map[string]string{"REDIS_URL": "redis://x", "PROXY_AUTH": "off", "CLIENT_RATE": "20",
+		"CLIENT_BURST": "40", "CUSTOMER_RATE": "1", "TRUSTED_PROXIES": "10.0.0.0/8,127.0.0.1"}))
+	require.NoError(t, err)
+	assert.Equal(t, limits.Config{ClientRate: 20, ClientBurst: 40, CustomerRate: 1, EarlyRetries: true, IPv6Prefix: 64,
+		Trusted: c.Limits.Trusted, RedisTimeout: c.RedisTimeout}, c.Limits)
+	assert.Len(t, c.Limits.Trusted, 2)
+	_, err = configFrom(envconf.NewFrom(map[string]string{"REDIS_URL": "redis://x", "TRUSTED_PROXIES": "10.0.0.0/99"}))
+	assert.ErrorContains(t, err, "TRUSTED_PROXIES")
+	_, err = configFrom(envconf.NewFrom(map[string]string{"REDIS_URL": "redis://x", "CLIENT_RATE": "-1"}))
+	assert.ErrorContains(t, err, "CLIENT_RATE")
+	_, err = configFrom(envconf.NewFrom(map[string]string{"REDIS_URL": "redis://x", "PROXY_AUTH": "off", "CLIENT_KEY_IPV6_PREFIX": "129"}))
+	require.ErrorContains(t, err, "CLIENT_KEY_IPV6_PREFIX")
+}
+
+// ADMIT_WRITE_TARGET: 0 turns the window off; below 1ms, or at or above
+// LEDGER_TIMEOUT, the proxy refuses to start, naming the variable and the bound.
+func TestAdmitWriteTargetSetting(t *testing.T) {
+	for value, want := range map[string]string{
+		"0": "", "10ms": "", "500us": "at least 1ms", "1s": "below LEDGER_TIMEOUT (1s)", "-1s": "ADMIT_WRITE_TARGET",
+	} {
+		_, err := configFrom(envconf.NewFrom(map[string]string{"REDIS_URL": "redis://127.0.0.1:1/0", "PROXY_AUTH": "off", "ADMIT_WRITE_TARGET": value}))
+		if want == "" {
+			require.NoError(t, err, value)
+			continue
+		}
+		require.Error(t, err, value)
+		assert.Contains(t, err.Error(), "ADMIT_WRITE_TARGET", value)
+		assert.Contains(t, err.Error(), want, value)
 	}
 }

@@ -1,8 +1,6 @@
 package main
 
 import (
-	"bytes"
-	"encoding/json"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -67,23 +65,4 @@ func probeReserve(tb testing.TB, proxyURL, code string) reply {
 	tb.Helper()
 	return httpxtest.Call(tb, httpxtest.RequestIDClient(probeID), http.MethodPost, proxyURL+api.ReservationsPath(code), "",
 		map[string]any{"customerId": 1, "orderId": code + "-probe", "orderAmount": 5_000})
-}
-
-// TestForwardBatchFitsLedgerRoute: the proxy's admitted-write batches stay
-// within what the ledger's batch route accepts, in claims and in bytes (the
-// longest orderIds and largest numbers a claim may hold).
-func TestForwardBatchFitsLedgerRoute(t *testing.T) {
-	if maxForwardBatch > api.MaxBatchClaims {
-		t.Fatalf("maxForwardBatch = %d, want at most api.MaxBatchClaims = %d", maxForwardBatch, api.MaxBatchClaims)
-	}
-	claims := make([]map[string]any, maxForwardBatch)
-	for i := range claims {
-		claims[i] = map[string]any{"customerId": int64(1<<63 - 1), "orderId": string(bytes.Repeat([]byte("o"), 64)),
-			"orderAmount": int64(1 << 50)}
-	}
-	buf, err := json.Marshal(map[string]any{"claims": claims})
-	require.NoError(t, err)
-	if len(buf) > api.MaxBatchBytes {
-		t.Fatalf("a batch of %d claims takes %d bytes, want at most api.MaxBatchBytes = %d", maxForwardBatch, len(buf), api.MaxBatchBytes)
-	}
 }

@@ -14,9 +14,15 @@ import (
 
 	"github.com/gin-gonic/gin"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
+	"github.com/flashgate/flashgate/proxy/internal/admit"
+	"github.com/flashgate/flashgate/proxy/internal/edge"
+	"github.com/flashgate/flashgate/proxy/internal/ledger"
+	"github.com/flashgate/flashgate/proxy/internal/limits"
 	"github.com/flashgate/flashgate/shared/agreement/agreementtest"
 	"github.com/flashgate/flashgate/shared/checkout"
 	"github.com/flashgate/flashgate/shared/devstack"
@@ -45,13 +51,16 @@ type stack struct {
 	ProxyURL  string
 	LedgerURL string
 	Ledger    *devstack.Service
-	admit     *Admitter
+	admit     *admit.Admitter
 	gate      *gate.Gate
 	rdb       redis.UniversalClient
 	pool      *pgxpool.Pool
 	checks    *agreementtest.Checks
-	tap       *ledgerTap // the proxy's ledger calls, when stackOptions.tap
-	limits    *limits    // nil: the stack was started without
+	tap       *ledgerTap           // the proxy's ledger calls, when stackOptions.tap
+	limits    *limits.Limits       // nil: the stack was started without
+	ledger    *ledger.Client       // the proxy's client of the ledger
+	reg       *prometheus.Registry // the proxy's admission and limits metrics
+	watcher   *gate.Watcher        // the proxy's change watcher
 }
 
 type stackOptions struct {
@@ -67,10 +76,10 @@ type stackOptions struct {
 	tap             bool             // newStack: the proxy calls the ledger through a ledgerTap
 	tapDelay        time.Duration    // the tap holds each voucher lookup this long
 	checkoutKeys    checkout.Keys
-	admitLog        *slog.Logger // the admitter's log; nil: discarded
-	limits          *LimitConfig // per-client limits and early retries; nil: none
-	maxInflight     int          // MAX_INFLIGHT, shed at once over it (no LATENCY_SLO); 0: no bound
-	ledgerEnv       []string     // more of the ledger process's environment
+	admitLog        *slog.Logger   // the admitter's log; nil: discarded
+	limits          *limits.Config // per-client limits and early retries; nil: none
+	maxInflight     int            // MAX_INFLIGHT, shed at once over it (no LATENCY_SLO); 0: no bound
+	ledgerEnv       []string       // more of the ledger process's environment
 }
 
 func newStack(tb testing.TB, o stackOptions) *stack {
@@ -137,31 +146,30 @@ func startProxy(tb testing.TB, o stackOptions, ledgerURL string) *stack {
 	if o.lookups == 0 {
 		o.lookups = 8
 	}
-	lc := NewLedgerClient(o.lookupURL, "test-token", 10*time.Second)
+	lc := ledger.NewClient(o.lookupURL, "test-token", 10*time.Second)
 	if o.admitLog == nil {
 		o.admitLog = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	admit, err := NewAdmitter(ctx, g, lc, AdmitConfig{
+	reg := prometheus.NewRegistry()
+	adm, err := admit.New(ctx, g, lc, admit.Config{
 		SoldOutTTL: o.soldOutTTL, VoucherCacheTTL: 5 * time.Second, RedisTimeout: 250 * time.Millisecond,
 		Coalesce: o.coalesce, MaxBatch: 256, CodesRefresh: o.codesRefresh, Lookups: o.lookups,
-		CheckoutKeys: o.checkoutKeys,
+		CheckoutKeys: o.checkoutKeys, CodesClock: o.codesClock, Registerer: reg,
 	}, o.admitLog)
 	require.NoError(tb, err)
-	if o.codesClock != nil {
-		admit.codes.now = o.codesClock
-	}
-	tb.Cleanup(admit.Close)
-	tb.Cleanup(watchChanges(ctx, rdb, admit, slog.New(slog.NewTextHandler(io.Discard, nil))))
-	require.NoError(tb, admit.SharePeers(ctx, rdb, nil)) // as main: the orders admitted through the other proxies
-	_ = admit.LoadCodes(ctx)                             // as main: a ledger that does not answer leaves every code asked
-	srv := &Server{log: o.log, admit: admit, ledger: lc, maxInflight: o.maxInflight, ready: func(context.Context) error { return nil }}
+	tb.Cleanup(adm.Close)
+	watcher, stopWatch := adm.WatchChanges(ctx, rdb, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	tb.Cleanup(stopWatch)
+	require.NoError(tb, adm.SharePeers(ctx, rdb, nil)) // as main: the orders admitted through the other proxies
+	_ = adm.LoadCodes(ctx)                             // as main: a ledger that does not answer leaves every code asked
+	srv := &edge.Server{Log: o.log, Admit: adm, Ledger: lc, MaxInflight: o.maxInflight, Ready: func(context.Context) error { return nil }}
 	if o.limits != nil {
-		srv.limits = newLimits(*o.limits, rdb, nil)
+		srv.Limits = limits.New(*o.limits, rdb, reg)
 	}
 	hs := httptest.NewServer(srv.Handler())
 	tb.Cleanup(hs.Close)
-	return &stack{ProxyURL: hs.URL, LedgerURL: ledgerURL, admit: admit, gate: g, rdb: rdb, checks: &agreementtest.Checks{},
-		limits: srv.limits}
+	return &stack{ProxyURL: hs.URL, LedgerURL: ledgerURL, admit: adm, gate: g, rdb: rdb, checks: &agreementtest.Checks{},
+		limits: srv.Limits, ledger: lc, reg: reg, watcher: watcher}
 }
 
 // newCode returns a voucher code unique to this test run.
@@ -245,4 +253,43 @@ func (s *stack) redisRemaining(tb testing.TB, code string) int64 {
 	require.NoError(tb, err)
 	require.True(tb, loaded, "voucher %s not loaded in redis", code)
 	return st.Remaining
+}
+
+// metric reads the value of a counter or gauge of the proxy's (its admitter's
+// and limits'): the series of name whose labels hold the given name, value
+// pairs.
+func (s *stack) metric(tb testing.TB, name string, labels ...string) float64 {
+	tb.Helper()
+	fams, err := s.reg.Gather()
+	require.NoError(tb, err)
+	for _, f := range fams {
+		if f.GetName() != name {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			if !hasLabels(m, labels) {
+				continue
+			}
+			if m.Counter != nil {
+				return m.GetCounter().GetValue()
+			}
+			return m.GetGauge().GetValue()
+		}
+	}
+	tb.Fatalf("no series %s %v", name, labels)
+	return 0
+}
+
+// hasLabels reports whether m holds every name, value pair of labels.
+func hasLabels(m *dto.Metric, labels []string) bool {
+	for i := 0; i+1 < len(labels); i += 2 {
+		found := false
+		for _, l := range m.GetLabel() {
+			found = found || l.GetName() == labels[i] && l.GetValue() == labels[i+1]
+		}
+		if !found {
+			return false
+		}
+	}
+	return true
 }

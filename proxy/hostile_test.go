@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/flashgate/flashgate/proxy/internal/edge"
 	"github.com/flashgate/flashgate/shared/httpx"
 	"github.com/flashgate/flashgate/shared/httpx/httpxtest"
 	"github.com/flashgate/flashgate/shared/voucher"
@@ -37,9 +38,9 @@ func countProxyHostile(tb testing.TB, s *stack, prefix, flash string) proxyHosti
 
 // proxyServer is the proxy's handler over the stack's admission path, with a
 // client token.
-func proxyServer(s *stack, token string, metrics *httpx.Metrics) *Server {
-	return &Server{admit: s.admit, ledger: s.admit.ledger, token: token, metrics: metrics,
-		ready: func(context.Context) error { return nil }}
+func proxyServer(s *stack, token string, metrics *httpx.Metrics) *edge.Server {
+	return &edge.Server{Admit: s.admit, Ledger: s.ledger, Token: token, Metrics: metrics,
+		Ready: func(context.Context) error { return nil }}
 }
 
 // TestProxyHostileInput sends every hostile case to the proxy behind the

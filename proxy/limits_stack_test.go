@@ -13,11 +13,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/flashgate/flashgate/proxy/internal/limits"
 	"github.com/flashgate/flashgate/shared/api"
 	"github.com/flashgate/flashgate/shared/devstack/devstacktest"
 	"github.com/flashgate/flashgate/shared/httpx"
@@ -85,7 +85,7 @@ func TestClientRateHoldsABot(t *testing.T) {
 	for _, early := range []bool{false, true} {
 		t.Run(fmt.Sprintf("early_retries_refused=%v", early), func(t *testing.T) {
 			s := newStack(t, stackOptions{coalesce: true,
-				limits: &LimitConfig{ClientRate: 20, ClientBurst: 20, EarlyRetries: early, RedisTimeout: time.Second}})
+				limits: &limits.Config{ClientRate: 20, ClientBurst: 20, EarlyRetries: early, RedisTimeout: time.Second}})
 			code := newCode(t)
 			s.createVoucher(t, code, 1_000, 1, true)
 
@@ -129,10 +129,10 @@ func TestClientRateHoldsABot(t *testing.T) {
 			// already holding its use (ALREADY_USED): decided, no use taken.
 			assert.Equal(t, int(sent.Load()), got+botAnswers.get(http.StatusTooManyRequests)+botAnswers.get(http.StatusConflict),
 				"the bot got 201, 429 or 409 only: %v", botAnswers.n)
-			refused := testutil.ToFloat64(s.limits.refused.Get(causeClient)) + testutil.ToFloat64(s.limits.refused.Get(causeEarlyClient))
+			refused := s.metric(t, "flashgate_rate_limited_total", "cause", "client") + s.metric(t, "flashgate_rate_limited_total", "cause", "early_client")
 			assert.Equal(t, float64(botAnswers.get(http.StatusTooManyRequests)), refused, "each 429 counted by its cause")
 			if !early {
-				assert.Zero(t, testutil.ToFloat64(s.limits.refused.Get(causeEarlyClient)))
+				assert.Zero(t, s.metric(t, "flashgate_rate_limited_total", "cause", "early_client"))
 			}
 			assert.Equal(t, got+customers, s.db(t, code).Used, "the uses taken are the 201s answered")
 		})
@@ -148,7 +148,7 @@ func TestClientRateHoldsABot(t *testing.T) {
 // order answered 201 takes a token like any other request: refused while the
 // bucket is empty, it gets its 201 once a token is back.
 func TestCustomerRateAcrossProxies(t *testing.T) {
-	lim := &LimitConfig{CustomerRate: 1, CustomerBurst: 3, EarlyRetries: true, RedisTimeout: time.Second}
+	lim := &limits.Config{CustomerRate: 1, CustomerBurst: 3, EarlyRetries: true, RedisTimeout: time.Second}
 	redisURL := devstacktest.RedisURL(t)
 	s := newStack(t, stackOptions{coalesce: true, redisURL: redisURL, limits: lim})
 	other := startProxy(t, stackOptions{coalesce: true, redisURL: redisURL, limits: lim}, s.LedgerURL)
@@ -172,8 +172,8 @@ func TestCustomerRateAcrossProxies(t *testing.T) {
 	again := send(h, proxies[1], code, 7, code+"-o5")
 	assert.Equal(t, http.StatusTooManyRequests, again.status)
 	assert.GreaterOrEqual(t, again.retryAfter, time.Second)
-	assert.Equal(t, 1.0, testutil.ToFloat64(other.limits.refused.Get(causeEarlyOrder)), "refused as early")
-	customer := testutil.ToFloat64(s.limits.refused.Get(causeCustomer)) + testutil.ToFloat64(other.limits.refused.Get(causeCustomer))
+	assert.Equal(t, 1.0, other.metric(t, "flashgate_rate_limited_total", "cause", "early_order"), "refused as early")
+	customer := s.metric(t, "flashgate_rate_limited_total", "cause", "customer") + other.metric(t, "flashgate_rate_limited_total", "cause", "customer")
 	assert.Equal(t, 3.0, customer, "the three over the rate, counted as such")
 	assert.Equal(t, http.StatusTooManyRequests, send(h, s.ProxyURL, code, 7, code+"-o0").status,
 		"a retry of an order answered 201 here, the customer's bucket empty")
@@ -219,7 +219,7 @@ func TestHammeringRetriesGetNoMore(t *testing.T) {
 	for _, early := range []bool{false, true} {
 		t.Run(fmt.Sprintf("early_retries_refused=%v", early), func(t *testing.T) {
 			s := newStack(t, stackOptions{maxInflight: 2, redisHook: slowRedis{5 * time.Millisecond},
-				limits: &LimitConfig{EarlyRetries: early, RedisTimeout: time.Second}})
+				limits: &limits.Config{EarlyRetries: early, RedisTimeout: time.Second}})
 			code := newCode(t)
 			const uses, orders, perSecond = 300, 600, 300
 			s.createVoucher(t, code, uses, 1, true)
@@ -269,7 +269,7 @@ func TestHammeringRetriesGetNoMore(t *testing.T) {
 			hammer, polite := results[0], results[1]
 			t.Logf("early retries refused %v: hammering %d uses (%d at a first attempt) in %d requests, polite %d uses (%d) in %d requests (%v); refused early: %v",
 				early, hammer.created, hammer.first, hammer.sent, polite.created, polite.first, polite.sent, time.Since(start).Round(time.Millisecond),
-				testutil.ToFloat64(s.limits.refused.Get(causeEarlyOrder)))
+				s.metric(t, "flashgate_rate_limited_total", "cause", "early_order"))
 			assert.Equal(t, int64(uses), hammer.created+polite.created, "sold out, one use per 201")
 			assert.Equal(t, uses, s.db(t, code).Used)
 			if early {

@@ -32,7 +32,7 @@ func TestRetryAfterRedisRestartFromStaleSnapshot(t *testing.T) {
 	s.createVoucher(t, code, 1, 1, true)
 	order := code + "-a"
 
-	require.NoError(t, s.admit.ledger.Warmup(ctx, code))
+	require.NoError(t, s.ledger.Warmup(ctx, code))
 	require.NoError(t, s.rdb.Save(ctx).Err())
 	r := s.reserve(t, code, 1, order)
 	require.Equal(t, http.StatusCreated, r.Status, r.Raw)

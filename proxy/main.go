@@ -5,6 +5,11 @@
 // forwards only the admitted ones, and retries of known orders, to the
 // ledger. A voucher's terms are read from the ledger only when neither the
 // cache nor Redis has them (standard vouchers, a cold proxy).
+//
+// main reads the Config once and wires the packages under internal/, each
+// importing only those before it: ledger (the client of the ledger, its
+// batched writes, readiness), codes (the set of voucher codes), limits (the
+// per-client buckets), admit (the Admitter) and edge (the routes).
 package main
 
 import (
@@ -16,12 +21,17 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/gin-gonic/gin"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/flashgate/flashgate/proxy/internal/admit"
+	"github.com/flashgate/flashgate/proxy/internal/edge"
+	"github.com/flashgate/flashgate/proxy/internal/ledger"
+	"github.com/flashgate/flashgate/proxy/internal/limits"
 	"github.com/flashgate/flashgate/shared/checkout"
 	"github.com/flashgate/flashgate/shared/envconf"
 	"github.com/flashgate/flashgate/shared/gate"
 	"github.com/flashgate/flashgate/shared/httpx"
-	"github.com/gin-gonic/gin"
-	"github.com/redis/go-redis/v9"
 )
 
 // Config is everything the proxy reads from its environment, read once in main.
@@ -48,7 +58,7 @@ type Config struct {
 	CodesRefresh    time.Duration                 // LIVE_CODES_REFRESH: a code outside the set re-reads it at most this often
 	LedgerLookups   int                           // LEDGER_LOOKUPS: lookups at the ledger in flight at once
 	CheckoutKeys    checkout.Keys                 // CHECKOUT_TOKEN_SECRET: keyId:secret[,keyId:secret...]
-	Limits          LimitConfig                   // CLIENT_RATE, CLIENT_BURST, CUSTOMER_RATE, CUSTOMER_BURST, TRUSTED_PROXIES, REFUSE_EARLY_RETRIES
+	Limits          limits.Config                 // CLIENT_RATE, CLIENT_BURST, CUSTOMER_RATE, CUSTOMER_BURST, TRUSTED_PROXIES, REFUSE_EARLY_RETRIES
 	httpx.Serving                                 // MAX_CONNS, MAX_INFLIGHT, DEBUG_ADDR, SHUTDOWN_DELAY, SHUTDOWN_TIMEOUT
 }
 
@@ -109,7 +119,7 @@ func configFrom(e *envconf.Reader) (Config, error) {
 	if c.CheckoutKeys, err = checkout.ParseKeys(secret); err != nil {
 		return c, fmt.Errorf("CHECKOUT_TOKEN_SECRET: %w", err)
 	}
-	if c.Limits.Trusted, err = parseTrustedProxies(trusted); err != nil {
+	if c.Limits.Trusted, err = limits.ParseTrustedProxies(trusted); err != nil {
 		return c, err
 	}
 	if c.Limits.IPv6Prefix > 128 {
@@ -136,7 +146,7 @@ func configFrom(e *envconf.Reader) (Config, error) {
 
 // proxyScopes are the scopes PROXY_TOKENS may give: the edge's routes take
 // no other (a read, write or internal token belongs to a ledger).
-var proxyScopes = []string{string(httpx.ScopeReserve), string(httpx.ScopeSettle), string(scopeMetrics)}
+var proxyScopes = []string{string(httpx.ScopeReserve), string(httpx.ScopeSettle), string(edge.ScopeMetrics)}
 
 // checkEdgeAuth refuses an edge without a token unless PROXY_AUTH=off says
 // so, PROXY_AUTH=off beside a token (which of the two was meant?), and
@@ -153,8 +163,8 @@ func checkEdgeAuth(c Config) error {
 }
 
 // readLimits reads the per-client limits' settings (TRUSTED_PROXIES aside).
-func readLimits(e *envconf.Reader, redisTimeout time.Duration) LimitConfig {
-	l := LimitConfig{
+func readLimits(e *envconf.Reader, redisTimeout time.Duration) limits.Config {
+	l := limits.Config{
 		ClientRate: e.Int("CLIENT_RATE", 0, 0,
 			"requests a second per client key (its named token, else its address: see TRUSTED_PROXIES and CLIENT_KEY_IPV6_PREFIX), reserves and the order routes (get, confirm, release, refund) alike, retries included, in a token bucket in each proxy, charged once the request is known to be for a voucher and, for a voucher that requires one, to carry a valid checkout token; over it: 429 RATE_LIMITED with Retry-After, before the gate; 0: off"),
 		ClientBurst: e.Int("CLIENT_BURST", 0, 0, "the client bucket's size: requests a client key may send at once; 0: CLIENT_RATE"),
@@ -168,14 +178,6 @@ func readLimits(e *envconf.Reader, redisTimeout time.Duration) LimitConfig {
 		RedisTimeout: redisTimeout,
 	}
 	return l
-}
-
-// windowMax is the admission window's largest size: half of the bound on
-// requests in flight the proxy starts with (Serving.StartBound), so that
-// admitted writes waiting on the ledger never fill the proxy and the cheap
-// answers (refusals, the window's own 503s) always find a slot.
-func windowMax(startBound int) int {
-	return max(startBound/2, windowLeast)
 }
 
 func main() {
@@ -205,46 +207,47 @@ func run(cfg Config, log *slog.Logger) error {
 		return err
 	}
 	defer rdb.Close()
-	ledger := NewLedgerClient(cfg.LedgerURL, cfg.LedgerToken, cfg.LedgerTimeout)
-	ledger.ObserveLatency(newLedgerLatency(metrics.Registry))
-	ledger.ObserveBreaker(metrics.Registry, log)
-	if err := checkLedgerSettings(stopping, ledger, cfg.LedgerTimeout, cfg.LedgerWait, log); err != nil {
+	lc := ledger.NewClient(cfg.LedgerURL, cfg.LedgerToken, cfg.LedgerTimeout)
+	lc.ObserveLatency(ledger.NewLatency(metrics.Registry))
+	lc.ObserveBreaker(metrics.Registry, log)
+	if err := ledger.CheckSettings(stopping, lc, cfg.LedgerTimeout, cfg.LedgerWait, log); err != nil {
 		return err
 	}
-	go warm(stopping, rdb, ledger, cfg, log) // beside serving: a slow dependency never delays the start
-	go ledger.KeepWarm(ctx, cfg.LedgerWarm, keepWarmEvery)
-	admit, err := NewAdmitter(ctx, gate.New(rdb), ledger, AdmitConfig{
+	go warm(stopping, rdb, lc, cfg, log) // beside serving: a slow dependency never delays the start
+	go lc.KeepWarm(ctx, cfg.LedgerWarm, ledger.KeepWarmEvery)
+	adm, err := admit.New(ctx, gate.New(rdb), lc, admit.Config{
 		SoldOutTTL: cfg.SoldOutTTL, VoucherCacheTTL: cfg.VoucherCacheTTL, RedisTimeout: cfg.RedisTimeout,
 		Coalesce: cfg.Coalesce, MaxBatch: cfg.MaxBatch, Registerer: metrics.Registry,
-		WriteTarget: cfg.WriteTarget, WindowMax: windowMax(cfg.StartBound()),
+		WriteTarget: cfg.WriteTarget, WindowMax: admit.WindowMax(cfg.StartBound()),
 		CodesRefresh: cfg.CodesRefresh, Lookups: cfg.LedgerLookups, CheckoutKeys: cfg.CheckoutKeys,
 	}, log)
 	if err != nil {
 		return err
 	}
-	defer admit.Close()
-	defer watchChanges(ctx, rdb, admit, log)()
-	if err := admit.SharePeers(ctx, rdb, metrics.Registry); err != nil {
+	defer adm.Close()
+	_, stopWatch := adm.WatchChanges(ctx, rdb, log)
+	defer stopWatch()
+	if err := adm.SharePeers(ctx, rdb, metrics.Registry); err != nil {
 		return err
 	}
 	// Beside the watcher: a voucher created while both come up and missed by
 	// both is read again by the first miss for it. A failure is logged; the
 	// proxy then asks about every code, as before, and the next miss reads.
-	_ = admit.LoadCodes(stopping)
-	lim := newLimits(cfg.Limits, rdb, metrics.Registry)
+	_ = adm.LoadCodes(stopping)
+	lim := limits.New(cfg.Limits, rdb, metrics.Registry)
 	// Readiness is probed in the background: a /readyz answers from what the
 	// last probes saw, and never reaches the ledger itself.
-	ready := newReadiness(ledgerReady(ledger))
-	ready.check(stopping)
-	go ready.run(ctx, readyEvery)
-	srv := &Server{log: log, admit: admit, ledger: ledger, limits: lim, token: cfg.Token, tokens: cfg.Tokens, metrics: metrics,
-		metricsElsewhere: cfg.MetricsAddr != "", maxInflight: cfg.MaxInflight, inflightCap: cfg.InflightCap(), latencySLO: cfg.LatencySLO, ready: func(context.Context) error {
+	ready := ledger.NewReadiness(ledger.Ready(lc))
+	ready.Check(stopping)
+	go ready.Run(ctx, ledger.ReadyEvery)
+	srv := &edge.Server{Log: log, Admit: adm, Ledger: lc, Limits: lim, Token: cfg.Token, Tokens: cfg.Tokens, Metrics: metrics,
+		MetricsElsewhere: cfg.MetricsAddr != "", MaxInflight: cfg.MaxInflight, InflightCap: cfg.InflightCap(), LatencySLO: cfg.LatencySLO, Ready: func(context.Context) error {
 			// Ready while a ledger answers: without Redis, standard vouchers,
 			// confirm and release still work (flash reserves get a fast 503).
 			if err := life.Err(); err != nil {
 				return err
 			}
-			return ready.err()
+			return ready.Err()
 		}}
 
 	if cfg.OpenEdge {
@@ -256,24 +259,4 @@ func run(cfg Config, log *slog.Logger) error {
 	err = life.Serve(ln, httpx.NewServer(cfg.Addr, srv.Handler()), cfg.MaxClientConns)
 	log.Info("proxy stopped")
 	return err
-}
-
-// watchChanges makes the admitter forget a voucher's terms and sold-out flag
-// as soon as the ledger publishes that it changed (new terms, a pause, stock
-// coming back), until the returned stop is called; stop waits for the watcher
-// to end. A watcher that missed messages falls back to the caches' TTLs. The
-// set of voucher codes syncs with it on a miss (voucherCodes.Has).
-func watchChanges(ctx context.Context, sub gate.Subscriber, a *Admitter, log *slog.Logger) (stop func()) {
-	ctx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	w := gate.NewWatcher(sub, a.Forget, log)
-	a.codes.SyncWith(w.Sync)
-	go func() {
-		defer close(done)
-		w.Run(ctx)
-	}()
-	return func() {
-		cancel()
-		<-done
-	}
 }

@@ -13,6 +13,10 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/flashgate/flashgate/proxy/internal/admit"
+	"github.com/flashgate/flashgate/proxy/internal/edge"
+	"github.com/flashgate/flashgate/proxy/internal/ledger"
+	"github.com/flashgate/flashgate/proxy/internal/limits"
 	"github.com/flashgate/flashgate/shared/envconf"
 	"github.com/flashgate/flashgate/shared/httpx"
 	"github.com/flashgate/flashgate/shared/httpx/httpxtest"
@@ -28,21 +32,21 @@ func TestMetricsDocumented(t *testing.T) {
 
 	// The proxy as main wires it: one registry for HTTP, admission and ledger-call metrics.
 	m := httpx.NewMetrics("proxy")
-	lc := NewLedgerClient(s.LedgerURL, "test-token", 10*time.Second)
-	lc.ObserveLatency(newLedgerLatency(m.Registry))
+	lc := ledger.NewClient(s.LedgerURL, "test-token", 10*time.Second)
+	lc.ObserveLatency(ledger.NewLatency(m.Registry))
 	lc.ObserveBreaker(m.Registry, slog.New(slog.DiscardHandler))
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	admit, err := NewAdmitter(ctx, s.gate, lc, AdmitConfig{
+	adm, err := admit.New(ctx, s.gate, lc, admit.Config{
 		SoldOutTTL: 2 * time.Second, VoucherCacheTTL: 5 * time.Second, RedisTimeout: 250 * time.Millisecond,
 		Coalesce: true, MaxBatch: 256, Registerer: m.Registry,
 	}, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	require.NoError(t, err)
-	t.Cleanup(admit.Close)
-	require.NoError(t, admit.SharePeers(ctx, s.rdb, m.Registry))
+	t.Cleanup(adm.Close)
+	require.NoError(t, adm.SharePeers(ctx, s.rdb, m.Registry))
 	const edgeToken = "edge-token"
-	srv := &Server{admit: admit, ledger: lc, token: edgeToken, metrics: m, maxInflight: 256, latencySLO: 100 * time.Millisecond, ready: func(context.Context) error { return nil },
-		limits: newLimits(LimitConfig{EarlyRetries: true}, s.rdb, m.Registry)}
+	srv := &edge.Server{Admit: adm, Ledger: lc, Token: edgeToken, Metrics: m, MaxInflight: 256, LatencySLO: 100 * time.Millisecond, Ready: func(context.Context) error { return nil },
+		Limits: limits.New(limits.Config{EarlyRetries: true}, s.rdb, m.Registry)}
 	h := srv.Handler()
 
 	code := newCode(t)
@@ -76,15 +80,15 @@ func TestMetricsOffThePublicPort(t *testing.T) {
 		m := httpx.NewMetrics("proxy")
 		ctx, cancel := context.WithCancel(context.Background())
 		t.Cleanup(cancel)
-		admit, err := NewAdmitter(ctx, s.gate, s.admit.ledger, AdmitConfig{
+		adm, err := admit.New(ctx, s.gate, s.ledger, admit.Config{
 			SoldOutTTL: 2 * time.Second, VoucherCacheTTL: 5 * time.Second, RedisTimeout: 250 * time.Millisecond,
 			Coalesce: true, MaxBatch: 256, Registerer: m.Registry,
 		}, slog.New(slog.DiscardHandler))
 		require.NoError(t, err)
-		t.Cleanup(admit.Close)
-		srv := &Server{admit: admit, ledger: s.admit.ledger, metrics: m, ready: func(context.Context) error { return nil }}
+		t.Cleanup(adm.Close)
+		srv := &edge.Server{Admit: adm, Ledger: s.ledger, Metrics: m, Ready: func(context.Context) error { return nil }}
 		if !open {
-			srv.tokens = map[string]envconf.Credential{"shop": {Token: shop, Scopes: []string{"reserve"}},
+			srv.Tokens = map[string]envconf.Credential{"shop": {Token: shop, Scopes: []string{"reserve"}},
 				"prometheus": {Token: scraper, Scopes: []string{"metrics"}}}
 		}
 		h := srv.Handler()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"testing"
 
+	"github.com/flashgate/flashgate/proxy/internal/edge"
 	"github.com/flashgate/flashgate/shared/httpx"
 	"github.com/flashgate/flashgate/shared/httpx/httpxtest"
 )
@@ -13,7 +14,7 @@ import (
 // operation the document says the proxy serves is registered. Handler does not
 // touch the Server's dependencies while registering, so none are needed.
 func TestOpenAPIRoutes(t *testing.T) {
-	srv := &Server{metrics: httpx.NewMetrics("proxy"), ready: func(context.Context) error { return nil }}
+	srv := &edge.Server{Metrics: httpx.NewMetrics("proxy"), Ready: func(context.Context) error { return nil }}
 	httpxtest.CheckOpenAPIRoutes(t, srv.Handler(), "proxy")
 }
 

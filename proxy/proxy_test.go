@@ -149,7 +149,7 @@ func TestSoldOutFlag(t *testing.T) {
 		require.Equal(t, "OUT_OF_STOCK", r.Code())
 	}
 	assert.Equal(t, calls, s.gate.Calls(), "sold-out requests reached Redis")
-	assert.GreaterOrEqual(t, s.admit.flagHits.Load(), int64(50))
+	assert.GreaterOrEqual(t, s.metric(t, "flashgate_soldout_flag_hits_total"), 50.0)
 	// A retry of an admitted order still gets its 201 while the flag is up.
 	r = s.reserve(t, code, 1, code+"-1")
 	assert.Equal(t, 201, r.Status)

@@ -1,8 +1,6 @@
 package main
 
 import (
-	"context"
-	"errors"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
@@ -96,31 +94,4 @@ func TestReadyzFloodBesideSlowLedger(t *testing.T) {
 		}
 	}
 	assert.Zero(t, got503, "GETs of an order answered 503 after the flood (the breaker opened)")
-}
-
-// TestReadinessRidesOutOneSlowProbe: one failed probe of the ledger (a slow
-// answer, a busy moment of its pool) leaves the proxy ready; readyFailures
-// in a row make it unready, naming the cause; one success makes it ready
-// again.
-func TestReadinessRidesOutOneSlowProbe(t *testing.T) {
-	var fail atomic.Bool
-	r := newReadiness(func(context.Context) error {
-		if fail.Load() {
-			return errors.New("ledger not ready: 503")
-		}
-		return nil
-	})
-	ctx := context.Background()
-	r.check(ctx)
-	require.NoError(t, r.err())
-	fail.Store(true)
-	for i := 1; i < readyFailures; i++ {
-		r.check(ctx)
-		require.NoError(t, r.err(), "after %d failed probes", i)
-	}
-	r.check(ctx)
-	require.ErrorContains(t, r.err(), "ledger not ready: 503")
-	fail.Store(false)
-	r.check(ctx)
-	require.NoError(t, r.err())
 }

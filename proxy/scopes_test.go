@@ -3,6 +3,7 @@ package main
 import (
 	"testing"
 
+	"github.com/flashgate/flashgate/proxy/internal/edge"
 	"github.com/flashgate/flashgate/shared/envconf"
 	"github.com/flashgate/flashgate/shared/httpx"
 	"github.com/flashgate/flashgate/shared/httpx/httpxtest"
@@ -18,7 +19,7 @@ var proxyScopeTable = map[string][]httpx.Scope{
 	"POST /vouchers/:code/reservations/:orderId/confirm": {httpx.ScopeSettle},
 	"POST /vouchers/:code/reservations/:orderId/refund":  {httpx.ScopeSettle},
 	"DELETE /vouchers/:code/reservations/:orderId":       {httpx.ScopeSettle},
-	"GET /metrics": {scopeMetrics},
+	"GET /metrics": {edge.ScopeMetrics},
 }
 
 // TestRouteScopes sends every route the proxy registers with a token of each
@@ -35,7 +36,7 @@ func TestRouteScopes(t *testing.T) {
 		tokens[sc+"-only"] = envconf.Credential{Token: "edge-" + sc, Scopes: []string{sc}}
 	}
 	srv := proxyServer(s, check.All, httpx.NewMetrics("proxy"))
-	srv.tokens = tokens
-	check.Open = srv.openPaths() // /metrics needs a token here: no METRICS_ADDR
+	srv.Tokens = tokens
+	check.Open = srv.OpenPaths() // /metrics needs a token here: no METRICS_ADDR
 	httpxtest.CheckRouteScopes(t, srv.Handler(), check)
 }

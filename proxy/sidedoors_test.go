@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/flashgate/flashgate/proxy/internal/limits"
 	"github.com/flashgate/flashgate/shared/api"
 	"github.com/flashgate/flashgate/shared/checkout"
 	"github.com/flashgate/flashgate/shared/voucher"
@@ -26,7 +27,7 @@ func TestHostileNoTokenSpendsNoCustomerBudget(t *testing.T) {
 	keys, err := checkout.ParseKeys("k2:" + currentSecret)
 	require.NoError(t, err)
 	s := newStack(t, stackOptions{coalesce: true, checkoutKeys: keys,
-		limits: &LimitConfig{CustomerRate: 1, EarlyRetries: true, RedisTimeout: time.Second}})
+		limits: &limits.Config{CustomerRate: 1, EarlyRetries: true, RedisTimeout: time.Second}})
 	code := newCode(t)
 	body := voucherBody(code, 100, 1, true)
 	body["requireCheckoutToken"] = true
@@ -59,7 +60,7 @@ func TestHostileNoTokenSpendsNoCustomerBudget(t *testing.T) {
 func TestRetryOfAdmittedOrderChargedAndReplayed(t *testing.T) {
 	t.Parallel()
 	s := newStack(t, stackOptions{coalesce: true, tap: true,
-		limits: &LimitConfig{ClientRate: 5, EarlyRetries: true, RedisTimeout: time.Second}})
+		limits: &limits.Config{ClientRate: 5, EarlyRetries: true, RedisTimeout: time.Second}})
 	code := newCode(t)
 	s.createVoucher(t, code, 10, 1, true)
 	order := code + "-o1"
@@ -100,7 +101,7 @@ func TestRetryOfAdmittedOrderChargedAndReplayed(t *testing.T) {
 func TestRetryMemoryKeyedByCustomer(t *testing.T) {
 	t.Parallel()
 	s := newStack(t, stackOptions{coalesce: true,
-		limits: &LimitConfig{CustomerRate: 1, EarlyRetries: true, RedisTimeout: time.Second}})
+		limits: &limits.Config{CustomerRate: 1, EarlyRetries: true, RedisTimeout: time.Second}})
 	code := newCode(t)
 	s.createVoucher(t, code, 10, 1, true)
 	victimOrder := code + "-victim"
@@ -119,7 +120,7 @@ func TestRetryMemoryKeyedByCustomer(t *testing.T) {
 func TestClientRefusedOnlyWhileBucketEmpty(t *testing.T) {
 	t.Parallel()
 	s := newStack(t, stackOptions{coalesce: true,
-		limits: &LimitConfig{ClientRate: 20, EarlyRetries: true, RedisTimeout: time.Second}})
+		limits: &limits.Config{ClientRate: 20, EarlyRetries: true, RedisTimeout: time.Second}})
 	code := newCode(t)
 	s.createVoucher(t, code, 1_000, 1, true)
 	nat := fromAddr("127.0.0.5")
@@ -154,7 +155,7 @@ func TestClientRefusedOnlyWhileBucketEmpty(t *testing.T) {
 func TestClientLimitOnOrderRoutes(t *testing.T) {
 	t.Parallel()
 	s := newStack(t, stackOptions{coalesce: true, tap: true, codesRefresh: time.Hour,
-		limits: &LimitConfig{ClientRate: 5, RedisTimeout: time.Second}})
+		limits: &limits.Config{ClientRate: 5, RedisTimeout: time.Second}})
 	code := newCode(t)
 	s.createVoucher(t, code, 10, 1, true)
 	time.Sleep(time.Second) // the bucket full again after the create's lookups

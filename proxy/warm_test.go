@@ -14,6 +14,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/flashgate/flashgate/proxy/internal/edge"
+	"github.com/flashgate/flashgate/proxy/internal/ledger"
 	"github.com/flashgate/flashgate/shared/devstack/devstacktest"
 	"github.com/flashgate/flashgate/shared/envconf"
 	"github.com/flashgate/flashgate/shared/httpx"
@@ -56,17 +58,17 @@ func (h *countCalls) count(cmd redis.Cmder) {
 // line for it, not its requests.
 func TestWarmUpServesItselfAndTouchesNothing(t *testing.T) {
 	var ledgerCalls atomic.Int64
-	ledger := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+	led := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		ledgerCalls.Add(1)
 		w.WriteHeader(http.StatusServiceUnavailable)
 	}))
-	defer ledger.Close()
+	defer led.Close()
 	redisCalls := &countCalls{}
-	s := startProxy(t, stackOptions{redisURL: devstacktest.RedisURL(t), coalesce: true, redisHook: redisCalls}, ledger.URL)
+	s := startProxy(t, stackOptions{redisURL: devstacktest.RedisURL(t), coalesce: true, redisHook: redisCalls}, led.URL)
 
 	var logged bytes.Buffer
-	srv := Server{admit: s.admit, ledger: NewLedgerClient(ledger.URL, "test-token", 0), token: "edge-token",
-		metrics: httpx.NewMetrics("proxy"), maxInflight: 64, ready: func(context.Context) error { return nil }}
+	srv := edge.Server{Admit: s.admit, Ledger: ledger.NewClient(led.URL, "test-token", 0), Token: "edge-token",
+		Metrics: httpx.NewMetrics("proxy"), MaxInflight: 64, Ready: func(context.Context) error { return nil }}
 	before, ledgerBefore := redisCalls.n.Load(), ledgerCalls.Load() // after the proxy's read of the voucher codes
 	warmUp(context.Background(), srv, Config{Token: "edge-token", WarmRequests: 1000,
 		Serving: httpx.Serving{MaxInflight: 64}}, slog.New(slog.NewJSONHandler(&logged, nil)))
@@ -75,7 +77,7 @@ func TestWarmUpServesItselfAndTouchesNothing(t *testing.T) {
 	assert.NotContains(t, logged.String(), "failed")
 	assert.Equal(t, ledgerBefore, ledgerCalls.Load(), "the ledger heard of the warm-up")
 	assert.Equal(t, before, redisCalls.n.Load(), "Redis heard of the warm-up")
-	n, err := testutil.GatherAndCount(srv.metrics.Registry, "flashgate_http_request_duration_seconds")
+	n, err := testutil.GatherAndCount(srv.Metrics.Registry, "flashgate_http_request_duration_seconds")
 	require.NoError(t, err)
 	assert.Zero(t, n, "the warm-up's requests are in the proxy's metrics")
 
@@ -83,7 +85,7 @@ func TestWarmUpServesItselfAndTouchesNothing(t *testing.T) {
 	// reserve, the warm-up still reaches validation: it shows a token of its
 	// own, made for this start, never a client's.
 	logged.Reset()
-	srv.token, srv.tokens = "", map[string]envconf.Credential{"payments": {Token: "pay-token", Scopes: []string{"settle"}}}
+	srv.Token, srv.Tokens = "", map[string]envconf.Credential{"payments": {Token: "pay-token", Scopes: []string{"settle"}}}
 	warmUp(context.Background(), srv, Config{WarmRequests: 10, Serving: httpx.Serving{MaxInflight: 2}},
 		slog.New(slog.NewJSONHandler(&logged, nil)))
 	assert.Contains(t, logged.String(), `"msg":"serving warm","requests":10,"conns":2`)

@@ -148,7 +148,7 @@ type voucherSpec struct {
 // by that release arrives (OUT_OF_STOCK instead of RESERVATION_RELEASED).
 //
 // The sold-out flag and a retry of an order that holds a use (flagged() in
-// proxy/admit.go): the flag holds a snapshot of the orders Redis held at a
+// proxy/internal/admit/admit.go): the flag holds a snapshot of the orders Redis held at a
 // moment it had no use left, and for SOLDOUT_TTL answers OUT_OF_STOCK to every
 // order not in it, retries included. Redis admits after the snapshot only with
 // a use given back after it; a release through this proxy drops the flag

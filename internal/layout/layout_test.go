@@ -23,6 +23,7 @@ const module = "github.com/flashgate/flashgate/"
 var layers = map[string][]string{
 	"ledger/internal/":   {"store", "sale", "admissions", "jobs", "outbox", "web", "app", "ledgertest"},
 	"loadtest/internal/": {"stack", "load", "verify", "burst", "compare", "chaos", "attack"},
+	"proxy/internal/":    {"ledger", "codes", "limits", "admit", "edge"},
 }
 
 // pkg is what `go list -json` says of one package.
@@ -58,7 +59,7 @@ func list(t *testing.T, args ...string) []pkg {
 // rel is a package's path inside the module ("ledger/internal/store").
 func rel(path string) string { return strings.TrimPrefix(path, module) }
 
-// TestImportsRunDown: inside ledger/ and loadtest/, every package under
+// TestImportsRunDown: inside ledger/, loadtest/ and proxy/, every package under
 // internal/ imports only the packages below it in layers; main sits on top.
 func TestImportsRunDown(t *testing.T) {
 	for _, p := range list(t, "./...") {

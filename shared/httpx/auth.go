@@ -114,7 +114,7 @@ func ActorFrom(ctx context.Context) string {
 // the service's Tokens: PROXY_TOKENS, LEDGER_TOKENS), or "" when it showed
 // none, or the single shared token (DefaultActor: every client holds it), or
 // auth is off. Where it is set, it names the client better than its address:
-// the proxy's per-client limits key on it (proxy/clientkey.go).
+// the proxy's per-client limits key on it (proxy/internal/limits/clientkey.go).
 func ClientName(c *gin.Context) string {
 	switch actor := ActorFrom(c); actor {
 	case DefaultActor, AnonymousActor:

@@ -1,4 +1,4 @@
-package main
+package limits
 
 import (
 	"fmt"
@@ -12,8 +12,6 @@ import (
 	"github.com/gin-gonic/gin"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-
-	"github.com/flashgate/flashgate/shared/envconf"
 )
 
 // TestClientKey: the peer address keys a request unless the peer is a
@@ -21,7 +19,7 @@ import (
 // trusted addresses, so that what a client writes into the header itself
 // (to the left) is never believed; a named token's name beats any address.
 func TestClientKey(t *testing.T) {
-	trusted, err := parseTrustedProxies("127.0.0.1/32, 10.0.0.0/8,::1")
+	trusted, err := ParseTrustedProxies("127.0.0.1/32, 10.0.0.0/8,::1")
 	require.NoError(t, err)
 	for _, tc := range []struct {
 		peer, xff, name string
@@ -58,32 +56,10 @@ func TestClientKey(t *testing.T) {
 		}
 	}
 	for _, bad := range []string{"10.0.0.0/33", "not-an-address", "1.2.3"} {
-		if _, err := parseTrustedProxies(bad); err == nil {
-			t.Errorf("parseTrustedProxies(%q) = nil error, want one", bad)
+		if _, err := ParseTrustedProxies(bad); err == nil {
+			t.Errorf("ParseTrustedProxies(%q) = nil error, want one", bad)
 		}
 	}
-}
-
-// TestConfigLimits: the limits are off by default, early retries are
-// refused, and a TRUSTED_PROXIES that is not a list of CIDRs stops the start
-// naming it.
-func TestConfigLimits(t *testing.T) {
-	c, err := configFrom(envconf.NewFrom(map[string]string{"REDIS_URL": "redis://x", "PROXY_AUTH": "off"}))
-	require.NoError(t, err)
-	assert.Equal(t, 0, c.Limits.ClientRate)
-	assert.Equal(t, 0, c.Limits.CustomerRate)
-	assert.True(t, c.Limits.EarlyRetries)
-	assert.Empty(t, c.Limits.Trusted)
-	c, err = configFrom(envconf.NewFrom(map[string]string{"REDIS_URL": "redis://x", "PROXY_AUTH": "off", "CLIENT_RATE": "20",
-		"CLIENT_BURST": "40", "CUSTOMER_RATE": "1", "TRUSTED_PROXIES": "10.0.0.0/8,127.0.0.1"}))
-	require.NoError(t, err)
-	assert.Equal(t, LimitConfig{ClientRate: 20, ClientBurst: 40, CustomerRate: 1, EarlyRetries: true, IPv6Prefix: 64,
-		Trusted: c.Limits.Trusted, RedisTimeout: c.RedisTimeout}, c.Limits)
-	assert.Len(t, c.Limits.Trusted, 2)
-	_, err = configFrom(envconf.NewFrom(map[string]string{"REDIS_URL": "redis://x", "TRUSTED_PROXIES": "10.0.0.0/99"}))
-	assert.ErrorContains(t, err, "TRUSTED_PROXIES")
-	_, err = configFrom(envconf.NewFrom(map[string]string{"REDIS_URL": "redis://x", "CLIENT_RATE": "-1"}))
-	assert.ErrorContains(t, err, "CLIENT_RATE")
 }
 
 // TestBucketsHoldTheRate: many goroutines of one key at one instant get
@@ -185,7 +161,7 @@ func TestComebacksBoundedAndExpire(t *testing.T) {
 // bucket; an X-Forwarded-For entry written as ip:port is keyed by its
 // address alone, and an IPv4-mapped address by its IPv4.
 func TestClientKeyNormalised(t *testing.T) {
-	trusted, err := parseTrustedProxies("127.0.0.1")
+	trusted, err := ParseTrustedProxies("127.0.0.1")
 	require.NoError(t, err)
 	for _, tc := range []struct {
 		peer, xff string
@@ -213,9 +189,4 @@ func TestClientKeyNormalised(t *testing.T) {
 			t.Errorf("key(peer %s, X-Forwarded-For %q, /%d) = %q, want %q", tc.peer, tc.xff, tc.bits, got, tc.want)
 		}
 	}
-	cfg, err := configFrom(envconf.NewFrom(map[string]string{"REDIS_URL": "redis://x", "PROXY_AUTH": "off"}))
-	require.NoError(t, err)
-	assert.Equal(t, 64, cfg.Limits.IPv6Prefix, "CLIENT_KEY_IPV6_PREFIX's default")
-	_, err = configFrom(envconf.NewFrom(map[string]string{"REDIS_URL": "redis://x", "PROXY_AUTH": "off", "CLIENT_KEY_IPV6_PREFIX": "129"}))
-	require.ErrorContains(t, err, "CLIENT_KEY_IPV6_PREFIX")
 }

@@ -1,4 +1,8 @@
-package main
+// Package codes is what the proxy knows of which vouchers exist: the set of
+// every voucher's code (Set), so that a made-up code is answered 404 at the
+// edge, and the budget of lookups at the ledger (LookupBudget) that reads it
+// and a voucher's terms.
+package codes
 
 import (
 	"context"
@@ -11,7 +15,7 @@ import (
 	"golang.org/x/sync/singleflight"
 )
 
-// voucherCodes is the set of every voucher code the ledger has, so that a
+// Set is the set of every voucher code the ledger has, so that a
 // reserve for any other code is answered 404 VOUCHER_NOT_FOUND at the edge,
 // without Redis, the ledger or Postgres: a flood of made-up codes costs the
 // sale nothing. It is loaded whole at start (GET /internal/voucher-codes), a
@@ -21,7 +25,7 @@ import (
 //
 // Readers take no lock: the set is an immutable map behind an atomic pointer,
 // replaced whole by a load or by an add (rare: a voucher's creation).
-type voucherCodes struct {
+type Set struct {
 	set   atomic.Pointer[map[string]struct{}] // nil until the first load succeeds: every code is asked
 	load  func(ctx context.Context) ([]string, error)
 	every time.Duration // 0: a miss always re-reads (concurrent misses share one read)
@@ -44,13 +48,19 @@ type voucherCodes struct {
 	unknown, loads, loadErrors atomic.Int64 // for the metrics
 }
 
-func newVoucherCodes(load func(ctx context.Context) ([]string, error), every, syncWait time.Duration, log *slog.Logger) *voucherCodes {
-	return &voucherCodes{load: load, every: every, syncWait: syncWait, now: time.Now, log: log}
+// New returns a set read by load, re-read by a miss at most once per every
+// (LIVE_CODES_REFRESH); a miss between two re-reads waits up to syncWait for
+// the change channel (SyncWith). now is the set's clock; nil: time.Now.
+func New(load func(ctx context.Context) ([]string, error), every, syncWait time.Duration, now func() time.Time, log *slog.Logger) *Set {
+	if now == nil {
+		now = time.Now
+	}
+	return &Set{load: load, every: every, syncWait: syncWait, now: now, log: log}
 }
 
 // SyncWith makes a miss between two re-reads wait for sync first (see the
 // field).
-func (s *voucherCodes) SyncWith(sync func(ctx context.Context) error) { s.sync.Store(&sync) }
+func (s *Set) SyncWith(sync func(ctx context.Context) error) { s.sync.Store(&sync) }
 
 // Has reports whether code may be a voucher: it is in the set, or the set is
 // not loaded (then the caller asks as before). A code outside the set re-reads
@@ -59,7 +69,7 @@ func (s *voucherCodes) SyncWith(sync func(ctx context.Context) error) { s.sync.S
 // the subscription, shared by the misses of that moment), so a voucher whose
 // creation was answered before this request was sent is found. Has counts the
 // codes it refuses.
-func (s *voucherCodes) Has(ctx context.Context, code string) bool {
+func (s *Set) Has(ctx context.Context, code string) bool {
 	set := s.set.Load()
 	if set != nil {
 		if _, ok := (*set)[code]; ok {
@@ -89,7 +99,7 @@ func (s *voucherCodes) Has(ctx context.Context, code string) bool {
 
 // due reports whether this miss re-reads the set, and if so moves the next
 // re-read one interval on: of the misses of one interval, one re-reads.
-func (s *voucherCodes) due() bool {
+func (s *Set) due() bool {
 	now := s.now().UnixNano()
 	next := s.next.Load()
 	return now >= next && s.next.CompareAndSwap(next, now+int64(s.every))
@@ -99,7 +109,7 @@ func (s *voucherCodes) due() bool {
 // codes added meanwhile; concurrent calls share one read. A failure leaves the
 // set as it was (logged; the next due miss tries again). The read outlives
 // the request that started it (LEDGER_TIMEOUT bounds each page).
-func (s *voucherCodes) Load(ctx context.Context) error {
+func (s *Set) Load(ctx context.Context) error {
 	_, err, _ := s.flight.Do("", func() (any, error) {
 		s.mu.Lock()
 		s.loading, s.added = true, nil
@@ -135,7 +145,7 @@ func (s *voucherCodes) Load(ctx context.Context) error {
 // Add puts code in the set: the ledger published a change of it, so it
 // exists (vouchers are never deleted). Known codes cost a map read; a new one
 // copies the set, as a creation is rare.
-func (s *voucherCodes) Add(code string) {
+func (s *Set) Add(code string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.loading {
@@ -157,9 +167,18 @@ func (s *voucherCodes) Add(code string) {
 }
 
 // Size is how many codes the set holds; 0 before the first load.
-func (s *voucherCodes) Size() int {
+func (s *Set) Size() int {
 	if set := s.set.Load(); set != nil {
 		return len(*set)
 	}
 	return 0
 }
+
+// Unknown is how many codes Has refused.
+func (s *Set) Unknown() int64 { return s.unknown.Load() }
+
+// Loads is how many reads of the whole set were made, failed ones included.
+func (s *Set) Loads() int64 { return s.loads.Load() }
+
+// LoadErrors is how many reads of the whole set failed.
+func (s *Set) LoadErrors() int64 { return s.loadErrors.Load() }

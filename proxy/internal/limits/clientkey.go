@@ -1,4 +1,4 @@
-package main
+package limits
 
 import (
 	"fmt"
@@ -36,9 +36,9 @@ type clientKeys struct {
 	v6Bits  int // 1-128; 0: 128 (every address its own key)
 }
 
-// parseTrustedProxies reads TRUSTED_PROXIES: CIDRs (or single addresses)
+// ParseTrustedProxies reads TRUSTED_PROXIES: CIDRs (or single addresses)
 // separated by commas; empty: no proxy is trusted.
-func parseTrustedProxies(s string) ([]netip.Prefix, error) {
+func ParseTrustedProxies(s string) ([]netip.Prefix, error) {
 	var out []netip.Prefix
 	for _, f := range strings.Split(s, ",") {
 		f = strings.TrimSpace(f)

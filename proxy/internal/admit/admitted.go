@@ -1,4 +1,4 @@
-package main
+package admit
 
 import (
 	"context"
@@ -86,7 +86,7 @@ func (a *Admitter) WritingHere(code string, cl voucher.Claim) bool {
 
 // HeldElsewhere reports whether another proxy's gate call admitted cl's order
 // for cl's customer on flash voucher code within the order's hold, as that
-// proxy named it on HeldChannel (SharePeers): a retry of it that comes here
+// proxy named it on heldChannel (SharePeers): a retry of it that comes here
 // takes no new use and gets the answer of its row, so a full MAX_INFLIGHT
 // lets it in as one of this proxy's own. Like AdmittedHere it asks nothing of
 // Redis; an order whose message was lost waits for a slot like a new one.
@@ -95,7 +95,7 @@ func (a *Admitter) HeldElsewhere(code string, cl voucher.Claim) bool {
 }
 
 // SharePeers names the orders this proxy's gate calls admit to the other
-// proxies on HeldChannel, and remembers theirs (HeldElsewhere), until ctx
+// proxies on heldChannel, and remembers theirs (HeldElsewhere), until ctx
 // ends.
 func (a *Admitter) SharePeers(ctx context.Context, rdb redis.UniversalClient, reg prometheus.Registerer) error {
 	p, err := newPeers(rdb, reg)

@@ -1,4 +1,4 @@
-package main
+package admit
 
 import (
 	"context"
@@ -14,16 +14,16 @@ import (
 	"github.com/flashgate/flashgate/shared/voucher"
 )
 
-// HeldChannel is the Redis channel on which each proxy names the flash orders
+// heldChannel is the Redis channel on which each proxy names the flash orders
 // its gate calls admitted, so that every other proxy knows their retries hold
 // a use already (HeldElsewhere): a retry that comes through another proxy than
 // its first try, as a balancer sends it, is then let through a full bound on
-// requests in flight like one of that proxy's own (Server.spare), instead of
+// requests in flight like one of that proxy's own (edge.Server.spare), instead of
 // waiting for a slot like a new order. Delivery is at most once: a proxy that
 // was disconnected misses some, and their retries wait for a slot as before.
 // It is a hint for shedding only: what a retry is answered is decided by the
 // gate script and the order's row, as for any request.
-const HeldChannel = "flashgate:held-orders"
+const heldChannel = "flashgate:held-orders"
 
 // peerNote is one admitted order, on its way to the other proxies.
 type peerNote struct {
@@ -32,7 +32,7 @@ type peerNote struct {
 	hold        time.Duration
 }
 
-// peerMessage is what HeldChannel carries: the orders of one voucher one proxy
+// peerMessage is what heldChannel carries: the orders of one voucher one proxy
 // admitted in a moment.
 type peerMessage struct {
 	Proxy  string      `json:"p"` // the sender, which skips its own
@@ -53,7 +53,7 @@ const (
 	peerTimeout  = 500 * time.Millisecond // a publish's deadline
 )
 
-// peers publishes this proxy's admitted orders on HeldChannel and remembers
+// peers publishes this proxy's admitted orders on heldChannel and remembers
 // those of the other proxies.
 type peers struct {
 	id    string
@@ -77,7 +77,7 @@ func newPeers(rdb redis.UniversalClient, reg prometheus.Registerer) (*peers, err
 		}{{"sent", &p.sent}, {"received", &p.received}, {"dropped", &p.dropped}} {
 			reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
 				Name:        "flashgate_peer_held_orders_total",
-				Help:        "Flash orders admitted by a gate call, named to the other proxies on " + HeldChannel + " (sent), learnt from them (received), or not named because the queue to Redis was full (dropped).",
+				Help:        "Flash orders admitted by a gate call, named to the other proxies on " + heldChannel + " (sent), learnt from them (received), or not named because the queue to Redis was full (dropped).",
 				ConstLabels: prometheus.Labels{"way": m.way},
 			}, func() float64 { return float64(m.n.Load()) }))
 		}
@@ -110,7 +110,7 @@ func (p *peers) heldElsewhere(code string, cl voucher.Claim) bool {
 // run publishes the queued notes and takes the other proxies' until ctx ends.
 func (p *peers) run(ctx context.Context) {
 	go p.publish(ctx)
-	ps := p.rdb.Subscribe(ctx, HeldChannel)
+	ps := p.rdb.Subscribe(ctx, heldChannel)
 	defer func() { _ = ps.Close() }()
 	ch := ps.Channel(redis.WithChannelHealthCheckInterval(3 * time.Second))
 	for {
@@ -159,7 +159,7 @@ func (p *peers) publish(ctx context.Context) {
 				continue
 			}
 			c, cancel := context.WithTimeout(ctx, peerTimeout)
-			err = p.rdb.Publish(c, HeldChannel, body).Err()
+			err = p.rdb.Publish(c, heldChannel, body).Err()
 			cancel()
 			if err != nil {
 				p.dropped.Add(uint64(len(m.Orders)))

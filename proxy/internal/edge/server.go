@@ -1,4 +1,9 @@
-package main
+// Package edge is the proxy's HTTP face: the ledger's public routes, with a
+// reserve answered at the edge wherever it can be (the admitter) and the
+// order routes relayed to the ledger, behind the shared service engine
+// (tokens and scopes, the per-client limits' guard, the bound on requests in
+// flight and what it spares).
+package edge
 
 import (
 	"context"
@@ -8,6 +13,9 @@ import (
 
 	"github.com/gin-gonic/gin"
 
+	"github.com/flashgate/flashgate/proxy/internal/admit"
+	"github.com/flashgate/flashgate/proxy/internal/ledger"
+	"github.com/flashgate/flashgate/proxy/internal/limits"
 	"github.com/flashgate/flashgate/shared/api"
 	"github.com/flashgate/flashgate/shared/envconf"
 	"github.com/flashgate/flashgate/shared/httpx"
@@ -17,20 +25,20 @@ import (
 // Server is the proxy's HTTP face: the ledger's public routes, with reserve
 // answered at the edge wherever it can be.
 type Server struct {
-	log     *slog.Logger // faults answered 503; nil: not logged
-	admit   *Admitter
-	ledger  *LedgerClient
-	limits  *limits                       // per-client limits and early retries; nil: none
-	token   string                        // PROXY_TOKEN, every scope
-	tokens  map[string]envconf.Credential // PROXY_TOKENS; with token empty too: the edge is open (PROXY_AUTH=off)
-	ready   func(context.Context) error
-	metrics *httpx.Metrics // nil: no /metrics
+	Log     *slog.Logger                  // faults answered 503; nil: not logged
+	Admit   *admit.Admitter               // reserves
+	Ledger  *ledger.Client                // the order routes, relayed
+	Limits  *limits.Limits                // per-client limits and early retries; nil: none
+	Token   string                        // PROXY_TOKEN, every scope
+	Tokens  map[string]envconf.Credential // PROXY_TOKENS; with Token empty too: the edge is open (PROXY_AUTH=off)
+	Ready   func(context.Context) error   // /readyz: nil while ready
+	Metrics *httpx.Metrics                // nil: no /metrics
 
-	metricsElsewhere bool // METRICS_ADDR: /metrics is on its own listener
+	MetricsElsewhere bool // METRICS_ADDR: /metrics is on its own listener
 
-	maxInflight int           // MAX_INFLIGHT; 0: inflightCap says
-	inflightCap int           // with maxInflight 0, the adaptive bound's most (MAX_CONNS); both 0: no bound
-	latencySLO  time.Duration // LATENCY_SLO: the excess waits for a slot up to half of it; 0: shed at once
+	MaxInflight int           // MAX_INFLIGHT; 0: InflightCap says
+	InflightCap int           // with MaxInflight 0, the adaptive bound's most (MAX_CONNS); both 0: no bound
+	LatencySLO  time.Duration // LATENCY_SLO: the excess waits for a slot up to half of it; 0: shed at once
 }
 
 // spare lets a reserve through a full bound (MAX_INFLIGHT) when it is a
@@ -53,18 +61,18 @@ func (s *Server) spare(c *gin.Context) bool {
 		return false
 	}
 	cl, ok := httpx.PeekClaim(c)
-	return ok && (s.admit.AdmittedHere(code, cl) || s.admit.WritingHere(code, cl) || s.admit.HeldElsewhere(code, cl) ||
-		s.admit.KnownToFlag(code, cl.OrderID))
+	return ok && (s.Admit.AdmittedHere(code, cl) || s.Admit.WritingHere(code, cl) || s.Admit.HeldElsewhere(code, cl) ||
+		s.Admit.KnownToFlag(code, cl.OrderID))
 }
 
 // Handler returns the gin engine with every route registered.
 func (s *Server) Handler() *gin.Engine {
 	var guard gin.HandlerFunc
-	if s.limits != nil {
-		guard = s.limits.guard(edgeChecks{vet: s.vet, known: s.admit.codes.Has})
+	if s.Limits != nil {
+		guard = s.guard
 	}
-	r := httpx.NewServiceEngine(httpx.Service{Log: s.log, Metrics: s.metrics, MetricsElsewhere: s.metricsElsewhere, Open: s.openPaths(),
-		Token: s.token, Tokens: s.tokens, Scopes: scopes, Ready: func(c *gin.Context) error { return s.ready(c) }, MaxInflight: s.maxInflight, InflightCap: s.inflightCap, LatencySLO: s.latencySLO,
+	r := httpx.NewServiceEngine(httpx.Service{Log: s.Log, Metrics: s.Metrics, MetricsElsewhere: s.MetricsElsewhere, Open: s.OpenPaths(),
+		Token: s.Token, Tokens: s.Tokens, Scopes: scopes, Ready: func(c *gin.Context) error { return s.Ready(c) }, MaxInflight: s.MaxInflight, InflightCap: s.InflightCap, LatencySLO: s.LatencySLO,
 		Spare: s.spare, Guard: guard})
 
 	r.POST(api.RouteReservations, s.reserve)
@@ -75,18 +83,18 @@ func (s *Server) Handler() *gin.Engine {
 	return r
 }
 
-// scopeMetrics lets a token read the proxy's /metrics on its client port
+// ScopeMetrics lets a token read the proxy's /metrics on its client port
 // (with a token required, and no METRICS_ADDR): they tell a voucher's stock
 // (flashgate_voucher_remaining), which tells a bot when to strike.
-const scopeMetrics httpx.Scope = "metrics"
+const ScopeMetrics httpx.Scope = "metrics"
 
-// openPaths are the routes that need no token: /healthz, /readyz and
+// OpenPaths are the routes that need no token: /healthz, /readyz and
 // /openapi.yaml always; /metrics only when the edge is open (PROXY_AUTH=off).
 // With a token required, /metrics on the client port needs one holding the
 // scope metrics: set METRICS_ADDR to serve it on a listener of its own,
 // without a token, where clients cannot reach it.
-func (s *Server) openPaths() []string {
-	if s.metricsElsewhere || s.token == "" && len(s.tokens) == 0 {
+func (s *Server) OpenPaths() []string {
+	if s.MetricsElsewhere || s.Token == "" && len(s.Tokens) == 0 {
 		return nil // /metrics is not here (404), or every path is open anyway
 	}
 	var open []string
@@ -107,7 +115,7 @@ var scopes = httpx.RouteScopes{
 	httpx.RouteKey(http.MethodPost, api.RouteConfirm):       {httpx.ScopeSettle},
 	httpx.RouteKey(http.MethodPost, api.RouteRefund):        {httpx.ScopeSettle},
 	httpx.RouteKey(http.MethodDelete, api.RouteReservation): {httpx.ScopeSettle},
-	httpx.RouteKey(http.MethodGet, api.MetricsPath):         {scopeMetrics},
+	httpx.RouteKey(http.MethodGet, api.MetricsPath):         {ScopeMetrics},
 }
 
 func (s *Server) reserve(c *gin.Context) {
@@ -121,11 +129,11 @@ func (s *Server) reserve(c *gin.Context) {
 		httpx.WriteError(c, err)
 		return
 	}
-	var rep Reply
+	var rep ledger.Reply
 	if v, ok := c.Get(vettedKey); ok { // the guard vetted it, then charged the limits
-		rep, err = s.admit.ReserveVetted(c, code, cl, v.(voucher.Voucher))
+		rep, err = s.Admit.ReserveVetted(c, code, cl, v.(voucher.Voucher))
 	} else {
-		rep, err = s.admit.Reserve(c, code, cl, c.GetHeader(api.HeaderCheckoutToken))
+		rep, err = s.Admit.Reserve(c, code, cl, c.GetHeader(api.HeaderCheckoutToken))
 	}
 	if err != nil {
 		httpx.WriteError(c, err)
@@ -135,22 +143,6 @@ func (s *Server) reserve(c *gin.Context) {
 		httpx.SetLocation(c, code, cl.OrderID)
 	}
 	relay(c, rep)
-}
-
-// vettedKey holds on a reserve's gin.Context the voucher terms the guard's
-// vet found, for the handler.
-const vettedKey = "flashgate.vetted"
-
-// vet is the limits' edgeChecks.vet: Admitter.Vet, with the request's
-// checkout token; a refusal is counted as the handler would have.
-func (s *Server) vet(c *gin.Context, code string, cl voucher.Claim) error {
-	v, err := s.admit.Vet(c, code, cl, c.GetHeader(api.HeaderCheckoutToken))
-	if err != nil {
-		s.admit.CountRefusal(err)
-		return err
-	}
-	c.Set(vettedKey, v)
-	return nil
 }
 
 // forward relays an order's route (get, confirm, refund, release: route is
@@ -166,20 +158,20 @@ func (s *Server) forward(call, route string, givesBack int) gin.HandlerFunc {
 			httpx.WriteError(c, err)
 			return
 		}
-		rep, err := s.ledger.Do(c, call, c.Request.Method, api.Fill(route, code, orderID), nil)
+		rep, err := s.Ledger.Do(c, call, c.Request.Method, api.Fill(route, code, orderID), nil)
 		if err != nil {
 			httpx.WriteError(c, err)
 			return
 		}
 		if givesBack != 0 && rep.Status == givesBack {
-			s.admit.Unflag(code)
+			s.Admit.Unflag(code)
 		}
 		relay(c, rep)
 	}
 }
 
 // relay writes the ledger's answer as it is, with its replay mark.
-func relay(c *gin.Context, rep Reply) {
+func relay(c *gin.Context, rep ledger.Reply) {
 	if rep.Status == http.StatusServiceUnavailable {
 		httpx.SetRetryAfter(c, 0)
 	}

@@ -1,4 +1,9 @@
-package main
+// Package ledger is the proxy's side of the ledger: its client (Client,
+// Reply), the batched writes of admitted claims (Writer), the hand-over of
+// admissions whose fate is unknown (HandOver), the start's check of the
+// ledger's settings, warm connections, and the readiness probe behind the
+// proxy's /readyz.
+package ledger
 
 import (
 	"bytes"
@@ -20,14 +25,14 @@ import (
 	"github.com/flashgate/flashgate/shared/voucher"
 )
 
-// LedgerClient calls the ledger. Any failure to get an answer (refused,
+// Client calls the ledger. Any failure to get an answer (refused,
 // timed out, cut) is voucher.ErrUnavailable for the client: it retries with the
 // same orderId, which is always safe. Each call has a deadline (LEDGER_TIMEOUT)
 // and passes a circuit breaker, like the one on Redis: after 5 calls in a row
 // got no answer, calls are refused at once for a second, then one trial call
 // decides. A stopped or hung ledger then costs one timeout for the requests
 // already waiting and a fast 503 for everyone after.
-type LedgerClient struct {
+type Client struct {
 	base    string
 	token   string
 	http    *http.Client
@@ -36,9 +41,9 @@ type LedgerClient struct {
 	log     *slog.Logger // breaker state changes
 }
 
-// NewLedgerClient returns a client for the ledger at base (http://host:port).
-func NewLedgerClient(base, token string, timeout time.Duration) *LedgerClient {
-	l := &LedgerClient{
+// NewClient returns a client for the ledger at base (http://host:port).
+func NewClient(base, token string, timeout time.Duration) *Client {
+	l := &Client{
 		base:  base,
 		token: token,
 		http: &http.Client{
@@ -67,12 +72,12 @@ func NewLedgerClient(base, token string, timeout time.Duration) *LedgerClient {
 
 // ObserveBreaker logs the breaker's state changes to log and exports its
 // state as flashgate_ledger_breaker_state on reg.
-func (l *LedgerClient) ObserveBreaker(reg prometheus.Registerer, log *slog.Logger) {
+func (l *Client) ObserveBreaker(reg prometheus.Registerer, log *slog.Logger) {
 	l.log = log
 	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "flashgate_ledger_breaker_state",
 		Help: "Ledger circuit breaker: 0 closed, 1 half-open, 2 open.",
-	}, func() float64 { return breakerState(l.breaker.State()) }))
+	}, func() float64 { return BreakerState(l.breaker.State()) }))
 }
 
 // Reply is a ledger answer relayed as it is: the proxy serves the same bodies.
@@ -115,13 +120,13 @@ func (r Reply) Outcome() string {
 }
 
 // ObserveLatency makes the client record each call's latency in h (label: call).
-func (l *LedgerClient) ObserveLatency(h *prometheus.HistogramVec) {
+func (l *Client) ObserveLatency(h *prometheus.HistogramVec) {
 	l.latency = httpx.NewResolved(func(call string) prometheus.Observer { return h.WithLabelValues(call) })
 }
 
 // Do sends one request to the ledger and returns its answer. call names the
 // request in the latency metric.
-func (l *LedgerClient) Do(ctx context.Context, call, method, path string, body any) (Reply, error) {
+func (l *Client) Do(ctx context.Context, call, method, path string, body any) (Reply, error) {
 	if l.latency != nil {
 		defer func(start time.Time) {
 			l.latency.Get(call).Observe(time.Since(start).Seconds())
@@ -138,11 +143,11 @@ func (l *LedgerClient) Do(ctx context.Context, call, method, path string, body a
 	return readReply(method, path, resp)
 }
 
-// Probe sends one GET to the ledger past the circuit breaker: the start's
+// probe sends one GET to the ledger past the circuit breaker: the start's
 // check, whose failures say nothing yet about a serving ledger (they would
 // open the breaker and hide their cause behind it) and keep that cause
 // (connection refused, no such host) as it is.
-func (l *LedgerClient) Probe(ctx context.Context, path string) (Reply, error) {
+func (l *Client) probe(ctx context.Context, path string) (Reply, error) {
 	req, err := l.newRequest(ctx, http.MethodGet, path, nil)
 	if err != nil {
 		return Reply{}, err
@@ -159,7 +164,7 @@ func (l *LedgerClient) Probe(ctx context.Context, path string) (Reply, error) {
 }
 
 // newRequest is a request to the ledger with its token and the request id.
-func (l *LedgerClient) newRequest(ctx context.Context, method, path string, body any) (*http.Request, error) {
+func (l *Client) newRequest(ctx context.Context, method, path string, body any) (*http.Request, error) {
 	var rd io.Reader
 	if body != nil {
 		buf, err := json.Marshal(body)
@@ -198,7 +203,7 @@ func readReply(method, path string, resp *http.Response) (Reply, error) {
 }
 
 // Voucher reads a voucher from the ledger's admin route.
-func (l *LedgerClient) Voucher(ctx context.Context, code string) (voucher.Voucher, error) {
+func (l *Client) Voucher(ctx context.Context, code string) (voucher.Voucher, error) {
 	rep, err := l.Do(ctx, "voucher", http.MethodGet, api.VoucherPath(code), nil)
 	if err != nil {
 		return voucher.Voucher{}, err
@@ -215,7 +220,7 @@ func (l *LedgerClient) Voucher(ctx context.Context, code string) (voucher.Vouche
 
 // VoucherCodes reads the code of every voucher, page after page of
 // api.VoucherCodesPath.
-func (l *LedgerClient) VoucherCodes(ctx context.Context) ([]string, error) {
+func (l *Client) VoucherCodes(ctx context.Context) ([]string, error) {
 	var codes []string
 	for after := ""; ; {
 		path := api.VoucherCodesPath
@@ -242,7 +247,7 @@ func (l *LedgerClient) VoucherCodes(ctx context.Context) ([]string, error) {
 }
 
 // Warmup asks the ledger to load a flash voucher into Redis.
-func (l *LedgerClient) Warmup(ctx context.Context, code string) error {
+func (l *Client) Warmup(ctx context.Context, code string) error {
 	rep, err := l.Do(ctx, "warmup", http.MethodPost, api.Fill(api.RouteWarmup, code), nil)
 	if err != nil {
 		return err
@@ -253,10 +258,10 @@ func (l *LedgerClient) Warmup(ctx context.Context, code string) error {
 	return nil
 }
 
-// WriteAdmitted sends claims the gate admitted together to the ledger's batch
+// writeAdmitted sends claims the gate admitted together to the ledger's batch
 // route in one request and returns each one's answer as the single route would
-// have given it. A batch.Func: the proxy's forwarder batches per voucher.
-func (l *LedgerClient) WriteAdmitted(ctx context.Context, code string, claims []voucher.Claim) ([]Reply, error) {
+// have given it. A batch.Func: Writer batches per voucher.
+func (l *Client) writeAdmitted(ctx context.Context, code string, claims []voucher.Claim) ([]Reply, error) {
 	ctx, cancel := context.WithTimeout(ctx, l.http.Timeout)
 	defer cancel()
 	rep, err := l.Do(ctx, "admitted_write", http.MethodPost,

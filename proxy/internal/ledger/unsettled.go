@@ -1,4 +1,4 @@
-package main
+package ledger
 
 import (
 	"context"
@@ -13,7 +13,6 @@ import (
 
 	"github.com/flashgate/flashgate/shared/api"
 	"github.com/flashgate/flashgate/shared/batch"
-	"github.com/flashgate/flashgate/shared/gate"
 )
 
 // A use the gate took in Redis ends in one of two ways, decided by one party:
@@ -35,24 +34,26 @@ const handOverFor = 2 * time.Minute
 // handOverRetry is the pause between two tries.
 const handOverRetry = 250 * time.Millisecond
 
-// handOver batches orders per voucher into the ledger's unsettled route, with
+// HandOver batches orders per voucher into the ledger's unsettled route, with
 // retries: one request in flight per voucher, what queued meanwhile goes in
 // the next (shared/batch).
-type handOver struct {
-	ledger  *LedgerClient
+type HandOver struct {
+	ledger  *Client
 	log     *slog.Logger
 	base    context.Context
 	batcher *batch.Batcher[string, string, struct{}]
 }
 
-func newHandOver(base context.Context, ledger *LedgerClient, log *slog.Logger) *handOver {
-	h := &handOver{ledger: ledger, log: log, base: base}
+// NewHandOver returns a hand-over to ledger, whose batches run under base
+// (the service's lifetime).
+func NewHandOver(base context.Context, ledger *Client, log *slog.Logger) *HandOver {
+	h := &HandOver{ledger: ledger, log: log, base: base}
 	h.batcher = batch.New(base, api.MaxBatchClaims, h.send)
 	return h
 }
 
 // Give hands orderIDs of code over in the background.
-func (h *handOver) Give(code string, orderIDs ...string) {
+func (h *HandOver) Give(code string, orderIDs ...string) {
 	if len(orderIDs) == 0 {
 		return
 	}
@@ -60,7 +61,7 @@ func (h *handOver) Give(code string, orderIDs ...string) {
 }
 
 // send delivers one batch, trying again while the ledger does not take it.
-func (h *handOver) send(ctx context.Context, code string, orderIDs []string) ([]struct{}, error) {
+func (h *HandOver) send(ctx context.Context, code string, orderIDs []string) ([]struct{}, error) {
 	ctx, cancel := context.WithTimeout(ctx, handOverFor)
 	defer cancel()
 	var last error
@@ -85,18 +86,10 @@ func (h *handOver) send(ctx context.Context, code string, orderIDs []string) ([]
 	}
 }
 
-// scriptMayHaveRun reports whether a failed reserve script call may have run
-// in Redis all the same: anything but a call the breaker refused, a connection
-// that could not be made, or the script's own refusal (it refuses before any
-// write: gate.ErrBadState).
-func scriptMayHaveRun(err error) bool {
-	return !errors.Is(err, gate.ErrBadState) && !neverSent(err)
-}
-
-// neverSent reports whether a call failed before anything was sent: its
+// NeverSent reports whether a call failed before anything was sent: its
 // circuit breaker refused it, no connection could be made, or its deadline
 // passed while it was still queued for a batch.
-func neverSent(err error) bool {
+func NeverSent(err error) bool {
 	var op *net.OpError
 	return errors.Is(err, gobreaker.ErrOpenState) || errors.Is(err, gobreaker.ErrTooManyRequests) ||
 		errors.Is(err, batch.ErrDropped) || (errors.As(err, &op) && op.Op == "dial")

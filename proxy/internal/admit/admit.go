@@ -1,4 +1,10 @@
-package main
+// Package admit is the admitter: it decides, without Postgres, whether a
+// reserve may go to the ledger (a known code, its voucher's terms, the
+// checkout token it requires, the sold-out flag, the admission window, the
+// atomic Redis script batched per voucher), has the ledger write what it
+// admitted, and knows which orders' retries hold a use already (admitted
+// here, being written, named by another proxy, known to the flag).
+package admit
 
 import (
 	"context"
@@ -16,6 +22,8 @@ import (
 	"github.com/sony/gobreaker/v2"
 	"golang.org/x/sync/singleflight"
 
+	"github.com/flashgate/flashgate/proxy/internal/codes"
+	"github.com/flashgate/flashgate/proxy/internal/ledger"
 	"github.com/flashgate/flashgate/shared/api"
 	"github.com/flashgate/flashgate/shared/batch"
 	"github.com/flashgate/flashgate/shared/checkout"
@@ -24,8 +32,8 @@ import (
 	"github.com/flashgate/flashgate/shared/voucher"
 )
 
-// AdmitConfig tunes the admission path.
-type AdmitConfig struct {
+// Config tunes the admission path.
+type Config struct {
 	SoldOutTTL      time.Duration // how long a local "sold out" flag answers for Redis
 	VoucherCacheTTL time.Duration // how long a voucher's cached terms are used
 	RedisTimeout    time.Duration // deadline of one script call
@@ -37,9 +45,12 @@ type AdmitConfig struct {
 	WindowMax   int                   // the window's largest size (MAX_INFLIGHT)
 	Registerer  prometheus.Registerer // where the admission metrics go; nil: nowhere
 	// CodesRefresh is LIVE_CODES_REFRESH: how often at most a code outside
-	// the set re-reads it (voucherCodes); Lookups is LEDGER_LOOKUPS.
+	// the set re-reads it (codes.Set); Lookups is LEDGER_LOOKUPS.
 	CodesRefresh time.Duration
 	Lookups      int
+	// CodesClock is the set of codes' clock (when a re-read is due); nil:
+	// time.Now.
+	CodesClock func() time.Time
 	// CheckoutKeys verify the checkout tokens of vouchers that require one
 	// (CHECKOUT_TOKEN_SECRET); none: such vouchers are refused.
 	CheckoutKeys checkout.Keys
@@ -51,8 +62,8 @@ type AdmitConfig struct {
 // round, which decides the order's own state, pause, window, minimum and stock.
 type Admitter struct {
 	gate   *gate.Gate
-	ledger *LedgerClient
-	cfg    AdmitConfig
+	ledger *ledger.Client
+	cfg    Config
 	log    *slog.Logger
 	base   context.Context
 
@@ -60,66 +71,33 @@ type Admitter struct {
 	soldOut  *ristretto.Cache[string, *soldOutFlag]
 	admitted *ristretto.Cache[string, admittedOrder] // code/orderId -> the orders answered 201 here (AdmittedHere)
 	batcher  *batch.Batcher[string, gate.Item, gate.Result]
-	forward  *batch.Batcher[forwardKey, voucher.Claim, Reply] // admitted writes to the ledger, per voucher and lane
-	lane     atomic.Uint32                                    // round robin over forwardLanes
+	writer   *ledger.Writer // admitted claims to the ledger
 	breaker  *gobreaker.CircuitBreaker[any]
 	window   *admitWindow // nil: none
 	metrics  *admitMetrics
-	codes    *voucherCodes // every voucher's code: others are answered 404 here
-	lookups  *lookupBudget // LEDGER_LOOKUPS
+	codes    *codes.Set          // every voucher's code: others are answered 404 here
+	lookups  *codes.LookupBudget // LEDGER_LOOKUPS
 
 	metaFlight, warmFlight, soldOutFlight singleflight.Group
 
-	writing  writes    // admitted claims being written, for giveBack
-	peers    *peers    // the orders admitted through the other proxies; nil: none shared (SharePeers)
-	handOver *handOver // admissions whose fate is unknown, to the ledger
+	writing  writes           // admitted claims being written, for giveBack
+	peers    *peers           // the orders admitted through the other proxies; nil: none shared (SharePeers)
+	handOver *ledger.HandOver // admissions whose fate is unknown, to the ledger
 
 	flagHits atomic.Int64 // requests answered by the sold-out flag
 
 	unverifiable sync.Map // codes requiring a checkout token this proxy cannot verify, logged once each
 
-	// forgetMu orders dropping a voucher's flag and terms (Forget, Unflag)
+	// forgetMu orders dropping a voucher's flag and terms (forget, Unflag)
 	// against setting them from a read made before the drop: a read that
 	// started before epoch moved is not cached.
 	forgetMu sync.Mutex
 	epoch    uint64
 }
 
-// soldOutFlag marks a voucher sold out. passes are the orders Redis knew when
-// the flag was set, holding a use or finished (released, expired, refunded):
-// their retries still go through to the script and the ledger (a held order
-// gets its 201, a finished one its RESERVATION_RELEASED or _REFUNDED);
-// everyone else gets OUT_OF_STOCK at once. An order admitted elsewhere after
-// the flag was set is not in passes: the stock that let it in came back with a
-// change published to every proxy, which dropped the flag (Forget).
-type soldOutFlag struct {
-	passes map[string]struct{}
-}
-
-// maxForwardBatch bounds the claims of one admitted-write request, within the
-// ledger's batch route's api.MaxBatchClaims and api.MaxBatchBytes
-// (TestForwardBatchFitsLedgerRoute checks both).
-const maxForwardBatch = 256
-
-// forwardLanes is how many admitted-write requests of one voucher may be in
-// flight to the ledger at once, each batching what queued behind it: with one,
-// the ledger's writer idles while a batch's answer travels back and the next
-// one comes; with two, the next batch is already waiting when a transaction
-// commits, and the writer (one transaction per voucher at a time) merges
-// what the lanes brought. A claim's retry may take the other lane: the ledger
-// answers concurrent writes of one order alike (it did already without
-// coalescing, one request per claim).
-const forwardLanes = 2
-
-// forwardKey is a forward batch's key: the voucher and a lane.
-type forwardKey struct {
-	code string
-	lane uint32
-}
-
-// NewAdmitter wires the admission path. base is the service's lifetime: batched
+// New wires the admission path. base is the service's lifetime: batched
 // script calls run under it, not under any one request.
-func NewAdmitter(base context.Context, g *gate.Gate, ledger *LedgerClient, cfg AdmitConfig, log *slog.Logger) (*Admitter, error) {
+func New(base context.Context, g *gate.Gate, lc *ledger.Client, cfg Config, log *slog.Logger) (*Admitter, error) {
 	vouchers, err := ristretto.NewCache(&ristretto.Config[string, cachedVoucher]{
 		NumCounters: 100_000, MaxCost: 10_000, BufferItems: 64,
 	})
@@ -137,14 +115,14 @@ func NewAdmitter(base context.Context, g *gate.Gate, ledger *LedgerClient, cfg A
 		return nil, fmt.Errorf("admitted cache: %w", err)
 	}
 	a := &Admitter{
-		gate: g, ledger: ledger, cfg: cfg, log: log, base: base,
+		gate: g, ledger: lc, cfg: cfg, log: log, base: base,
 		vouchers: vouchers, soldOut: soldOut, admitted: admitted,
 	}
 	if cfg.WriteTarget > 0 {
 		a.window = newAdmitWindow(cfg.WriteTarget, cfg.WindowMax, log)
 	}
-	a.lookups = newLookupBudget(cfg.Lookups)
-	a.codes = newVoucherCodes(a.loadCodes, cfg.CodesRefresh, cfg.RedisTimeout, log)
+	a.lookups = codes.NewLookupBudget(cfg.Lookups)
+	a.codes = codes.New(codes.FromLedger(lc, a.lookups), cfg.CodesRefresh, cfg.RedisTimeout, cfg.CodesClock, log)
 	a.breaker = gobreaker.NewCircuitBreaker[any](gobreaker.Settings{
 		Name:        "redis",
 		MaxRequests: 1,
@@ -165,17 +143,8 @@ func NewAdmitter(base context.Context, g *gate.Gate, ledger *LedgerClient, cfg A
 	a.metrics = newAdmitMetrics(reg, a)
 	a.batcher = batch.New(base, cfg.MaxBatch, a.reserveBatch)
 	a.batcher.ObserveSizes(func(n int) { a.metrics.batchSize.Observe(float64(n)) })
-	// At most maxForwardBatch claims per request: what the ledger's batch
-	// route accepts, whatever PROXY_MAX_BATCH says.
-	a.handOver = newHandOver(base, ledger, log)
-	a.forward = batch.New(base, min(cfg.MaxBatch, maxForwardBatch),
-		func(ctx context.Context, k forwardKey, claims []voucher.Claim) ([]Reply, error) {
-			return ledger.WriteAdmitted(ctx, k.code, claims)
-		})
-	// Each claim's LEDGER_TIMEOUT runs from its arrival (write), its wait
-	// behind the batch in flight included: a batch gets the earliest
-	// deadline of its claims.
-	a.forward.CallerDeadlines()
+	a.handOver = ledger.NewHandOver(base, lc, log)
+	a.writer = ledger.NewWriter(base, lc, cfg.Coalesce, cfg.MaxBatch)
 	return a, nil
 }
 
@@ -194,14 +163,14 @@ func (a *Admitter) Close() {
 // relayed as it is. It never answers 201 unless the script said RESERVED or
 // DUPLICATE and the ledger wrote (or had) the reservation. Each outcome is counted in
 // flashgate_reserve_total.
-func (a *Admitter) ReserveVetted(ctx context.Context, code string, cl voucher.Claim, v voucher.Voucher) (Reply, error) {
+func (a *Admitter) ReserveVetted(ctx context.Context, code string, cl voucher.Claim, v voucher.Voucher) (ledger.Reply, error) {
 	rep, err := a.decide(ctx, code, cl, v)
 	a.count(rep, err)
 	return rep, err
 }
 
 // count counts an outcome in flashgate_reserve_total.
-func (a *Admitter) count(rep Reply, err error) {
+func (a *Admitter) count(rep ledger.Reply, err error) {
 	outcome := rep.Outcome()
 	if err != nil {
 		if outcome = voucher.ErrorCode(err); outcome == "" {
@@ -211,7 +180,7 @@ func (a *Admitter) count(rep Reply, err error) {
 	a.metrics.outcome.Get(outcome).Inc()
 }
 
-func (a *Admitter) decide(ctx context.Context, code string, cl voucher.Claim, v voucher.Voucher) (Reply, error) {
+func (a *Admitter) decide(ctx context.Context, code string, cl voucher.Claim, v voucher.Voucher) (ledger.Reply, error) {
 	// No eligibility check here: a retry of an order is answered from the
 	// order's own state before the voucher's terms, and only Redis (flash) or
 	// the ledger (standard) knows that state and the terms of this second.
@@ -221,7 +190,7 @@ func (a *Admitter) decide(ctx context.Context, code string, cl voucher.Claim, v 
 	}
 	if a.flagged(code, cl.OrderID) {
 		a.flagHits.Add(1)
-		return Reply{}, voucher.ErrOutOfStock
+		return ledger.Reply{}, voucher.ErrOutOfStock
 	}
 	if a.window != nil && !a.window.open() && !a.holdsUse(ctx, code, cl) {
 		return a.window.refuse(requestID(ctx)), nil
@@ -255,7 +224,7 @@ func requestID(ctx context.Context) string {
 // reserveFlash takes a use in Redis and, when admitted, has the ledger write
 // the reservation, counted in the admission window meanwhile; an order
 // answered 201 is remembered for hold (AdmittedHere).
-func (a *Admitter) reserveFlash(ctx context.Context, code string, cl voucher.Claim, hold time.Duration) (Reply, error) {
+func (a *Admitter) reserveFlash(ctx context.Context, code string, cl voucher.Claim, hold time.Duration) (ledger.Reply, error) {
 	// Redis may have lost the voucher (restart, flush, eviction): then the
 	// ledger loads it from the database, once for all waiting requests.
 	gated := time.Now()
@@ -264,16 +233,16 @@ func (a *Admitter) reserveFlash(ctx context.Context, code string, cl voucher.Cla
 		func(ctx context.Context) error { return a.warmup(ctx, code) })
 	a.metrics.stages.Get(stageGate).Observe(time.Since(gated).Seconds())
 	if err != nil {
-		return Reply{}, err
+		return ledger.Reply{}, err
 	}
 	// Reserved, Duplicate and Finished go to the ledger's admitted write: it
 	// writes a new order and answers a known one from its row (replay,
 	// ORDER_CONFLICT for another amount, RESERVATION_RELEASED or _REFUNDED).
 	if err := res.Err(); err != nil {
 		if _, domain := err.(*voucher.Error); domain {
-			return Reply{}, err // an answer, not a fault: it needs no context (and its pre-encoded body)
+			return ledger.Reply{}, err // an answer, not a fault: it needs no context (and its pre-encoded body)
 		}
-		return Reply{}, fmt.Errorf("reserve %s: %w", code, err)
+		return ledger.Reply{}, fmt.Errorf("reserve %s: %w", code, err)
 	}
 	// A retry (Duplicate) goes to the ledger too, never answered from this
 	// proxy's memory of its 201: Redis may still hold an order whose row was
@@ -296,7 +265,7 @@ func (a *Admitter) reserveFlash(ctx context.Context, code string, cl voucher.Cla
 		a.peers.admitted(code, cl, hold)
 	}
 	done := a.writing.add(code, cl)
-	rep, err := a.write(ctx, code, cl)
+	rep, err := a.writer.Write(ctx, code, cl)
 	a.metrics.stages.Get(stageWrite).Observe(time.Since(start).Seconds())
 	alone := done()
 	if a.window != nil {
@@ -315,103 +284,6 @@ func (a *Admitter) reserveFlash(ctx context.Context, code string, cl voucher.Cla
 		// The write may or may not have reached the ledger, which may have
 		// died with it: the ledger decides, once no write can commit.
 		a.handOver.Give(code, cl.OrderID)
-	}
-	return rep, err
-}
-
-// notDelivered reports whether a ledger call did nothing at the ledger: it was
-// never sent (neverSent), or the ledger shed it before any handler ran
-// (api.HeaderShed). Then no row can exist for what it carried.
-func notDelivered(rep Reply, err error) bool {
-	if err == nil {
-		return rep.Shed
-	}
-	return neverSent(err)
-}
-
-// giveBack returns the Redis use of an admitted claim that provably never
-// reached the ledger (notDelivered) and that no other request of this proxy
-// is writing: no row can hold it, and its retry is admitted again. Giving it
-// back is the proxy's to do, since the ledger never heard of the claim; left
-// held, it would wait for the reconciler's HANGING_GRACE.
-func (a *Admitter) giveBack(code, orderID string) {
-	ctx, cancel := context.WithTimeout(a.base, a.cfg.RedisTimeout)
-	defer cancel()
-	if _, err := a.gate.GiveBack(ctx, code, orderID); err != nil {
-		// Whether it ran is unknown now: the ledger settles it once it answers.
-		a.log.Warn("give back a claim the ledger never received", "code", code, "order", orderID,
-			"err", fmt.Errorf("handed over to the ledger: %w", err))
-		a.handOver.Give(code, orderID)
-	}
-}
-
-// writes tracks the admitted claims this proxy is writing, by voucher and
-// orderId: a claim whose write was not delivered is given back only when no
-// other write of the same order (a retry on another lane) overlapped it here.
-// An earlier write of the order that committed left it held in Redis, so a
-// later claim of it is a Duplicate, never given back.
-type writes struct {
-	mu sync.Mutex
-	m  map[[2]string]*writing
-}
-
-type writing struct {
-	n          int   // writes of the order under way
-	overlapped bool  // two or more were under way at once since n was 0
-	customer   int64 // of the first of them
-}
-
-// add records a write of cl's order starting; the returned func records its
-// end and reports whether no other write of the order overlapped it.
-func (w *writes) add(code string, cl voucher.Claim) (done func() (alone bool)) {
-	k := [2]string{code, cl.OrderID}
-	w.mu.Lock()
-	if w.m == nil {
-		w.m = map[[2]string]*writing{}
-	}
-	e := w.m[k]
-	if e == nil {
-		e = &writing{customer: cl.CustomerID}
-		w.m[k] = e
-	}
-	e.n++
-	e.overlapped = e.overlapped || e.n > 1
-	w.mu.Unlock()
-	return func() bool {
-		w.mu.Lock()
-		defer w.mu.Unlock()
-		alone := !e.overlapped
-		if e.n--; e.n == 0 {
-			delete(w.m, k)
-		}
-		return alone
-	}
-}
-
-// has reports whether a write of cl's order for cl's customer is under way.
-func (w *writes) has(code string, cl voucher.Claim) bool {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	e := w.m[[2]string{code, cl.OrderID}]
-	return e != nil && e.customer == cl.CustomerID
-}
-
-// write has the ledger write an admitted claim.
-func (a *Admitter) write(ctx context.Context, code string, cl voucher.Claim) (Reply, error) {
-	if !a.cfg.Coalesce {
-		return a.ledger.Do(ctx, "admitted_write", http.MethodPost, api.InternalPrefix+api.ReservationsPath(code), cl)
-	}
-	// Admitted together, written together: the ledger commits what one round
-	// admitted in one transaction. The claim's LEDGER_TIMEOUT starts now:
-	// without it, a claim queued behind a batch that took a whole
-	// LEDGER_TIMEOUT (a slow ledger) waited for its own batch's as well, and
-	// its 503 came after two (chaos soak, pg-restart: p99 2,025 ms). Still
-	// queued at its deadline, it was never sent (batch.ErrDropped: notDelivered).
-	ctx, cancel := context.WithTimeout(ctx, a.ledger.http.Timeout)
-	defer cancel()
-	rep, err := a.forward.Do(ctx, forwardKey{code, a.lane.Add(1) % forwardLanes}, cl)
-	if err != nil && !errors.Is(err, voucher.ErrUnavailable) {
-		err = fmt.Errorf("write %s/%s: %w: %w", code, cl.OrderID, err, voucher.ErrUnavailable)
 	}
 	return rep, err
 }
@@ -471,99 +343,6 @@ func (a *Admitter) reserveBatch(ctx context.Context, code string, items []gate.I
 	return rs, nil
 }
 
-// flagged reports whether the sold-out flag answers for this order.
-func (a *Admitter) flagged(code, orderID string) bool {
-	set, passes := a.flagFor(code, orderID)
-	return set && !passes
-}
-
-// flagFor reports whether this proxy holds code sold out, and if so whether
-// the flag passes orderID through (an order Redis knew when it was set).
-func (a *Admitter) flagFor(code, orderID string) (set, passes bool) {
-	f, ok := a.soldOut.Get(code)
-	if !ok {
-		return false, false
-	}
-	_, passes = f.passes[orderID]
-	return true, passes
-}
-
-// KnownToFlag reports whether this proxy holds the voucher sold out and its
-// flag knows orderID: the order held its use or had finished in Redis when the
-// flag was set, whichever proxy admitted it, so its retry takes nothing new.
-func (a *Admitter) KnownToFlag(code, orderID string) bool {
-	set, passes := a.flagFor(code, orderID)
-	return set && passes
-}
-
-// flagSoldOut sets the sold-out flag, with the orders Redis knows now (holding
-// a use or finished) so that their retries are still answered from their own
-// state. One caller per voucher does the work; a failure only leaves the flag
-// unset (it is a hint).
-func (a *Admitter) flagSoldOut(code string) {
-	if _, ok := a.soldOut.Get(code); ok {
-		return
-	}
-	_, _, _ = a.soldOutFlight.Do(code, func() (any, error) {
-		epoch := a.currentEpoch()
-		ctx, cancel := context.WithTimeout(a.base, a.cfg.RedisTimeout)
-		defer cancel()
-		st, loaded, err := a.gate.State(ctx, code)
-		if err != nil || !loaded || st.Remaining > 0 {
-			return nil, err
-		}
-		f := &soldOutFlag{passes: make(map[string]struct{}, len(st.Orders)+len(st.Finished))}
-		for _, o := range st.Orders {
-			f.passes[o.OrderID] = struct{}{}
-		}
-		for _, id := range st.Finished {
-			f.passes[id] = struct{}{}
-		}
-		a.setIfCurrent(epoch, func() {
-			a.soldOut.SetWithTTL(code, f, 1, a.cfg.SoldOutTTL)
-			a.soldOut.Wait()
-		})
-		return nil, nil
-	})
-}
-
-// Unflag drops the sold-out flag of a voucher, as when a release or refund
-// passed through this proxy and gave a use back.
-func (a *Admitter) Unflag(code string) {
-	a.forgetMu.Lock()
-	defer a.forgetMu.Unlock()
-	a.epoch++
-	a.soldOut.Del(code)
-}
-
-// Forget drops a voucher's sold-out flag and cached terms, so that the next
-// request reads both again: the ledger published that the voucher changed
-// (new terms, a pause, stock coming back). It is gate.WatchChanges's onChange.
-func (a *Admitter) Forget(code string) {
-	a.forgetMu.Lock()
-	defer a.forgetMu.Unlock()
-	a.epoch++
-	a.soldOut.Del(code)
-	a.vouchers.Del(code)
-	a.codes.Add(code)
-}
-
-func (a *Admitter) currentEpoch() uint64 {
-	a.forgetMu.Lock()
-	defer a.forgetMu.Unlock()
-	return a.epoch
-}
-
-// setIfCurrent runs set (a cache write from a read begun at epoch) unless a
-// Forget or Unflag came since: that read may predate the change.
-func (a *Admitter) setIfCurrent(epoch uint64, set func()) {
-	a.forgetMu.Lock()
-	defer a.forgetMu.Unlock()
-	if a.epoch == epoch {
-		set()
-	}
-}
-
 // warmup asks the ledger to load a voucher into Redis, one call per voucher at
 // a time however many requests saw NOT_LOADED.
 func (a *Admitter) warmup(ctx context.Context, code string) error {
@@ -572,4 +351,12 @@ func (a *Admitter) warmup(ctx context.Context, code string) error {
 		return nil, a.ledger.Warmup(ctx, code)
 	})
 	return err
+}
+
+// scriptMayHaveRun reports whether a failed reserve script call may have run
+// in Redis all the same: anything but a call the breaker refused, a connection
+// that could not be made, or the script's own refusal (it refuses before any
+// write: gate.ErrBadState).
+func scriptMayHaveRun(err error) bool {
+	return !errors.Is(err, gate.ErrBadState) && !ledger.NeverSent(err)
 }

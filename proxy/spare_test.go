@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"net/http"
 	"net/http/httptest"
 	"testing"
@@ -12,6 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/flashgate/flashgate/proxy/internal/edge"
 	"github.com/flashgate/flashgate/shared/devstack/devstacktest"
 	"github.com/flashgate/flashgate/shared/voucher"
 )
@@ -24,18 +24,20 @@ import (
 // order admitted through another proxy that its sold-out flag knows held its
 // use.
 func TestFullBoundLetsHeldRetriesThrough(t *testing.T) {
-	s := newStack(t, stackOptions{soldOutTTL: time.Minute})
+	s := newStack(t, stackOptions{soldOutTTL: time.Minute, tap: true})
 	code, gone := newCode(t), newCode(t)
 	s.createVoucher(t, code, 10, 1, true)
 	s.createVoucher(t, gone, 1, 1, true)
 	require.Equal(t, 201, s.reserve(t, code, 1, code+"-a").Status)
 	require.Equal(t, 201, s.reserve(t, gone, 1, gone+"-a").Status) // its last use: the flag is set
-	require.True(t, s.admit.flagged(gone, gone+"-b"), "the sold-out flag")
-	s.admit.admitted.Wait() // the cache applies its writes in the background
+	require.True(t, s.admit.SoldOut(gone), "the sold-out flag")
+	held := voucher.Claim{OrderID: code + "-a", CustomerID: 1, OrderAmount: 5_000}
+	require.Eventually(t, func() bool { return s.admit.AdmittedHere(code, held) }, 5*time.Second, time.Millisecond,
+		"the cache applies its writes in the background")
 
 	const most = 2
-	srv := &Server{admit: s.admit, ledger: s.admit.ledger, maxInflight: most,
-		ready: func(context.Context) error { return nil }}
+	srv := &edge.Server{Admit: s.admit, Ledger: s.ledger, MaxInflight: most,
+		Ready: func(context.Context) error { return nil }}
 	h := srv.Handler()
 	release, entered := make(chan struct{}), make(chan struct{}, most)
 	h.GET("/hold", func(c *gin.Context) { entered <- struct{}{}; <-release })
@@ -63,16 +65,21 @@ func TestFullBoundLetsHeldRetriesThrough(t *testing.T) {
 
 	// An order whose write is under way here (its 201 not yet remembered):
 	// its retry holds its use already and is let through too.
-	require.Equal(t, 201, s.reserve(t, code, 5, code+"-w").Status)
-	s.admit.admitted.Del(admittedKey(code, code+"-w"))
-	s.admit.admitted.Wait()
-	require.False(t, s.admit.AdmittedHere(code, voucher.Claim{OrderID: code + "-w", CustomerID: 5}))
-	assert.Equal(t, 503, full.reserve(t, code, 5, code+"-w").Status, "neither remembered nor being written: shed")
-	done := s.admit.writing.add(code, voucher.Claim{OrderID: code + "-w", CustomerID: 5})
-	r = full.reserve(t, code, 5, code+"-w")
-	assert.Equal(t, 201, r.Status, "a retry of an order being written, at a full bound: %s", r.Raw)
+	releaseW := s.tap.holdWrites()
+	w := voucher.Claim{OrderID: code + "-w", CustomerID: 5, OrderAmount: 5_000}
+	firstW := make(chan reply, 1)
+	go func() { firstW <- s.reserve(t, code, 5, code+"-w") }()
+	require.Eventually(t, func() bool { return s.admit.WritingHere(code, w) }, 5*time.Second, time.Millisecond)
+	require.False(t, s.admit.AdmittedHere(code, w))
+	retryW := make(chan reply, 1)
+	go func() { retryW <- full.reserve(t, code, 5, code+"-w") }()
+	require.Eventually(t, func() bool { return s.tap.held.Load() == 2 }, 10*time.Second, time.Millisecond,
+		"the retry reached the ledger's write too")
 	assert.Equal(t, 503, full.reserve(t, code, 6, code+"-w").Status, "its orderId from another customer")
-	done()
+	releaseW()
+	require.Equal(t, 201, (<-firstW).Status)
+	r = <-retryW
+	assert.Equal(t, 201, r.Status, "a retry of an order being written, at a full bound: %s", r.Raw)
 	assert.EqualValues(t, 8, s.redisRemaining(t, code), "the retry took no new use")
 
 	assert.Equal(t, 503, full.reserve(t, gone, 2, gone+"-b").Status, "a new order of a voucher held sold out, at a full bound")
@@ -94,7 +101,7 @@ func TestFullBoundLetsHeldRetriesThrough(t *testing.T) {
 	assert.EqualValues(t, 0, s.redisRemaining(t, elsewhere))
 
 	// An order admitted through another proxy, its voucher not sold out: the
-	// other proxy named it on HeldChannel, so its retry here is let through
+	// other proxy named it on the held-orders channel, so its retry here is let through
 	// too, and takes no new use.
 	open := newCode(t)
 	s.createVoucher(t, open, 10, 1, true)
@@ -109,30 +116,4 @@ func TestFullBoundLetsHeldRetriesThrough(t *testing.T) {
 	assert.Equal(t, 503, full.reserve(t, open, 3, open+"-a").Status, "its orderId from another customer")
 	assert.Equal(t, 503, full.reserve(t, open, 2, open+"-b").Status, "a new order at a full bound")
 	assert.EqualValues(t, 9, s.redisRemaining(t, open), "the retry took no new use")
-}
-
-// TestPeersTakeOnlyWellFormedNotes: a proxy remembers the orders another
-// proxy names, for their hold and customer, and ignores its own messages and
-// any that are not a valid note.
-func TestPeersTakeOnlyWellFormedNotes(t *testing.T) {
-	p, err := newPeers(nil, nil)
-	require.NoError(t, err)
-	note := func(m peerMessage) string { b, _ := json.Marshal(m); return string(b) }
-	p.take(note(peerMessage{Proxy: "other", Code: "SALE", HoldMS: 60_000, Orders: []peerOrder{{"o-1", 7}, {"bad order", 8}}}))
-	p.take(note(peerMessage{Proxy: p.id, Code: "SALE", HoldMS: 60_000, Orders: []peerOrder{{"o-mine", 7}}}))
-	p.take(note(peerMessage{Proxy: "other", Code: "bad:code", HoldMS: 60_000, Orders: []peerOrder{{"o-2", 7}}}))
-	p.take(note(peerMessage{Proxy: "other", Code: "SALE", HoldMS: 0, Orders: []peerOrder{{"o-3", 7}}}))
-	p.take(note(peerMessage{Proxy: "other", Code: "SALE", HoldMS: 60_000, Orders: make([]peerOrder, peerMaxBatch+1)}))
-	p.take("not json")
-	p.held.Wait()
-	assert.True(t, p.heldElsewhere("SALE", voucher.Claim{OrderID: "o-1", CustomerID: 7}))
-	assert.False(t, p.heldElsewhere("SALE", voucher.Claim{OrderID: "o-1", CustomerID: 8}), "another customer")
-	assert.False(t, p.heldElsewhere("SALE", voucher.Claim{OrderID: "bad order", CustomerID: 8}), "an invalid orderId")
-	assert.False(t, p.heldElsewhere("SALE", voucher.Claim{OrderID: "o-mine", CustomerID: 7}), "its own message")
-	assert.False(t, p.heldElsewhere("bad:code", voucher.Claim{OrderID: "o-2", CustomerID: 7}), "an invalid code")
-	assert.False(t, p.heldElsewhere("SALE", voucher.Claim{OrderID: "o-3", CustomerID: 7}), "no hold")
-	assert.EqualValues(t, 1, p.received.Load())
-	var none *peers
-	assert.False(t, none.heldElsewhere("SALE", voucher.Claim{OrderID: "o-1", CustomerID: 7}), "no peers: nothing shared")
-	none.admitted("SALE", voucher.Claim{OrderID: "o-1", CustomerID: 7}, time.Minute)
 }

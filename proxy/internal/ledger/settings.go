@@ -1,4 +1,4 @@
-package main
+package ledger
 
 import (
 	"context"
@@ -16,13 +16,13 @@ import (
 // ledger: one every few seconds says it waits and why, not one per attempt.
 const settingsWarnEvery = 5 * time.Second
 
-// checkLedgerSettings reads the ledger's settings at start and refuses (an
+// CheckSettings reads the ledger's settings at start and refuses (an
 // envconf.ErrBadSetting: exit 2) a LEDGER_TIMEOUT at or above the ledger's
 // HANGING_GRACE: a write the proxy still waits for could have its use freed
 // by the ledger's reconciler, which takes an admission older than the grace
 // for one whose write was lost. A ledger that answers nothing within wait
 // (LEDGER_START_WAIT) stops the start too: the check cannot be skipped.
-func checkLedgerSettings(ctx context.Context, l *LedgerClient, ledgerTimeout, wait time.Duration, log *slog.Logger) error {
+func CheckSettings(ctx context.Context, l *Client, ledgerTimeout, wait time.Duration, log *slog.Logger) error {
 	grace, err := readLedgerSettings(ctx, l, wait, log)
 	if err != nil {
 		return err
@@ -40,14 +40,14 @@ func checkLedgerSettings(ctx context.Context, l *LedgerClient, ledgerTimeout, wa
 // for up to wait (a ledger starting beside the proxy). Each error names the
 // setting to look at: LEDGER_TOKEN when the ledger refuses it (not retried),
 // LEDGER_URL with the last cause when no ledger answered.
-func readLedgerSettings(ctx context.Context, l *LedgerClient, wait time.Duration, log *slog.Logger) (time.Duration, error) {
+func readLedgerSettings(ctx context.Context, l *Client, wait time.Duration, log *slog.Logger) (time.Duration, error) {
 	waiting, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
 	start := time.Now()
 	var lastErr error
 	var warned time.Time
 	for {
-		rep, err := l.Probe(waiting, api.SettingsPath)
+		rep, err := l.probe(waiting, api.SettingsPath)
 		switch {
 		case err == nil && rep.Status == http.StatusOK:
 			var s api.LedgerSettings

@@ -1,4 +1,4 @@
-package main
+package admit
 
 import (
 	"encoding/json"
@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/flashgate/flashgate/proxy/internal/ledger"
 	"github.com/flashgate/flashgate/shared/api"
 	"github.com/flashgate/flashgate/shared/httpx"
 	"github.com/flashgate/flashgate/shared/voucher"
@@ -186,10 +187,18 @@ var windowFullBody = func() []byte {
 // refuse counts a refused request and returns its answer (503, Retry-After by
 // relay). Like the shedder, it logs a storm (httpx.Storm): a WARN line a
 // second at most, with the count, not a line per request.
-func (w *admitWindow) refuse(requestID string) Reply {
+func (w *admitWindow) refuse(requestID string) ledger.Reply {
 	w.shed.Add(1)
 	w.storm.Add(w.now(), w.log, httpx.Refusal{RequestID: requestID, Route: api.RouteReservations,
 		Method: http.MethodPost, Cause: "shed: admitted writes behind (ADMIT_WRITE_TARGET)",
 		Attrs: []any{"window", w.limitObserved.Load()}})
-	return Reply{Status: http.StatusServiceUnavailable, Body: windowFullBody, Err: voucher.ErrUnavailable}
+	return ledger.Reply{Status: http.StatusServiceUnavailable, Body: windowFullBody, Err: voucher.ErrUnavailable}
+}
+
+// WindowMax is the admission window's largest size: half of the bound on
+// requests in flight the proxy starts with (Serving.StartBound), so that
+// admitted writes waiting on the ledger never fill the proxy and the cheap
+// answers (refusals, the window's own 503s) always find a slot.
+func WindowMax(startBound int) int {
+	return max(startBound/2, windowLeast)
 }

@@ -1,4 +1,9 @@
-package main
+// Package limits is the edge's defences against its crowd, decided before
+// the gate: a token bucket per client key (CLIENT_RATE), one per customerId
+// per voucher in Redis (CUSTOMER_RATE), and the memory of who was told to
+// come back later (REFUSE_EARLY_RETRIES). The edge's guard charges them,
+// before the gate.
+package limits
 
 import (
 	"context"
@@ -18,8 +23,8 @@ import (
 	"github.com/flashgate/flashgate/shared/voucher"
 )
 
-// LimitConfig is the per-client limits' settings.
-type LimitConfig struct {
+// Config is the per-client limits' settings.
+type Config struct {
 	ClientRate    int            // CLIENT_RATE: reserves a second per client key; 0: off
 	ClientBurst   int            // CLIENT_BURST; 0: ClientRate
 	CustomerRate  int            // CUSTOMER_RATE: reserves a second per customerId per voucher; 0: off
@@ -45,13 +50,13 @@ const (
 	causeEarlyClient = "early_client" // its client key back before the Retry-After of its last 429
 )
 
-// limits are the edge's defences against its crowd, decided before the gate:
+// Limits are the edge's defences against its crowd, decided before the gate:
 // a token bucket per client key (in this process: every request pays for it,
 // the flood included, so it must cost no Redis call), one per customerId per
 // voucher (in Redis, GCRA of go-redis/redis_rate: a customerId is the same
 // behind every address and every proxy, so only a fleet-wide count holds it),
 // and the memory of who was told to come back later (comebacks).
-type limits struct {
+type Limits struct {
 	keys      clientKeys
 	clients   *buckets         // nil: CLIENT_RATE off
 	customers *customerLimiter // nil: CUSTOMER_RATE off
@@ -60,9 +65,10 @@ type limits struct {
 	now       func() time.Time
 }
 
-// newLimits builds the limits; rdb carries the customer buckets.
-func newLimits(cfg LimitConfig, rdb redis.UniversalClient, reg prometheus.Registerer) *limits {
-	l := &limits{keys: clientKeys{trusted: cfg.Trusted, v6Bits: cfg.IPv6Prefix}, now: time.Now}
+// New builds the limits; rdb carries the customer buckets, reg (nil:
+// nowhere) flashgate_rate_limited_total.
+func New(cfg Config, rdb redis.UniversalClient, reg prometheus.Registerer) *Limits {
+	l := &Limits{keys: clientKeys{trusted: cfg.Trusted, v6Bits: cfg.IPv6Prefix}, now: time.Now}
 	if cfg.ClientRate > 0 {
 		l.clients = newBuckets(cfg.ClientRate, burstOr(cfg.ClientBurst, cfg.ClientRate), maxClientBuckets)
 	}
@@ -94,62 +100,24 @@ func burstOr(burst, rate int) int {
 	return rate
 }
 
-// edgeChecks are what the guard asks before it charges anything: the
-// sender must be known to be whose it says before it spends a budget.
-type edgeChecks struct {
-	// vet passes a reserve's claim (Admitter.Vet: a known code, its
-	// voucher's terms, the checkout token it requires) or returns the error
-	// it is answered with.
-	vet func(c *gin.Context, code string, cl voucher.Claim) error
-	// known reports whether code may be a voucher's (the set of codes).
-	known func(ctx context.Context, code string) bool
+// ChargeReserve charges a vetted reserve (see edge's guard): its client
+// key's bucket (CLIENT_RATE: the sender's own budget, a retry of an order
+// answered 201 included), its order's early retry, its customer's bucket
+// (CUSTOMER_RATE, in Redis). It reports whether the reserve may go on (false:
+// it was answered 429), and the key of its order and customer for
+// RememberRefusal.
+func (l *Limits) ChargeReserve(c *gin.Context, code string, cl voucher.Claim) (order string, ok bool) {
+	order = "order:" + code + "/" + cl.OrderID + "/" + strconv.FormatInt(cl.CustomerID, 10)
+	if !l.ChargeClient(c) || l.refuseEarly(c, order) || !l.customer(c, code, cl, order) {
+		return order, false
+	}
+	return order, true
 }
 
-// guard is the gate before the gate (httpx.Service.Guard), after the bearer
-// token's check and before the shedder, so that a refusal takes no slot of
-// MAX_INFLIGHT. A reserve is checked before it is charged: its claim valid
-// (else the handler answers 400), then vetted (edgeChecks.vet: a made-up code
-// or a missing checkout token is answered here and charges nothing), then
-// charged: its client key's bucket (CLIENT_RATE: the sender's own budget, a
-// retry of an order answered 201 included), its order's early retry, its
-// customer's bucket (CUSTOMER_RATE, in Redis). Every 503 or 429 a vetted
-// reserve gets further on (the shedder, the window, a fault) is remembered
-// with its Retry-After for its order and customer. The order routes (get,
-// confirm, release, refund) are answered 404 for a code outside the set and
-// charged to the client key's bucket before they reach the ledger.
-func (l *limits) guard(checks edgeChecks) gin.HandlerFunc {
-	return func(c *gin.Context) {
-		switch c.FullPath() {
-		case api.RouteReservations:
-			if c.Request.Method == http.MethodPost {
-				l.guardReserve(c, checks.vet)
-			}
-		case api.RouteReservation, api.RouteConfirm, api.RouteRefund:
-			l.guardOrder(c, checks.known)
-		}
-	}
-}
-
-// guardReserve is guard for a reserve.
-func (l *limits) guardReserve(c *gin.Context, vet func(*gin.Context, string, voucher.Claim) error) {
-	code, err := httpx.CodeParam(c)
-	if err != nil {
-		return
-	}
-	cl, ok := httpx.PeekClaim(c)
-	if !ok {
-		return
-	}
-	if err := vet(c, code, cl); err != nil {
-		httpx.WriteError(c, err)
-		c.Abort()
-		return
-	}
-	order := "order:" + admittedKey(code, cl.OrderID) + "/" + strconv.FormatInt(cl.CustomerID, 10)
-	if !l.chargeClient(c) || l.refuseEarly(c, order) || !l.customer(c, code, cl, order) {
-		return
-	}
-	c.Next()
+// RememberRefusal remembers, for order (ChargeReserve), the Retry-After of
+// the 503 or 429 its reserve was answered further on (the shedder, the
+// window, a fault), so that its retry before then is refused again.
+func (l *Limits) RememberRefusal(c *gin.Context, order string) {
 	if st := c.Writer.Status(); l.comebacks != nil &&
 		(st == http.StatusServiceUnavailable || st == http.StatusTooManyRequests) {
 		if d, ok := httpx.RetryAfterOf(c.Writer.Header()); ok {
@@ -159,28 +127,13 @@ func (l *limits) guardReserve(c *gin.Context, vet func(*gin.Context, string, vou
 	}
 }
 
-// guardOrder is guard for an order's route: a code outside the set is
-// answered 404 here, and the request is charged to its client key.
-func (l *limits) guardOrder(c *gin.Context, known func(context.Context, string) bool) {
-	code, _, err := httpx.OrderParams(c)
-	if err != nil {
-		return // the handler answers the invalid path
-	}
-	if !known(c, code) {
-		httpx.WriteError(c, voucher.ErrVoucherNotFound)
-		c.Abort()
-		return
-	}
-	l.chargeClient(c)
-}
-
-// chargeClient takes a token from the client key's bucket (CLIENT_RATE) and
+// ChargeClient takes a token from the client key's bucket (CLIENT_RATE) and
 // reports whether the request may go on (false: it was answered 429). Only a
 // client key whose bucket is empty is refused: one that comes back before the
 // Retry-After of its last 429 with the bucket still empty is told a longer
 // one (cause early_client), but a shared key (a NAT, a shop's token) is served
 // as soon as its bucket has a token, whoever emptied it.
-func (l *limits) chargeClient(c *gin.Context) bool {
+func (l *Limits) ChargeClient(c *gin.Context) bool {
 	if l.clients == nil {
 		return true
 	}
@@ -205,7 +158,7 @@ func (l *limits) chargeClient(c *gin.Context) bool {
 // refuseEarly refuses a reserve whose order (for its customer) is back
 // before its Retry-After, and puts its time off once by a new Retry-After
 // (comebacks): a retry loop is decided less often than a client that waits.
-func (l *limits) refuseEarly(c *gin.Context, order string) bool {
+func (l *Limits) refuseEarly(c *gin.Context, order string) bool {
 	if !l.comebacks.holding() { // a sale going well: no lock taken
 		return false
 	}
@@ -222,7 +175,7 @@ func (l *limits) refuseEarly(c *gin.Context, order string) bool {
 // refuse answers 429 RATE_LIMITED with a Retry-After of at least wait, counts
 // it by cause, and remembers the keys given (the client key, the order) to
 // stay away as long.
-func (l *limits) refuse(c *gin.Context, cause string, wait time.Duration, message string, keys ...string) {
+func (l *Limits) refuse(c *gin.Context, cause string, wait time.Duration, message string, keys ...string) {
 	l.refused.Get(cause).Inc()
 	d := httpx.SetRetryAfter(c, wait)
 	c.AbortWithStatusJSON(http.StatusTooManyRequests, api.ErrorBody{Error: voucher.CodeRateLimited, Message: message})
@@ -245,7 +198,7 @@ func (l *limits) refuse(c *gin.Context, cause string, wait time.Duration, messag
 // answered 201 takes a token too: it is a request like any other. A Redis
 // that fails to answer lets the reserve through: the gate decides it, and
 // answers the fault, as it would have. Nil limits let everything through.
-func (l *limits) customer(c *gin.Context, code string, cl voucher.Claim, order string) bool {
+func (l *Limits) customer(c *gin.Context, code string, cl voucher.Claim, order string) bool {
 	if l == nil || l.customers == nil {
 		return true
 	}

@@ -1,9 +1,9 @@
-package main
+package admit
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/sony/gobreaker/v2"
 
+	"github.com/flashgate/flashgate/proxy/internal/ledger"
 	"github.com/flashgate/flashgate/shared/httpx"
 )
 
@@ -91,7 +91,7 @@ func newAdmitMetrics(reg prometheus.Registerer, a *Admitter) *admitMetrics {
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "flashgate_redis_breaker_state",
 			Help: "Redis circuit breaker: 0 closed, 1 half-open, 2 open.",
-		}, func() float64 { return breakerState(a.breaker.State()) }),
+		}, func() float64 { return ledger.BreakerState(a.breaker.State()) }),
 	)
 	registerCodeMetrics(reg, a)
 	return m
@@ -104,7 +104,7 @@ func registerCodeMetrics(reg prometheus.Registerer, a *Admitter) {
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "flashgate_proxy_unknown_code_total",
 			Help: "Reserves answered VOUCHER_NOT_FOUND by the set of voucher codes, without Redis, the ledger or Postgres.",
-		}, func() float64 { return float64(a.codes.unknown.Load()) }),
+		}, func() float64 { return float64(a.codes.Unknown()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "flashgate_proxy_voucher_codes",
 			Help: "Voucher codes the proxy holds (0 until the first read of the set succeeds).",
@@ -112,39 +112,18 @@ func registerCodeMetrics(reg prometheus.Registerer, a *Admitter) {
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "flashgate_proxy_voucher_codes_reads_total",
 			Help: "Reads of the whole set of voucher codes from the ledger (at start, then at most once per LIVE_CODES_REFRESH).",
-		}, func() float64 { return float64(a.codes.loads.Load()) }),
+		}, func() float64 { return float64(a.codes.Loads()) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "flashgate_proxy_voucher_codes_read_errors_total",
 			Help: "Reads of the set of voucher codes that failed (the set stays as it was).",
-		}, func() float64 { return float64(a.codes.loadErrors.Load()) }),
+		}, func() float64 { return float64(a.codes.LoadErrors()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "flashgate_proxy_ledger_lookups",
 			Help: "Lookups at the ledger (a voucher's terms, the set of codes) in flight; at most LEDGER_LOOKUPS.",
-		}, func() float64 { return float64(a.lookups.inflight.Load()) }),
+		}, func() float64 { return float64(a.lookups.InFlight()) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "flashgate_proxy_ledger_lookups_refused_total",
 			Help: "Lookups at the ledger refused because LEDGER_LOOKUPS were in flight (the request got 503).",
-		}, func() float64 { return float64(a.lookups.refused.Load()) }),
+		}, func() float64 { return float64(a.lookups.Refused()) }),
 	)
-}
-
-func breakerState(s gobreaker.State) float64 {
-	switch s {
-	case gobreaker.StateHalfOpen:
-		return 1
-	case gobreaker.StateOpen:
-		return 2
-	}
-	return 0
-}
-
-// newLedgerLatency is the latency of the proxy's calls to the ledger.
-func newLedgerLatency(reg prometheus.Registerer) *prometheus.HistogramVec {
-	h := prometheus.NewHistogramVec(prometheus.HistogramOpts{
-		Name:    "flashgate_ledger_request_duration_seconds",
-		Help:    "Latency of the proxy's calls to the ledger, by call.",
-		Buckets: httpx.LatencyBuckets,
-	}, []string{"call"})
-	reg.MustRegister(h)
-	return h
 }

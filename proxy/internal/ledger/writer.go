@@ -1,0 +1,80 @@
+package ledger
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"sync/atomic"
+
+	"github.com/flashgate/flashgate/shared/api"
+	"github.com/flashgate/flashgate/shared/batch"
+	"github.com/flashgate/flashgate/shared/voucher"
+)
+
+// maxForwardBatch bounds the claims of one admitted-write request, within the
+// ledger's batch route's api.MaxBatchClaims and api.MaxBatchBytes
+// (TestForwardBatchFitsLedgerRoute checks both).
+const maxForwardBatch = 256
+
+// forwardLanes is how many admitted-write requests of one voucher may be in
+// flight to the ledger at once, each batching what queued behind it: with one,
+// the ledger's writer idles while a batch's answer travels back and the next
+// one comes; with two, the next batch is already waiting when a transaction
+// commits, and the writer (one transaction per voucher at a time) merges
+// what the lanes brought. A claim's retry may take the other lane: the ledger
+// answers concurrent writes of one order alike (it did already without
+// coalescing, one request per claim).
+const forwardLanes = 2
+
+// forwardKey is a forward batch's key: the voucher and a lane.
+type forwardKey struct {
+	code string
+	lane uint32
+}
+
+// Writer has the ledger write the claims the gate admitted: batched per
+// voucher and lane into the ledger's batch route (PROXY_COALESCE on), or one
+// request per claim.
+type Writer struct {
+	ledger   *Client
+	coalesce bool
+	forward  *batch.Batcher[forwardKey, voucher.Claim, Reply] // admitted writes to the ledger, per voucher and lane
+	lane     atomic.Uint32                                    // round robin over forwardLanes
+}
+
+// NewWriter returns a writer to ledger whose batches run under base (the
+// service's lifetime), of at most maxBatch claims (PROXY_MAX_BATCH) and
+// never more than the ledger's batch route accepts.
+func NewWriter(base context.Context, ledger *Client, coalesce bool, maxBatch int) *Writer {
+	w := &Writer{ledger: ledger, coalesce: coalesce}
+	w.forward = batch.New(base, min(maxBatch, maxForwardBatch),
+		func(ctx context.Context, k forwardKey, claims []voucher.Claim) ([]Reply, error) {
+			return ledger.writeAdmitted(ctx, k.code, claims)
+		})
+	// Each claim's LEDGER_TIMEOUT runs from its arrival (Write), its wait
+	// behind the batch in flight included: a batch gets the earliest
+	// deadline of its claims.
+	w.forward.CallerDeadlines()
+	return w
+}
+
+// Write has the ledger write an admitted claim.
+func (w *Writer) Write(ctx context.Context, code string, cl voucher.Claim) (Reply, error) {
+	if !w.coalesce {
+		return w.ledger.Do(ctx, "admitted_write", http.MethodPost, api.InternalPrefix+api.ReservationsPath(code), cl)
+	}
+	// Admitted together, written together: the ledger commits what one round
+	// admitted in one transaction. The claim's LEDGER_TIMEOUT starts now:
+	// without it, a claim queued behind a batch that took a whole
+	// LEDGER_TIMEOUT (a slow ledger) waited for its own batch's as well, and
+	// its 503 came after two (chaos soak, pg-restart: p99 2,025 ms). Still
+	// queued at its deadline, it was never sent (batch.ErrDropped: NeverSent).
+	ctx, cancel := context.WithTimeout(ctx, w.ledger.http.Timeout)
+	defer cancel()
+	rep, err := w.forward.Do(ctx, forwardKey{code, w.lane.Add(1) % forwardLanes}, cl)
+	if err != nil && !errors.Is(err, voucher.ErrUnavailable) {
+		err = fmt.Errorf("write %s/%s: %w: %w", code, cl.OrderID, err, voucher.ErrUnavailable)
+	}
+	return rep, err
+}
