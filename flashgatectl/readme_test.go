@@ -13,8 +13,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/flashgate/flashgate/shared/client"
-	"github.com/flashgate/flashgate/shared/devstack/devstacktest"
-	"github.com/flashgate/flashgate/shared/httpx/httpxtest"
+	"github.com/flashgate/flashgate/shared/testkit/devstacktest"
+	"github.com/flashgate/flashgate/shared/testkit/httpxtest"
 	"github.com/flashgate/flashgate/shared/voucher"
 )
 

@@ -9,7 +9,7 @@ import (
 
 	"github.com/flashgate/flashgate/ledger/internal/ledgertest"
 	"github.com/flashgate/flashgate/shared/envconf"
-	"github.com/flashgate/flashgate/shared/httpx/httpxtest"
+	"github.com/flashgate/flashgate/shared/testkit/httpxtest"
 )
 
 // TestConfigTokens checks that LEDGER_TOKENS is read beside LEDGER_TOKEN and

@@ -13,8 +13,8 @@ import (
 
 	"github.com/flashgate/flashgate/ledger/internal/ledgertest"
 	"github.com/flashgate/flashgate/shared/api"
-	"github.com/flashgate/flashgate/shared/devstack"
-	"github.com/flashgate/flashgate/shared/httpx/httpxtest"
+	"github.com/flashgate/flashgate/shared/testkit/devstack"
+	"github.com/flashgate/flashgate/shared/testkit/httpxtest"
 )
 
 // TestWebhookSecretsNeverLeave runs bin/ledger with two webhook URLs that

@@ -10,7 +10,7 @@ import (
 
 	"github.com/flashgate/flashgate/proxy/internal/limits"
 	"github.com/flashgate/flashgate/shared/envconf"
-	"github.com/flashgate/flashgate/shared/httpx/httpxtest"
+	"github.com/flashgate/flashgate/shared/testkit/httpxtest"
 )
 
 // TestConfigWarmConns: the warm-up settings have their defaults, and

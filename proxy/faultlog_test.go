@@ -10,9 +10,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/flashgate/flashgate/shared/api"
-	"github.com/flashgate/flashgate/shared/devstack"
-	"github.com/flashgate/flashgate/shared/devstack/devstacktest"
-	"github.com/flashgate/flashgate/shared/httpx/httpxtest"
+	"github.com/flashgate/flashgate/shared/testkit/devstack"
+	"github.com/flashgate/flashgate/shared/testkit/devstacktest"
+	"github.com/flashgate/flashgate/shared/testkit/httpxtest"
 )
 
 // probeID is the request id the fault tests send and count in the logs.

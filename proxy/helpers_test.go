@@ -23,12 +23,12 @@ import (
 	"github.com/flashgate/flashgate/proxy/internal/edge"
 	"github.com/flashgate/flashgate/proxy/internal/ledger"
 	"github.com/flashgate/flashgate/proxy/internal/limits"
-	"github.com/flashgate/flashgate/shared/agreement/agreementtest"
 	"github.com/flashgate/flashgate/shared/checkout"
-	"github.com/flashgate/flashgate/shared/devstack"
-	"github.com/flashgate/flashgate/shared/devstack/devstacktest"
 	"github.com/flashgate/flashgate/shared/gate"
-	"github.com/flashgate/flashgate/shared/httpx/httpxtest"
+	"github.com/flashgate/flashgate/shared/testkit/agreementtest"
+	"github.com/flashgate/flashgate/shared/testkit/devstack"
+	"github.com/flashgate/flashgate/shared/testkit/devstacktest"
+	"github.com/flashgate/flashgate/shared/testkit/httpxtest"
 )
 
 func TestMain(m *testing.M) {

@@ -19,8 +19,8 @@ import (
 
 	"github.com/flashgate/flashgate/proxy/internal/limits"
 	"github.com/flashgate/flashgate/shared/api"
-	"github.com/flashgate/flashgate/shared/devstack/devstacktest"
 	"github.com/flashgate/flashgate/shared/httpx"
+	"github.com/flashgate/flashgate/shared/testkit/devstacktest"
 	"github.com/flashgate/flashgate/shared/voucher"
 )
 

@@ -19,7 +19,7 @@ import (
 	"github.com/flashgate/flashgate/proxy/internal/limits"
 	"github.com/flashgate/flashgate/shared/envconf"
 	"github.com/flashgate/flashgate/shared/httpx"
-	"github.com/flashgate/flashgate/shared/httpx/httpxtest"
+	"github.com/flashgate/flashgate/shared/testkit/httpxtest"
 )
 
 // TestMetricsDocumented checks the proxy's metrics against the metrics

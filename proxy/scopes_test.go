@@ -6,7 +6,7 @@ import (
 	"github.com/flashgate/flashgate/proxy/internal/edge"
 	"github.com/flashgate/flashgate/shared/envconf"
 	"github.com/flashgate/flashgate/shared/httpx"
-	"github.com/flashgate/flashgate/shared/httpx/httpxtest"
+	"github.com/flashgate/flashgate/shared/testkit/httpxtest"
 )
 
 // proxyScopes is the edge's route x scope table, written out here apart from

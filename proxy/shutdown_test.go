@@ -16,9 +16,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/flashgate/flashgate/shared/api"
-	"github.com/flashgate/flashgate/shared/devstack"
-	"github.com/flashgate/flashgate/shared/devstack/devstacktest"
-	"github.com/flashgate/flashgate/shared/httpx/httpxtest"
+	"github.com/flashgate/flashgate/shared/testkit/devstack"
+	"github.com/flashgate/flashgate/shared/testkit/devstacktest"
+	"github.com/flashgate/flashgate/shared/testkit/httpxtest"
 )
 
 // proxyBinary is bin/proxy built from this package once per test binary.

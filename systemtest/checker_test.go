@@ -17,7 +17,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/flashgate/flashgate/shared/agreement/agreementtest"
+	"github.com/flashgate/flashgate/shared/testkit/agreementtest"
 	"github.com/flashgate/flashgate/shared/voucher"
 )
 

@@ -4,7 +4,7 @@ import (
 	"net/http"
 	"testing"
 
-	"github.com/flashgate/flashgate/shared/httpx/httpxtest"
+	"github.com/flashgate/flashgate/shared/testkit/httpxtest"
 )
 
 // The sale-day calls an operator makes on the ledger's admin routes. They

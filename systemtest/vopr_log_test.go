@@ -11,7 +11,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/flashgate/flashgate/shared/devstack"
+	"github.com/flashgate/flashgate/shared/testkit/devstack"
 )
 
 // TestVOPRLog is the VOPR over writePath log vouchers : the same
@@ -67,7 +67,6 @@ func TestVOPRLog(t *testing.T) {
 	}
 	t.Logf("VOPR log: %d rounds (%d failed) in %v; %s", rounds, failed, time.Since(start).Round(time.Second), stats)
 }
-
 
 // voprLogFixedSeeds are the short run's rounds, beside one random seed.
 var voprLogFixedSeeds = []uint64{1}

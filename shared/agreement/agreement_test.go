@@ -15,9 +15,9 @@ import (
 
 	"github.com/flashgate/flashgate/migrations"
 	"github.com/flashgate/flashgate/shared/agreement"
-	"github.com/flashgate/flashgate/shared/agreement/agreementtest"
-	"github.com/flashgate/flashgate/shared/devstack/devstacktest"
 	"github.com/flashgate/flashgate/shared/gate"
+	"github.com/flashgate/flashgate/shared/testkit/agreementtest"
+	"github.com/flashgate/flashgate/shared/testkit/devstacktest"
 	"github.com/flashgate/flashgate/shared/voucher"
 )
 

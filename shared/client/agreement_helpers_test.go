@@ -3,7 +3,7 @@ package client_test
 import (
 	"testing"
 
-	"github.com/flashgate/flashgate/shared/agreement/agreementtest"
+	"github.com/flashgate/flashgate/shared/testkit/agreementtest"
 )
 
 // requireAgreementAtEnd checks, when t ends, that the stack's Redis and

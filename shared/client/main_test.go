@@ -7,8 +7,8 @@ import (
 	"os"
 	"testing"
 
-	"github.com/flashgate/flashgate/shared/devstack/devstacktest"
-	"github.com/flashgate/flashgate/shared/httpx/httpxtest"
+	"github.com/flashgate/flashgate/shared/testkit/devstacktest"
+	"github.com/flashgate/flashgate/shared/testkit/httpxtest"
 )
 
 // The stack every test and example of this package calls: a ledger and a

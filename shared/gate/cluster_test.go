@@ -12,8 +12,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/flashgate/flashgate/shared/devstack"
-	"github.com/flashgate/flashgate/shared/devstack/devstacktest"
+	"github.com/flashgate/flashgate/shared/testkit/devstack"
+	"github.com/flashgate/flashgate/shared/testkit/devstacktest"
 	"github.com/flashgate/flashgate/shared/voucher"
 )
 

@@ -14,8 +14,8 @@ import (
 
 	"github.com/flashgate/flashgate/ledger/internal/jobs"
 	"github.com/flashgate/flashgate/ledger/internal/ledgertest"
-	"github.com/flashgate/flashgate/shared/devstack/devstacktest"
 	"github.com/flashgate/flashgate/shared/gate"
+	"github.com/flashgate/flashgate/shared/testkit/devstacktest"
 )
 
 // A reconcile run skips a voucher that nothing touched since its last clean

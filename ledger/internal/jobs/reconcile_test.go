@@ -15,8 +15,8 @@ import (
 
 	"github.com/flashgate/flashgate/ledger/internal/jobs"
 	"github.com/flashgate/flashgate/ledger/internal/ledgertest"
-	"github.com/flashgate/flashgate/shared/devstack/devstacktest"
 	"github.com/flashgate/flashgate/shared/gate"
+	"github.com/flashgate/flashgate/shared/testkit/devstacktest"
 )
 
 // Two ledgers over one database and one Redis sweep and reconcile the same

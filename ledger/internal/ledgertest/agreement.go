@@ -7,7 +7,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/flashgate/flashgate/ledger/internal/jobs"
-	"github.com/flashgate/flashgate/shared/agreement/agreementtest"
+	"github.com/flashgate/flashgate/shared/testkit/agreementtest"
 )
 
 // AgreementChecks is what a Ledger checks when its test ends (Redis agrees

@@ -13,7 +13,7 @@ import (
 	"github.com/flashgate/flashgate/ledger/internal/admissions"
 	"github.com/flashgate/flashgate/ledger/internal/ledgertest"
 	"github.com/flashgate/flashgate/ledger/internal/store"
-	"github.com/flashgate/flashgate/shared/devstack"
+	"github.com/flashgate/flashgate/shared/testkit/devstack"
 	"github.com/flashgate/flashgate/shared/voucher"
 )
 

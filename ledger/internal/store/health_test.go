@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/flashgate/flashgate/shared/devstack/devstacktest"
+	"github.com/flashgate/flashgate/shared/testkit/devstacktest"
 )
 
 // TestHealthBusyPool: a pool whose every connection is out while work keeps

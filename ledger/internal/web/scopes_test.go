@@ -9,7 +9,7 @@ import (
 	"github.com/flashgate/flashgate/ledger/internal/web"
 	"github.com/flashgate/flashgate/shared/envconf"
 	"github.com/flashgate/flashgate/shared/httpx"
-	"github.com/flashgate/flashgate/shared/httpx/httpxtest"
+	"github.com/flashgate/flashgate/shared/testkit/httpxtest"
 )
 
 // ledgerScopes is the ledger's route x scope table, written out here apart

@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/flashgate/flashgate/loadtest/internal/load"
-	"github.com/flashgate/flashgate/shared/devstack/devstacktest"
+	"github.com/flashgate/flashgate/shared/testkit/devstacktest"
 )
 
 func TestMain(m *testing.M) { os.Exit(devstacktest.RunTests(m)) }

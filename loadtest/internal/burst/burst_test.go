@@ -11,8 +11,8 @@ import (
 	"github.com/flashgate/flashgate/loadtest/internal/load"
 	"github.com/flashgate/flashgate/loadtest/internal/stack"
 	"github.com/flashgate/flashgate/loadtest/internal/verify"
-	"github.com/flashgate/flashgate/shared/agreement/agreementtest"
-	"github.com/flashgate/flashgate/shared/devstack/devstacktest"
+	"github.com/flashgate/flashgate/shared/testkit/agreementtest"
+	"github.com/flashgate/flashgate/shared/testkit/devstacktest"
 )
 
 func TestMain(m *testing.M) { os.Exit(devstacktest.RunTests(m)) }

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/flashgate/flashgate/loadtest/internal/stack"
-	"github.com/flashgate/flashgate/shared/devstack"
+	"github.com/flashgate/flashgate/shared/testkit/devstack"
 )
 
 // fleetEnv is what every instance of a fleet runs with beside the chaos

@@ -15,7 +15,7 @@ import (
 	"github.com/flashgate/flashgate/loadtest/internal/stack"
 	"github.com/flashgate/flashgate/loadtest/internal/verify"
 	"github.com/flashgate/flashgate/shared/api"
-	"github.com/flashgate/flashgate/shared/devstack"
+	"github.com/flashgate/flashgate/shared/testkit/devstack"
 	"github.com/flashgate/flashgate/shared/voucher"
 )
 

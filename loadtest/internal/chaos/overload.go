@@ -11,7 +11,7 @@ import (
 	"github.com/flashgate/flashgate/loadtest/internal/load"
 	"github.com/flashgate/flashgate/loadtest/internal/stack"
 	"github.com/flashgate/flashgate/loadtest/internal/verify"
-	"github.com/flashgate/flashgate/shared/devstack"
+	"github.com/flashgate/flashgate/shared/testkit/devstack"
 )
 
 // flashMax is the flash path's maximum sustainable rate on the development

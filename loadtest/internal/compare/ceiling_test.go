@@ -5,7 +5,7 @@ import (
 	"testing"
 
 	"github.com/flashgate/flashgate/shared/api"
-	"github.com/flashgate/flashgate/shared/httpx/httpxtest"
+	"github.com/flashgate/flashgate/shared/testkit/httpxtest"
 )
 
 // BenchmarkCeiling is the bare gin handler of compare's ceiling (bind and

@@ -14,10 +14,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/flashgate/flashgate/proxy/internal/ledger"
-	"github.com/flashgate/flashgate/shared/devstack"
-	"github.com/flashgate/flashgate/shared/devstack/devstacktest"
 	"github.com/flashgate/flashgate/shared/gate"
-	"github.com/flashgate/flashgate/shared/httpx/httpxtest"
+	"github.com/flashgate/flashgate/shared/testkit/devstack"
+	"github.com/flashgate/flashgate/shared/testkit/devstacktest"
+	"github.com/flashgate/flashgate/shared/testkit/httpxtest"
 	"github.com/flashgate/flashgate/shared/voucher"
 )
 

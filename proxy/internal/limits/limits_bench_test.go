@@ -9,8 +9,8 @@ import (
 	"github.com/go-redis/redis_rate/v10"
 	"github.com/stretchr/testify/require"
 
-	"github.com/flashgate/flashgate/shared/devstack/devstacktest"
 	"github.com/flashgate/flashgate/shared/gate"
+	"github.com/flashgate/flashgate/shared/testkit/devstacktest"
 )
 
 // BenchmarkClientBucket is the price of CLIENT_RATE on every reserve: a token

@@ -4,7 +4,7 @@ import (
 	"os"
 	"testing"
 
-	"github.com/flashgate/flashgate/shared/devstack/devstacktest"
+	"github.com/flashgate/flashgate/shared/testkit/devstacktest"
 )
 
 // TestMain stops the redis-server the benchmarks share.

@@ -14,7 +14,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/flashgate/flashgate/shared/devstack"
+	"github.com/flashgate/flashgate/shared/testkit/devstack"
 )
 
 // sharedServer is a server started at most once per test binary and stopped by RunTests.

@@ -8,7 +8,7 @@ import (
 	"strconv"
 
 	"github.com/flashgate/flashgate/shared/api"
-	"github.com/flashgate/flashgate/shared/devstack"
+	"github.com/flashgate/flashgate/shared/testkit/devstack"
 )
 
 // FlashgateOptions configures StartFlashgate.
