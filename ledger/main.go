@@ -18,6 +18,7 @@ import (
 	"github.com/flashgate/flashgate/shared/envconf"
 	"github.com/flashgate/flashgate/shared/gate"
 	"github.com/flashgate/flashgate/shared/httpx"
+	"github.com/flashgate/flashgate/shared/httpx/auth"
 )
 
 // writeMargin is what writeTimeoutFor keeps between the longest time a write
@@ -55,7 +56,7 @@ func configFrom(e *envconf.Reader) (app.Config, error) {
 			"Redis for flash vouchers, in the proxy's form; unset: flash vouchers answer 503"),
 		Token: e.String("LEDGER_TOKEN", "",
 			"bearer token (actor default) with every scope; LEDGER_TOKEN or LEDGER_TOKENS is required unless LEDGER_AUTH=off"),
-		Tokens: e.Tokens("LEDGER_TOKENS", httpx.Scopes,
+		Tokens: e.Tokens("LEDGER_TOKENS", auth.Scopes,
 			"more bearer tokens with the actor names the audit trail records and, optionally, their scopes: name:token[:scope+scope...],...; a token without a scope list has every scope; a proxy's needs only internal"),
 		OpenAdmin: !e.Switch("LEDGER_AUTH", true,
 			"off: every route is open without a token (logged at WARN at start); on: LEDGER_TOKEN or LEDGER_TOKENS is required, the ledger refuses to start without one"),
@@ -140,7 +141,7 @@ func checkLedgerAuth(c app.Config) error {
 	case hasToken && c.OpenAdmin:
 		return errors.New("LEDGER_AUTH=off and LEDGER_TOKEN or LEDGER_TOKENS are both set: unset one")
 	}
-	return httpx.CheckTokens("LEDGER_TOKEN", c.Token, "LEDGER_TOKENS", c.Tokens)
+	return auth.CheckTokens("LEDGER_TOKEN", c.Token, "LEDGER_TOKENS", c.Tokens)
 }
 
 func main() {

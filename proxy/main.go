@@ -32,6 +32,7 @@ import (
 	"github.com/flashgate/flashgate/shared/envconf"
 	"github.com/flashgate/flashgate/shared/gate"
 	"github.com/flashgate/flashgate/shared/httpx"
+	"github.com/flashgate/flashgate/shared/httpx/auth"
 )
 
 // Config is everything the proxy reads from its environment, read once in main.
@@ -146,7 +147,7 @@ func configFrom(e *envconf.Reader) (Config, error) {
 
 // proxyScopes are the scopes PROXY_TOKENS may give: the edge's routes take
 // no other (a read, write or internal token belongs to a ledger).
-var proxyScopes = []string{string(httpx.ScopeReserve), string(httpx.ScopeSettle), string(edge.ScopeMetrics)}
+var proxyScopes = []string{string(auth.ScopeReserve), string(auth.ScopeSettle), string(edge.ScopeMetrics)}
 
 // checkEdgeAuth refuses an edge without a token unless PROXY_AUTH=off says
 // so, PROXY_AUTH=off beside a token (which of the two was meant?), and
@@ -159,7 +160,7 @@ func checkEdgeAuth(c Config) error {
 	case hasToken && c.OpenEdge:
 		return errors.New("PROXY_AUTH=off and PROXY_TOKEN or PROXY_TOKENS are both set: unset one")
 	}
-	return httpx.CheckTokens("PROXY_TOKEN", c.Token, "PROXY_TOKENS", c.Tokens)
+	return auth.CheckTokens("PROXY_TOKEN", c.Token, "PROXY_TOKENS", c.Tokens)
 }
 
 // readLimits reads the per-client limits' settings (TRUSTED_PROXIES aside).

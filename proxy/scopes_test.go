@@ -6,6 +6,7 @@ import (
 	"github.com/flashgate/flashgate/proxy/internal/edge"
 	"github.com/flashgate/flashgate/shared/envconf"
 	"github.com/flashgate/flashgate/shared/httpx"
+	"github.com/flashgate/flashgate/shared/httpx/auth"
 	"github.com/flashgate/flashgate/shared/testkit/httpxtest"
 )
 
@@ -13,12 +14,12 @@ import (
 // the code's: a shop front (reserve) reserves and reads its reservations, a
 // payment service (settle) confirms, refunds and releases, a scraper
 // (metrics) reads /metrics on the client port.
-var proxyScopeTable = map[string][]httpx.Scope{
-	"POST /vouchers/:code/reservations":                  {httpx.ScopeReserve},
-	"GET /vouchers/:code/reservations/:orderId":          {httpx.ScopeReserve},
-	"POST /vouchers/:code/reservations/:orderId/confirm": {httpx.ScopeSettle},
-	"POST /vouchers/:code/reservations/:orderId/refund":  {httpx.ScopeSettle},
-	"DELETE /vouchers/:code/reservations/:orderId":       {httpx.ScopeSettle},
+var proxyScopeTable = map[string][]auth.Scope{
+	"POST /vouchers/:code/reservations":                  {auth.ScopeReserve},
+	"GET /vouchers/:code/reservations/:orderId":          {auth.ScopeReserve},
+	"POST /vouchers/:code/reservations/:orderId/confirm": {auth.ScopeSettle},
+	"POST /vouchers/:code/reservations/:orderId/refund":  {auth.ScopeSettle},
+	"DELETE /vouchers/:code/reservations/:orderId":       {auth.ScopeSettle},
 	"GET /metrics": {edge.ScopeMetrics},
 }
 
@@ -29,10 +30,10 @@ var proxyScopeTable = map[string][]httpx.Scope{
 // token, for the routes it relays).
 func TestRouteScopes(t *testing.T) {
 	s := newStack(t, stackOptions{coalesce: true})
-	check := httpxtest.ScopeCheck{All: "edge-all", Want: proxyScopeTable, Code: newCode(t), Tokens: map[httpx.Scope]string{}}
+	check := httpxtest.ScopeCheck{All: "edge-all", Want: proxyScopeTable, Code: newCode(t), Tokens: map[auth.Scope]string{}}
 	tokens := map[string]envconf.Credential{}
 	for _, sc := range proxyScopes {
-		check.Tokens[httpx.Scope(sc)] = "edge-" + sc
+		check.Tokens[auth.Scope(sc)] = "edge-" + sc
 		tokens[sc+"-only"] = envconf.Credential{Token: "edge-" + sc, Scopes: []string{sc}}
 	}
 	srv := proxyServer(s, check.All, httpx.NewMetrics("proxy"))

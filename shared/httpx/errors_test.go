@@ -14,6 +14,8 @@ import (
 
 	"github.com/flashgate/flashgate/shared/api"
 	"github.com/flashgate/flashgate/shared/httpx"
+	"github.com/flashgate/flashgate/shared/httpx/auth"
+	"github.com/flashgate/flashgate/shared/httpx/service"
 	"github.com/flashgate/flashgate/shared/voucher"
 )
 
@@ -37,9 +39,9 @@ func TestWriteErrorLogsFaults(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			var logs bytes.Buffer
-			r := httpx.NewServiceEngine(httpx.Service{
+			r := service.NewEngine(service.Config{
 				Log: slog.New(slog.NewJSONHandler(&logs, nil)), Token: token,
-				Scopes: httpx.RouteScopes{"POST /vouchers/:code/reservations": {httpx.ScopeReserve}},
+				Scopes: auth.RouteScopes{"POST /vouchers/:code/reservations": {auth.ScopeReserve}},
 				Ready:  func(*gin.Context) error { return nil },
 			})
 			r.POST("/vouchers/:code/reservations", func(c *gin.Context) {
@@ -84,7 +86,7 @@ func TestWriteErrorPreEncoded(t *testing.T) {
 	for _, e := range errs {
 		t.Run(e.Code, func(t *testing.T) {
 			serve := func(write func(*gin.Context)) *httptest.ResponseRecorder {
-				r := httpx.NewServiceEngine(httpx.Service{})
+				r := service.NewEngine(service.Config{})
 				r.POST("/x", write)
 				w := httptest.NewRecorder()
 				req := httptest.NewRequest(http.MethodPost, "/x", nil)

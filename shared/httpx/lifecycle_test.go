@@ -19,6 +19,7 @@ import (
 
 	"github.com/flashgate/flashgate/shared/api"
 	"github.com/flashgate/flashgate/shared/httpx"
+	"github.com/flashgate/flashgate/shared/httpx/service"
 	"github.com/flashgate/flashgate/shared/testkit/devstack"
 )
 
@@ -67,7 +68,7 @@ func TestLifecycleShutdown(t *testing.T) {
 	release := make(chan struct{})
 	var lifeErrAtAnswer error
 	s := serve(t, httpx.Shutdown{Delay: 300 * time.Millisecond, Timeout: 10 * time.Second}, 0, func(life *httpx.Lifecycle) http.Handler {
-		r := httpx.NewServiceEngine(httpx.Service{Log: quiet, Ready: func(*gin.Context) error { return life.Err() }})
+		r := service.NewEngine(service.Config{Log: quiet, Ready: func(*gin.Context) error { return life.Err() }})
 		r.GET("/slow", func(c *gin.Context) {
 			<-release // work the request waits on, e.g. a group commit
 			lifeErrAtAnswer = life.Context().Err()
@@ -174,7 +175,7 @@ func TestLifecycleTimeout(t *testing.T) {
 func TestReadyzDeadline(t *testing.T) {
 	hung := make(chan struct{})
 	defer close(hung)
-	r := httpx.NewServiceEngine(httpx.Service{Log: quiet, Ready: func(c *gin.Context) error {
+	r := service.NewEngine(service.Config{Log: quiet, Ready: func(c *gin.Context) error {
 		select { // a dependency that answers nothing, whatever the deadline
 		case <-hung:
 		case <-time.After(time.Minute):

@@ -18,6 +18,7 @@ import (
 	"github.com/flashgate/flashgate/shared/api"
 	"github.com/flashgate/flashgate/shared/envconf"
 	"github.com/flashgate/flashgate/shared/httpx"
+	"github.com/flashgate/flashgate/shared/httpx/auth"
 	"github.com/flashgate/flashgate/shared/testkit/httpxtest"
 	"github.com/flashgate/flashgate/shared/voucher"
 )
@@ -311,7 +312,7 @@ func sameSet(a, b []string) bool {
 func TestServeOpenAPI(t *testing.T) {
 	raw, _ := openAPIDoc(t)
 	r := httpx.NewEngine(nil)
-	r.Use(httpx.Auth(map[string]envconf.Credential{httpx.DefaultActor: {Token: "secret"}}, nil, api.OpenPaths...))
+	r.Use(auth.Auth(map[string]envconf.Credential{auth.DefaultActor: {Token: "secret"}}, nil, api.OpenPaths...))
 	httpx.ServeOpenAPI(r)
 	r.GET("/closed", func(c *gin.Context) { c.Status(http.StatusNoContent) })
 

@@ -18,9 +18,13 @@ type Serving struct {
 	Shutdown       Shutdown      // SHUTDOWN_DELAY, SHUTDOWN_TIMEOUT
 }
 
-// defaultLatencySLO is LATENCY_SLO's default, and the adaptive bound's SLO
+// DefaultLatencySLO is LATENCY_SLO's default, and the adaptive bound's SLO
 // when LATENCY_SLO is 0.
-const defaultLatencySLO = 100 * time.Millisecond
+const DefaultLatencySLO = 100 * time.Millisecond
+
+// InflightStart is where the adaptive bound on requests in flight starts
+// (MAX_INFLIGHT 0; overload.Shedder).
+const InflightStart = 256
 
 // InflightCap is the most the adaptive bound on requests in flight may reach
 // (MAX_CONNS: one request per connection at most) when MAX_INFLIGHT is 0, and
@@ -43,7 +47,7 @@ func ReadServing(e *envconf.Reader) Serving {
 			"most client connections open at once; at the cap the one idle the longest is closed to make room"),
 		MaxInflight: e.Int("MAX_INFLIGHT", 256, 0,
 			"most requests worked on at once; the excess waits for a slot (LATENCY_SLO), else gets 503 UNAVAILABLE with Retry-After (1-3 s); 0: the bound sizes itself from what requests take now: from 256, every quarter of LATENCY_SLO in which a request found it full, it moves by half of LATENCY_SLO over the mean time requests held their slots (grows while they keep within that and the growth raises the answers per second, shrinks back when they do not, never below 256 nor above MAX_CONNS; not reached, it drifts back to 256)"),
-		LatencySLO: e.DurationMin("LATENCY_SLO", defaultLatencySLO, 0,
+		LatencySLO: e.DurationMin("LATENCY_SLO", DefaultLatencySLO, 0,
 			"the answer time aimed for; a request over MAX_INFLIGHT waits for a slot up to half of it, unless the waits stood over a quarter of it for a whole LATENCY_SLO (CoDel: more arrive than are answered), then it gets 503 at once; 0: no wait, the excess gets 503 at once"),
 		DebugAddr: e.Addr("DEBUG_ADDR", "", "when set (e.g. 127.0.0.1:6061), serves net/http/pprof there"),
 		MetricsAddr: e.Addr("METRICS_ADDR", "",

@@ -13,12 +13,14 @@ import (
 	"github.com/flashgate/flashgate/ledger/internal/store"
 	"github.com/flashgate/flashgate/shared/api"
 	"github.com/flashgate/flashgate/shared/httpx"
+	"github.com/flashgate/flashgate/shared/httpx/auth"
+	"github.com/flashgate/flashgate/shared/httpx/decode"
 	"github.com/flashgate/flashgate/shared/voucher"
 )
 
 // admin serves the /admin routes: vouchers and their live-sale controls,
 // listings, the export and the audit trail. Every change is made under the
-// name of the token that asked (httpx.ActorFrom).
+// name of the token that asked (auth.ActorFrom).
 type admin struct {
 	op      *sale.Operator
 	ledger  *sale.Ledger
@@ -49,7 +51,7 @@ func (s *Server) adminRoutes(r gin.IRoutes) {
 
 func (a *admin) create(c *gin.Context) {
 	var req voucher.NewVoucher
-	if err := httpx.BindJSON(c, &req); err != nil {
+	if err := decode.BindJSON(c, &req); err != nil {
 		httpx.WriteError(c, err)
 		return
 	}
@@ -58,7 +60,7 @@ func (a *admin) create(c *gin.Context) {
 		httpx.WriteError(c, err)
 		return
 	}
-	v, err = a.op.Create(c, v, httpx.ActorFrom(c))
+	v, err = a.op.Create(c, v, auth.ActorFrom(c))
 	if err != nil {
 		httpx.WriteError(c, err)
 		return
@@ -67,7 +69,7 @@ func (a *admin) create(c *gin.Context) {
 }
 
 func (a *admin) get(c *gin.Context) {
-	code, err := httpx.CodeParam(c)
+	code, err := decode.CodeParam(c)
 	if err != nil {
 		httpx.WriteError(c, err)
 		return
@@ -103,13 +105,13 @@ func (a *admin) list(c *gin.Context) {
 }
 
 func (a *admin) patch(c *gin.Context) {
-	code, err := httpx.CodeParam(c)
+	code, err := decode.CodeParam(c)
 	if err != nil {
 		httpx.WriteError(c, err)
 		return
 	}
 	var p voucher.VoucherPatch
-	if err := httpx.BindJSON(c, &p); err != nil {
+	if err := decode.BindJSON(c, &p); err != nil {
 		httpx.WriteError(c, err)
 		return
 	}
@@ -120,7 +122,7 @@ func (a *admin) patch(c *gin.Context) {
 		httpx.WriteError(c, err)
 		return
 	}
-	v, err := a.op.Change(c, code, p, httpx.ActorFrom(c))
+	v, err := a.op.Change(c, code, p, auth.ActorFrom(c))
 	if err != nil {
 		httpx.WriteError(c, err)
 		return
@@ -129,12 +131,12 @@ func (a *admin) patch(c *gin.Context) {
 }
 
 func (a *admin) setPaused(c *gin.Context, paused bool) {
-	code, err := httpx.CodeParam(c)
+	code, err := decode.CodeParam(c)
 	if err != nil {
 		httpx.WriteError(c, err)
 		return
 	}
-	v, err := a.op.SetPaused(c, code, paused, httpx.ActorFrom(c))
+	v, err := a.op.SetPaused(c, code, paused, auth.ActorFrom(c))
 	if err != nil {
 		httpx.WriteError(c, err)
 		return
@@ -143,12 +145,12 @@ func (a *admin) setPaused(c *gin.Context, paused bool) {
 }
 
 func (a *admin) warmup(c *gin.Context) {
-	code, err := httpx.CodeParam(c)
+	code, err := decode.CodeParam(c)
 	if err != nil {
 		httpx.WriteError(c, err)
 		return
 	}
-	if err := a.op.Warmup(c, code, httpx.ActorFrom(c)); err != nil {
+	if err := a.op.Warmup(c, code, auth.ActorFrom(c)); err != nil {
 		httpx.WriteError(c, err)
 		return
 	}
@@ -156,7 +158,7 @@ func (a *admin) warmup(c *gin.Context) {
 }
 
 func (a *admin) reconcile(c *gin.Context) {
-	code, err := httpx.CodeParam(c)
+	code, err := decode.CodeParam(c)
 	if err != nil {
 		httpx.WriteError(c, err)
 		return
@@ -165,7 +167,7 @@ func (a *admin) reconcile(c *gin.Context) {
 		httpx.WriteError(c, voucher.ErrUnavailable)
 		return
 	}
-	rep, err := a.jobs.ReconcileBy(c, code, httpx.ActorFrom(c))
+	rep, err := a.jobs.ReconcileBy(c, code, auth.ActorFrom(c))
 	if err != nil {
 		httpx.WriteError(c, err)
 		return
@@ -174,7 +176,7 @@ func (a *admin) reconcile(c *gin.Context) {
 }
 
 func (a *admin) reservations(c *gin.Context) {
-	code, err := httpx.CodeParam(c)
+	code, err := decode.CodeParam(c)
 	if err != nil {
 		httpx.WriteError(c, err)
 		return
@@ -201,7 +203,7 @@ func (a *admin) reservations(c *gin.Context) {
 }
 
 func (a *admin) export(c *gin.Context) {
-	code, err := httpx.CodeParam(c)
+	code, err := decode.CodeParam(c)
 	if err != nil {
 		httpx.WriteError(c, err)
 		return
@@ -220,7 +222,7 @@ func (a *admin) export(c *gin.Context) {
 }
 
 func (a *admin) audit(c *gin.Context) {
-	code, err := httpx.CodeParam(c)
+	code, err := decode.CodeParam(c)
 	if err != nil {
 		httpx.WriteError(c, err)
 		return

@@ -9,6 +9,8 @@ import (
 	"github.com/flashgate/flashgate/ledger/internal/store"
 	"github.com/flashgate/flashgate/shared/api"
 	"github.com/flashgate/flashgate/shared/httpx"
+	"github.com/flashgate/flashgate/shared/httpx/auth"
+	"github.com/flashgate/flashgate/shared/httpx/decode"
 	"github.com/flashgate/flashgate/shared/voucher"
 )
 
@@ -79,7 +81,7 @@ func (a *admin) replayAdmission(c *gin.Context) {
 		httpx.WriteError(c, err)
 		return
 	}
-	if _, err := a.store.ResolveFailedAdmission(c, f, store.ResolutionReplayed, httpx.ActorFrom(c)); err != nil {
+	if _, err := a.store.ResolveFailedAdmission(c, f, store.ResolutionReplayed, auth.ActorFrom(c)); err != nil {
 		httpx.WriteError(c, err)
 		return
 	}
@@ -93,7 +95,7 @@ func (a *admin) discardAdmission(c *gin.Context) {
 	if !ok {
 		return
 	}
-	if _, err := a.store.ResolveFailedAdmission(c, f, store.ResolutionDiscarded, httpx.ActorFrom(c)); err != nil {
+	if _, err := a.store.ResolveFailedAdmission(c, f, store.ResolutionDiscarded, auth.ActorFrom(c)); err != nil {
 		httpx.WriteError(c, err)
 		return
 	}
@@ -108,7 +110,7 @@ func (a *admin) discardAdmission(c *gin.Context) {
 // openAdmission reads the route's refused admission; one resolved already
 // is a 404, as one never refused.
 func (a *admin) openAdmission(c *gin.Context) (store.FailedAdmission, bool) {
-	code, orderID, err := httpx.OrderParams(c)
+	code, orderID, err := decode.OrderParams(c)
 	if err != nil {
 		httpx.WriteError(c, err)
 		return store.FailedAdmission{}, false

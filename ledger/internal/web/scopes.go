@@ -4,7 +4,7 @@ import (
 	"net/http"
 
 	"github.com/flashgate/flashgate/shared/api"
-	"github.com/flashgate/flashgate/shared/httpx"
+	"github.com/flashgate/flashgate/shared/httpx/auth"
 )
 
 // scopes are the scopes each of the ledger's routes takes (LEDGER_TOKENS'
@@ -14,37 +14,37 @@ import (
 // routes once it has checked their own tokens (PROXY_TOKENS), so those take
 // internal too. Nothing else does: an internal token cannot change, list or
 // export anything.
-var scopes = httpx.RouteScopes{
-	httpx.RouteKey(http.MethodPost, api.RouteReservations):  {httpx.ScopeReserve, httpx.ScopeInternal},
-	httpx.RouteKey(http.MethodGet, api.RouteReservation):    {httpx.ScopeReserve, httpx.ScopeInternal},
-	httpx.RouteKey(http.MethodPost, api.RouteConfirm):       {httpx.ScopeSettle, httpx.ScopeInternal},
-	httpx.RouteKey(http.MethodDelete, api.RouteReservation): {httpx.ScopeSettle, httpx.ScopeInternal},
-	httpx.RouteKey(http.MethodPost, api.RouteRefund):        {httpx.ScopeSettle, httpx.ScopeInternal},
+var scopes = auth.RouteScopes{
+	auth.RouteKey(http.MethodPost, api.RouteReservations):  {auth.ScopeReserve, auth.ScopeInternal},
+	auth.RouteKey(http.MethodGet, api.RouteReservation):    {auth.ScopeReserve, auth.ScopeInternal},
+	auth.RouteKey(http.MethodPost, api.RouteConfirm):       {auth.ScopeSettle, auth.ScopeInternal},
+	auth.RouteKey(http.MethodDelete, api.RouteReservation): {auth.ScopeSettle, auth.ScopeInternal},
+	auth.RouteKey(http.MethodPost, api.RouteRefund):        {auth.ScopeSettle, auth.ScopeInternal},
 
-	httpx.RouteKey(http.MethodGet, api.RouteVouchers):            {httpx.ScopeRead},
-	httpx.RouteKey(http.MethodGet, api.RouteVoucher):             {httpx.ScopeRead, httpx.ScopeInternal}, // the proxy's terms
-	httpx.RouteKey(http.MethodGet, api.RouteVoucherReservations): {httpx.ScopeRead},
-	httpx.RouteKey(http.MethodGet, api.RouteExport):              {httpx.ScopeRead},
-	httpx.RouteKey(http.MethodGet, api.RouteAudit):               {httpx.ScopeRead},
-	httpx.RouteKey(http.MethodGet, api.RouteEvents):              {httpx.ScopeRead},
-	httpx.RouteKey(http.MethodGet, api.RouteFailedAdmissions):    {httpx.ScopeRead},
-	httpx.RouteKey(http.MethodGet, api.RouteAdmissionsLag):       {httpx.ScopeRead},
+	auth.RouteKey(http.MethodGet, api.RouteVouchers):            {auth.ScopeRead},
+	auth.RouteKey(http.MethodGet, api.RouteVoucher):             {auth.ScopeRead, auth.ScopeInternal}, // the proxy's terms
+	auth.RouteKey(http.MethodGet, api.RouteVoucherReservations): {auth.ScopeRead},
+	auth.RouteKey(http.MethodGet, api.RouteExport):              {auth.ScopeRead},
+	auth.RouteKey(http.MethodGet, api.RouteAudit):               {auth.ScopeRead},
+	auth.RouteKey(http.MethodGet, api.RouteEvents):              {auth.ScopeRead},
+	auth.RouteKey(http.MethodGet, api.RouteFailedAdmissions):    {auth.ScopeRead},
+	auth.RouteKey(http.MethodGet, api.RouteAdmissionsLag):       {auth.ScopeRead},
 
-	httpx.RouteKey(http.MethodPost, api.RouteVouchers):         {httpx.ScopeWrite},
-	httpx.RouteKey(http.MethodPatch, api.RouteVoucher):         {httpx.ScopeWrite},
-	httpx.RouteKey(http.MethodPost, api.RoutePause):            {httpx.ScopeWrite},
-	httpx.RouteKey(http.MethodPost, api.RouteResume):           {httpx.ScopeWrite},
-	httpx.RouteKey(http.MethodPost, api.RouteWarmup):           {httpx.ScopeWrite, httpx.ScopeInternal}, // a proxy warms a voucher it meets cold
-	httpx.RouteKey(http.MethodPost, api.RouteReconcile):        {httpx.ScopeWrite},
-	httpx.RouteKey(http.MethodPost, api.RouteEventRetry):       {httpx.ScopeWrite},
-	httpx.RouteKey(http.MethodPost, api.RouteAdmissionReplay):  {httpx.ScopeWrite},
-	httpx.RouteKey(http.MethodPost, api.RouteAdmissionDiscard): {httpx.ScopeWrite},
-	httpx.RouteKey(http.MethodPost, api.RouteAdmissionReplay):  {httpx.ScopeWrite},
-	httpx.RouteKey(http.MethodPost, api.RouteAdmissionDiscard): {httpx.ScopeWrite},
+	auth.RouteKey(http.MethodPost, api.RouteVouchers):         {auth.ScopeWrite},
+	auth.RouteKey(http.MethodPatch, api.RouteVoucher):         {auth.ScopeWrite},
+	auth.RouteKey(http.MethodPost, api.RoutePause):            {auth.ScopeWrite},
+	auth.RouteKey(http.MethodPost, api.RouteResume):           {auth.ScopeWrite},
+	auth.RouteKey(http.MethodPost, api.RouteWarmup):           {auth.ScopeWrite, auth.ScopeInternal}, // a proxy warms a voucher it meets cold
+	auth.RouteKey(http.MethodPost, api.RouteReconcile):        {auth.ScopeWrite},
+	auth.RouteKey(http.MethodPost, api.RouteEventRetry):       {auth.ScopeWrite},
+	auth.RouteKey(http.MethodPost, api.RouteAdmissionReplay):  {auth.ScopeWrite},
+	auth.RouteKey(http.MethodPost, api.RouteAdmissionDiscard): {auth.ScopeWrite},
+	auth.RouteKey(http.MethodPost, api.RouteAdmissionReplay):  {auth.ScopeWrite},
+	auth.RouteKey(http.MethodPost, api.RouteAdmissionDiscard): {auth.ScopeWrite},
 
-	httpx.RouteKey(http.MethodPost, api.RouteAdmitted):      {httpx.ScopeInternal},
-	httpx.RouteKey(http.MethodPost, api.RouteAdmittedBatch): {httpx.ScopeInternal},
-	httpx.RouteKey(http.MethodPost, api.RouteUnsettled):     {httpx.ScopeInternal},
-	httpx.RouteKey(http.MethodGet, api.SettingsPath):        {httpx.ScopeInternal},
-	httpx.RouteKey(http.MethodGet, api.VoucherCodesPath):    {httpx.ScopeInternal}, // the proxy's set of codes
+	auth.RouteKey(http.MethodPost, api.RouteAdmitted):      {auth.ScopeInternal},
+	auth.RouteKey(http.MethodPost, api.RouteAdmittedBatch): {auth.ScopeInternal},
+	auth.RouteKey(http.MethodPost, api.RouteUnsettled):     {auth.ScopeInternal},
+	auth.RouteKey(http.MethodGet, api.SettingsPath):        {auth.ScopeInternal},
+	auth.RouteKey(http.MethodGet, api.VoucherCodesPath):    {auth.ScopeInternal}, // the proxy's set of codes
 }

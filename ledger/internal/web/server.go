@@ -17,6 +17,8 @@ import (
 	"github.com/flashgate/flashgate/shared/api"
 	"github.com/flashgate/flashgate/shared/envconf"
 	"github.com/flashgate/flashgate/shared/httpx"
+	"github.com/flashgate/flashgate/shared/httpx/decode"
+	"github.com/flashgate/flashgate/shared/httpx/service"
 	"github.com/flashgate/flashgate/shared/voucher"
 )
 
@@ -51,7 +53,7 @@ type Server struct {
 
 // Handler returns the gin engine with every route registered.
 func (s *Server) Handler() *gin.Engine {
-	r := httpx.NewServiceEngine(httpx.Service{Log: s.Log, Metrics: s.Metrics, MetricsElsewhere: s.MetricsElsewhere,
+	r := service.NewEngine(service.Config{Log: s.Log, Metrics: s.Metrics, MetricsElsewhere: s.MetricsElsewhere,
 		Token: s.Token, Tokens: s.Tokens, Scopes: scopes, Ready: s.Ready, MaxInflight: s.MaxInflight, InflightCap: s.InflightCap, LatencySLO: s.LatencySLO})
 
 	s.adminRoutes(r)
@@ -72,11 +74,11 @@ func (s *Server) Handler() *gin.Engine {
 
 // bindClaim reads the voucher code from the path and the claim from the body.
 func bindClaim(c *gin.Context) (string, voucher.Claim, error) {
-	code, err := httpx.CodeParam(c)
+	code, err := decode.CodeParam(c)
 	if err != nil {
 		return "", voucher.Claim{}, err
 	}
-	cl, err := httpx.BindClaim(c)
+	cl, err := decode.BindClaim(c)
 	return code, cl, err
 }
 
@@ -119,12 +121,12 @@ func (s *Server) writeAdmitted(c *gin.Context) {
 }
 
 func (s *Server) writeAdmittedBatch(c *gin.Context) {
-	code, err := httpx.CodeParam(c)
+	code, err := decode.CodeParam(c)
 	if err != nil {
 		httpx.WriteError(c, err)
 		return
 	}
-	claims, err := httpx.BindClaims(c)
+	claims, err := decode.BindClaims(c)
 	if err != nil {
 		httpx.WriteError(c, err)
 		return
@@ -147,12 +149,12 @@ func (s *Server) writeAdmittedBatch(c *gin.Context) {
 // (httpx.UnsettledPath): the settler gives their Redis uses back once
 // HANGING_GRACE has passed and no row holds them.
 func (s *Server) unsettled(c *gin.Context) {
-	code, err := httpx.CodeParam(c)
+	code, err := decode.CodeParam(c)
 	if err != nil {
 		httpx.WriteError(c, err)
 		return
 	}
-	ids, err := httpx.BindUnsettled(c)
+	ids, err := decode.BindUnsettled(c)
 	if err != nil {
 		httpx.WriteError(c, err)
 		return
@@ -162,7 +164,7 @@ func (s *Server) unsettled(c *gin.Context) {
 }
 
 func (s *Server) getReservation(c *gin.Context) {
-	code, orderID, err := httpx.OrderParams(c)
+	code, orderID, err := decode.OrderParams(c)
 	if err != nil {
 		httpx.WriteError(c, err)
 		return
@@ -176,7 +178,7 @@ func (s *Server) getReservation(c *gin.Context) {
 }
 
 func (s *Server) confirm(c *gin.Context) {
-	code, orderID, err := httpx.OrderParams(c)
+	code, orderID, err := decode.OrderParams(c)
 	if err != nil {
 		httpx.WriteError(c, err)
 		return
@@ -190,7 +192,7 @@ func (s *Server) confirm(c *gin.Context) {
 }
 
 func (s *Server) release(c *gin.Context) {
-	code, orderID, err := httpx.OrderParams(c)
+	code, orderID, err := decode.OrderParams(c)
 	if err != nil {
 		httpx.WriteError(c, err)
 		return
@@ -203,7 +205,7 @@ func (s *Server) release(c *gin.Context) {
 }
 
 func (s *Server) refund(c *gin.Context) {
-	code, orderID, err := httpx.OrderParams(c)
+	code, orderID, err := decode.OrderParams(c)
 	if err != nil {
 		httpx.WriteError(c, err)
 		return

@@ -15,6 +15,7 @@ import (
 
 	"github.com/flashgate/flashgate/shared/api"
 	"github.com/flashgate/flashgate/shared/httpx"
+	"github.com/flashgate/flashgate/shared/httpx/decode"
 	"github.com/flashgate/flashgate/shared/testkit/devstack"
 	"github.com/flashgate/flashgate/shared/voucher"
 )
@@ -28,7 +29,7 @@ func ceilingHandler() http.Handler {
 	r := gin.New()
 	r.GET(api.HealthzPath, func(c *gin.Context) { c.JSON(http.StatusOK, gin.H{"status": "ok"}) })
 	r.POST(api.ReservationsPath(":code"), func(c *gin.Context) {
-		if _, err := httpx.BindClaim(c); err != nil {
+		if _, err := decode.BindClaim(c); err != nil {
 			httpx.WriteError(c, err)
 			return
 		}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/flashgate/flashgate/shared/api"
 	"github.com/flashgate/flashgate/shared/httpx"
+	"github.com/flashgate/flashgate/shared/httpx/decode"
 	"github.com/flashgate/flashgate/shared/voucher"
 )
 
@@ -25,12 +26,12 @@ func solution1Handler(pool *pgxpool.Pool) http.Handler {
 	r := gin.New()
 	r.GET(api.HealthzPath, func(c *gin.Context) { c.JSON(http.StatusOK, gin.H{"status": "ok"}) })
 	r.POST(api.ReservationsPath(":code"), func(c *gin.Context) {
-		code, err := httpx.CodeParam(c)
+		code, err := decode.CodeParam(c)
 		if err != nil {
 			httpx.WriteError(c, err)
 			return
 		}
-		cl, err := httpx.BindClaim(c)
+		cl, err := decode.BindClaim(c)
 		if err != nil {
 			httpx.WriteError(c, err)
 			return

@@ -10,7 +10,7 @@ import (
 
 	"github.com/flashgate/flashgate/proxy/internal/ledger"
 	"github.com/flashgate/flashgate/shared/api"
-	"github.com/flashgate/flashgate/shared/httpx"
+	"github.com/flashgate/flashgate/shared/httpx/overload"
 	"github.com/flashgate/flashgate/shared/voucher"
 )
 
@@ -62,7 +62,7 @@ type admitWindow struct {
 	n        int
 	fastest  time.Duration // of the writes finished in it; 0: none yet
 	full     bool          // a request found the window full in it
-	storm    httpx.Storm
+	storm    overload.Storm
 
 	// floor is the fastest write of this epoch and of the last: what a write
 	// costs with no queue, on this machine, now.
@@ -185,11 +185,11 @@ var windowFullBody = func() []byte {
 }()
 
 // refuse counts a refused request and returns its answer (503, Retry-After by
-// relay). Like the shedder, it logs a storm (httpx.Storm): a WARN line a
+// relay). Like the shedder, it logs a storm (overload.Storm): a WARN line a
 // second at most, with the count, not a line per request.
 func (w *admitWindow) refuse(requestID string) ledger.Reply {
 	w.shed.Add(1)
-	w.storm.Add(w.now(), w.log, httpx.Refusal{RequestID: requestID, Route: api.RouteReservations,
+	w.storm.Add(w.now(), w.log, overload.Refusal{RequestID: requestID, Route: api.RouteReservations,
 		Method: http.MethodPost, Cause: "shed: admitted writes behind (ADMIT_WRITE_TARGET)",
 		Attrs: []any{"window", w.limitObserved.Load()}})
 	return ledger.Reply{Status: http.StatusServiceUnavailable, Body: windowFullBody, Err: voucher.ErrUnavailable}

@@ -7,10 +7,11 @@ import (
 
 	"github.com/flashgate/flashgate/shared/api"
 	"github.com/flashgate/flashgate/shared/httpx"
+	"github.com/flashgate/flashgate/shared/httpx/decode"
 	"github.com/flashgate/flashgate/shared/voucher"
 )
 
-// guard is the gate before the gate (httpx.Service.Guard), after the bearer
+// guard is the gate before the gate (service.Config.Guard), after the bearer
 // token's check and before the shedder, so that a refusal takes no slot of
 // MAX_INFLIGHT. A reserve is checked before it is charged: its claim valid
 // (else the handler answers 400), then vetted (vet: a made-up code
@@ -33,11 +34,11 @@ func (s *Server) guard(c *gin.Context) {
 
 // guardReserve is guard for a reserve.
 func (s *Server) guardReserve(c *gin.Context) {
-	code, err := httpx.CodeParam(c)
+	code, err := decode.CodeParam(c)
 	if err != nil {
 		return
 	}
-	cl, ok := httpx.PeekClaim(c)
+	cl, ok := decode.PeekClaim(c)
 	if !ok {
 		return
 	}
@@ -57,7 +58,7 @@ func (s *Server) guardReserve(c *gin.Context) {
 // guardOrder is guard for an order's route: a code outside the set is
 // answered 404 here, and the request is charged to its client key.
 func (s *Server) guardOrder(c *gin.Context) {
-	code, _, err := httpx.OrderParams(c)
+	code, _, err := decode.OrderParams(c)
 	if err != nil {
 		return // the handler answers the invalid path
 	}

@@ -19,6 +19,9 @@ import (
 	"github.com/flashgate/flashgate/shared/api"
 	"github.com/flashgate/flashgate/shared/envconf"
 	"github.com/flashgate/flashgate/shared/httpx"
+	"github.com/flashgate/flashgate/shared/httpx/auth"
+	"github.com/flashgate/flashgate/shared/httpx/decode"
+	"github.com/flashgate/flashgate/shared/httpx/service"
 	"github.com/flashgate/flashgate/shared/voucher"
 )
 
@@ -56,11 +59,11 @@ func (s *Server) spare(c *gin.Context) bool {
 	if c.Request.Method != http.MethodPost || c.FullPath() != api.RouteReservations {
 		return false
 	}
-	code, err := httpx.CodeParam(c)
+	code, err := decode.CodeParam(c)
 	if err != nil {
 		return false
 	}
-	cl, ok := httpx.PeekClaim(c)
+	cl, ok := decode.PeekClaim(c)
 	return ok && (s.Admit.AdmittedHere(code, cl) || s.Admit.WritingHere(code, cl) || s.Admit.HeldElsewhere(code, cl) ||
 		s.Admit.KnownToFlag(code, cl.OrderID))
 }
@@ -71,7 +74,7 @@ func (s *Server) Handler() *gin.Engine {
 	if s.Limits != nil {
 		guard = s.guard
 	}
-	r := httpx.NewServiceEngine(httpx.Service{Log: s.Log, Metrics: s.Metrics, MetricsElsewhere: s.MetricsElsewhere, Open: s.OpenPaths(),
+	r := service.NewEngine(service.Config{Log: s.Log, Metrics: s.Metrics, MetricsElsewhere: s.MetricsElsewhere, Open: s.OpenPaths(),
 		Token: s.Token, Tokens: s.Tokens, Scopes: scopes, Ready: func(c *gin.Context) error { return s.Ready(c) }, MaxInflight: s.MaxInflight, InflightCap: s.InflightCap, LatencySLO: s.LatencySLO,
 		Spare: s.spare, Guard: guard})
 
@@ -86,7 +89,7 @@ func (s *Server) Handler() *gin.Engine {
 // ScopeMetrics lets a token read the proxy's /metrics on its client port
 // (with a token required, and no METRICS_ADDR): they tell a voucher's stock
 // (flashgate_voucher_remaining), which tells a bot when to strike.
-const ScopeMetrics httpx.Scope = "metrics"
+const ScopeMetrics auth.Scope = "metrics"
 
 // OpenPaths are the routes that need no token: /healthz, /readyz and
 // /openapi.yaml always; /metrics only when the edge is open (PROXY_AUTH=off).
@@ -109,22 +112,22 @@ func (s *Server) OpenPaths() []string {
 // scopes are the scopes each of the edge's routes takes (PROXY_TOKENS'
 // name:token:scope+scope): a shop front holds reserve, a payment service
 // settle. The proxy checks them; its own LEDGER_TOKEN (internal) then relays.
-var scopes = httpx.RouteScopes{
-	httpx.RouteKey(http.MethodPost, api.RouteReservations):  {httpx.ScopeReserve},
-	httpx.RouteKey(http.MethodGet, api.RouteReservation):    {httpx.ScopeReserve},
-	httpx.RouteKey(http.MethodPost, api.RouteConfirm):       {httpx.ScopeSettle},
-	httpx.RouteKey(http.MethodPost, api.RouteRefund):        {httpx.ScopeSettle},
-	httpx.RouteKey(http.MethodDelete, api.RouteReservation): {httpx.ScopeSettle},
-	httpx.RouteKey(http.MethodGet, api.MetricsPath):         {ScopeMetrics},
+var scopes = auth.RouteScopes{
+	auth.RouteKey(http.MethodPost, api.RouteReservations):  {auth.ScopeReserve},
+	auth.RouteKey(http.MethodGet, api.RouteReservation):    {auth.ScopeReserve},
+	auth.RouteKey(http.MethodPost, api.RouteConfirm):       {auth.ScopeSettle},
+	auth.RouteKey(http.MethodPost, api.RouteRefund):        {auth.ScopeSettle},
+	auth.RouteKey(http.MethodDelete, api.RouteReservation): {auth.ScopeSettle},
+	auth.RouteKey(http.MethodGet, api.MetricsPath):         {ScopeMetrics},
 }
 
 func (s *Server) reserve(c *gin.Context) {
-	code, err := httpx.CodeParam(c)
+	code, err := decode.CodeParam(c)
 	if err != nil {
 		httpx.WriteError(c, err)
 		return
 	}
-	cl, err := httpx.BindClaim(c)
+	cl, err := decode.BindClaim(c)
 	if err != nil {
 		httpx.WriteError(c, err)
 		return
@@ -153,7 +156,7 @@ func (s *Server) reserve(c *gin.Context) {
 // once (the ledger also publishes the change to every proxy).
 func (s *Server) forward(call, route string, givesBack int) gin.HandlerFunc {
 	return func(c *gin.Context) {
-		code, orderID, err := httpx.OrderParams(c)
+		code, orderID, err := decode.OrderParams(c)
 		if err != nil {
 			httpx.WriteError(c, err)
 			return

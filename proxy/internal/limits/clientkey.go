@@ -8,7 +8,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 
-	"github.com/flashgate/flashgate/shared/httpx"
+	"github.com/flashgate/flashgate/shared/httpx/auth"
 )
 
 // headerForwardedFor lists the addresses a request passed through, the
@@ -17,7 +17,7 @@ const headerForwardedFor = "X-Forwarded-For"
 
 // clientKeys names the client of a request, for the per-client limits
 // (CLIENT_RATE) and the memory of early retries: the name of the named token
-// it showed (httpx.ClientName), else its address. The address is the peer's,
+// it showed (auth.ClientName), else its address. The address is the peer's,
 // unless the peer is one of the trusted proxies (TRUSTED_PROXIES): then it is
 // read from X-Forwarded-For, from the right, skipping the trusted proxies'
 // own addresses, and the first address outside them is the client (the
@@ -65,7 +65,7 @@ func ParseTrustedProxies(s string) ([]netip.Prefix, error) {
 // key returns the client key of c's request: "token:" and a token's name, or
 // an address (normalised: a /64 for IPv6).
 func (k clientKeys) key(c *gin.Context) string {
-	if name := httpx.ClientName(c); name != "" {
+	if name := auth.ClientName(c); name != "" {
 		return "token:" + name
 	}
 	peer, ok := parseHop(peerAddr(c.Request.RemoteAddr))

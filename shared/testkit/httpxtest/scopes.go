@@ -11,7 +11,7 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"github.com/flashgate/flashgate/shared/api"
-	"github.com/flashgate/flashgate/shared/httpx"
+	"github.com/flashgate/flashgate/shared/httpx/auth"
 	"github.com/flashgate/flashgate/shared/voucher"
 )
 
@@ -19,15 +19,15 @@ import (
 type ScopeCheck struct {
 	// Tokens holds, for each scope the service knows, a token that holds
 	// that scope alone; All a token written without a scope list.
-	Tokens map[httpx.Scope]string
+	Tokens map[auth.Scope]string
 	All    string
 	// Want gives each route ("METHOD pattern", as h.Routes() lists it) the
 	// scopes that may call it. The open routes (api.OpenPaths) need no row.
-	Want map[string][]httpx.Scope
+	Want map[string][]auth.Scope
 	// Code is a voucher code the requests put in the path: a fresh one, so
 	// that the calls the scopes let through change nothing another test sees.
 	Code string
-	// Open are the service's open routes (httpx.Service.Open); nil:
+	// Open are the service's open routes (service.Config.Open); nil:
 	// api.OpenPaths.
 	Open []string
 }
@@ -47,7 +47,7 @@ func CheckRouteScopes(t *testing.T, h *gin.Engine, c ScopeCheck) {
 		open = api.OpenPaths
 	}
 	for _, r := range h.Routes() {
-		key := httpx.RouteKey(r.Method, r.Path)
+		key := auth.RouteKey(r.Method, r.Path)
 		seen[key] = true
 		path := fillRoute(r.Path, c.Code)
 		if slices.Contains(open, r.Path) {

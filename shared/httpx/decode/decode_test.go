@@ -1,10 +1,10 @@
-package httpx_test
+package decode_test
 
 import (
 	"testing"
 
 	"github.com/flashgate/flashgate/shared/api"
-	"github.com/flashgate/flashgate/shared/httpx"
+	"github.com/flashgate/flashgate/shared/httpx/decode"
 	"github.com/flashgate/flashgate/shared/voucher"
 )
 
@@ -36,15 +36,15 @@ func TestDecodeJSONStrict(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			var req api.ReserveRequest
-			err := httpx.DecodeJSON([]byte(tt.body), &req)
+			err := decode.JSON([]byte(tt.body), &req)
 			if tt.ok && err != nil {
-				t.Errorf("DecodeJSON(%q) = %v, want nil", tt.body, err)
+				t.Errorf("JSON(%q) = %v, want nil", tt.body, err)
 			}
 			if !tt.ok {
 				if err == nil {
-					t.Errorf("DecodeJSON(%q) = nil, want INVALID_REQUEST", tt.body)
+					t.Errorf("JSON(%q) = nil, want INVALID_REQUEST", tt.body)
 				} else if voucher.ErrorCode(err) != voucher.CodeInvalidRequest {
-					t.Errorf("DecodeJSON(%q) = %v, want INVALID_REQUEST", tt.body, err)
+					t.Errorf("JSON(%q) = %v, want INVALID_REQUEST", tt.body, err)
 				}
 			}
 		})

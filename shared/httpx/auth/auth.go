@@ -1,16 +1,16 @@
-package httpx
+package auth
 
 import (
 	"context"
 	"crypto/sha256"
 	"crypto/subtle"
-	"maps"
 	"strings"
 
 	"github.com/gin-gonic/gin"
 
 	"github.com/flashgate/flashgate/shared/api"
 	"github.com/flashgate/flashgate/shared/envconf"
+	"github.com/flashgate/flashgate/shared/httpx"
 	"github.com/flashgate/flashgate/shared/voucher"
 )
 
@@ -21,19 +21,6 @@ const (
 )
 
 const actorKey = "flashgate.actor"
-
-// tokens returns the service's tokens by name: Tokens, and Token as
-// DefaultActor with every scope.
-func (s Service) tokens() map[string]envconf.Credential {
-	all := maps.Clone(s.Tokens)
-	if s.Token != "" {
-		if all == nil {
-			all = map[string]envconf.Credential{}
-		}
-		all[DefaultActor] = envconf.Credential{Token: s.Token}
-	}
-	return all
-}
 
 // Auth requires "Authorization: Bearer <token>" with one of tokens (name ->
 // token and scopes) on every route but the open ones, and keeps the token's
@@ -76,14 +63,14 @@ func Auth(tokens map[string]envconf.Credential, routes RouteScopes, open ...stri
 		}
 		if match < 0 {
 			c.Header("WWW-Authenticate", "Bearer") // RFC 6750: the scheme the 401 asks for
-			WriteError(c, voucher.Errorf(voucher.CodeUnauthorized, "a valid bearer token is required"))
+			httpx.WriteError(c, voucher.Errorf(voucher.CodeUnauthorized, "a valid bearer token is required"))
 			return
 		}
 		k := known[match]
 		if route := c.FullPath(); route != "" {
 			want := routes[RouteKey(c.Request.Method, route)]
 			if !allows(k.scopes, want) {
-				WriteError(c, voucher.Errorf(voucher.CodeForbidden, "this token lacks the scope this route needs (%s)", scopeList(want)))
+				httpx.WriteError(c, voucher.Errorf(voucher.CodeForbidden, "this token lacks the scope this route needs (%s)", scopeList(want)))
 				return
 			}
 		}

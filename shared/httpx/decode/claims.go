@@ -1,11 +1,12 @@
-package httpx
+package decode
 
 import (
 	"errors"
 
+	"github.com/gin-gonic/gin"
+
 	"github.com/flashgate/flashgate/shared/api"
 	"github.com/flashgate/flashgate/shared/voucher"
-	"github.com/gin-gonic/gin"
 )
 
 // The reserve body is the one every flash-sale request carries, so it is read

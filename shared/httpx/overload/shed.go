@@ -1,4 +1,4 @@
-package httpx
+package overload
 
 import (
 	"cmp"
@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/flashgate/flashgate/shared/api"
+	"github.com/flashgate/flashgate/shared/httpx"
 	"github.com/flashgate/flashgate/shared/voucher"
 )
 
@@ -57,7 +58,7 @@ var neverShed = map[string]bool{api.HealthzPath: true, api.ReadyzPath: true, api
 func NewShedder(max, most int, slo time.Duration, spare func(*gin.Context) bool, reg prometheus.Registerer) *Shedder {
 	s := &Shedder{fixed: int64(max), spare: spare, now: time.Now}
 	if max <= 0 {
-		s.adaptive = newInflightLimit(most, cmp.Or(slo, defaultLatencySLO), s.now())
+		s.adaptive = newInflightLimit(most, cmp.Or(slo, httpx.DefaultLatencySLO), s.now())
 	}
 	if slo > 0 {
 		s.queue = newSlotQueue(slo, s.now)
@@ -195,11 +196,11 @@ const (
 // reject answers a shed request, logged as a Storm.
 func (s *Shedder) reject(c *gin.Context, why string) {
 	s.shed.Add(1)
-	SetRetryAfter(c, 0)
+	httpx.SetRetryAfter(c, 0)
 	c.Header(api.HeaderShed, "1")
 	c.AbortWithStatusJSON(http.StatusServiceUnavailable, api.ErrorBody{
 		Error: voucher.CodeUnavailable, Message: "the service is at its limit of requests in flight; retry shortly",
 	})
-	s.storm.Add(s.now(), LoggerFrom(c), Refusal{RequestID: RequestIDFrom(c), Route: c.FullPath(),
+	s.storm.Add(s.now(), httpx.LoggerFrom(c), Refusal{RequestID: httpx.RequestIDFrom(c), Route: c.FullPath(),
 		Method: c.Request.Method, Cause: why, Attrs: []any{"max_inflight", s.bound()}})
 }

@@ -1,4 +1,4 @@
-package httpx
+package decode
 
 import "github.com/flashgate/flashgate/shared/api"
 

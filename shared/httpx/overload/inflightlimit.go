@@ -1,4 +1,4 @@
-package httpx
+package overload
 
 import (
 	"math"
@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/flashgate/flashgate/shared/httpx"
 )
 
 // inflightLimit sizes the bound on requests in flight when MAX_INFLIGHT is 0,
@@ -28,7 +30,7 @@ import (
 //     answers would still come within the SLO, so nothing waits or is shed
 //     for a count;
 //   - mean above it: it shrinks by target/mean, at most by half, but never
-//     below where it starts (InflightStart).
+//     below where it starts (httpx.InflightStart).
 //
 // A growth is a probe: once the requests it let in had time to finish (two
 // mean held times, at least an interval), the answers per second must have
@@ -88,9 +90,6 @@ type inflightLimit struct {
 	grown, shrunk atomic.Uint64
 }
 
-// InflightStart is where the adaptive bound starts (MAX_INFLIGHT 0).
-const InflightStart = 256
-
 const (
 	inflightSamples = 8  // finished requests an interval needs before it is judged
 	inflightClip    = 4  // a held time counts at most this many targets
@@ -107,7 +106,7 @@ const (
 
 func newInflightLimit(most int, slo time.Duration, now time.Time) *inflightLimit {
 	l := &inflightLimit{most: float64(max(most, 1)), target: slo / 2, every: slo / 4, start: now}
-	l.rest = min(InflightStart, l.most)
+	l.rest = min(httpx.InflightStart, l.most)
 	l.limit = l.rest
 	l.cur.Store(int64(l.limit))
 	return l

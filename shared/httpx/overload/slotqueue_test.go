@@ -1,4 +1,4 @@
-package httpx
+package overload
 
 import (
 	"context"
@@ -13,6 +13,8 @@ import (
 	"github.com/gin-gonic/gin"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/flashgate/flashgate/shared/httpx"
 )
 
 // TestShedderQueuesWhatASlotWillTake: a burst of many times MAX_INFLIGHT
@@ -23,7 +25,7 @@ import (
 func TestShedderQueuesWhatASlotWillTake(t *testing.T) {
 	const max, requests = 8, 400
 	var running, most atomic.Int64
-	r := NewServiceEngine(Service{Log: slog.New(slog.DiscardHandler), Metrics: NewMetrics("test"), MaxInflight: max,
+	r := testEngine(testConfig{Log: slog.New(slog.DiscardHandler), Metrics: httpx.NewMetrics("test"), MaxInflight: max,
 		LatencySLO: 20 * time.Second, Ready: func(*gin.Context) error { return nil }})
 	r.GET("/work", func(c *gin.Context) {
 		n := running.Add(1)
@@ -54,7 +56,7 @@ func TestShedderShedsWhatWaitedHalfTheSLO(t *testing.T) {
 	const max = 4
 	release := make(chan struct{})
 	entered := make(chan struct{}, max)
-	r := NewServiceEngine(Service{Log: slog.New(slog.DiscardHandler), Metrics: NewMetrics("test"), MaxInflight: max,
+	r := testEngine(testConfig{Log: slog.New(slog.DiscardHandler), Metrics: httpx.NewMetrics("test"), MaxInflight: max,
 		LatencySLO: 200 * time.Millisecond, Ready: func(*gin.Context) error { return nil }})
 	r.GET("/slow", func(c *gin.Context) {
 		entered <- struct{}{}

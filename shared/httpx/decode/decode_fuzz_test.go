@@ -1,4 +1,4 @@
-package httpx_test
+package decode_test
 
 import (
 	"encoding/json"
@@ -11,6 +11,7 @@ import (
 
 	"github.com/flashgate/flashgate/shared/api"
 	"github.com/flashgate/flashgate/shared/httpx"
+	"github.com/flashgate/flashgate/shared/httpx/decode"
 	"github.com/flashgate/flashgate/shared/voucher"
 )
 
@@ -89,8 +90,8 @@ func FuzzDecodeReserveRequest(f *testing.F) {
 	f.Fuzz(func(t *testing.T, body []byte) {
 		sameAsGeneric(t, body)
 		var req api.ReserveRequest
-		if err := httpx.DecodeJSON(body, &req); err != nil {
-			checkInvalid(t, "DecodeJSON", body, err)
+		if err := decode.JSON(body, &req); err != nil {
+			checkInvalid(t, "JSON", body, err)
 			return
 		}
 		cl, err := req.Validate()
@@ -110,8 +111,8 @@ func FuzzDecodeReserveRequest(f *testing.F) {
 			t.Fatalf("Marshal(%+v) = %v", cl, err)
 		}
 		var req2 api.ReserveRequest
-		if err := httpx.DecodeJSON(again, &req2); err != nil {
-			t.Fatalf("DecodeJSON(%s) = %v, want the re-encoded claim accepted", again, err)
+		if err := decode.JSON(again, &req2); err != nil {
+			t.Fatalf("JSON(%s) = %v, want the re-encoded claim accepted", again, err)
 		}
 		cl2, err := req2.Validate()
 		if err != nil || cl2 != cl {
@@ -127,10 +128,10 @@ func FuzzDecodeReserveRequest(f *testing.F) {
 func sameAsGeneric(t *testing.T, body []byte) {
 	t.Helper()
 	var fast, slow api.ReserveRequest
-	errFast := httpx.DecodeJSON(body, &fast)
-	errSlow := httpx.DecodeGeneric(body, &slow)
+	errFast := decode.JSON(body, &fast)
+	errSlow := decode.DecodeGeneric(body, &slow)
 	if (errFast == nil) != (errSlow == nil) {
-		t.Fatalf("DecodeJSON(%q) = %v, encoding/json = %v", body, errFast, errSlow)
+		t.Fatalf("JSON(%q) = %v, encoding/json = %v", body, errFast, errSlow)
 	}
 	if errFast != nil {
 		return
@@ -138,7 +139,7 @@ func sameAsGeneric(t *testing.T, body []byte) {
 	same := func(a, b *int64) bool { return (a == nil) == (b == nil) && (a == nil || *a == *b) }
 	sameStr := (fast.OrderID == nil) == (slow.OrderID == nil) && (fast.OrderID == nil || *fast.OrderID == *slow.OrderID)
 	if !same(fast.CustomerID, slow.CustomerID) || !same(fast.OrderAmount, slow.OrderAmount) || !sameStr {
-		t.Fatalf("DecodeJSON(%q) read %s, encoding/json read %s", body, show(fast), show(slow))
+		t.Fatalf("JSON(%q) read %s, encoding/json read %s", body, show(fast), show(slow))
 	}
 }
 
@@ -212,8 +213,8 @@ func FuzzDecodeNewVoucher(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, body []byte) {
 		var req voucher.NewVoucher
-		if err := httpx.DecodeJSON(body, &req); err != nil {
-			checkInvalid(t, "DecodeJSON", body, err)
+		if err := decode.JSON(body, &req); err != nil {
+			checkInvalid(t, "JSON", body, err)
 			return
 		}
 		v, err := req.Validate()

@@ -1,4 +1,4 @@
-package httpx
+package overload
 
 import (
 	"container/list"

@@ -1,4 +1,4 @@
-package httpx
+package overload
 
 import (
 	"bytes"
@@ -12,10 +12,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/flashgate/flashgate/shared/api"
 	"github.com/gin-gonic/gin"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/flashgate/flashgate/shared/api"
+	"github.com/flashgate/flashgate/shared/httpx"
+	"github.com/flashgate/flashgate/shared/httpx/decode"
 )
 
 // TestShedderBoundsInFlight fills every slot with requests that block, then
@@ -30,7 +33,7 @@ func TestShedderBoundsInFlight(t *testing.T) {
 	log := slog.New(slog.NewJSONHandler(lockedWriter{&logs, &logMu}, nil))
 	release := make(chan struct{})
 	entered := make(chan struct{}, max)
-	r := NewServiceEngine(Service{Log: log, Metrics: NewMetrics("test"), MaxInflight: max,
+	r := testEngine(testConfig{Log: log, Metrics: httpx.NewMetrics("test"), MaxInflight: max,
 		Ready: func(*gin.Context) error { return nil }})
 	r.GET("/slow", func(c *gin.Context) {
 		entered <- struct{}{}
@@ -202,9 +205,9 @@ func TestShedderSparesWhatTakesNothingNew(t *testing.T) {
 	release := make(chan struct{})
 	entered := make(chan struct{}, max)
 	var bodies sync.Map
-	r := NewServiceEngine(Service{Log: slog.New(slog.DiscardHandler), Metrics: NewMetrics("test"), MaxInflight: max,
+	r := testEngine(testConfig{Log: slog.New(slog.DiscardHandler), Metrics: httpx.NewMetrics("test"), MaxInflight: max,
 		Spare: func(c *gin.Context) bool {
-			cl, ok := PeekClaim(c)
+			cl, ok := decode.PeekClaim(c)
 			return ok && cl.CustomerID == 7
 		},
 		Ready: func(*gin.Context) error { return nil }})
@@ -214,9 +217,9 @@ func TestShedderSparesWhatTakesNothingNew(t *testing.T) {
 		c.Status(http.StatusOK)
 	})
 	r.POST("/reserve", func(c *gin.Context) {
-		cl, err := BindClaim(c)
+		cl, err := decode.BindClaim(c)
 		if err != nil {
-			WriteError(c, err)
+			httpx.WriteError(c, err)
 			return
 		}
 		bodies.Store(cl.OrderID, cl.CustomerID)
@@ -263,7 +266,7 @@ func TestShedderSparesWhatTakesNothingNew(t *testing.T) {
 func TestSparedRequestsTakeNoWaitersSlot(t *testing.T) {
 	const max = 2
 	sh := NewShedder(max, 0, 2*time.Second, func(c *gin.Context) bool {
-		cl, ok := PeekClaim(c)
+		cl, ok := decode.PeekClaim(c)
 		return ok && cl.CustomerID == 7
 	}, nil)
 	r := gin.New()
@@ -314,4 +317,27 @@ func TestSparedRequestsTakeNoWaitersSlot(t *testing.T) {
 		assert.Contains(t, []int{http.StatusOK, http.StatusCreated}, <-held)
 	}
 	assert.Equal(t, 0, sh.InFlight())
+}
+
+// testConfig is what testEngine takes: service.Config's fields that shedding
+// reads (service sits above this package, so its tests cannot import it).
+type testConfig struct {
+	Log                      *slog.Logger
+	Metrics                  *httpx.Metrics
+	MaxInflight, InflightCap int
+	LatencySLO               time.Duration
+	Spare                    func(*gin.Context) bool
+	Ready                    func(*gin.Context) error
+}
+
+// testEngine builds the chain service.NewEngine does, as far as shedding
+// goes: metrics and /metrics, request ids, the shedder, /healthz and /readyz.
+func testEngine(s testConfig) *gin.Engine {
+	r := httpx.NewEngine(s.Log)
+	r.Use(s.Metrics.Middleware())
+	s.Metrics.ServeMetrics(r)
+	r.Use(httpx.RequestID())
+	r.Use(NewShedder(s.MaxInflight, s.InflightCap, s.LatencySLO, s.Spare, s.Metrics.Registry).Middleware())
+	httpx.Health(r, s.Ready)
+	return r
 }

@@ -1,4 +1,4 @@
-package httpx_test
+package auth_test
 
 import (
 	"net/http"
@@ -10,21 +10,22 @@ import (
 
 	"github.com/flashgate/flashgate/shared/envconf"
 	"github.com/flashgate/flashgate/shared/httpx"
+	"github.com/flashgate/flashgate/shared/httpx/auth"
 )
 
 // authRoutes are the scopes of the routes authEngine serves.
-var authRoutes = httpx.RouteScopes{
-	"GET /who":    {httpx.ScopeRead},
-	"POST /who":   {httpx.ScopeWrite, httpx.ScopeInternal},
-	"GET /settle": {httpx.ScopeSettle},
+var authRoutes = auth.RouteScopes{
+	"GET /who":    {auth.ScopeRead},
+	"POST /who":   {auth.ScopeWrite, auth.ScopeInternal},
+	"GET /settle": {auth.ScopeSettle},
 }
 
 // authEngine serves /who (GET and POST), /settle, /unscoped (registered
 // without scopes) and /open, each answering the request's actor.
 func authEngine(tokens map[string]envconf.Credential) *gin.Engine {
 	r := httpx.NewEngine(nil)
-	r.Use(httpx.Auth(tokens, authRoutes, "/open"))
-	actor := func(c *gin.Context) { c.String(http.StatusOK, httpx.ActorFrom(c)) }
+	r.Use(auth.Auth(tokens, authRoutes, "/open"))
+	actor := func(c *gin.Context) { c.String(http.StatusOK, auth.ActorFrom(c)) }
 	for _, p := range []string{"/who", "/settle", "/unscoped", "/open"} {
 		r.GET(p, actor)
 	}
@@ -46,7 +47,7 @@ func call(r *gin.Engine, method, path, auth string) (int, string) {
 // on the request, that a wrong or missing token is 401, that open paths need
 // none, and that without tokens every request passes as AnonymousActor.
 func TestAuthNamesTheActor(t *testing.T) {
-	r := authEngine(map[string]envconf.Credential{httpx.DefaultActor: {Token: "t0"}, "alice": {Token: "ta"}, "bob": {Token: "tb"}})
+	r := authEngine(map[string]envconf.Credential{auth.DefaultActor: {Token: "t0"}, "alice": {Token: "ta"}, "bob": {Token: "tb"}})
 	for _, tt := range []struct {
 		path, auth string
 		status     int
@@ -72,8 +73,8 @@ func TestAuthNamesTheActor(t *testing.T) {
 	if got := w.Header().Get("WWW-Authenticate"); w.Code != 401 || got != "Bearer" {
 		t.Errorf("GET /who without a token = %d with WWW-Authenticate %q, want 401 with Bearer", w.Code, got)
 	}
-	if st, body := call(authEngine(nil), http.MethodGet, "/who", ""); st != 200 || body != httpx.AnonymousActor {
-		t.Errorf("GET /who without auth = %d %q, want 200 %q", st, body, httpx.AnonymousActor)
+	if st, body := call(authEngine(nil), http.MethodGet, "/who", ""); st != 200 || body != auth.AnonymousActor {
+		t.Errorf("GET /who without auth = %d %q, want 200 %q", st, body, auth.AnonymousActor)
 	}
 }
 

@@ -1,4 +1,4 @@
-package httpx
+package overload
 
 import (
 	"io"
@@ -12,9 +12,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/flashgate/flashgate/shared/api"
 	"github.com/gin-gonic/gin"
 	"github.com/stretchr/testify/require"
+
+	"github.com/flashgate/flashgate/shared/api"
+	"github.com/flashgate/flashgate/shared/httpx"
 )
 
 // TestInflightLimitMoves walks the adaptive bound through its rules on a
@@ -35,7 +37,7 @@ func TestInflightLimitMoves(t *testing.T) {
 		now = now.Add(l.every)
 		l.done(held, now)
 	}
-	require.EqualValues(t, InflightStart, l.bound(), "it starts at InflightStart")
+	require.EqualValues(t, httpx.InflightStart, l.bound(), "it starts at httpx.InflightStart")
 
 	finish(false, 100, 5*time.Millisecond)
 	require.EqualValues(t, 256, l.bound(), "fast, but never full: a bound not reached says nothing about a larger one")
@@ -96,7 +98,7 @@ func TestInflightLimitMoves(t *testing.T) {
 	for range 100 {
 		finish(false, 100, time.Millisecond)
 	}
-	require.EqualValues(t, InflightStart, l.bound(), "not reached: back at the start")
+	require.EqualValues(t, httpx.InflightStart, l.bound(), "not reached: back at the start")
 
 	small := newInflightLimit(100, 100*time.Millisecond, now)
 	require.EqualValues(t, 100, small.bound(), "a start above the most is the most")
@@ -114,7 +116,7 @@ func TestAdaptiveBoundAdmitsTimelyRequests(t *testing.T) {
 		r := gin.New()
 		sh := NewShedder(maxInflight, inflightCap, slo, nil, nil)
 		r.Use(sh.Middleware())
-		Health(r, func(*gin.Context) error { return nil })
+		httpx.Health(r, func(*gin.Context) error { return nil })
 		r.GET("/work", func(c *gin.Context) { time.Sleep(slo / 5); c.Status(http.StatusOK) })
 		srv := httptest.NewServer(r)
 		defer srv.Close()
@@ -137,14 +139,14 @@ func TestAdaptiveBoundAdmitsTimelyRequests(t *testing.T) {
 		return count, sh
 	}
 
-	fixed, _ := run(InflightStart, 0)
-	t.Logf("MAX_INFLIGHT=%d: %v", InflightStart, fixed)
+	fixed, _ := run(httpx.InflightStart, 0)
+	t.Logf("MAX_INFLIGHT=%d: %v", httpx.InflightStart, fixed)
 	require.Positive(t, fixed[http.StatusServiceUnavailable], "the fixed bound sheds requests that would have been answered within the SLO")
 
 	adaptive, sh := run(0, 10_000)
 	t.Logf("MAX_INFLIGHT=0: %v, bound now %d", adaptive, sh.bound())
 	require.Equal(t, map[int]int{http.StatusOK: requests}, adaptive, "the adaptive bound answers every one")
-	require.Greater(t, sh.bound(), int64(InflightStart), "it grew")
+	require.Greater(t, sh.bound(), int64(httpx.InflightStart), "it grew")
 }
 
 // TestAdaptiveBoundShrinksWhenAnswersMissTheSLO: 1,000 clients in a closed
@@ -156,7 +158,7 @@ func TestAdaptiveBoundShrinksWhenAnswersMissTheSLO(t *testing.T) {
 	const slo, clients = 200 * time.Millisecond, 1000
 	var hold atomic.Int64
 	hold.Store(int64(slo / 5))
-	r := NewServiceEngine(Service{Log: slog.New(slog.DiscardHandler), Metrics: NewMetrics("test"), InflightCap: 10_000,
+	r := testEngine(testConfig{Log: slog.New(slog.DiscardHandler), Metrics: httpx.NewMetrics("test"), InflightCap: 10_000,
 		LatencySLO: slo, Ready: func(*gin.Context) error { return nil }})
 	r.GET("/work", func(c *gin.Context) { time.Sleep(time.Duration(hold.Load())); c.Status(http.StatusOK) })
 	srv := httptest.NewServer(r)
@@ -214,9 +216,9 @@ func TestAdaptiveBoundShrinksWhenAnswersMissTheSLO(t *testing.T) {
 	done = make(chan struct{})
 	go func() { defer close(done); load(stop) }()
 	start = time.Now()
-	require.Eventually(t, func() bool { return bound() == InflightStart }, 20*time.Second, 50*time.Millisecond,
+	require.Eventually(t, func() bool { return bound() == httpx.InflightStart }, 20*time.Second, 50*time.Millisecond,
 		"full with answers over the target: back to its start")
-	t.Logf("back at %d after %v of 400ms requests", InflightStart, time.Since(start).Round(time.Millisecond))
+	t.Logf("back at %d after %v of 400ms requests", httpx.InflightStart, time.Since(start).Round(time.Millisecond))
 	close(stop)
 	<-done
 	require.Regexp(t, `flashgate_http_inflight_limit_moves_total\{way="shrink"\} [1-9]`, getBody(t, srv.URL+"/metrics"))

@@ -1,4 +1,4 @@
-package httpx_test
+package decode_test
 
 import (
 	"fmt"
@@ -9,12 +9,11 @@ import (
 	"testing"
 
 	"github.com/gin-gonic/gin"
-
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/flashgate/flashgate/shared/api"
-	"github.com/flashgate/flashgate/shared/httpx"
+	"github.com/flashgate/flashgate/shared/httpx/decode"
 	"github.com/flashgate/flashgate/shared/voucher"
 )
 
@@ -61,7 +60,7 @@ func FuzzDecodeClaims(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, body []byte) {
-		got, err := httpx.DecodeClaims(body)
+		got, err := decode.DecodeClaims(body)
 		if err != nil {
 			checkInvalid(t, "DecodeClaims", body, err)
 			return
@@ -69,7 +68,7 @@ func FuzzDecodeClaims(f *testing.F) {
 		var slow struct {
 			Claims []api.ReserveRequest `json:"claims"`
 		}
-		if err := httpx.DecodeGeneric(body, &slow); err != nil {
+		if err := decode.DecodeGeneric(body, &slow); err != nil {
 			t.Fatalf("DecodeClaims(%q) accepted what encoding/json refuses: %v", body, err)
 		}
 		require.Len(t, slow.Claims, len(got), "%q", body)
@@ -83,32 +82,32 @@ func FuzzDecodeClaims(f *testing.F) {
 
 // The batch body's shape, claim by claim: what is read and what is refused.
 func TestDecodeClaims(t *testing.T) {
-	got, err := httpx.DecodeClaims([]byte(batchSeeds[1]))
+	got, err := decode.DecodeClaims([]byte(batchSeeds[1]))
 	require.NoError(t, err)
 	require.Len(t, got, 2)
 	assert.Equal(t, `{"customerId":2,"orderId":"b","orderAmount":7}`, show(got[1]))
 
 	for _, body := range []string{`{"claims":[]}`, `{"claims":null}`, `{}`, `{"claims":[null]}`} {
-		_, err := httpx.DecodeClaims([]byte(body))
+		_, err := decode.DecodeClaims([]byte(body))
 		assert.NoError(t, err, "%s: read; BindClaims refuses it as it validates", body)
 	}
 	for _, body := range batchSeeds[7:] {
-		_, err := httpx.DecodeClaims([]byte(body))
+		_, err := decode.DecodeClaims([]byte(body))
 		if assert.Error(t, err, "%q", body) {
 			checkInvalid(t, "DecodeClaims", []byte(body), err)
 		}
 	}
-	_, err = httpx.DecodeClaims([]byte(`{"claims":[{"customerId":1,"customerId":2,"orderId":"a","orderAmount":5}]}`))
+	_, err = decode.DecodeClaims([]byte(`{"claims":[{"customerId":1,"customerId":2,"orderId":"a","orderAmount":5}]}`))
 	assert.ErrorContains(t, err, `claims[0]: duplicate field "customerId"`)
 
 	max := make([]string, api.MaxBatchClaims)
 	for i := range max {
 		max[i] = fmt.Sprintf(`{"customerId":%d,"orderId":"o%d","orderAmount":5}`, i+1, i)
 	}
-	got, err = httpx.DecodeClaims([]byte(`{"claims":[` + strings.Join(max, ",") + `]}`))
+	got, err = decode.DecodeClaims([]byte(`{"claims":[` + strings.Join(max, ",") + `]}`))
 	require.NoError(t, err)
 	assert.Len(t, got, api.MaxBatchClaims)
-	_, err = httpx.DecodeClaims([]byte(`{"claims":[` + strings.Join(max, ",") + `,` + okClaim + `]}`))
+	_, err = decode.DecodeClaims([]byte(`{"claims":[` + strings.Join(max, ",") + `,` + okClaim + `]}`))
 	assert.ErrorContains(t, err, fmt.Sprintf("claims must hold 1 to %d items", api.MaxBatchClaims))
 }
 
@@ -142,11 +141,11 @@ func TestPeekThenBindReadsTheBodyOnce(t *testing.T) {
 		body := &onceReader{r: strings.NewReader(c.body)}
 		ctx.Request = httptest.NewRequest(http.MethodPost, "/vouchers/X/reservations", body)
 		ctx.Request.Header.Set("Content-Type", "application/json")
-		peeked, ok := httpx.PeekClaim(ctx)
+		peeked, ok := decode.PeekClaim(ctx)
 		require.Equal(t, c.ok, ok, c.body)
 		reads := body.reads
-		again, ok2 := httpx.PeekClaim(ctx)
-		bound, err := httpx.BindClaim(ctx)
+		again, ok2 := decode.PeekClaim(ctx)
+		bound, err := decode.BindClaim(ctx)
 		assert.Equal(t, reads, body.reads, "%s: the body was read again after PeekClaim", c.body)
 		assert.Equal(t, io.ReadCloser(body), ctx.Request.Body, "%s: no copy of the body was put back to be read again", c.body)
 		assert.Equal(t, peeked, again, c.body)
