@@ -61,7 +61,7 @@ FUZZTIME ?= 4s
 FUZZ_WORKERS ?= 2
 FUZZ_TARGETS := \
 	./shared/voucher:FuzzValidCode ./shared/voucher:FuzzValidOrderID \
-	./shared/httpx:FuzzDecodeReserveRequest ./shared/httpx:FuzzDecodeNewVoucher \
+	./shared/httpx/decode:FuzzDecodeReserveRequest ./shared/httpx/decode:FuzzDecodeNewVoucher \
 	./shared/gate:FuzzDecodeReserve ./shared/gate:FuzzDecodeMeta \
 	./shared/gate:FuzzDecodeState ./shared/gate:FuzzDecodeReconcile ./shared/gate:FuzzDecodeUpdate \
 	./ledger/internal/sale:FuzzStateMachine
