@@ -17,13 +17,16 @@ import (
 
 const module = "github.com/flashgate/flashgate/"
 
-// layers lists, for each service with internal packages, its packages from the
-// bottom up: a package may import only the packages before it in its list.
+// layers lists, for each service with internal packages (and for httpx and its
+// parts), its packages from the bottom up: a package may import only the
+// packages before it in its list.
 // A new package gets a place here (the test fails until it has one).
 var layers = map[string][]string{
 	"ledger/internal/":   {"store", "sale", "admissions", "jobs", "outbox", "web", "app", "ledgertest"},
 	"loadtest/internal/": {"stack", "load", "verify", "burst", "compare", "chaos", "attack"},
 	"proxy/internal/":    {"ledger", "codes", "limits", "admit", "edge"},
+	// httpx ("") is the plumbing below its parts; service assembles them.
+	"shared/httpx": {"", "/decode", "/auth", "/overload", "/service"},
 }
 
 // pkg is what `go list -json` says of one package.
