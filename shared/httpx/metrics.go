@@ -13,6 +13,7 @@ import (
 	"github.com/gin-gonic/gin"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promauto"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/flashgate/flashgate/shared/api"
@@ -36,6 +37,18 @@ type requestLabels struct {
 // LatencyBuckets suit a path whose target is p99 < 100 ms.
 var LatencyBuckets = []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5}
 
+// NewFactory is where every component's metrics start: the factory makes each
+// metric registered on reg as it is made (promauto), so that none is made and
+// left out of the scrape; a nil reg (tests that never scrape) becomes a
+// throwaway registry, returned too for what registers itself (BoundedGauge,
+// registered gauges read at scrape time).
+func NewFactory(reg prometheus.Registerer) (promauto.Factory, prometheus.Registerer) {
+	if reg == nil {
+		reg = prometheus.NewRegistry()
+	}
+	return promauto.With(reg), reg
+}
+
 // NewMetrics returns a registry with Go runtime and process collectors,
 // flashgate_http_request_duration_seconds{service, route, method, code},
 // flashgate_build_info{service, version, revision} and
@@ -43,27 +56,27 @@ var LatencyBuckets = []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25
 func NewMetrics(service string) *Metrics {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	f, _ := NewFactory(reg)
 	m := &Metrics{
 		Registry: reg,
-		requests: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		requests: f.NewHistogramVec(prometheus.HistogramOpts{
 			Name:        "flashgate_http_request_duration_seconds",
 			Help:        "HTTP request latency by route template, method and status code.",
 			Buckets:     LatencyBuckets,
 			ConstLabels: prometheus.Labels{"service": service},
 		}, []string{"route", "method", "code"}),
 	}
-	buildInfo := prometheus.NewGauge(prometheus.GaugeOpts{
+	buildInfo := f.NewGauge(prometheus.GaugeOpts{
 		Name:        "flashgate_build_info",
 		Help:        "Always 1: the running build's version (stamped by the Makefile) and VCS revision.",
 		ConstLabels: prometheus.Labels{"service": service, "version": buildinfo.Version(), "revision": buildinfo.Revision()},
 	})
 	buildInfo.Set(1)
-	conns := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+	f.NewGaugeFunc(prometheus.GaugeOpts{
 		Name:        "flashgate_http_open_connections",
 		Help:        "Client connections open on the service's listener, idle keep-alive ones included (each holds a goroutine).",
 		ConstLabels: prometheus.Labels{"service": service},
 	}, func() float64 { return float64(openConns.Load()) })
-	reg.MustRegister(m.requests, buildInfo, conns)
 	m.observers = NewResolved(func(l requestLabels) prometheus.Observer {
 		return m.requests.WithLabelValues(l.route, l.method, strconv.Itoa(l.status))
 	})

@@ -4,6 +4,8 @@ import (
 	"strconv"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/flashgate/flashgate/shared/httpx"
 )
 
 // Metrics are the admissions log's metrics, on the consuming ledgers: sum
@@ -22,40 +24,37 @@ type Metrics struct {
 // NewMetrics registers the admissions log's metrics on reg (nil: a throwaway
 // registry, for tests).
 func NewMetrics(reg prometheus.Registerer) *Metrics {
-	if reg == nil {
-		reg = prometheus.NewRegistry()
-	}
+	f, _ := httpx.NewFactory(reg)
 	m := &Metrics{
-		written: prometheus.NewCounter(prometheus.CounterOpts{
+		written: f.NewCounter(prometheus.CounterOpts{
 			Name: "flashgate_admissions_consumed_total",
 			Help: "Admission records the consumer wrote or found written (redeliveries included).",
 		}),
-		DeadLetter: prometheus.NewCounter(prometheus.CounterOpts{
+		DeadLetter: f.NewCounter(prometheus.CounterOpts{
 			Name: "flashgate_admissions_dead_letter_total",
 			Help: "Admission records the database refused, sent to the dead-letter topic with their uses given back.",
 		}),
-		lagRecords: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		lagRecords: f.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "flashgate_admissions_lag_records",
 			Help: "Admission records of a partition the consumer group has not committed yet (end offset - the group's committed offset), measured from the broker by every ledger.",
 		}, []string{"partition"}),
-		lagSeconds: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		lagSeconds: f.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "flashgate_admissions_lag_seconds",
 			Help: "Age of the newest admission record written from a partition while records wait behind it (0: caught up).",
 		}, []string{"partition"}),
-		groupLag: prometheus.NewGauge(prometheus.GaugeOpts{
+		groupLag: f.NewGauge(prometheus.GaugeOpts{
 			Name: "flashgate_admissions_group_lag_seconds",
 			Help: "The consumer group's lag that the reconciler and the settler trust: every admission acknowledged longer ago was committed by the group, and no produce of this ledger is in flight longer (-1: not known yet, no hold of a log voucher is freed).",
 		}),
-		lagFailures: prometheus.NewCounter(prometheus.CounterOpts{
+		lagFailures: f.NewCounter(prometheus.CounterOpts{
 			Name: "flashgate_admissions_lag_measure_failures_total",
 			Help: "Measurements of the consumer group's lag the broker did not answer (the lag grows meanwhile).",
 		}),
-		faults: prometheus.NewCounter(prometheus.CounterOpts{
+		faults: f.NewCounter(prometheus.CounterOpts{
 			Name: "flashgate_admissions_write_faults_total",
 			Help: "Batches of admissions the database could not decide (written again after a pause).",
 		}),
 	}
-	reg.MustRegister(m.written, m.DeadLetter, m.lagRecords, m.lagSeconds, m.groupLag, m.lagFailures, m.faults)
 	return m
 }
 

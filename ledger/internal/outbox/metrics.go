@@ -2,6 +2,8 @@ package outbox
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/flashgate/flashgate/shared/httpx"
 )
 
 // Metrics are the event outbox's metrics. Only the delivering ledger
@@ -19,38 +21,35 @@ type Metrics struct {
 // NewMetrics registers the outbox's metrics on reg (nil: a throwaway
 // registry, for tests).
 func NewMetrics(reg prometheus.Registerer) *Metrics {
-	if reg == nil {
-		reg = prometheus.NewRegistry()
-	}
+	f, _ := httpx.NewFactory(reg)
 	m := &Metrics{}
-	m.eventsWritten = prometheus.NewCounter(prometheus.CounterOpts{
+	m.eventsWritten = f.NewCounter(prometheus.CounterOpts{
 		Name: "flashgate_events_written_total",
 		Help: "Events committed to the outbox, counted by the delivering ledger as they pass the watermark.",
 	})
-	m.eventsDelivered = prometheus.NewCounterVec(prometheus.CounterOpts{
+	m.eventsDelivered = f.NewCounterVec(prometheus.CounterOpts{
 		Name: "flashgate_events_delivered_total",
 		Help: "Events a sink accepted (webhook 2xx, Kafka ack), per sink.",
 	}, []string{"sink"})
-	m.eventsFailed = prometheus.NewCounterVec(prometheus.CounterOpts{
+	m.eventsFailed = f.NewCounterVec(prometheus.CounterOpts{
 		Name: "flashgate_events_failed_total",
 		Help: "Events a sink gave up on after WEBHOOK_MAX_ATTEMPTS, parked as failed, per sink.",
 	}, []string{"sink"})
-	m.eventErrors = prometheus.NewCounterVec(prometheus.CounterOpts{
+	m.eventErrors = f.NewCounterVec(prometheus.CounterOpts{
 		Name: "flashgate_event_delivery_errors_total",
 		Help: "Failed delivery attempts (answers other than 2xx, timeouts, refused batches), per sink.",
 	}, []string{"sink"})
-	m.eventLag = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+	m.eventLag = f.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "flashgate_event_delivery_lag_seconds",
 		Help: "Age of the oldest event a sink has not delivered yet (0: caught up), per sink.",
 	}, []string{"sink"})
-	m.EventLeader = prometheus.NewGauge(prometheus.GaugeOpts{
+	m.EventLeader = f.NewGauge(prometheus.GaugeOpts{
 		Name: "flashgate_event_dispatcher_leader",
 		Help: "1 while this ledger holds the dispatcher's lock and delivers the events.",
 	})
-	m.eventsPruned = prometheus.NewCounter(prometheus.CounterOpts{
+	m.eventsPruned = f.NewCounter(prometheus.CounterOpts{
 		Name: "flashgate_events_pruned_total",
 		Help: "Delivered events deleted after EVENT_RETENTION.",
 	})
-	reg.MustRegister(m.eventsWritten, m.eventsDelivered, m.eventsFailed, m.eventErrors, m.eventLag, m.EventLeader, m.eventsPruned)
 	return m
 }

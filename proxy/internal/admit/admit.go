@@ -136,11 +136,7 @@ func New(base context.Context, g *gate.Gate, lc *ledger.Client, cfg Config, log 
 			log.Warn("redis circuit breaker", "from", from.String(), "to", to.String())
 		},
 	})
-	reg := cfg.Registerer
-	if reg == nil {
-		reg = prometheus.NewRegistry()
-	}
-	a.metrics = newAdmitMetrics(reg, a)
+	a.metrics = newAdmitMetrics(cfg.Registerer, a)
 	a.batcher = batch.New(base, cfg.MaxBatch, a.reserveBatch)
 	a.batcher.ObserveSizes(func(n int) { a.metrics.batchSize.Observe(float64(n)) })
 	a.handOver = ledger.NewHandOver(base, lc, log)

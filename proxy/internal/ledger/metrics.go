@@ -23,11 +23,10 @@ func BreakerState(s gobreaker.State) float64 {
 // NewLatency is the latency of the proxy's calls to the ledger
 // (Client.ObserveLatency), registered on reg.
 func NewLatency(reg prometheus.Registerer) *prometheus.HistogramVec {
-	h := prometheus.NewHistogramVec(prometheus.HistogramOpts{
+	f, _ := httpx.NewFactory(reg)
+	return f.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "flashgate_ledger_request_duration_seconds",
 		Help:    "Latency of the proxy's calls to the ledger, by call.",
 		Buckets: httpx.LatencyBuckets,
 	}, []string{"call"})
-	reg.MustRegister(h)
-	return h
 }
