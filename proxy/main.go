@@ -17,8 +17,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os/signal"
-	"syscall"
 	"time"
 
 	"github.com/gin-gonic/gin"
@@ -187,21 +185,16 @@ func main() {
 }
 
 func run(cfg Config, log *slog.Logger) error {
-	stopping, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
-	life := httpx.NewLifecycle(stopping, cfg.Shutdown, log)
-	defer life.End()
-	ctx := life.Context() // batches and forwarded writes outlive the drain
-	redis.SetLogger(gate.NewLogger(log))
-
 	// The address first: a taken port stops the start before anything is
 	// contacted or said to listen.
-	lns, err := httpx.ListenAll("PROXY_ADDR", cfg.Addr, cfg.MetricsAddr, cfg.DebugAddr, log)
+	p, err := httpx.Start("proxy", "PROXY_ADDR", cfg.Addr, cfg.Serving, log)
 	if err != nil {
 		return err
 	}
-	ln, metricsLn := lns.Main, lns.Metrics
-	defer ln.Close()
+	defer p.Close()
+	stopping := p.Stopping()
+	ctx := p.Context() // batches and forwarded writes outlive the drain
+	redis.SetLogger(gate.NewLogger(log))
 	metrics := httpx.NewMetrics("proxy")
 	rdb, err := gate.NewClient(cfg.RedisURL, gate.ClientOptions{Timeout: cfg.RedisTimeout, PoolSize: cfg.RedisPool})
 	if err != nil {
@@ -245,7 +238,7 @@ func run(cfg Config, log *slog.Logger) error {
 		MetricsElsewhere: cfg.MetricsAddr != "", MaxInflight: cfg.MaxInflight, InflightCap: cfg.InflightCap(), LatencySLO: cfg.LatencySLO, Ready: func(context.Context) error {
 			// Ready while a ledger answers: without Redis, standard vouchers,
 			// confirm and release still work (flash reserves get a fast 503).
-			if err := life.Err(); err != nil {
+			if err := p.Err(); err != nil {
 				return err
 			}
 			return ready.Err()
@@ -254,10 +247,9 @@ func run(cfg Config, log *slog.Logger) error {
 	if cfg.OpenEdge {
 		log.Warn("PROXY_AUTH=off: the edge takes requests without a token; anyone who reaches it can read, release, confirm or refund any reservation")
 	}
-	metrics.ServeMetricsOn(metricsLn, log)
+	p.ServeMetrics(metrics)
 	warmUp(stopping, *srv, cfg, log)
-	log.Info("proxy listening", "addr", cfg.Addr, "ledger", cfg.LedgerURL, "coalesce", cfg.Coalesce)
-	err = life.Serve(ln, httpx.NewServer(cfg.Addr, srv.Handler()), cfg.MaxClientConns)
+	err = p.Serve(srv.Handler(), "ledger", cfg.LedgerURL, "coalesce", cfg.Coalesce)
 	log.Info("proxy stopped")
 	return err
 }

@@ -4,9 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"os/signal"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -21,22 +19,17 @@ import (
 
 // Run serves the ledger wired from cfg until SIGINT or SIGTERM, then drains it.
 func Run(cfg Config, log *slog.Logger) error {
-	stopping, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
-	life := httpx.NewLifecycle(stopping, cfg.Shutdown, log)
-	defer life.End()
-	ctx := life.Context() // what requests wait on outlives the drain
-	redis.SetLogger(gate.NewLogger(log))
-
 	// The address first: a taken port stops the start before anything is
 	// contacted or said to listen.
-	lns, err := httpx.ListenAll("LEDGER_ADDR", cfg.Addr, cfg.MetricsAddr, cfg.DebugAddr, log)
+	p, err := httpx.Start("ledger", "LEDGER_ADDR", cfg.Addr, cfg.Serving, log)
 	if err != nil {
 		return err
 	}
-	ln, metricsLn := lns.Main, lns.Metrics
-	defer ln.Close()
-	svc, closeAll, err := Build(ctx, cfg, log, life.Err)
+	defer p.Close()
+	stopping := p.Stopping()
+	ctx := p.Context() // what requests wait on outlives the drain
+	redis.SetLogger(gate.NewLogger(log))
+	svc, closeAll, err := Build(ctx, cfg, log, p.Err)
 	if err != nil {
 		return databaseErr(err)
 	}
@@ -53,15 +46,13 @@ func Run(cfg Config, log *slog.Logger) error {
 	if cfg.OpenAdmin {
 		log.Warn("LEDGER_AUTH=off: every route is open without a token; anyone who reaches the ledger can change, list or export vouchers and write admitted reservations")
 	}
-	svc.Metrics.ServeMetricsOn(metricsLn, log)
+	p.ServeMetrics(svc.Metrics)
 	jobsDone, err := svc.startBackground(ctx, stopping.Done())
 	if err != nil {
 		return err
 	}
-	log.Info("ledger listening", "addr", cfg.Addr, "reservation_ttl", cfg.ReservationTTL.String())
-	err = life.Serve(ln, httpx.NewServer(cfg.Addr, svc.Server.Handler()), cfg.MaxClientConns)
-	stop() // when serving failed, the jobs stop too
-	<-jobsDone
+	err = p.Serve(svc.Server.Handler(), "reservation_ttl", cfg.ReservationTTL.String())
+	<-jobsDone // Serve ended Stopping: when serving failed, the jobs stop too
 	// The drained requests may have parked writes that failed on a fault:
 	// settle them now, or their Redis uses would wait for a reconcile.
 	if n := svc.Settler.Drain(ctx); n > 0 {
