@@ -140,7 +140,7 @@ func (g *Gate) reconcile(ctx context.Context, code string, v voucher.Voucher, db
 	if err != nil {
 		return ReconcileDetail{}, fmt.Errorf("reconcile %s: %w", code, err)
 	}
-	p := &reconcilePass{g: g, keys: loggedKeys(code), db: db, sizes: sizes, terms: termsArgs(v),
+	p := &reconcilePass{g: g, keys: reconcileKeys(code), db: db, sizes: sizes, terms: termsArgs(v),
 		cutoff: readAt - grace.Milliseconds(), res: ReconcileDetail{ReconcileResult: ReconcileResult{Loaded: true, Released: []string{}}}}
 	res, err := p.run(ctx, dbActive)
 	if err != nil {

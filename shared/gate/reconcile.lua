@@ -20,6 +20,9 @@
 --                                   a 201 whose row is not written yet is never
 --                                   freed, however old (its record is in the
 --                                   admissions log, or may be in flight to it)
+-- KEYS[7] voucher:{CODE}:parked     parked orders (parked.lua): an order a
+--                                   settler parked is left to it until
+--                                   parkedGiveUp past its notBefore
 -- ARGV[1]    cutoff, unix millis in Redis's clock: a Redis-only order admitted
 --            at or after it is kept, its database write may have been in
 --            flight when the database was read (the caller's Redis clock then,
@@ -51,6 +54,8 @@ end
 
 local nowText = nowMillis()
 local now = tonumber(nowText)
+-- gate.ParkedGiveUp, in millis.
+local parkedGiveUp = 600000
 
 local function count(customer, by)
   if by < 0 and (tonumber(redis.call('HGET', KEYS[2], customer)) or 0) <= -by then
@@ -71,6 +76,8 @@ for i = 2, #ARGV, 2 do
     -- cutoff. An unreadable admission time counts as old: nothing we wrote
     -- looks like that.
     local promised = KEYS[6] and redis.call('HEXISTS', KEYS[6], order) == 1
+    local parkedAt = KEYS[7] and tonumber(redis.call('HGET', KEYS[7], order))
+    if parkedAt and parkedAt + parkedGiveUp > now then promised = true end
     if value and not promised and (tonumber(string.match(value, ':(%d+)$')) or 0) < cutoff then
       redis.call('HDEL', KEYS[3], order)
       count(customerOf(value), -1)

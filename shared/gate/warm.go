@@ -12,7 +12,7 @@ import (
 var scripts = []*redis.Script{reserveScript, releaseScript, loadScript, metaScript, stateScript,
 	reconcileScript, reconcileScanScript, reconcileEndScript,
 	unloadScript, holdScript, updateScript, reassertScript, generationScript, holderScript,
-	promiseScript, orderScript, limitScript}
+	promiseScript, orderScript, limitScript, parkedScript}
 
 // Warm opens conns connections to Redis at once (conns PINGs in parallel, so
 // that the pool holds them: go-redis keeps an idle connection 30 minutes) and loads

@@ -101,14 +101,16 @@ func (j *Jobs) Run(ctx context.Context, stop <-chan struct{}) {
 	}
 }
 
-// RetakeEvery is how often the jobs look for promises left pending: a
-// promise is stale 10 s after its admission (sale.RetakeStale), so one is
-// produced again within 15 s.
+// RetakeEvery is how often the jobs look for work another ledger left
+// behind: promises left pending (a promise is stale 10 s after its
+// admission, sale.RetakeStale, so one is produced again within 15 s) and
+// orders parked in Redis by a settler that is gone (Settler.Adopt).
 const RetakeEvery = 5 * time.Second
 
-// RetakeAll runs Config.RetakeStale for every live flash voucher.
+// RetakeAll adopts, for every live flash voucher, the parked orders no
+// settler here tracks, and runs Config.RetakeStale.
 func (j *Jobs) RetakeAll(ctx context.Context) {
-	if j.Config.RetakeStale == nil {
+	if j.gate == nil {
 		return
 	}
 	codes, err := j.store.LiveFlashVouchers(ctx)
@@ -117,6 +119,14 @@ func (j *Jobs) RetakeAll(ctx context.Context) {
 		return
 	}
 	for _, code := range codes {
+		if n, err := j.settler.Adopt(ctx, code); err != nil {
+			j.log.Error("adopt parked orders", "code", code, "err", err)
+		} else if n > 0 {
+			j.log.Warn("parked orders of another settler adopted", "code", code, "orders", n)
+		}
+		if j.Config.RetakeStale == nil {
+			continue
+		}
 		if n, err := j.Config.RetakeStale(ctx, code); err != nil {
 			j.log.Error("retake stale promises", "code", code, "orders", n, "err", err)
 		}

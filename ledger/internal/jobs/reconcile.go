@@ -197,6 +197,18 @@ func (j *Jobs) reconcileLocked(ctx context.Context, code string) (rep Report, fi
 		fix.restored = slices.DeleteFunc(slices.Clone(res.Restoring), func(id string) bool { return slices.Contains(gone, id) })
 		rep.Restored = max(0, res.Restored-(len(res.Restoring)-len(fix.restored)))
 	}
+	if len(res.Released) > 0 {
+		// An order written after the snapshot (a log voucher's consumer
+		// commits its row, then removes its promise, between the database's
+		// read and Redis's step) was freed with a row that holds a use: hold
+		// it again; its free was no repair.
+		written, err := j.heldAfterAll(ctx, code, res.Released)
+		if err != nil {
+			return Report{}, fix, err
+		}
+		fix.released = slices.DeleteFunc(slices.Clone(res.Released), func(id string) bool { return slices.Contains(written, id) })
+		rep.Released = len(fix.released)
+	}
 	// Each order Redis lost is a use it could hand out again (a retry of the
 	// order refused meanwhile), even when remaining agreed (both at 0).
 	rep.Drift = res.RemainingBefore - rep.DBRemaining
@@ -216,6 +228,23 @@ func (j *Jobs) reconcileLocked(ctx context.Context, code string) (rep Report, fi
 		}
 	}
 	return rep, fix, nil
+}
+
+// heldAfterAll makes Redis agree with the database about the orders a pass
+// freed (Settler.Agree) and returns those the database holds a use for now.
+func (j *Jobs) heldAfterAll(ctx context.Context, code string, freed []string) ([]string, error) {
+	now, err := j.store.ActiveOf(ctx, code, freed)
+	if err != nil {
+		return nil, err
+	}
+	if len(now) == 0 {
+		return nil, nil
+	}
+	held := make([]string, len(now))
+	for i, o := range now {
+		held[i] = o.OrderID
+	}
+	return held, j.settler.Agree(ctx, code, freed)
 }
 
 // settleFinished makes Redis agree with the database about those of the

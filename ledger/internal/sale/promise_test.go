@@ -272,6 +272,33 @@ func TestLogPathForeignOrderGivesBack(t *testing.T) {
 	assert.Empty(t, st.Orders)
 }
 
+// pendingPromises starts a ledger with its admissions log and a log
+// voucher, and leaves two orders of it held in Redis with pending promises
+// (as a ledger that died before the broker answered leaves them): young,
+// admitted now (customer 1), and old, admitted then, a minute ago (customer
+// 2), both for 5,000 with a discount of 4,000.
+func pendingPromises(t *testing.T) (l *ledgertest.Ledger, code, young, old string, then time.Time) {
+	t.Helper()
+	k := ledgertest.NewKafka(t, 2)
+	l = ledgertest.New(t, ledgertest.Options{Kafka: k.ListenAddrs()})
+	code = ledgertest.NewCode(t)
+	logVoucher(l, t, ledgertest.Spec(code, 5, 1, true))
+	ctx := context.Background()
+	young, old = code+"-young", code+"-old"
+	res, _, err := l.Gate.Reserve(ctx, code, []gate.Item{{CustomerID: 1, OrderID: young, OrderAmount: 5_000},
+		{CustomerID: 2, OrderID: old, OrderAmount: 5_000}})
+	require.NoError(t, err)
+	require.Equal(t, []gate.Result{gate.Reserved, gate.Reserved}, res)
+	now := time.UnixMilli(time.Now().UnixMilli()).UTC()
+	then = now.Add(-time.Minute)
+	_, _, err = l.Gate.Promise(ctx, code, []gate.Promise{
+		{OrderID: young, CustomerID: 1, OrderAmount: 5_000, DiscountAmount: 4_000, AdmittedAt: now, ExpiresAt: now.Add(15 * time.Minute)},
+		{OrderID: old, CustomerID: 2, OrderAmount: 5_000, DiscountAmount: 4_000, AdmittedAt: then, ExpiresAt: then.Add(15 * time.Minute)},
+	})
+	require.NoError(t, err)
+	return l, code, young, old, then
+}
+
 // TestLogPathPendingPromiseTakenOver: a promise a ledger left pending (it
 // died before the broker answered) is answered 503 while it is young; past
 // promiseStale, a retry of the same claim takes it over and produces its
@@ -280,23 +307,8 @@ func TestLogPathForeignOrderGivesBack(t *testing.T) {
 // over.
 func TestLogPathPendingPromiseTakenOver(t *testing.T) {
 	t.Parallel()
-	k := ledgertest.NewKafka(t, 2)
-	l := ledgertest.New(t, ledgertest.Options{Kafka: k.ListenAddrs()})
-	code := ledgertest.NewCode(t)
-	logVoucher(l, t, ledgertest.Spec(code, 5, 1, true))
+	l, code, young, old, then := pendingPromises(t)
 	ctx := context.Background()
-	young, old := code+"-young", code+"-old"
-	res, _, err := l.Gate.Reserve(ctx, code, []gate.Item{{CustomerID: 1, OrderID: young, OrderAmount: 5_000},
-		{CustomerID: 2, OrderID: old, OrderAmount: 5_000}})
-	require.NoError(t, err)
-	require.Equal(t, []gate.Result{gate.Reserved, gate.Reserved}, res)
-	now := time.UnixMilli(time.Now().UnixMilli()).UTC()
-	then := now.Add(-time.Minute)
-	_, _, err = l.Gate.Promise(ctx, code, []gate.Promise{
-		{OrderID: young, CustomerID: 1, OrderAmount: 5_000, DiscountAmount: 4_000, AdmittedAt: now, ExpiresAt: now.Add(15 * time.Minute)},
-		{OrderID: old, CustomerID: 2, OrderAmount: 5_000, DiscountAmount: 4_000, AdmittedAt: then, ExpiresAt: then.Add(15 * time.Minute)},
-	})
-	require.NoError(t, err)
 
 	r := l.Reserve(t, code, 1, young, 5_000)
 	assert.Equal(t, http.StatusServiceUnavailable, r.Status, "a retry of a young pending promise: %s", r.Raw)
@@ -310,7 +322,7 @@ func TestLogPathPendingPromiseTakenOver(t *testing.T) {
 	// The young one's ledger is gone too: remove its promise and hold, as a
 	// produce that failed would have.
 	require.NoError(t, l.Gate.Forget(ctx, code, young))
-	_, err = l.Gate.GiveBack(ctx, code, young)
+	_, err := l.Gate.GiveBack(ctx, code, young)
 	require.NoError(t, err)
 	l.Consume(t)
 	l.WaitUsed(t, code, 1)
@@ -326,23 +338,8 @@ func TestLogPathPendingPromiseTakenOver(t *testing.T) {
 // left alone.
 func TestLogPathLeftPromiseRetaken(t *testing.T) {
 	t.Parallel()
-	k := ledgertest.NewKafka(t, 2)
-	l := ledgertest.New(t, ledgertest.Options{Kafka: k.ListenAddrs()})
-	code := ledgertest.NewCode(t)
-	logVoucher(l, t, ledgertest.Spec(code, 5, 1, true))
+	l, code, young, old, then := pendingPromises(t)
 	ctx := context.Background()
-	young, old := code+"-young", code+"-old"
-	res, _, err := l.Gate.Reserve(ctx, code, []gate.Item{{CustomerID: 1, OrderID: young, OrderAmount: 5_000},
-		{CustomerID: 2, OrderID: old, OrderAmount: 5_000}})
-	require.NoError(t, err)
-	require.Equal(t, []gate.Result{gate.Reserved, gate.Reserved}, res)
-	now := time.UnixMilli(time.Now().UnixMilli()).UTC()
-	then := now.Add(-time.Minute)
-	_, _, err = l.Gate.Promise(ctx, code, []gate.Promise{
-		{OrderID: young, CustomerID: 1, OrderAmount: 5_000, DiscountAmount: 4_000, AdmittedAt: now, ExpiresAt: now.Add(15 * time.Minute)},
-		{OrderID: old, CustomerID: 2, OrderAmount: 5_000, DiscountAmount: 4_000, AdmittedAt: then, ExpiresAt: then.Add(15 * time.Minute)},
-	})
-	require.NoError(t, err)
 
 	// As the jobs do every RetakeEvery (RetakeAll, here on this voucher
 	// only: the other tests' vouchers share the database).

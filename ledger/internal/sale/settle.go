@@ -256,7 +256,6 @@ func (s *Settler) ParkFor(code string, orderIDs []string, wait time.Duration) {
 		return
 	}
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	m := s.Unsettled[code]
 	if m == nil {
 		m = map[string]parked{}
@@ -271,6 +270,59 @@ func (s *Settler) ParkFor(code string, orderIDs []string, wait time.Duration) {
 		p.notBefore = maxTime(p.notBefore, now.Add(wait))
 		m[id] = p
 	}
+	s.mu.Unlock()
+	s.mark(code, orderIDs, now.Add(wait))
+}
+
+// markTimeout bounds the Redis step of a park: it runs on a write's failure
+// path, often because Redis is slow.
+const markTimeout = 250 * time.Millisecond
+
+// mark records the parked orders in Redis (gate.Park), so that no ledger's
+// reconciler frees them before a settler settles them, and any ledger's
+// settler can adopt them (Adopt) if this one dies. A failure is logged: the
+// orders stay parked here; a reconcile may then settle them first.
+func (s *Settler) mark(code string, orderIDs []string, notBefore time.Time) {
+	if s.gate == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), markTimeout)
+	defer cancel()
+	if err := s.gate.Park(ctx, code, orderIDs, notBefore); err != nil {
+		s.log.Warn("parked orders not recorded in redis", "code", code, "orders", len(orderIDs), "err", err)
+	}
+}
+
+// Adopt takes over the orders of code that a settler recorded in Redis as
+// parked and this one does not track (their ledger stopped or died before
+// settling them): they are settled here as if parked here, from their
+// notBefore on. Orders parked longer than gate.ParkedGiveUp ago are left to
+// the reconciler. It returns how many it adopted.
+func (s *Settler) Adopt(ctx context.Context, code string) (int, error) {
+	if s.gate == nil {
+		return 0, nil
+	}
+	all, err := s.gate.Parked(ctx, code)
+	if err != nil || len(all) == 0 {
+		return 0, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.now()
+	m := s.Unsettled[code]
+	n := 0
+	for id, notBefore := range all {
+		if _, known := m[id]; known || now.Sub(notBefore) > gate.ParkedGiveUp {
+			continue
+		}
+		if m == nil {
+			m = map[string]parked{}
+			s.Unsettled[code] = m
+		}
+		m[id] = parked{since: now, notBefore: maxTime(notBefore, now)}
+		n++
+	}
+	return n, nil
 }
 
 func maxTime(a, b time.Time) time.Time {
@@ -299,14 +351,22 @@ func (s *Settler) Resolve(ctx context.Context) int {
 			continue // the database or Redis still does not answer: try again later
 		}
 		s.mu.Lock()
+		var done []string
 		for _, id := range ids {
 			if ok, tracked := held[id]; tracked && !ok {
 				continue // the hold failed: try again next round
 			}
 			delete(s.Unsettled[code], id)
+			done = append(done, id)
 			settled++
 		}
 		s.mu.Unlock()
+		if s.gate == nil {
+			continue
+		}
+		if err := s.gate.Unpark(ctx, code, done...); err != nil {
+			s.log.Warn("settled orders still recorded as parked in redis", "code", code, "orders", len(done), "err", err)
+		}
 	}
 	return settled
 }
