@@ -24,11 +24,9 @@ type Metrics struct {
 // NewMetrics registers the jobs' metrics on reg (nil: a throwaway
 // registry, for tests).
 func NewMetrics(reg prometheus.Registerer) *Metrics {
-	if reg == nil {
-		reg = prometheus.NewRegistry()
-	}
+	f, reg := httpx.NewFactory(reg)
 	m := &Metrics{
-		expired: prometheus.NewCounter(prometheus.CounterOpts{
+		expired: f.NewCounter(prometheus.CounterOpts{
 			Name: "flashgate_expiry_released_total",
 			Help: "Reservations released by the expiry sweeper.",
 		}),
@@ -36,15 +34,15 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "flashgate_reconcile_drift",
 			Help: "Redis remaining minus database remaining per voucher, at the last reconcile (before fixing); at least the orders it restored.",
 		}, httpx.MaxVoucherSeries),
-		ReconcileFixes: prometheus.NewCounterVec(prometheus.CounterOpts{
+		ReconcileFixes: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "flashgate_reconcile_fixes_total",
 			Help: "Orders the reconciler released (hanging admissions) or restored in Redis, and vouchers it reloaded.",
 		}, []string{"action"}),
-		ReconcileRepairs: prometheus.NewCounterVec(prometheus.CounterOpts{
+		ReconcileRepairs: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "flashgate_reconcile_repairs_total",
 			Help: "Reconciles that repaired Redis, by kind: remaining (the counter disagreed with the orders Redis held), orders_restored, orders_released, terms. Each is a bug or a Redis data loss.",
 		}, []string{"kind"}),
-		reconcileSkipped: prometheus.NewCounter(prometheus.CounterOpts{
+		reconcileSkipped: f.NewCounter(prometheus.CounterOpts{
 			Name: "flashgate_reconcile_skipped_total",
 			Help: "Vouchers a reconcile run skipped: nothing changed in the database or Redis since their last clean reconcile.",
 		}),
@@ -56,6 +54,5 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	for _, kind := range repairKindNames {
 		m.ReconcileRepairs.WithLabelValues(kind) // every kind exported from the start: increase() sees the first
 	}
-	reg.MustRegister(m.expired, m.ReconcileFixes, m.ReconcileRepairs, m.reconcileSkipped)
 	return m
 }

@@ -182,32 +182,8 @@ func (j *Jobs) reconcileLocked(ctx context.Context, code string) (rep Report, fi
 		return rep, fix, nil
 	}
 	rep.RedisRemaining, rep.RedisRemainingAfter = res.RemainingBefore, res.RemainingAfter
-	rep.Released, rep.Restored = len(res.Released), res.Restored
-	fix.released, fix.restored = res.Released, res.Restoring
-	if res.Restored > 0 {
-		// An order of the snapshot that finished while the steps ran (the
-		// database, then Redis) may have been restored after its release:
-		// settle the snapshot's orders that are no longer active now, rather
-		// than hold their uses until the next pass frees them. Such an order
-		// was not lost by Redis, and its restore, undone, is no repair.
-		gone, err := j.settleFinished(ctx, code, orders)
-		if err != nil {
-			return Report{}, fix, err
-		}
-		fix.restored = slices.DeleteFunc(slices.Clone(res.Restoring), func(id string) bool { return slices.Contains(gone, id) })
-		rep.Restored = max(0, res.Restored-(len(res.Restoring)-len(fix.restored)))
-	}
-	if len(res.Released) > 0 {
-		// An order written after the snapshot (a log voucher's consumer
-		// commits its row, then removes its promise, between the database's
-		// read and Redis's step) was freed with a row that holds a use: hold
-		// it again; its free was no repair.
-		written, err := j.heldAfterAll(ctx, code, res.Released)
-		if err != nil {
-			return Report{}, fix, err
-		}
-		fix.released = slices.DeleteFunc(slices.Clone(res.Released), func(id string) bool { return slices.Contains(written, id) })
-		rep.Released = len(fix.released)
+	if err := j.raced(ctx, code, orders, res, &rep, &fix); err != nil {
+		return Report{}, fix, err
 	}
 	// Each order Redis lost is a use it could hand out again (a retry of the
 	// order refused meanwhile), even when remaining agreed (both at 0).
@@ -228,6 +204,36 @@ func (j *Jobs) reconcileLocked(ctx context.Context, code string) (rep Report, fi
 		}
 	}
 	return rep, fix, nil
+}
+
+// raced sets rep's and fix's orders from the pass's result, less those that
+// raced it rather than drifted: a restored order of the snapshot that
+// finished while the steps ran (the database, then Redis), which is settled
+// again at once, and a freed order whose row was written after the
+// snapshot (a log voucher's consumer commits its row, then removes its
+// promise, between the database's read and Redis's step), which is held
+// again. Neither was lost by Redis: their repairs, undone, are none.
+func (j *Jobs) raced(ctx context.Context, code string, orders []store.ActiveOrder, res gate.ReconcileDetail,
+	rep *Report, fix *counterFix) error {
+	rep.Released, rep.Restored = len(res.Released), res.Restored
+	fix.released, fix.restored = res.Released, res.Restoring
+	if res.Restored > 0 {
+		gone, err := j.settleFinished(ctx, code, orders)
+		if err != nil {
+			return err
+		}
+		fix.restored = slices.DeleteFunc(slices.Clone(res.Restoring), func(id string) bool { return slices.Contains(gone, id) })
+		rep.Restored = max(0, res.Restored-(len(res.Restoring)-len(fix.restored)))
+	}
+	if len(res.Released) > 0 {
+		written, err := j.heldAfterAll(ctx, code, res.Released)
+		if err != nil {
+			return err
+		}
+		fix.released = slices.DeleteFunc(slices.Clone(res.Released), func(id string) bool { return slices.Contains(written, id) })
+		rep.Released = len(fix.released)
+	}
+	return nil
 }
 
 // heldAfterAll makes Redis agree with the database about the orders a pass

@@ -16,19 +16,19 @@ type Metrics struct {
 
 // NewMetrics registers the group commit's metrics on reg.
 func NewMetrics(reg prometheus.Registerer) *Metrics {
+	f, _ := httpx.NewFactory(reg)
 	m := &Metrics{
-		writeBatch: prometheus.NewHistogram(prometheus.HistogramOpts{
+		writeBatch: f.NewHistogram(prometheus.HistogramOpts{
 			Name:    "flashgate_ledger_write_batch_size",
 			Help:    "Admitted reservations written per transaction (group commit).",
 			Buckets: prometheus.ExponentialBuckets(1, 2, 10),
 		}),
-		commitLatency: prometheus.NewHistogram(prometheus.HistogramOpts{
+		commitLatency: f.NewHistogram(prometheus.HistogramOpts{
 			Name:    "flashgate_ledger_commit_duration_seconds",
 			Help:    "Duration of one group write transaction, begin to commit.",
 			Buckets: httpx.LatencyBuckets,
 		}),
 	}
-	reg.MustRegister(m.writeBatch, m.commitLatency)
 	return m
 }
 
