@@ -58,7 +58,7 @@ func (j *Jobs) ReconcileBy(ctx context.Context, code, actor string) (Report, err
 	}
 	kinds := repairKinds(rep, fix)
 	j.observe(rep, kinds)
-	fixed := len(kinds) > 0 || (rep.Reloaded && !fix.fresh)
+	fixed := len(kinds) > 0 || rep.Reloaded
 	if fixed || rep.Drift != 0 {
 		j.log.Warn("reconcile found drift", "code", code, "db_remaining", rep.DBRemaining,
 			"redis_remaining", rep.RedisRemaining, "redis_remaining_after", rep.RedisRemainingAfter,
@@ -105,9 +105,6 @@ type counterFix struct {
 	// The orders freed, and those restored (at most: the pass's candidates
 	// still held by the database after it).
 	released, restored []string
-	// fresh: a reload of a voucher created or changed moments ago, which
-	// is audited as no finding.
-	fresh bool
 }
 
 // The kinds of flashgate_reconcile_repairs_total.
@@ -175,10 +172,6 @@ func (j *Jobs) reconcileLocked(ctx context.Context, code string) (rep Report, fi
 			return Report{}, fix, err
 		}
 		rep.Reloaded, rep.RedisRemainingAfter = true, rep.DBRemaining
-		// A voucher created or changed within twice the grace may be one
-		// whose own load is still on its way (a creation loads after its
-		// commit, outside the lock): loading it is no finding.
-		fix.fresh = j.changedRecently(ctx, code)
 		return rep, fix, nil
 	}
 	rep.RedisRemaining, rep.RedisRemainingAfter = res.RemainingBefore, res.RemainingAfter

@@ -43,14 +43,27 @@ const announceTimeout = 5 * time.Second
 // like a change: every proxy adds it to the codes it answers for (it answers
 // a code it does not know 404 itself) and drops a "not found" it cached.
 func (o *Operator) Create(ctx context.Context, v voucher.Voucher, actor string) (voucher.Voucher, error) {
-	v, err := o.store.CreateVoucher(ctx, v, actor)
+	create := func(ctx context.Context) (err error) {
+		if v, err = o.store.CreateVoucher(ctx, v, actor); err != nil {
+			return err
+		}
+		if v.FlashSale {
+			if err := o.warm(ctx, v.Code); err != nil {
+				o.log.Warn("flash voucher created but not loaded into Redis", "code", v.Code, "err", err)
+			}
+		}
+		return nil
+	}
+	var err error
+	if v.FlashSale {
+		// Under the voucher's lock, as a reconcile runs: no reconciler finds
+		// the new row before its load and loads it as a finding.
+		err = o.store.WithVoucherLock(ctx, v.Code, create)
+	} else {
+		err = create(ctx)
+	}
 	if err != nil {
 		return v, err
-	}
-	if v.FlashSale {
-		if err := o.warm(ctx, v.Code); err != nil {
-			o.log.Warn("flash voucher created but not loaded into Redis", "code", v.Code, "err", err)
-		}
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), announceTimeout)
 	defer cancel()
