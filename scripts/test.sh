@@ -5,8 +5,10 @@
 # 1. ledger, proxy, loadtest and flashgatectl are built once, for every
 #    package's tests (FLASHGATE_TEST_BIN; devstacktest.Binaries takes them
 #    from there instead of building them again in each package).
-# 2. Every package but SOLO_PKGS, two at a time (the ledger's first, as the
-#    longest), with `make fuzz` beside them at one fuzzing process for 500
+# 2. Every package but SOLO_PKGS, three at a time (the ledger's first, as the
+#    longest; most of a package's time is spent waiting on its servers, and
+#    since the ledger's tests sit in eight packages, two at a time left the
+#    cores idle), with `make fuzz` beside them at one fuzzing process for 500
 #    executions a target (its output follows theirs; about 35 s in all, while
 #    the packages take longer). A count, not a duration: Go 1.26's fuzz
 #    coordinator can fail a duration-bound run at its own deadline on a loaded
@@ -43,9 +45,9 @@ others=$($GO list ./... | grep -v -x -F "$solo" | awk -v first="$first" '
 $MAKE --no-print-directory fuzz FUZZ_WORKERS=1 FUZZTIME=500x >"$fuzzlog" 2>&1 &
 fuzz=$!
 echo "make fuzz (one fuzzing process, 500 executions a target) runs beside the packages below; its output follows them"
-echo "$GO test -count=1 -timeout $TEST_TIMEOUT <every package but $SOLO_PKGS>"
+echo "$GO test -p 3 -count=1 -timeout $TEST_TIMEOUT <every package but $SOLO_PKGS>"
 # shellcheck disable=SC2086 # package lists are word lists
-$GO test -count=1 -timeout "$TEST_TIMEOUT" $others
+$GO test -p 3 -count=1 -timeout "$TEST_TIMEOUT" $others
 rc=$?
 wait "$fuzz"
 frc=$?
