@@ -30,7 +30,7 @@ type junkSizes struct {
 
 var (
 	junkFull  = junkSizes{Rate: 1000, Round: time.Second, Rounds: 5, Stock: 100_000, Workers: 64}
-	junkShort = junkSizes{Rate: 1000, Round: time.Second, Rounds: 3, Stock: 100_000, Workers: 16}
+	junkShort = junkSizes{Rate: 1000, Round: time.Second, Rounds: 5, Stock: 100_000, Workers: 16}
 )
 
 const (
