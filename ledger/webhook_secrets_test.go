@@ -28,8 +28,9 @@ func TestWebhookSecretsNeverLeave(t *testing.T) {
 	t.Parallel()
 	const token = "secrets-ledger-token-5be1"
 	secrets := []string{"SECRETCLOSED", "SECRET500", "hookuser", "hookpa55", "sig=0xfeed"}
-	closedPort, err := devstack.FreePort()
+	closedPort, release, err := devstack.ClosedPort()
 	require.NoError(t, err)
+	t.Cleanup(release)
 	closed := fmt.Sprintf("http://hookuser:hookpa55@127.0.0.1:%d/hook?token=SECRETCLOSED&sig=0xfeed", closedPort)
 	failing := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		w.WriteHeader(http.StatusInternalServerError)

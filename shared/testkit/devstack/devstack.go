@@ -31,6 +31,27 @@ func FreePort() (int, error) {
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
+// ClosedPort returns a loopback TCP port on which every connection is refused, and the
+// function that gives it back. The port stays bound by a socket that never listens and
+// does not set SO_REUSEADDR, so no other process can take it meanwhile (a port from
+// FreePort can be taken by a parallel test's server and answer).
+func ClosedPort() (port int, release func(), err error) {
+	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return 0, nil, fmt.Errorf("closed port: %w", err)
+	}
+	if err := syscall.Bind(fd, &syscall.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
+		_ = syscall.Close(fd)
+		return 0, nil, fmt.Errorf("closed port: bind: %w", err)
+	}
+	sa, err := syscall.Getsockname(fd)
+	if err != nil {
+		_ = syscall.Close(fd)
+		return 0, nil, fmt.Errorf("closed port: %w", err)
+	}
+	return sa.(*syscall.SockaddrInet4).Port, func() { _ = syscall.Close(fd) }, nil
+}
+
 // proc is a running child process whose exit any number of goroutines can wait for.
 type proc struct {
 	cmd  *exec.Cmd

@@ -325,3 +325,19 @@ func get(t *testing.T, url string) string {
 	require.Equal(t, http.StatusOK, resp.StatusCode)
 	return string(b)
 }
+
+// TestClosedPort: a connection to the port is refused, and nobody else can bind it
+// until it is released.
+func TestClosedPort(t *testing.T) {
+	port, release, err := ClosedPort()
+	require.NoError(t, err)
+	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	_, err = net.DialTimeout("tcp", addr, time.Second)
+	require.ErrorIs(t, err, syscall.ECONNREFUSED)
+	_, err = net.Listen("tcp", addr)
+	require.Error(t, err, "the port is held")
+	release()
+	l, err := net.Listen("tcp", addr)
+	require.NoError(t, err, "released")
+	require.NoError(t, l.Close())
+}
