@@ -248,7 +248,12 @@ func recordArgs(op string, recs []Record) []any {
 
 // Abandoned reports, per record, whether its promise was abandoned after a
 // produce that failed (Abandon): its use was given back and its client
-// answered 503, so a record the broker kept all the same is skipped.
+// answered 503, so a record the broker kept all the same is skipped. In the
+// same step the pending promise of every other record becomes logged (the
+// consumer holds the record: the broker kept it), so that an Abandon coming
+// after it, from a produce that reported a failure all the same, leaves the
+// promise and the use held while the consumer writes the row: the check and
+// the write are one decision, whichever runs first.
 func (g *Gate) Abandoned(ctx context.Context, code string, recs []Record) ([]bool, error) {
 	if len(recs) == 0 {
 		return nil, nil

@@ -31,7 +31,12 @@
 --             consumer to skip the record if the broker kept it after all.
 --             Returns one 1 (removed) or 0 per order.
 --   "abandoned": ARGV[2..] orderId, admittedAtMillis pairs: one 1 per pair
---             whose promise was abandoned (its tombstone), else 0.
+--             whose promise was abandoned (its tombstone), else 0; a pending
+--             or taken-over promise of a pair not abandoned (the same
+--             admission time) becomes logged: the consumer holds its record,
+--             so the broker kept it, and an "abandon" that comes after (its
+--             produce reported a failure all the same) can no longer remove
+--             it and give its use back while the row is being written.
 --   "settle": ARGV[2..] orderId, admittedAtMillis pairs: the consumer decided
 --             these records: the promise goes if it is the record's (the same
 --             admission time, or any when the time is ""; a later promise of
@@ -101,8 +106,17 @@ elseif op == 'abandon' then
 elseif op == 'abandoned' then
   local out = {}
   for i = 2, #ARGV, 2 do
-    local at = redis.call('HGET', KEYS[6], '#' .. ARGV[i])
-    out[#out + 1] = (at and at == ARGV[i + 1]) and 1 or 0
+    local order, at = ARGV[i], ARGV[i + 1]
+    local dead = redis.call('HGET', KEYS[6], '#' .. order)
+    if dead and dead == at then
+      out[#out + 1] = 1
+    else
+      out[#out + 1] = 0
+      local had = redis.call('HGET', KEYS[6], order)
+      if had and at ~= '' and string.match(had, '^[pt]:%d+:%-?%d+:%-?%d+:(%d+):') == at then
+        redis.call('HSET', KEYS[6], order, 'l:' .. string.sub(had, 3))
+      end
+    end
   end
   return out
 elseif op == 'settle' then

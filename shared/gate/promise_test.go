@@ -276,3 +276,39 @@ func TestAbandonLeavesTombstone(t *testing.T) {
 	require.NoError(t, err)
 	assert.Zero(t, n, "nothing left in the hash")
 }
+
+// TestAbandonAfterTheConsumerSawTheRecord: once the consumer has checked a
+// record (Abandoned said no), its pending promise is logged, so an Abandon
+// from a produce that reported a failure all the same removes nothing and
+// gives no use back while the row is being written; a record checked after
+// the abandon is skipped. Without it, the late abandon gave the use back,
+// the consumer wrote the row, and Redis admitted one order too many.
+func TestAbandonAfterTheConsumerSawTheRecord(t *testing.T) {
+	t.Parallel()
+	g, rdb := newGate(t)
+	ctx := context.Background()
+	code := promisedCode(t, g, rdb, "late")
+	load(t, g, code, 10, 2)
+	at := time.UnixMilli(time.Now().Add(-time.Second).UnixMilli()).UTC()
+	var ps []Promise
+	for _, id := range []string{"o1", "o2"} {
+		ps = append(ps, Promise{OrderID: id, CustomerID: 7, OrderAmount: 5_000, DiscountAmount: 500, AdmittedAt: at, ExpiresAt: at.Add(time.Minute)})
+	}
+	_, _, err := g.Promise(ctx, code, ps)
+	require.NoError(t, err)
+
+	ab, err := g.Abandoned(ctx, code, []Record{{OrderID: "o1", AdmittedAt: at}, {OrderID: "o2", AdmittedAt: at.Add(time.Second)}})
+	require.NoError(t, err)
+	assert.Equal(t, []bool{false, false}, ab)
+	got, _, err := g.Promises(ctx, code, "o1", "o2")
+	require.NoError(t, err)
+	assert.True(t, got[0].Logged, "the record the consumer holds: its promise is logged")
+	assert.False(t, got[1].Logged, "another admission's record does not log this promise")
+
+	removed, err := g.Abandon(ctx, code, "o1", "o2")
+	require.NoError(t, err)
+	assert.Equal(t, []string{"o2"}, removed, "the late abandon leaves the record being written")
+	ab, err = g.Abandoned(ctx, code, []Record{{OrderID: "o1", AdmittedAt: at}, {OrderID: "o2", AdmittedAt: at}})
+	require.NoError(t, err)
+	assert.Equal(t, []bool{false, true}, ab)
+}

@@ -160,8 +160,10 @@ func (l *Ledger) writePromised(ctx context.Context, batch []Batch) ([][]store.Wr
 var errAbandoned = errors.New("the admission's promise was abandoned: its record is skipped")
 
 // abandonedOf reads, per promised record of each batch, whether its promise
-// was abandoned (gate.Abandoned). Redis unreadable: a fault, the batch is
-// written again later.
+// was abandoned (gate.Abandoned), and in the same step logs the promises of
+// the others, so that a failed produce's abandon can no longer give their
+// uses back while their rows are written. Redis unreadable: a fault, the
+// batch is written again later.
 func (l *Ledger) abandonedOf(ctx context.Context, batch []Batch) ([][]bool, error) {
 	skip := make([][]bool, len(batch))
 	if l.gate == nil {
