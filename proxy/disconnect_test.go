@@ -204,3 +204,28 @@ func TestLostReserveReplyIsHandedOver(t *testing.T) {
 	agreementtest.RequireAgreement(t, s.rdb, s.pool, code)
 	assert.EqualValues(t, 98, s.redisRemaining(t, code), "the use of the order nobody wrote is back")
 }
+
+// A hand-over that cannot reach the ledger (paused here; a ledger killed or
+// paused on sale day) is recorded in Redis as parked at once, by the proxy:
+// every ledger's reconciler leaves the order to a settler and any ledger's
+// settler adopts it. Before, only the ledger recorded it, once the hand-over
+// reached it, and the reconciler of another ledger freed such an order first
+// (found by the log VOPR, a ledger killed then paused).
+func TestHandOverParksInRedisWithoutTheLedger(t *testing.T) {
+	t.Parallel()
+	lose := &loseReplies{}
+	o := stackOptions{redisURL: devstacktest.RedisURL(t), dbURL: devstacktest.PostgresURL(t), coalesce: true, redisHook: lose}
+	s := newStackEnv(t, o, "HANGING_GRACE=2s")
+	code := newCode(t)
+	s.createVoucher(t, code, 100, 1, true)
+	require.Equal(t, 201, s.reserve(t, code, 1, code+"-first").Status) // loaded, terms cached
+	require.NoError(t, s.Ledger.Pause())
+	lose.armed.Store(1)
+	gone := code + "-gone"
+	assert.Equal(t, http.StatusServiceUnavailable, s.reserve(t, code, 2, gone).Status)
+	require.Eventually(t, func() bool {
+		parked, err := s.gate.Parked(context.Background(), code)
+		return err == nil && !parked[gone].IsZero()
+	}, 10*time.Second, 10*time.Millisecond, "the lost reply's order parked in redis")
+	require.NoError(t, s.Ledger.Resume()) // it settles the order: Redis agrees with Postgres at the end
+}

@@ -211,7 +211,7 @@ func run(cfg Config, log *slog.Logger) error {
 	go lc.KeepWarm(ctx, cfg.LedgerWarm, ledger.KeepWarmEvery)
 	adm, err := admit.New(ctx, gate.New(rdb), lc, admit.Config{
 		SoldOutTTL: cfg.SoldOutTTL, VoucherCacheTTL: cfg.VoucherCacheTTL, RedisTimeout: cfg.RedisTimeout,
-		Coalesce: cfg.Coalesce, MaxBatch: cfg.MaxBatch, Registerer: metrics.Registry,
+		LedgerTimeout: cfg.LedgerTimeout, Coalesce: cfg.Coalesce, MaxBatch: cfg.MaxBatch, Registerer: metrics.Registry,
 		WriteTarget: cfg.WriteTarget, WindowMax: admit.WindowMax(cfg.StartBound()),
 		CodesRefresh: cfg.CodesRefresh, Lookups: cfg.LedgerLookups, CheckoutKeys: cfg.CheckoutKeys,
 	}, log)

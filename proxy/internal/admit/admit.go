@@ -37,8 +37,11 @@ type Config struct {
 	SoldOutTTL      time.Duration // how long a local "sold out" flag answers for Redis
 	VoucherCacheTTL time.Duration // how long a voucher's cached terms are used
 	RedisTimeout    time.Duration // deadline of one script call
-	Coalesce        bool          // batch waiting requests per voucher into one script call
-	MaxBatch        int           // largest batch per script call
+	// LedgerTimeout is LEDGER_TIMEOUT: an order handed over to the ledger is
+	// parked in Redis until at least this long after (see ledger.HandOver).
+	LedgerTimeout time.Duration
+	Coalesce      bool // batch waiting requests per voucher into one script call
+	MaxBatch      int  // largest batch per script call
 	// WriteTarget sizes the admission window (admitWindow): flash reserves
 	// between the gate and the ledger's answer; 0: no window.
 	WriteTarget time.Duration
@@ -140,6 +143,11 @@ func New(base context.Context, g *gate.Gate, lc *ledger.Client, cfg Config, log 
 	a.batcher = batch.New(base, cfg.MaxBatch, a.reserveBatch)
 	a.batcher.ObserveSizes(func(n int) { a.metrics.batchSize.Observe(float64(n)) })
 	a.handOver = ledger.NewHandOver(base, lc, log)
+	a.handOver.RecordWith(func(ctx context.Context, code string, orderIDs []string) error {
+		ctx, cancel := context.WithTimeout(ctx, cfg.RedisTimeout)
+		defer cancel()
+		return a.gate.Park(ctx, code, orderIDs, time.Now().Add(cfg.LedgerTimeout))
+	})
 	a.writer = ledger.NewWriter(base, lc, cfg.Coalesce, cfg.MaxBatch)
 	return a, nil
 }

@@ -42,6 +42,17 @@ type HandOver struct {
 	log     *slog.Logger
 	base    context.Context
 	batcher *batch.Batcher[string, string, struct{}]
+	record  func(ctx context.Context, code string, orderIDs []string) error // RecordWith; nil: none
+}
+
+// RecordWith has Give record the orders first with record (the gate's park:
+// every ledger's reconciler leaves them to a settler, and any ledger's settler
+// adopts them), so that a hand-over that cannot reach this proxy's ledger
+// (stopped, dead, restarting) within the reconciler's grace is not settled by
+// the reconciler as a hanging admission. A failure is logged; the request to
+// the ledger goes on.
+func (h *HandOver) RecordWith(record func(ctx context.Context, code string, orderIDs []string) error) {
+	h.record = record
 }
 
 // NewHandOver returns a hand-over to ledger, whose batches run under base
@@ -57,7 +68,15 @@ func (h *HandOver) Give(code string, orderIDs ...string) {
 	if len(orderIDs) == 0 {
 		return
 	}
-	go h.batcher.DoAll(h.base, code, orderIDs)
+	go func() {
+		if h.record != nil {
+			if err := h.record(h.base, code, orderIDs); err != nil {
+				h.log.Warn("unsettled admissions not recorded as parked in redis", "code", code, "orders", len(orderIDs),
+					"err", fmt.Errorf("handed over to the ledger only: %w", err))
+			}
+		}
+		h.batcher.DoAll(h.base, code, orderIDs)
+	}()
 }
 
 // send delivers one batch, trying again while the ledger does not take it.
