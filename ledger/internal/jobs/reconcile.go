@@ -175,7 +175,7 @@ func (j *Jobs) reconcileLocked(ctx context.Context, code string) (rep Report, fi
 		return rep, fix, nil
 	}
 	rep.RedisRemaining, rep.RedisRemainingAfter = res.RemainingBefore, res.RemainingAfter
-	if err := j.raced(ctx, code, orders, res, &rep, &fix); err != nil {
+	if err := j.raced(ctx, code, orders, readAt, res, &rep, &fix); err != nil {
 		return Report{}, fix, err
 	}
 	// Each order Redis lost is a use it could hand out again (a retry of the
@@ -205,8 +205,12 @@ func (j *Jobs) reconcileLocked(ctx context.Context, code string) (rep Report, fi
 // again at once, and a freed order whose row was written after the
 // snapshot (a log voucher's consumer commits its row, then removes its
 // promise, between the database's read and Redis's step), which is held
-// again. Neither was lost by Redis: their repairs, undone, are none.
-func (j *Jobs) raced(ctx context.Context, code string, orders []store.ActiveOrder, res gate.ReconcileDetail,
+// again. Neither was lost by Redis: their repairs, undone, are none. Nor is
+// the restore of an order confirmed within HANGING_GRACE before the pass
+// (readAt, Redis's clock in unix millis): a late payment took its use again
+// in the database and its Redis step was still to come; the pass did that
+// step first.
+func (j *Jobs) raced(ctx context.Context, code string, orders []store.ActiveOrder, readAt int64, res gate.ReconcileDetail,
 	rep *Report, fix *counterFix) error {
 	rep.Released, rep.Restored = len(res.Released), res.Restored
 	fix.released, fix.restored = res.Released, res.Restoring
@@ -215,7 +219,15 @@ func (j *Jobs) raced(ctx context.Context, code string, orders []store.ActiveOrde
 		if err != nil {
 			return err
 		}
-		fix.restored = slices.DeleteFunc(slices.Clone(res.Restoring), func(id string) bool { return slices.Contains(gone, id) })
+		confirming := map[string]bool{}
+		for _, o := range orders {
+			if !o.ConfirmedAt.IsZero() && readAt-o.ConfirmedAt.UnixMilli() < j.Config.HangingGrace.Milliseconds() {
+				confirming[o.OrderID] = true
+			}
+		}
+		fix.restored = slices.DeleteFunc(slices.Clone(res.Restoring), func(id string) bool {
+			return slices.Contains(gone, id) || confirming[id]
+		})
 		rep.Restored = max(0, res.Restored-(len(res.Restoring)-len(fix.restored)))
 	}
 	if len(res.Released) > 0 {

@@ -311,3 +311,33 @@ func TestReconcileHangingAndLost(t *testing.T) {
 		ledgertest.CheckRedisMatches(t, l.Gate, l.CheckBooks(t, code), code)
 	})
 }
+
+// A late payment confirms a released reservation and takes its use again in
+// the database, then in Redis. A reconcile between the two steps restores the
+// order in Redis first: that is the confirmation's own step, done early, not
+// a repair of something Redis lost (the log VOPR counted it as one). The
+// ledger kit fails the test on any repair at its end.
+func TestReconcileDuringALateConfirmIsNoRepair(t *testing.T) {
+	t.Parallel()
+	l := ledgertest.New(t, ledgertest.Options{Grace: time.Minute, TTL: 300 * time.Millisecond})
+	ctx := context.Background()
+	code := ledgertest.NewCode(t)
+	l.CreateVoucher(t, ledgertest.Spec(code, 5, 1, true))
+	res := "/vouchers/" + code + "/reservations"
+	order := code + "-late"
+	require.Equal(t, http.StatusCreated, l.Call(t, http.MethodPost, res, ledgertest.ClaimBody(1, order, 5_000)).Status)
+	time.Sleep(400 * time.Millisecond)
+	_, err := l.Jobs.Sweep(ctx)
+	require.NoError(t, err)
+	require.Equal(t, "RELEASED", l.Call(t, http.MethodGet, res+"/"+order, nil).Body["status"])
+	r := l.Call(t, http.MethodPost, res+"/"+order+"/confirm", nil)
+	require.Equal(t, http.StatusOK, r.Status, r.Raw)
+	// The confirmation's Redis step has not run yet.
+	_, err = l.Gate.Release(ctx, code, order)
+	require.NoError(t, err)
+
+	r = l.Call(t, http.MethodPost, "/admin/vouchers/"+code+"/reconcile", nil)
+	require.Equal(t, http.StatusOK, r.Status, r.Raw)
+	assert.EqualValues(t, 0, r.Body["restored"], "no repair: %s", r.Raw)
+	ledgertest.CheckRedisMatches(t, l.Gate, l.CheckBooks(t, code), code)
+}

@@ -15,16 +15,24 @@ type ActiveOrder struct {
 	OrderID    string
 	CustomerID int64
 	CreatedAt  time.Time
+	// ConfirmedAt is when it was confirmed (zero: RESERVED): a late payment
+	// confirms a released reservation and takes its use again, in the
+	// database first and in Redis just after.
+	ConfirmedAt time.Time
 }
 
 // activeOrderColumns are the voucher_redemption columns collectActiveOrders reads.
-const activeOrderColumns = `order_id, customer_id, created_at`
+const activeOrderColumns = `order_id, customer_id, created_at, confirmed_at`
 
 // collectActiveOrders reads rows of activeOrderColumns.
 func collectActiveOrders(rows pgx.Rows) ([]ActiveOrder, error) {
 	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (ActiveOrder, error) {
 		var o ActiveOrder
-		err := row.Scan(&o.OrderID, &o.CustomerID, &o.CreatedAt)
+		var confirmed *time.Time
+		err := row.Scan(&o.OrderID, &o.CustomerID, &o.CreatedAt, &confirmed)
+		if confirmed != nil {
+			o.ConfirmedAt = *confirmed
+		}
 		return o, err
 	})
 }
