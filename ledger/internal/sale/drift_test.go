@@ -527,3 +527,32 @@ func TestReleaseAfterTheCallerLeft(t *testing.T) {
 		assert.EqualValues(t, 5, ledgertest.RedisState(t, l.Gate, code).Remaining, "refund %v: the use is back in Redis", refund)
 	}
 }
+
+// A settler that read an order as holding a use, then held it in Redis, after
+// a release committed and gave the use back in Redis in between (its own
+// re-check ran before the hold), left Redis holding an order no row held,
+// until the reconciler freed it (a repair: the log VOPR). It reads again what
+// it held and releases what finished.
+func TestSettleReadsAgainWhatItHeld(t *testing.T) {
+	t.Parallel()
+	l := ledgertest.New(t, ledgertest.Options{})
+	ctx := context.Background()
+	code := ledgertest.NewCode(t)
+	l.CreateVoucher(t, ledgertest.Spec(code, 5, 1, true))
+	order := code + "-a"
+	require.Equal(t, http.StatusCreated, l.Reserve(t, code, 1, order, 5_000).Status)
+
+	s := sale.NewSettler(l.Store, l.Gate, time.Now, l.Log)
+	released := false
+	s.SetAfterRead(func() {
+		if released {
+			return
+		}
+		released = true
+		r := l.Call(t, http.MethodDelete, "/vouchers/"+code+"/reservations/"+order, nil)
+		require.Equal(t, http.StatusNoContent, r.Status, r.Raw)
+	})
+	s.Settle(ctx, code, order)
+	require.True(t, released)
+	ledgertest.CheckRedisMatches(t, l.Gate, l.CheckBooks(t, code), code)
+}

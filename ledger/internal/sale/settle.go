@@ -41,6 +41,10 @@ type Settler struct {
 	mu        sync.Mutex
 	Unsettled map[string]map[string]parked // code -> orderID -> parked
 	Writes    map[string]map[string]int    // code -> orderID -> writes in flight
+
+	// afterRead runs, when set (tests only), between Settle's read of the
+	// database and its step in Redis: where a release may commit.
+	afterRead func()
 }
 
 // parked is an order whose write failed on a fault, or whose admission's fate
@@ -146,13 +150,36 @@ func (s *Settler) Settle(ctx context.Context, code string, orderIDs ...string) {
 		s.Park(code, orderIDs)
 		return
 	}
+	if s.afterRead != nil {
+		s.afterRead()
+	}
+	var held []string
 	for _, o := range active {
 		if _, err := s.gate.Hold(ctx, code, o.OrderID, o.CustomerID); err != nil {
 			s.log.Warn("settle: hold in redis", "code", code, "order", o.OrderID,
 				"err", fmt.Errorf("parked until redis answers: %w", err))
 			s.Park(code, []string{o.OrderID})
+			continue
 		}
+		held = append(held, o.OrderID)
 	}
+	if err := s.recheckHeld(ctx, code, held); err != nil {
+		s.log.Warn("settle: read again the orders held", "code", code, "orders", len(held),
+			"err", fmt.Errorf("parked until both answer: %w", err))
+		s.Park(code, held)
+	}
+}
+
+// recheckHeld reads again orders just held in Redis because the database
+// held them: one that finished meanwhile (a release, an expiry or a refund
+// that committed and did its own Redis step between the read and the hold)
+// would stay held in Redis with no row holding it, until the reconciler freed
+// it (a repair: the log VOPR found one). Agree releases it.
+func (s *Settler) recheckHeld(ctx context.Context, code string, held []string) error {
+	if len(held) == 0 {
+		return nil
+	}
+	return s.Agree(ctx, code, held)
 }
 
 // Agree makes Redis hold exactly those of orderIDs that hold a use in the
@@ -440,9 +467,18 @@ func (s *Settler) resolve(ctx context.Context, code string, ids []string) (held 
 		return nil, false
 	}
 	held = map[string]bool{}
+	var holding []string
 	for _, o := range active {
 		_, err := s.gate.Hold(ctx, code, o.OrderID, o.CustomerID)
 		held[o.OrderID] = err == nil
+		if err == nil {
+			holding = append(holding, o.OrderID)
+		}
+	}
+	if err := s.recheckHeld(ctx, code, holding); err != nil {
+		for _, id := range holding {
+			held[id] = false // parked still: asked again next round
+		}
 	}
 	var free []string
 	for _, id := range ids {
