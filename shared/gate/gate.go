@@ -282,6 +282,43 @@ func (g *Gate) Hold(ctx context.Context, code, orderID string, customerID int64)
 	return n == 1, nil
 }
 
+// Take takes a use in Redis for orderID of customerID before the database
+// does: a late confirmation of a writePath log voucher, whose database does
+// not count the uses promised by records still in the admissions log, so that
+// the database alone would hand out a use already promised. It answers
+// Reserved (taken), Duplicate (the order holds a use for this customer
+// already), OrderConflict (for another customer), OutOfStock, AlreadyUsed
+// (the customer holds perUserLimit uses) or NotLoaded. Pause, window and
+// minimum do not apply: the order was placed before.
+func (g *Gate) Take(ctx context.Context, code, orderID string, customerID int64) (Result, error) {
+	if err := checkCode(code); err != nil {
+		return 0, err
+	}
+	v, err := g.run(ctx, holdScript, Keys(code), orderID, customerID, "take")
+	if err != nil {
+		if scriptRefused(err) {
+			return 0, fmt.Errorf("take %s/%s: %w: %w", code, orderID, err, ErrBadState)
+		}
+		return 0, fmt.Errorf("take %s/%s: %w", code, orderID, err)
+	}
+	n, _ := v.(int64)
+	switch n {
+	case 1:
+		return Reserved, nil
+	case 0:
+		return Duplicate, nil
+	case -1:
+		return OrderConflict, nil
+	case -2:
+		return OutOfStock, nil
+	case -3:
+		return AlreadyUsed, nil
+	case -4:
+		return NotLoaded, nil
+	}
+	return 0, fmt.Errorf("take %s/%s: unexpected reply %v (%T): %w", code, orderID, v, v, ErrBadState)
+}
+
 // Holder returns the customer an order holds a use for in Redis, held false
 // when it holds none (or the voucher is not loaded): a retry of a held order
 // takes no new use, whatever the stock.

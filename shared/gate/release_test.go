@@ -241,3 +241,42 @@ func TestGiveBackToASoldOutVoucherPublishes(t *testing.T) {
 	require.Equal(t, 1, n)
 	assert.Equal(t, code, next(), "a release from 0: named")
 }
+
+// TestTake: a late confirmation's take records the order when a use is left
+// and its customer is below perUserLimit, whatever done says, and refuses
+// otherwise without writing anything; a held order is a Duplicate.
+func TestTake(t *testing.T) {
+	t.Parallel()
+	g, rdb := newGate(t)
+	ctx := context.Background()
+	code := testCode(t, g, "v")
+	load(t, g, code, 2, 1)
+	_, err := rdb.HSet(ctx, Keys(code)[4], "a", "7").Result() // finished
+	require.NoError(t, err)
+
+	for _, step := range []struct {
+		order    string
+		customer int64
+		want     Result
+	}{
+		{"a", 7, Reserved},    // finished: taken again
+		{"a", 7, Duplicate},   // held
+		{"a", 9, OrderConflict},
+		{"b", 7, AlreadyUsed}, // customer 7 at perUserLimit 1
+		{"c", 8, Reserved},
+		{"d", 9, OutOfStock},
+	} {
+		got, err := g.Take(ctx, code, step.order, step.customer)
+		require.NoError(t, err)
+		assert.Equal(t, step.want, got, "Take(%s, %d)", step.order, step.customer)
+	}
+	owners, remaining := orderOwners(t, g, code)
+	assert.Equal(t, map[string]int64{"a": 7, "c": 8}, owners)
+	assert.EqualValues(t, 0, remaining)
+	assert.Equal(t, map[int64]int{7: 1, 8: 1}, users(t, rdb, code))
+	assert.False(t, rdb.HExists(ctx, Keys(code)[4], "a").Val(), "no longer finished")
+
+	got, err := g.Take(ctx, testCode(t, g, "none"), "a", 7)
+	require.NoError(t, err)
+	assert.Equal(t, NotLoaded, got)
+}

@@ -380,12 +380,42 @@ func (l *Ledger) Confirm(ctx context.Context, code, orderID string) (voucher.Res
 		case voucher.IsFault(err):
 			return voucher.Reservation{}, err // not loaded after a warmup, or unknown
 		}
+		if res != gate.Reserved && res != gate.Duplicate && v.WritePath == voucher.WritePathLog {
+			if res, err = l.takeLate(ctx, code, orderID, r.CustomerID); err != nil {
+				return voucher.Reservation{}, err
+			}
+		}
 		// Reserved: the gate took the use. Anything else (the order is held or
 		// recorded finished, or a refusal by pause, window or minimum, which a
 		// payment for an order placed earlier is not subject to): the
 		// database's guards decide alone, and Settle holds the use in Redis.
 		mayTake, heldByUs = true, res == gate.Reserved
 	}
+}
+
+// takeLate takes in Redis the use of a late confirmation of a writePath log
+// voucher whose order the gate did not admit as a new one: recorded finished,
+// or refused by pause, window or minimum (a payment for an order placed
+// earlier is not subject to them). The use is taken in Redis all the same,
+// where the uses promised by records still in the admissions log are counted;
+// the database does not count them, and deciding alone it handed out a use
+// already promised, whose record the consumer then dead-lettered after its
+// 201 (the log VOPR). No use left, or the customer at its limit: refused.
+func (l *Ledger) takeLate(ctx context.Context, code, orderID string, customerID int64) (gate.Result, error) {
+	res, err := l.gate.Take(ctx, code, orderID, customerID)
+	if err == nil && res == gate.NotLoaded {
+		err = fmt.Errorf("voucher not loaded")
+	}
+	switch {
+	case err != nil:
+		return 0, fmt.Errorf("take a use for the late confirmation of %s/%s in redis: %w: %w",
+			code, orderID, err, voucher.ErrUnavailable)
+	case res == gate.OutOfStock:
+		return 0, store.ErrLateNoUseLeft
+	case res == gate.AlreadyUsed:
+		return 0, store.ErrLateOverLimit
+	}
+	return res, nil
 }
 
 // amountOf is the order amount a reservation was made with; 0 for a row

@@ -449,3 +449,38 @@ func TestLogPathAbandonedRecordSkipped(t *testing.T) {
 	assert.Zero(t, testutil.ToFloat64(l.Svc.Admitted.DeadLetter), "dead-lettered records")
 	assert.Equal(t, 1, l.Counts(t, code).Rows)
 }
+
+// TestLogPathLateConfirmCountsPromises: a late payment for an expired
+// reservation of a log voucher while every use is promised by records still
+// in the admissions log is refused: the use is taken in Redis, which counts
+// the promises, not by the database alone, which does not. Before, the
+// database confirmed it, and the consumer then dead-lettered a record whose
+// client had its 201.
+func TestLogPathLateConfirmCountsPromises(t *testing.T) {
+	t.Parallel()
+	k := ledgertest.NewKafka(t, 1)
+	l := ledgertest.New(t, ledgertest.Options{Kafka: k.ListenAddrs(), TTL: 300 * time.Millisecond})
+	ctx := context.Background()
+	code := ledgertest.NewCode(t)
+	logVoucher(l, t, ledgertest.Spec(code, 2, 1, true))
+	stop := l.Consume(t)
+	late := code + "-late"
+	reserve201(l, t, code, 1, late, 5_000)
+	l.WaitUsed(t, code, 1)
+	stop()
+	time.Sleep(400 * time.Millisecond)
+	_, err := l.Jobs.Sweep(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 0, l.Counts(t, code).Used, "expired")
+
+	reserve201(l, t, code, 2, code+"-b", 5_000) // both uses promised, the records in the log
+	reserve201(l, t, code, 3, code+"-c", 5_000)
+	r := l.Call(t, http.MethodPost, "/vouchers/"+code+"/reservations/"+late+"/confirm", nil)
+	assert.Equal(t, http.StatusConflict, r.Status, "the late payment finds no use left: %s", r.Raw)
+	assert.Equal(t, 0, l.Counts(t, code).Used, "the database took no use")
+
+	l.Consume(t)
+	require.Eventually(t, func() bool { return l.Counts(t, code).Rows == 3 }, 30*time.Second, 20*time.Millisecond,
+		"both records written")
+	assert.Zero(t, testutil.ToFloat64(l.Svc.Admitted.DeadLetter), "dead-lettered records")
+}
