@@ -228,7 +228,8 @@ func (s *Settler) Agree(ctx context.Context, code string, orderIDs []string) err
 
 // reassertTimeout bounds Reassert, which runs after a commit before the answer:
 // a slow Redis costs each write at most this. An order it could not put back
-// is found by the reconciler, at once after a restart (Jobs.ReconcileInherited).
+// is found by the reconciler (after a Redis restart, at once: the jobs
+// reconcile what the restarted Redis inherited every second).
 const reassertTimeout = 250 * time.Millisecond
 
 // reassert makes Redis hold orders the database holds a use for, just

@@ -32,7 +32,8 @@ type Scenario struct {
 	// (reconcilerEnv). Empty, the scenario runs without it (chaosLedgerEnv):
 	// Redis must come to agree with the database on its own, and a
 	// reconcile that repairs anything, the periodic one
-	// or ReconcileInherited after a Redis restart, fails the scenario.
+	// or the reconcile of what a restarted Redis inherited, fails the
+	// scenario.
 	Reconciler string
 	// RepairsFail: the reconciler runs (Reconciler says why) and yet any
 	// repair fails the scenario: it is there to be tempted, not to clean up.

@@ -15,7 +15,8 @@ import (
 // Checks is what a test stack around a ledger process checks when its test
 // ends (Redis agrees with Postgres on its own): every flash voucher the test created agrees
 // between Redis and the database, and the ledger, whose reconciler is off
-// (RECONCILE_INTERVAL=1h; its ReconcileInherited still runs every second),
+// (RECONCILE_INTERVAL=1h; its reconcile of what a restarted Redis inherited
+// still runs every second),
 // repaired nothing: its /metrics counts no repair and the audit holds none for
 // these vouchers. The zero Checks is ready; it is safe for concurrent use.
 type Checks struct {
