@@ -259,8 +259,8 @@ func TestTake(t *testing.T) {
 		customer int64
 		want     Result
 	}{
-		{"a", 7, Reserved},    // finished: taken again
-		{"a", 7, Duplicate},   // held
+		{"a", 7, Reserved},  // finished: taken again
+		{"a", 7, Duplicate}, // held
 		{"a", 9, OrderConflict},
 		{"b", 7, AlreadyUsed}, // customer 7 at perUserLimit 1
 		{"c", 8, Reserved},
