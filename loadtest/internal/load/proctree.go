@@ -178,3 +178,41 @@ func ProcNames(figures []map[string]float64, order ...string) []string {
 	}
 	return append(append(out, rest...), AllProcs)
 }
+
+// SelfProc is the name this process goes by in Procs: the load generator
+// (vegeta), and on a log voucher's path the in-process Kafka broker (kfake).
+const SelfProc = "loadtest"
+
+// WithSelf is procs (a stack's, by name) and this process as SelfProc.
+func WithSelf(procs map[string]int) Procs {
+	out := Procs{SelfProc: os.Getpid()}
+	for name, pid := range procs {
+		out[name] = pid
+	}
+	return out
+}
+
+// ByProcess is PerRequestUs as a report line, "proxy 41, redis 6.5, ...,
+// all 61 us of CPU per request", or "" when not measured.
+func (u *CPUUse) ByProcess() string {
+	if u == nil || u.PerRequestUs == nil {
+		return ""
+	}
+	var parts []string
+	for _, name := range ProcNames([]map[string]float64{u.PerRequestUs}, ReportOrder...) {
+		parts = append(parts, name+" "+MicrosString(u.PerRequestUs[name]))
+	}
+	return strings.Join(parts, ", ") + " us of CPU per request"
+}
+
+// ReportOrder is the order reports list processes in: the edge first, the
+// generator last (ProcNames puts any other name after these).
+var ReportOrder = []string{"ceiling", "proxy", "ledger", "postgres", "redis", SelfProc, "wrk"}
+
+// MicrosString is a figure in microseconds with a decimal below 10: "6.5", "41".
+func MicrosString(us float64) string {
+	if us < 10 {
+		return strconv.FormatFloat(us, 'f', 1, 64)
+	}
+	return strconv.FormatFloat(us, 'f', 0, 64)
+}
