@@ -187,6 +187,14 @@ type WrkPathResult struct {
 	// until Postgres held every order answered 201 (the next run waits for
 	// it, so that no path is measured beside another's backlog).
 	Drain float64 `json:"drainSeconds,omitempty"`
+	// CPUPerRequestUs is each process's CPU per request over the flat-out
+	// runs, in microseconds, with their sum under "all" (on a log path, until
+	// Postgres held every 201: the consumer's work included); CPURatio is
+	// that sum's ratio to the ceiling's.
+	CPUPerRequestUs map[string]float64 `json:"cpuPerRequestUs,omitempty"`
+	CPURatio        float64            `json:"cpuRatio,omitempty"`
+
+	cpu cpuWindow
 }
 
 // WrkReport is the wrk table of a compare run.
@@ -253,6 +261,7 @@ func (c *comparer) wrkCompare(ctx context.Context, paths []string, b *verify.Ben
 			p.Ratio = p.Max.Rate / ceil.Max.Rate
 		}
 	}
+	rep.cpuFigures()
 	if cfg.SaleRate > 0 {
 		s, err := c.wrkSale(ctx, b, cfg.SaleRate)
 		if err != nil {
@@ -307,31 +316,62 @@ func (c *comparer) wrkRun(ctx context.Context, p *WrkPathResult, conns, delayMs 
 	if err != nil {
 		return WrkRun{}, fmt.Errorf("%s: %w", p.Name, err)
 	}
+	// The warm-up's orders are written before the measured run starts, so
+	// that its CPU is the measured run's alone.
+	if err := c.waitWritten(ctx, p, warmCode, warm); err != nil {
+		return WrkRun{}, err
+	}
 	script, code, err := wrkPaths[p.Name](ctx, b)
 	if err != nil {
 		return WrkRun{}, fmt.Errorf("%s: %w", p.Name, err)
 	}
 	before := serviceCounts(ctx, b.URL)
+	cpu0 := load.ReadProcTimes(c.procs())
 	r, err := runWrk(ctx, b.URL, script.withDelay(delayMs), conns, c.cfg.Wrk.Duration)
 	if err != nil {
 		return r, fmt.Errorf("%s: %w", p.Name, err)
 	}
-	r.DelayMs = delayMs
-	p.Faults += serviceCounts(ctx, b.URL) - before
+	start := time.Now()
+	if err := c.waitWritten(ctx, p, code, r); err != nil {
+		return r, err
+	}
 	if p.Name == pathFlashLog {
-		start := time.Now()
-		for _, v := range []struct {
-			code string
-			run  WrkRun
-		}{{warmCode, warm}, {code, r}} {
-			if _, err := b.WaitUsed(ctx, v.code, int(v.run.Requests-v.run.Non2xx), logWriteWait); err != nil {
-				return r, fmt.Errorf("%s: %w", p.Name, err)
-			}
-		}
 		p.Drain = max(p.Drain, time.Since(start).Seconds())
 	}
+	used := load.ReadProcTimes(c.procs()).Since(cpu0)
+	used[wrkProc] = r.cpu
+	r.DelayMs = delayMs
+	if delayMs == 0 { // the flat-out runs: the path at its maximum
+		p.cpu.add(used, r.Requests)
+	}
+	p.Faults += serviceCounts(ctx, b.URL) - before
 	c.pause(ctx)
 	return r, nil
+}
+
+// waitWritten waits, on a log path, until Postgres holds every order of
+// code that run answered 201.
+func (c *comparer) waitWritten(ctx context.Context, p *WrkPathResult, code string, run WrkRun) error {
+	if p.Name != pathFlashLog {
+		return nil
+	}
+	if _, err := c.benches[p.Name].WaitUsed(ctx, code, int(run.Requests-run.Non2xx), logWriteWait); err != nil {
+		return fmt.Errorf("%s: %w", p.Name, err)
+	}
+	return nil
+}
+
+// cpuFigures sets each path's CPU per request and its ratio to the
+// ceiling's.
+func (r *WrkReport) cpuFigures() {
+	for _, p := range r.Paths {
+		p.CPUPerRequestUs = p.cpu.perRequest()
+	}
+	if ceil := r.path(pathCeiling); ceil != nil {
+		for _, p := range r.Paths {
+			p.CPURatio = cpuRatio(p.CPUPerRequestUs, ceil.CPUPerRequestUs)
+		}
+	}
 }
 
 // logWriteWait is how long a log path's run waits for the consumer to write

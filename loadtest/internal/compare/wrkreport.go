@@ -26,6 +26,11 @@ func (r *WrkReport) Markdown(w io.Writer, durable bool) {
 		fmt.Fprintf(w, "| %s | %.0f | %.1f ms | %.2f | %s | %s | %d / %d / %d |\n", p.Name, p.Max.Rate, p.Max.P99Ms, p.Ratio,
 			at80, p99, p.Max.Non2xx, p.Max.SocketErrs, p.Faults)
 	}
+	var rows []cpuRow
+	for _, p := range r.Paths {
+		rows = append(rows, cpuRow{p.Name, p.CPUPerRequestUs, p.CPURatio})
+	}
+	writeCPUTable(w, rows, fmt.Sprintf("wrk flat out, over the %d rounds; loadtest is the in-process Kafka broker", r.Rounds))
 	fmt.Fprintln(w)
 	for _, p := range r.Paths {
 		fmt.Fprintf(w, "- %s: %s\n", p.Name, p.Note)
