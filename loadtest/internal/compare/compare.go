@@ -427,7 +427,7 @@ func (c *comparer) openPaths(st *stack.Stack, b *verify.Bench) (stop func(), err
 			return stop, err
 		}
 		stops = append(stops, ceil.Stop)
-		servers[pathCeiling] = ceil.cmd.Process.Pid
+		servers[pathCeiling] = ceil.pid()
 		c.benches[pathCeiling] = verify.BareBench(ceil.URL)
 	}
 	if slices.Contains(c.cfg.Paths, pathSolution1) {
@@ -436,7 +436,7 @@ func (c *comparer) openPaths(st *stack.Stack, b *verify.Bench) (stop func(), err
 			return stop, err
 		}
 		stops = append(stops, sol.Stop)
-		servers[pathSolution1] = sol.cmd.Process.Pid
+		servers[pathSolution1] = sol.pid()
 		c.benches[pathSolution1] = b.WithURL(sol.URL)
 	}
 	return stop, nil
