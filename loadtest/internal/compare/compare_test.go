@@ -119,6 +119,10 @@ func TestCPUPerRequestReported(t *testing.T) {
 			}
 		}
 	}
+	rep.wrkTargets()
+	if len(rep.Targets) != 1 || rep.Targets[0].Pass || rep.Targets[0].Got != "4.50 x (180 us vs 40 us)" {
+		t.Errorf("targets = %+v, want flash's CPU target missed at 4.50 x (180 us vs 40 us)", rep.Targets)
+	}
 	var md strings.Builder
 	rep.Wrk.Markdown(&md, false)
 	for _, line := range []string{"| path | ceiling | proxy | postgres | redis | wrk | all | x the ceiling |",
