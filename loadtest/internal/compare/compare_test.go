@@ -82,6 +82,7 @@ func TestCPUPerRequestReported(t *testing.T) {
 	flash.cpu.add(map[string]time.Duration{"proxy": 500 * time.Millisecond, "postgres": 400 * time.Millisecond,
 		"redis": 100 * time.Millisecond, wrkProc: 200 * time.Millisecond}, 5_000)
 	flash.cpu.add(map[string]time.Duration{"proxy": 500 * time.Millisecond, wrkProc: 100 * time.Millisecond}, 5_000)
+	flash.gateClaims, flash.gateCalls = 10_000, 800
 	rep := &Report{Wrk: &WrkReport{Paths: []*WrkPathResult{ceil, flash}}}
 	rep.Wrk.cpuFigures()
 
@@ -125,8 +126,8 @@ func TestCPUPerRequestReported(t *testing.T) {
 	}
 	var md strings.Builder
 	rep.Wrk.Markdown(&md, false)
-	for _, line := range []string{"| path | ceiling | proxy | postgres | redis | wrk | all | x the ceiling |",
-		"| ceiling | 30 | - | - | - | 10 | 40 | 1.00 |", "| flash | - | 100 | 40 | 10 | 30 | 180 | 4.50 |"} {
+	for _, line := range []string{"| path | ceiling | proxy | postgres | redis | wrk | all | x the ceiling | claims per script call |",
+		"| ceiling | 30 | - | - | - | 10 | 40 | 1.00 | - |", "| flash | - | 100 | 40 | 10 | 30 | 180 | 4.50 | 12.5 |"} {
 		if !strings.Contains(md.String(), line) {
 			t.Errorf("the table lacks %q:\n%s", line, md.String())
 		}

@@ -69,6 +69,7 @@ type cpuRow struct {
 	name  string
 	us    map[string]float64
 	ratio float64
+	batch float64 // claims per reserve script call; 0: none
 }
 
 // writeCPUTable writes the table of CPU per request by process, one row per
@@ -86,8 +87,8 @@ func writeCPUTable(w io.Writer, rows []cpuRow, how string) {
 	}
 	names := load.ProcNames(figures, load.ReportOrder...)
 	fmt.Fprintf(w, "\nCPU per request by process, us (%s; from /proc, the processes this run started and their children):\n\n", how)
-	fmt.Fprintf(w, "| path | %s | x the ceiling |\n", strings.Join(names, " | "))
-	fmt.Fprintf(w, "| --- |%s ---: |\n", strings.Repeat(" ---: |", len(names)))
+	fmt.Fprintf(w, "| path | %s | x the ceiling | claims per script call |\n", strings.Join(names, " | "))
+	fmt.Fprintf(w, "| --- |%s ---: | ---: |\n", strings.Repeat(" ---: |", len(names)))
 	for _, r := range rows {
 		if r.us == nil {
 			continue
@@ -103,6 +104,10 @@ func writeCPUTable(w io.Writer, rows []cpuRow, how string) {
 		if r.ratio > 0 {
 			ratio = fmt.Sprintf("%.2f", r.ratio)
 		}
-		fmt.Fprintf(w, "| %s | %s | %s |\n", r.name, strings.Join(cells, " | "), ratio)
+		batch := "-"
+		if r.batch > 0 {
+			batch = fmt.Sprintf("%.1f", r.batch)
+		}
+		fmt.Fprintf(w, "| %s | %s | %s | %s |\n", r.name, strings.Join(cells, " | "), ratio, batch)
 	}
 }

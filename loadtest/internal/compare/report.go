@@ -166,7 +166,7 @@ func (r *Report) vegetaTable(w io.Writer) {
 	}
 	var rows []cpuRow
 	for _, p := range r.Paths {
-		rows = append(rows, cpuRow{p.Name, p.CPUPerRequestUs, p.CPURatio})
+		rows = append(rows, cpuRow{p.Name, p.CPUPerRequestUs, p.CPURatio, 0})
 	}
 	writeCPUTable(w, rows, "vegeta, at each path's maximum; loadtest is the generator")
 }

@@ -147,29 +147,42 @@ func postReserve(ctx context.Context, b *verify.Bench, code string, customer int
 	return resp.StatusCode, raw, nil
 }
 
-// serviceCounts reads the counters of a proxy's /metrics that say a request
-// was answered 503: admission faults and shed requests. A server without
-// them (ceiling, solution1) reads 0.
-func serviceCounts(ctx context.Context, url string) int64 {
+// proxyCounts are the counters of a proxy's /metrics a wrk run reads.
+type proxyCounts struct {
+	faults                 int64   // requests answered 503: admission faults and shed requests
+	batchClaims, batchCall float64 // claims sent in the gate's script calls, and the calls
+}
+
+// serviceCounts reads a proxy's counters. A server without them (ceiling,
+// solution1) reads 0.
+func serviceCounts(ctx context.Context, url string) proxyCounts {
+	var n proxyCounts
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url+api.MetricsPath, nil)
 	if err != nil {
-		return 0
+		return n
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return 0
+		return n
 	}
 	defer resp.Body.Close()
-	var n int64
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	for sc.Scan() {
 		line := sc.Text()
-		if strings.HasPrefix(line, `flashgate_reserve_total{result="UNAVAILABLE"}`) ||
-			strings.HasPrefix(line, "flashgate_http_shed_total ") {
-			f := strings.Fields(line)
-			v, _ := strconv.ParseFloat(f[len(f)-1], 64)
-			n += int64(v)
+		f := strings.Fields(line)
+		if len(f) < 2 {
+			continue
+		}
+		v, _ := strconv.ParseFloat(f[len(f)-1], 64)
+		switch {
+		case strings.HasPrefix(line, `flashgate_reserve_total{result="UNAVAILABLE"}`),
+			strings.HasPrefix(line, "flashgate_http_shed_total "):
+			n.faults += int64(v)
+		case strings.HasPrefix(line, "flashgate_gate_batch_size_sum"):
+			n.batchClaims += v
+		case strings.HasPrefix(line, "flashgate_gate_batch_size_count"):
+			n.batchCall += v
 		}
 	}
 	return n
@@ -193,8 +206,13 @@ type WrkPathResult struct {
 	// that sum's ratio to the ceiling's.
 	CPUPerRequestUs map[string]float64 `json:"cpuPerRequestUs,omitempty"`
 	CPURatio        float64            `json:"cpuRatio,omitempty"`
+	// GateBatch is the claims per reserve script call over the flat-out
+	// runs (the proxy's flashgate_gate_batch_size), the batch the floor's
+	// figures are read at.
+	GateBatch float64 `json:"gateBatchMean,omitempty"`
 
-	cpu cpuWindow
+	cpu                   cpuWindow
+	gateClaims, gateCalls float64
 }
 
 // WrkReport is the wrk table of a compare run.
@@ -344,7 +362,12 @@ func (c *comparer) wrkRun(ctx context.Context, p *WrkPathResult, conns, delayMs 
 	if delayMs == 0 { // the flat-out runs: the path at its maximum
 		p.cpu.add(used, r.Requests)
 	}
-	p.Faults += serviceCounts(ctx, b.URL) - before
+	after := serviceCounts(ctx, b.URL)
+	p.Faults += after.faults - before.faults
+	if delayMs == 0 {
+		p.gateClaims += after.batchClaims - before.batchClaims
+		p.gateCalls += after.batchCall - before.batchCall
+	}
 	c.pause(ctx)
 	return r, nil
 }
@@ -366,6 +389,9 @@ func (c *comparer) waitWritten(ctx context.Context, p *WrkPathResult, code strin
 func (r *WrkReport) cpuFigures() {
 	for _, p := range r.Paths {
 		p.CPUPerRequestUs = p.cpu.perRequest()
+		if p.gateCalls > 0 {
+			p.GateBatch = p.gateClaims / p.gateCalls
+		}
 	}
 	if ceil := r.path(pathCeiling); ceil != nil {
 		for _, p := range r.Paths {

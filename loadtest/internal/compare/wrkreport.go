@@ -30,7 +30,7 @@ func (r *WrkReport) Markdown(w io.Writer, durable bool) {
 	}
 	var rows []cpuRow
 	for _, p := range r.Paths {
-		rows = append(rows, cpuRow{p.Name, p.CPUPerRequestUs, p.CPURatio})
+		rows = append(rows, cpuRow{p.Name, p.CPUPerRequestUs, p.CPURatio, p.GateBatch})
 	}
 	writeCPUTable(w, rows, fmt.Sprintf("wrk flat out, over the %d rounds; loadtest is the in-process Kafka broker", r.Rounds))
 	fmt.Fprintln(w)
