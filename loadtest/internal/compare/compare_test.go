@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/flashgate/flashgate/loadtest/internal/load"
 	"github.com/flashgate/flashgate/loadtest/internal/verify"
 	"github.com/flashgate/flashgate/shared/voucher"
 )
@@ -131,5 +132,22 @@ func TestCPUPerRequestReported(t *testing.T) {
 		if !strings.Contains(md.String(), line) {
 			t.Errorf("the table lacks %q:\n%s", line, md.String())
 		}
+	}
+}
+
+// TestCPUPerRequestVegeta: with vegeta, a path's CPU per request is its
+// step's at the maximum, and its ratio the ceiling's in the same run.
+func TestCPUPerRequestVegeta(t *testing.T) {
+	at := func(us map[string]float64) *StepResult { return &StepResult{CPU: &load.CPUUse{PerRequestUs: us}} }
+	ceil := &PathResult{Name: pathCeiling, AtMax: at(map[string]float64{pathCeiling: 30, "loadtest": 70, "all": 100})}
+	gate := &PathResult{Name: pathGate, AtMax: at(map[string]float64{"proxy": 60, "redis": 10, "loadtest": 80, "all": 150})}
+	none := &PathResult{Name: pathFlash}
+	r := &Report{Paths: []*PathResult{ceil, gate, none}}
+	r.finish(Config{})
+	if gate.CPUPerRequestUs["all"] != 150 || gate.CPURatio != 1.5 || ceil.CPURatio != 1 {
+		t.Errorf("flash-gate: cpuPerRequestUs %v, cpuRatio %v (ceiling %v), want all 150, 1.5 (1)", gate.CPUPerRequestUs, gate.CPURatio, ceil.CPURatio)
+	}
+	if none.CPUPerRequestUs != nil || none.CPURatio != 0 {
+		t.Errorf("a path without a maximum: %v, %v, want none", none.CPUPerRequestUs, none.CPURatio)
 	}
 }
