@@ -149,8 +149,8 @@ func postReserve(ctx context.Context, b *verify.Bench, code string, customer int
 
 // proxyCounts are the counters of a proxy's /metrics a wrk run reads.
 type proxyCounts struct {
-	faults                 int64   // requests answered 503: admission faults and shed requests
-	batchClaims, batchCall float64 // claims sent in the gate's script calls, and the calls
+	faults                  int64   // requests answered 503: admission faults and shed requests
+	batchClaims, batchCalls float64 // claims sent in the gate's script calls, and the calls
 }
 
 // serviceCounts reads a proxy's counters. A server without them (ceiling,
@@ -182,7 +182,7 @@ func serviceCounts(ctx context.Context, url string) proxyCounts {
 		case strings.HasPrefix(line, "flashgate_gate_batch_size_sum"):
 			n.batchClaims += v
 		case strings.HasPrefix(line, "flashgate_gate_batch_size_count"):
-			n.batchCall += v
+			n.batchCalls += v
 		}
 	}
 	return n
@@ -366,7 +366,7 @@ func (c *comparer) wrkRun(ctx context.Context, p *WrkPathResult, conns, delayMs 
 	p.Faults += after.faults - before.faults
 	if delayMs == 0 {
 		p.gateClaims += after.batchClaims - before.batchClaims
-		p.gateCalls += after.batchCall - before.batchCall
+		p.gateCalls += after.batchCalls - before.batchCalls
 	}
 	c.pause(ctx)
 	return r, nil
