@@ -337,6 +337,7 @@ func (c burstCmd) run(ctx context.Context) error {
 		}
 		defer st.Stop()
 		e = st.Endpoints()
+		c.Config.Procs = func() load.Procs { return load.WithSelf(st.Procs()) }
 	}
 	s, err := burstOn(ctx, e, c.Config, c.Warmup)
 	if err != nil {
