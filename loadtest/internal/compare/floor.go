@@ -59,7 +59,7 @@ func (l floorLab) measure(ctx context.Context, size int, d time.Duration) (Floor
 // RunFloor is `loadtest floor`.
 func RunFloor(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("floor", flag.ExitOnError)
-	sizes := fs.String("batch", "1,16,64", "batch sizes, comma separated")
+	sizes := fs.String("batch", "1,8,16,64", "batch sizes, comma separated")
 	d := fs.Duration("duration", 3*time.Second, "how long each lab sends at each batch size")
 	durable := fs.Bool("durable", false, "Postgres with fsync and full_page_writes on")
 	_ = fs.Parse(args)
