@@ -46,6 +46,8 @@ commands:
             the measured figures and PASS/FAIL per want (--short: the test's smaller counts)
   ceiling   a bare gin server answering every reserve 409 (the HTTP ceiling compare measures)
   solution1 the article's one-transaction-per-reservation guarded UPDATE as a server (compare's solution1 path)
+  floor     what an admitted request must cost each process at least: batched script calls, ledger calls, rows
+  floor-ledger  the ledger-like batch server that floor measures
 
 Run "loadtest <command> -h" for a command's flags.
 `)
@@ -60,7 +62,7 @@ func main() {
 	defer stop()
 	commands := map[string]func(context.Context, []string) error{
 		"run": runStack, "demo": burst.RunDemo, "burst": burst.Run, "replay": burst.RunReplay, "compare": compare.Run, "chaos": chaos.Run, "attack": attack.Run, "ceiling": compare.RunCeiling,
-		"solution1": compare.RunSolution1,
+		"solution1": compare.RunSolution1, "floor": compare.RunFloor, "floor-ledger": compare.RunFloorLedger,
 	}
 	cmd, args := os.Args[1], os.Args[2:]
 	run, ok := commands[cmd]

@@ -44,6 +44,9 @@ type Config struct {
 	Replay  *Replay // recorded traffic to send instead of a generated crowd (Rate, Duration: its own)
 	Record  string  // when set, the requests sent are written there as a traffic file (TrafficLine)
 	Results string  // when set, every answer is written there in vegeta's result format
+	// Procs, when set, names the processes the run started (the stack's,
+	// this one): the summary's CPU then holds each one's CPU per request.
+	Procs func() load.Procs
 }
 
 // Requests is how many requests the burst sends.
@@ -86,9 +89,7 @@ func Send(ctx context.Context, b *verify.Bench, cfg Config) (*verify.Summary, er
 	}
 
 	url := load.ReserveURL(b.URL, spec.Code)
-	loadAvg, cpu0 := load.LoadAvg(), load.ReadCPU()
-	v := load.Fire(ctx, url, plan, load.OrderAmount, cfg.Rate, cfg.Attack)
-	cpu1 := load.ReadCPU()
+	v, cpu := fire(ctx, url, plan, cfg)
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -107,8 +108,7 @@ func Send(ctx context.Context, b *verify.Bench, cfg Config) (*verify.Summary, er
 	}
 	s := Summarize(cfg, spec, plan, v)
 	s.URL = url
-	s.CPU = load.CPUBetween(cpu0, cpu1, runtime.NumCPU(), loadAvg)
-	s.CPU.PerRequest(len(v.Shots))
+	s.CPU = cpu
 	if !b.Checked() {
 		return s, nil
 	}
@@ -123,6 +123,24 @@ func Send(ctx context.Context, b *verify.Bench, cfg Config) (*verify.Summary, er
 		}
 	}
 	return s, nil
+}
+
+// fire sends the burst and reads the CPU it took: the machine's, the
+// generator's and, with cfg.Procs, each of the run's processes'.
+func fire(ctx context.Context, url string, plan load.Plan, cfg Config) (load.Volley, *load.CPUUse) {
+	var procs load.Procs
+	if cfg.Procs != nil {
+		procs = cfg.Procs()
+	}
+	loadAvg, cpu0, t0 := load.LoadAvg(), load.ReadCPU(), load.ReadProcTimes(procs)
+	v := load.Fire(ctx, url, plan, load.OrderAmount, cfg.Rate, cfg.Attack)
+	cpu1, t1 := load.ReadCPU(), load.ReadProcTimes(procs)
+	u := load.CPUBetween(cpu0, cpu1, runtime.NumCPU(), loadAvg)
+	u.PerRequest(len(v.Shots))
+	if procs != nil {
+		u.PerRequestUs = load.PerRequestMicros(t1.Since(t0), int64(len(v.Shots)))
+	}
+	return v, u
 }
 
 // logWriteWait is how long a log voucher's burst waits for the consumer to
@@ -319,6 +337,7 @@ func (c burstCmd) run(ctx context.Context) error {
 		}
 		defer st.Stop()
 		e = st.Endpoints()
+		c.Config.Procs = func() load.Procs { return load.WithSelf(st.Procs()) }
 	}
 	s, err := burstOn(ctx, e, c.Config, c.Warmup)
 	if err != nil {

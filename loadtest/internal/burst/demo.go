@@ -4,6 +4,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/flashgate/flashgate/loadtest/internal/load"
@@ -54,9 +55,36 @@ func RunDemo(ctx context.Context, args []string) error {
 	if cfg.StatsWait > 0 {
 		fmt.Printf("(after the burst the demo waits %s for Postgres to publish its commit counters)\n", cfg.StatsWait)
 	}
+	cfg.Procs = func() load.Procs { return load.WithSelf(st.Procs()) }
 	s, err := burstOn(ctx, st.Endpoints(), cfg, c.Warmup)
 	if err != nil {
 		return err
 	}
-	return reportBurst(s, c.Out)
+	err = reportBurst(s, c.Out)
+	if line := stackCPULine(s); line != "" {
+		fmt.Println(line)
+	}
+	return err
+}
+
+// stackCPULine says what the stack (every process but the generator) spent
+// in CPU per admitted request over the burst, refusals included, since the
+// sale's refusals are what its admissions cost: "" when not measured.
+func stackCPULine(s *verify.Summary) string {
+	if s.CPU == nil || s.CPU.PerRequestUs == nil || s.AdmittedOrders == 0 {
+		return ""
+	}
+	n := float64(s.Requests) / float64(s.AdmittedOrders)
+	var all float64
+	var parts []string
+	for _, name := range load.ProcNames([]map[string]float64{s.CPU.PerRequestUs}, load.ReportOrder...) {
+		if name == load.SelfProc || name == load.AllProcs {
+			continue
+		}
+		us := s.CPU.PerRequestUs[name] * n
+		all += us
+		parts = append(parts, fmt.Sprintf("%s %.0f", name, us))
+	}
+	return fmt.Sprintf("stack CPU per admitted request: %.0f us (%s; %d requests for %d admitted), load generator %.0f us per request sent",
+		all, strings.Join(parts, ", "), s.Requests, s.AdmittedOrders, s.CPU.PerRequestUs[load.SelfProc])
 }

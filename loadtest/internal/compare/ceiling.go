@@ -133,6 +133,9 @@ func startChild(command string, args ...string) (*ceilingProcess, error) {
 	}
 }
 
+// pid is the server's process id, for reading its CPU time.
+func (p *ceilingProcess) pid() int { return p.cmd.Process.Pid }
+
 // Stop sends SIGTERM and kills the process if it has not exited after 5 s.
 func (p *ceilingProcess) Stop() {
 	_ = p.cmd.Process.Signal(syscall.SIGTERM)

@@ -115,6 +115,11 @@ type PathResult struct {
 	Fixed   *StepResult  `json:"atFixedRate,omitempty"`
 	Steps   []StepResult `json:"steps"`
 	Ratio   float64      `json:"ratioToCeiling,omitempty"`
+	// CPUPerRequestUs is each process's CPU per request at the maximum, in
+	// microseconds, with their sum under "all"; CPURatio is that sum's ratio
+	// to the ceiling's.
+	CPUPerRequestUs map[string]float64 `json:"cpuPerRequestUs,omitempty"`
+	CPURatio        float64            `json:"cpuRatio,omitempty"`
 }
 
 func stepOf(s *verify.Summary, sus verify.Sustain) StepResult {
@@ -137,7 +142,8 @@ type comparer struct {
 	cfg     Config
 	benches map[string]*verify.Bench
 	log     io.Writer
-	failed  []string // invariant failures, "path at rate: name"
+	failed  []string          // invariant failures, "path at rate: name"
+	procs   func() load.Procs // the processes of this run, for their CPU
 }
 
 // shape is the burst a path gets at rate: a fresh voucher with enough uses that
@@ -145,7 +151,7 @@ type comparer struct {
 // per customer), or none at all for the sold-out path.
 func (c *comparer) shape(path string, rate float64, d time.Duration) burst.Config {
 	b := burst.Config{Label: path, Rate: rate, Duration: d, PerUser: 1, Retry: c.cfg.Retry,
-		Flash: path != pathStandard && path != pathSolution1, Seed: uint64(rate), Attack: c.cfg.Attack}
+		Flash: path != pathStandard && path != pathSolution1, Seed: uint64(rate), Attack: c.cfg.Attack, Procs: c.procs}
 	b.Stock = b.Requests()
 	b.Customers = b.Requests()
 	switch path {
@@ -392,6 +398,8 @@ func Run(ctx context.Context, args []string) error {
 // stop stops what it started.
 func (c *comparer) openPaths(st *stack.Stack, b *verify.Bench) (stop func(), err error) {
 	c.benches = map[string]*verify.Bench{pathStandard: b, pathFlash: b, pathFlashLog: b, pathSoldOut: b, pathGate: b}
+	servers := map[string]int{}
+	c.procs = runProcs(st, servers)
 	var stops []func()
 	stop = func() {
 		for _, s := range stops {
@@ -419,6 +427,7 @@ func (c *comparer) openPaths(st *stack.Stack, b *verify.Bench) (stop func(), err
 			return stop, err
 		}
 		stops = append(stops, ceil.Stop)
+		servers[pathCeiling] = ceil.pid()
 		c.benches[pathCeiling] = verify.BareBench(ceil.URL)
 	}
 	if slices.Contains(c.cfg.Paths, pathSolution1) {
@@ -427,6 +436,7 @@ func (c *comparer) openPaths(st *stack.Stack, b *verify.Bench) (stop func(), err
 			return stop, err
 		}
 		stops = append(stops, sol.Stop)
+		servers[pathSolution1] = sol.pid()
 		c.benches[pathSolution1] = b.WithURL(sol.URL)
 	}
 	return stop, nil
@@ -478,6 +488,7 @@ func (c *comparer) run(ctx context.Context, b *verify.Bench, started time.Time, 
 // writes its report into dir.
 func (c *comparer) sale(ctx context.Context, b *verify.Bench, dir string) (*verify.Summary, error) {
 	sale := c.cfg.Sale
+	sale.Procs = c.procs
 	fmt.Fprintf(c.log, "the %d-use sale: %d requests at %.0f/s, %d customers, %.0f%% retries (then %s for Postgres statistics)\n",
 		sale.Stock, sale.Requests(), sale.Rate, sale.Customers, 100*sale.Retry, sale.StatsWait)
 	s, err := burst.Send(ctx, b, sale)

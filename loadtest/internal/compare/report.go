@@ -69,6 +69,14 @@ func (r *Report) finish(cfg Config) {
 		if ceil != nil && ceil.MaxRate > 0 {
 			p.Ratio = p.MaxRate / ceil.MaxRate
 		}
+		if p.AtMax != nil && p.AtMax.CPU != nil {
+			p.CPUPerRequestUs = p.AtMax.CPU.PerRequestUs
+		}
+	}
+	if ceil != nil {
+		for _, p := range r.Paths {
+			p.CPURatio = cpuRatio(p.CPUPerRequestUs, ceil.CPUPerRequestUs)
+		}
 	}
 	ratio := func(a, b string, want float64, name string) {
 		pa, pb := r.path(a), r.path(b)
@@ -156,6 +164,11 @@ func (r *Report) vegetaTable(w io.Writer) {
 		}
 		fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s |\n", p.Name, maxRate, atMax, fixed, ratio, p.stoppedBy())
 	}
+	var rows []cpuRow
+	for _, p := range r.Paths {
+		rows = append(rows, cpuRow{p.Name, p.CPUPerRequestUs, p.CPURatio, 0})
+	}
+	writeCPUTable(w, rows, "vegeta, at each path's maximum; loadtest is the generator")
 }
 
 // targetsAndSale writes the targets and the vegeta sale's figures.

@@ -32,6 +32,8 @@ type WrkRun struct {
 	Requests    int64   `json:"requests"`
 	Non2xx      int64   `json:"non2xx"`
 	SocketErrs  int64   `json:"socketErrors"`
+
+	cpu time.Duration // wrk's own CPU time (user + system), from its exit
 }
 
 // wrkInstalled reports whether wrk is in PATH (scripts/deps.sh installs it).
@@ -125,6 +127,9 @@ func runWrk(ctx context.Context, url string, script wrkScript, conns int, d time
 		return r, fmt.Errorf("%w in:\n%s", err, out)
 	}
 	r.Connections = conns
+	if st := cmd.ProcessState; st != nil {
+		r.cpu = st.UserTime() + st.SystemTime()
+	}
 	return r, nil
 }
 

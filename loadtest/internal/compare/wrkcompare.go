@@ -147,29 +147,42 @@ func postReserve(ctx context.Context, b *verify.Bench, code string, customer int
 	return resp.StatusCode, raw, nil
 }
 
-// serviceCounts reads the counters of a proxy's /metrics that say a request
-// was answered 503: admission faults and shed requests. A server without
-// them (ceiling, solution1) reads 0.
-func serviceCounts(ctx context.Context, url string) int64 {
+// proxyCounts are the counters of a proxy's /metrics a wrk run reads.
+type proxyCounts struct {
+	faults                  int64   // requests answered 503: admission faults and shed requests
+	batchClaims, batchCalls float64 // claims sent in the gate's script calls, and the calls
+}
+
+// serviceCounts reads a proxy's counters. A server without them (ceiling,
+// solution1) reads 0.
+func serviceCounts(ctx context.Context, url string) proxyCounts {
+	var n proxyCounts
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url+api.MetricsPath, nil)
 	if err != nil {
-		return 0
+		return n
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return 0
+		return n
 	}
 	defer resp.Body.Close()
-	var n int64
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	for sc.Scan() {
 		line := sc.Text()
-		if strings.HasPrefix(line, `flashgate_reserve_total{result="UNAVAILABLE"}`) ||
-			strings.HasPrefix(line, "flashgate_http_shed_total ") {
-			f := strings.Fields(line)
-			v, _ := strconv.ParseFloat(f[len(f)-1], 64)
-			n += int64(v)
+		f := strings.Fields(line)
+		if len(f) < 2 {
+			continue
+		}
+		v, _ := strconv.ParseFloat(f[len(f)-1], 64)
+		switch {
+		case strings.HasPrefix(line, `flashgate_reserve_total{result="UNAVAILABLE"}`),
+			strings.HasPrefix(line, "flashgate_http_shed_total "):
+			n.faults += int64(v)
+		case strings.HasPrefix(line, "flashgate_gate_batch_size_sum"):
+			n.batchClaims += v
+		case strings.HasPrefix(line, "flashgate_gate_batch_size_count"):
+			n.batchCalls += v
 		}
 	}
 	return n
@@ -187,6 +200,19 @@ type WrkPathResult struct {
 	// until Postgres held every order answered 201 (the next run waits for
 	// it, so that no path is measured beside another's backlog).
 	Drain float64 `json:"drainSeconds,omitempty"`
+	// CPUPerRequestUs is each process's CPU per request over the flat-out
+	// runs, in microseconds, with their sum under "all" (on a log path, until
+	// Postgres held every 201: the consumer's work included); CPURatio is
+	// that sum's ratio to the ceiling's.
+	CPUPerRequestUs map[string]float64 `json:"cpuPerRequestUs,omitempty"`
+	CPURatio        float64            `json:"cpuRatio,omitempty"`
+	// GateBatch is the claims per reserve script call over the flat-out
+	// runs (the proxy's flashgate_gate_batch_size), the batch the floor's
+	// figures are read at.
+	GateBatch float64 `json:"gateBatchMean,omitempty"`
+
+	cpu                   cpuWindow
+	gateClaims, gateCalls float64
 }
 
 // WrkReport is the wrk table of a compare run.
@@ -253,6 +279,7 @@ func (c *comparer) wrkCompare(ctx context.Context, paths []string, b *verify.Ben
 			p.Ratio = p.Max.Rate / ceil.Max.Rate
 		}
 	}
+	rep.cpuFigures()
 	if cfg.SaleRate > 0 {
 		s, err := c.wrkSale(ctx, b, cfg.SaleRate)
 		if err != nil {
@@ -307,31 +334,70 @@ func (c *comparer) wrkRun(ctx context.Context, p *WrkPathResult, conns, delayMs 
 	if err != nil {
 		return WrkRun{}, fmt.Errorf("%s: %w", p.Name, err)
 	}
+	// The warm-up's orders are written before the measured run starts, so
+	// that its CPU is the measured run's alone.
+	if err := c.waitWritten(ctx, p, warmCode, warm); err != nil {
+		return WrkRun{}, err
+	}
 	script, code, err := wrkPaths[p.Name](ctx, b)
 	if err != nil {
 		return WrkRun{}, fmt.Errorf("%s: %w", p.Name, err)
 	}
 	before := serviceCounts(ctx, b.URL)
+	cpu0 := load.ReadProcTimes(c.procs())
 	r, err := runWrk(ctx, b.URL, script.withDelay(delayMs), conns, c.cfg.Wrk.Duration)
 	if err != nil {
 		return r, fmt.Errorf("%s: %w", p.Name, err)
 	}
-	r.DelayMs = delayMs
-	p.Faults += serviceCounts(ctx, b.URL) - before
+	start := time.Now()
+	if err := c.waitWritten(ctx, p, code, r); err != nil {
+		return r, err
+	}
 	if p.Name == pathFlashLog {
-		start := time.Now()
-		for _, v := range []struct {
-			code string
-			run  WrkRun
-		}{{warmCode, warm}, {code, r}} {
-			if _, err := b.WaitUsed(ctx, v.code, int(v.run.Requests-v.run.Non2xx), logWriteWait); err != nil {
-				return r, fmt.Errorf("%s: %w", p.Name, err)
-			}
-		}
 		p.Drain = max(p.Drain, time.Since(start).Seconds())
+	}
+	used := load.ReadProcTimes(c.procs()).Since(cpu0)
+	used[wrkProc] = r.cpu
+	r.DelayMs = delayMs
+	if delayMs == 0 { // the flat-out runs: the path at its maximum
+		p.cpu.add(used, r.Requests)
+	}
+	after := serviceCounts(ctx, b.URL)
+	p.Faults += after.faults - before.faults
+	if delayMs == 0 {
+		p.gateClaims += after.batchClaims - before.batchClaims
+		p.gateCalls += after.batchCalls - before.batchCalls
 	}
 	c.pause(ctx)
 	return r, nil
+}
+
+// waitWritten waits, on a log path, until Postgres holds every order of
+// code that run answered 201.
+func (c *comparer) waitWritten(ctx context.Context, p *WrkPathResult, code string, run WrkRun) error {
+	if p.Name != pathFlashLog {
+		return nil
+	}
+	if _, err := c.benches[p.Name].WaitUsed(ctx, code, int(run.Requests-run.Non2xx), logWriteWait); err != nil {
+		return fmt.Errorf("%s: %w", p.Name, err)
+	}
+	return nil
+}
+
+// cpuFigures sets each path's CPU per request and its ratio to the
+// ceiling's.
+func (r *WrkReport) cpuFigures() {
+	for _, p := range r.Paths {
+		p.CPUPerRequestUs = p.cpu.perRequest()
+		if p.gateCalls > 0 {
+			p.GateBatch = p.gateClaims / p.gateCalls
+		}
+	}
+	if ceil := r.path(pathCeiling); ceil != nil {
+		for _, p := range r.Paths {
+			p.CPURatio = cpuRatio(p.CPUPerRequestUs, ceil.CPUPerRequestUs)
+		}
+	}
 }
 
 // logWriteWait is how long a log path's run waits for the consumer to write

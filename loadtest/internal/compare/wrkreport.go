@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"io"
 	"strings"
+
+	"github.com/flashgate/flashgate/loadtest/internal/load"
 )
 
 // Markdown writes the wrk table: each path's best flat-out rate, its p99
@@ -26,6 +28,11 @@ func (r *WrkReport) Markdown(w io.Writer, durable bool) {
 		fmt.Fprintf(w, "| %s | %.0f | %.1f ms | %.2f | %s | %s | %d / %d / %d |\n", p.Name, p.Max.Rate, p.Max.P99Ms, p.Ratio,
 			at80, p99, p.Max.Non2xx, p.Max.SocketErrs, p.Faults)
 	}
+	var rows []cpuRow
+	for _, p := range r.Paths {
+		rows = append(rows, cpuRow{p.Name, p.CPUPerRequestUs, p.CPURatio, p.GateBatch})
+	}
+	writeCPUTable(w, rows, fmt.Sprintf("wrk flat out, over the %d rounds; loadtest is the in-process Kafka broker", r.Rounds))
 	fmt.Fprintln(w)
 	for _, p := range r.Paths {
 		fmt.Fprintf(w, "- %s: %s\n", p.Name, p.Note)
@@ -97,6 +104,19 @@ func (r *Report) wrkTargets() {
 	ratio(pathGate, 0.75)
 	ratio(pathFlash, 0.30)
 	ratio(pathFlashLog, 0.30)
+	cpu := func(name string, most float64) {
+		p := r.Wrk.path(name)
+		if p == nil || p.CPURatio == 0 {
+			return
+		}
+		r.Targets = append(r.Targets, Target{Name: fmt.Sprintf("cpu: %s <= %.2f x the ceiling's CPU per request", name, most),
+			Pass: p.CPURatio <= most, Got: fmt.Sprintf("%.2f x (%.0f us vs %.0f us)", p.CPURatio,
+				p.CPUPerRequestUs[load.AllProcs], p.CPUPerRequestUs[load.AllProcs]/p.CPURatio)})
+	}
+	cpu(pathSoldOut, 1.05)
+	cpu(pathGate, 1.2)
+	cpu(pathFlash, 3.3)
+	cpu(pathFlashLog, 3.5)
 	if f, s := r.Wrk.path(pathFlash), r.Wrk.path(pathSolution1); f != nil && s != nil && s.Max.Rate > 0 {
 		got := f.Max.Rate / s.Max.Rate
 		pg := "fsync off"

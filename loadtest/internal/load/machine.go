@@ -119,6 +119,9 @@ type CPUUse struct {
 	StackMeasured bool    `json:"stackMeasured"`
 	OtherCores    float64 `json:"otherCores"` // everything else on the machine
 	LoadAvg       float64 `json:"loadAvg1"`   // 1-minute load average at the start
+	// PerRequestUs is, when the run named its processes (Procs), each one's
+	// CPU time per request sent in microseconds, and their sum under "all".
+	PerRequestUs map[string]float64 `json:"perRequestUs,omitempty"`
 
 	generator time.Duration // this process's CPU time between the readings
 }

@@ -306,3 +306,28 @@ func Durability(durable bool) string {
 	}
 	return "fsync off (a commit survives a process crash, not a machine crash)"
 }
+
+// Procs names the processes the stack runs, by pid, for reading their CPU
+// time: "redis", "postgres" (the postmaster; its backends are its children),
+// "ledger", "proxy" and every service StartProxy or StartLedger added, by its
+// name. A server that is external or not running is left out.
+func (s *Stack) Procs() map[string]int {
+	out := map[string]int{}
+	add := func(name string, pid int) {
+		if pid > 0 {
+			out[name] = pid
+		}
+	}
+	if s.Redis != nil {
+		add("redis", s.Redis.Pid())
+	}
+	if s.Postgres != nil {
+		add("postgres", s.Postgres.Pid())
+	}
+	for _, svc := range append([]*devstack.Service{s.Ledger, s.Proxy}, s.extra...) {
+		if svc != nil {
+			add(svc.Name, svc.Pid())
+		}
+	}
+	return out
+}

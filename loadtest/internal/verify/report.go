@@ -100,6 +100,9 @@ func PrintSummary(w io.Writer, s *Summary) {
 	if c := s.CPU; c != nil {
 		fmt.Fprintf(w, "cpu       %.0f%% of %d CPUs busy while sending: load generator %.2f (%.0f us of CPU per request), flashgate stack %s, other processes %.2f CPUs (load average %.1f at the start)\n",
 			100*c.MachineBusy, c.CPUs, c.GeneratorCores, c.GeneratorMicros, c.Stack(), c.OtherCores, c.LoadAvg)
+		if by := c.ByProcess(); by != "" {
+			fmt.Fprintf(w, "cpu/req   by process (the run's own, from /proc): %s\n", by)
+		}
 	}
 	fmt.Fprintf(w, "answers   %s\n", StatusLine(s.Statuses))
 	fmt.Fprintf(w, "errors    %d (%.2f%%), %d of them 503 shed/unavailable", s.Errors, 100*s.ErrorRate, s.Unavailable)
@@ -303,7 +306,8 @@ iframe{width:100%;height:680px;border:1px solid #ccc}
 <tr><th class="l">rate requested</th><td>{{f0 .S.RequestedRate}}/s</td></tr>
 <tr><th class="l">rate achieved</th><td>{{f0 .S.AchievedRate}}/s</td></tr>
 <tr><th class="l">sent over / drain</th><td>{{f .S.SendSeconds}} s / {{f .S.DrainSeconds}} s</td></tr>
-{{with .S.CPU}}<tr><th class="l">CPU while sending</th><td>{{pct .MachineBusy}} of {{.CPUs}} CPUs busy: load generator {{f .GeneratorCores}} ({{f0 .GeneratorMicros}} µs of CPU per request), flashgate stack {{.Stack}}, other processes {{f .OtherCores}} CPUs; load average {{f .LoadAvg}}</td></tr>{{end}}
+{{with .S.CPU}}<tr><th class="l">CPU while sending</th><td>{{pct .MachineBusy}} of {{.CPUs}} CPUs busy: load generator {{f .GeneratorCores}} ({{f0 .GeneratorMicros}} µs of CPU per request), flashgate stack {{.Stack}}, other processes {{f .OtherCores}} CPUs; load average {{f .LoadAvg}}</td></tr>
+{{with .ByProcess}}<tr><th class="l">CPU per request by process</th><td>{{.}}</td></tr>{{end}}{{end}}
 <tr><th class="l">answers</th><td>{{.Statuses}}</td></tr>
 <tr><th class="l">errors</th><td>{{.S.Errors}} ({{pct .S.ErrorRate}}), {{.S.Unavailable}} of them 503 shed/unavailable {{range .S.ErrorSamples}}<br>{{.}}{{end}}</td></tr>
 <tr><th class="l">orders admitted (201)</th><td>{{.S.AdmittedOrders}} (expected {{.S.Expected}})</td></tr>

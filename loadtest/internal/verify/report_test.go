@@ -2,6 +2,8 @@ package verify
 
 import (
 	"bytes"
+	"encoding/json"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -34,5 +36,38 @@ func TestReportPlotLegend(t *testing.T) {
 	}
 	if strings.Contains(html, "other error") {
 		t.Errorf("report.html still names a series %q", "other error")
+	}
+}
+
+// A burst that named its processes reports each one's CPU per request, and
+// their sum, in report.html, the printed summary and summary.json.
+func TestReportCPUByProcess(t *testing.T) {
+	cpu := &load.CPUUse{CPUs: 2, PerRequestUs: map[string]float64{"proxy": 41, "redis": 6.5, "loadtest": 13, "all": 60.5}}
+	s := &Summary{Label: "demo", Code: "DEMO-2", Statuses: map[string]int{}, CPU: cpu}
+	j := Judge(s)
+	s.Verdict = &j
+	dir := t.TempDir()
+	html, js, err := WriteReport(dir, s)
+	if err != nil {
+		t.Fatalf("WriteReport: %v", err)
+	}
+	want := "proxy 41, redis 6.5, loadtest 13, all 60 us of CPU per request"
+	page, _ := os.ReadFile(html)
+	if !strings.Contains(string(page), want) {
+		t.Errorf("report.html lacks %q", want)
+	}
+	var printed bytes.Buffer
+	PrintSummary(&printed, s)
+	if !strings.Contains(printed.String(), want) {
+		t.Errorf("PrintSummary lacks %q:\n%s", want, printed.String())
+	}
+	raw, _ := os.ReadFile(js)
+	var got struct {
+		CPU struct {
+			PerRequestUs map[string]float64 `json:"perRequestUs"`
+		} `json:"cpu"`
+	}
+	if err := json.Unmarshal(raw, &got); err != nil || got.CPU.PerRequestUs["all"] != 60.5 || got.CPU.PerRequestUs["redis"] != 6.5 {
+		t.Errorf("summary.json cpu.perRequestUs = %v (%v), want %v", got.CPU.PerRequestUs, err, cpu.PerRequestUs)
 	}
 }

@@ -111,7 +111,11 @@ func TestRedisStartStop(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "v", got)
 
+	pid := r.Pid()
+	require.NoError(t, pingRedis(r.Addr, pid), "Pid() = %d, not the server's", pid)
+
 	require.NoError(t, r.Stop())
+	require.Zero(t, r.Pid(), "Pid after Stop")
 	require.NoDirExists(t, r.Dir())
 	require.Error(t, pingRedis(r.Addr, 0), "PING after Stop")
 	require.NoError(t, r.Stop(), "second Stop")

@@ -166,3 +166,14 @@ func removeDir(what, dir string) func() error {
 		return nil
 	}
 }
+
+// Pid is the running process's id, or 0 when it is not running: for the load harness,
+// which reads its CPU time (and its children's, for Postgres) from /proc.
+func (l *lifecycle) Pid() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !l.proc.running() {
+		return 0
+	}
+	return l.proc.pid()
+}
