@@ -82,8 +82,8 @@ fuzz: deps
 # vouchers: two ledgers in one consumer group, held consumption, broker
 # outages, kill -9; systemtest/vopr_log_test.go) or 'TestVOPR$|TestVOPRLog$'
 # (both at once, each for VOPR_DURATION). TestVOPRLog runs only when asked
-# (FLASHGATE_VOPR_LOG=1, which this target sets; `make test` skips it while its
-# rounds still see reconcile repairs).
+# (FLASHGATE_VOPR_LOG=1, which this target sets; `make test` skips it while
+# about one round in thirty still ends in a reconcile repair).
 VOPR_DURATION ?= 10m
 VOPR_TIMEOUT ?= 2h
 VOPR_RUN ?= TestVOPR$$
