@@ -119,7 +119,7 @@ func (j *Jobs) RetakeAll(ctx context.Context) {
 		return
 	}
 	for _, code := range codes {
-		if n, err := j.settler.Adopt(ctx, code); err != nil {
+		if n, err := j.settler.Adopt(ctx, code, j.Config.HangingGrace); err != nil {
 			j.log.Error("adopt parked orders", "code", code, "err", err)
 		} else if n > 0 {
 			j.log.Warn("parked orders of another settler adopted", "code", code, "orders", n)

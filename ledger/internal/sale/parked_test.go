@@ -18,7 +18,7 @@ import (
 // fate unknown: a proxy could not learn it) is not freed by any ledger's
 // reconciler, however old it is, while it is parked; when that ledger dies
 // with it, another ledger's settler adopts it from Redis and settles it (no
-// row: its use given back), with no repair.
+// row: its use given back) HANGING_GRACE after adopting it, with no repair.
 func TestParkedOrderLeftToASettler(t *testing.T) {
 	t.Parallel()
 	l := ledgertest.New(t, ledgertest.Options{Grace: time.Millisecond})
@@ -42,9 +42,13 @@ func TestParkedOrderLeftToASettler(t *testing.T) {
 	assert.EqualValues(t, 4, ledgertest.RedisState(t, l.Gate, code).Remaining, "still held")
 
 	other := sale.NewSettler(l.Store, l.Gate, time.Now, l.Log)
-	n, err := other.Adopt(ctx, code)
+	time.Sleep(300 * time.Millisecond) // past the notBefore it was parked with
+	n, err := other.Adopt(ctx, code, time.Second)
 	require.NoError(t, err)
 	assert.Equal(t, 1, n)
+	// A write of it may still commit: settled HANGING_GRACE after its
+	// adoption, whatever notBefore it had (a proxy records its own, shorter).
+	assert.Zero(t, other.Resolve(ctx), "settled at once on adoption")
 	require.Eventually(t, func() bool { return other.Resolve(ctx) == 1 }, 10*time.Second, 50*time.Millisecond)
 	assert.EqualValues(t, 5, ledgertest.RedisState(t, l.Gate, code).Remaining, "given back by the adopting settler")
 	parked, err := l.Gate.Parked(ctx, code)

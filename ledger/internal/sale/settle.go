@@ -321,12 +321,15 @@ func (s *Settler) mark(code string, orderIDs []string, notBefore time.Time) {
 	}
 }
 
-// Adopt takes over the orders of code that a settler recorded in Redis as
-// parked and this one does not track (their ledger stopped or died before
-// settling them): they are settled here as if parked here, from their
-// notBefore on. Orders parked longer than gate.ParkedGiveUp ago are left to
-// the reconciler. It returns how many it adopted.
-func (s *Settler) Adopt(ctx context.Context, code string) (int, error) {
+// Adopt takes over the orders of code that a settler or a proxy recorded in
+// Redis as parked and this one does not track (their ledger stopped or died
+// before settling them, or a proxy's hand-over never reached one): they are
+// settled here as if parked here, from their notBefore on and at least wait
+// (HANGING_GRACE: the longest an admission's write can still commit) after
+// their adoption, since a proxy records them with its own, shorter, wait.
+// Orders parked longer than gate.ParkedGiveUp ago are left to the reconciler.
+// It returns how many it adopted.
+func (s *Settler) Adopt(ctx context.Context, code string, wait time.Duration) (int, error) {
 	if s.gate == nil {
 		return 0, nil
 	}
@@ -347,7 +350,7 @@ func (s *Settler) Adopt(ctx context.Context, code string) (int, error) {
 			m = map[string]parked{}
 			s.Unsettled[code] = m
 		}
-		m[id] = parked{since: now, notBefore: maxTime(notBefore, now)}
+		m[id] = parked{since: now, notBefore: maxTime(notBefore, now.Add(wait))}
 		n++
 	}
 	return n, nil
