@@ -38,18 +38,19 @@ func (s *Server) guardReserve(c *gin.Context) {
 	if err != nil {
 		return
 	}
-	st := &reserveState{}
-	st.cl, st.err = decode.ReadClaim(c)
-	c.Set(reserveKey, st)
-	if st.err != nil {
-		return // the handler answers it
+	cl, err := decode.ReadClaim(c)
+	if err != nil {
+		c.Set(reserveKey, &reserveState{err: err}) // the handler answers it
+		return
 	}
-	if err := s.vet(c, code, st); err != nil {
+	v, err := s.vet(c, code, cl)
+	if err != nil { // a made-up code, say: answered here, nothing kept
 		httpx.WriteError(c, err)
 		c.Abort()
 		return
 	}
-	order, ok := s.Limits.ChargeReserve(c, code, st.cl)
+	c.Set(reserveKey, &reserveState{cl: cl, v: v, vetted: true})
+	order, ok := s.Limits.ChargeReserve(c, code, cl)
 	if !ok {
 		return
 	}
@@ -111,12 +112,10 @@ func checkoutToken(c *gin.Context) string {
 
 // vet is Admitter.Vet, with the request's checkout token; a refusal is
 // counted as the handler would have.
-func (s *Server) vet(c *gin.Context, code string, st *reserveState) error {
-	v, err := s.Admit.Vet(c, code, st.cl, checkoutToken(c))
+func (s *Server) vet(c *gin.Context, code string, cl voucher.Claim) (voucher.Voucher, error) {
+	v, err := s.Admit.Vet(c, code, cl, checkoutToken(c))
 	if err != nil {
 		s.Admit.CountRefusal(err)
-		return err
 	}
-	st.v, st.vetted = v, true
-	return nil
+	return v, err
 }
