@@ -37,6 +37,11 @@ type Set struct {
 	// between two re-reads still finds a code created a moment ago.
 	sync     atomic.Pointer[func(ctx context.Context) error]
 	syncWait time.Duration
+	// bound is the deadline the misses of one moment share for their sync
+	// (syncBound): a deadline of its own per miss was a timer and a context
+	// per made-up code, a third of what a flood of them cost beyond its
+	// wait.
+	bound atomic.Pointer[syncBound]
 
 	next   atomic.Int64 // unix nanos before which a miss does not re-read
 	flight singleflight.Group
@@ -80,10 +85,7 @@ func (s *Set) Has(ctx context.Context, code string) bool {
 		_ = s.Load(ctx)
 		set = s.set.Load()
 	} else if sync := s.sync.Load(); sync != nil && set != nil {
-		sctx, cancel := context.WithTimeout(ctx, s.syncWait)
-		err := (*sync)(sctx)
-		cancel()
-		if err == nil {
+		if err := (*sync)(s.syncBound(ctx)); err == nil {
 			set = s.set.Load()
 		}
 	}
@@ -95,6 +97,36 @@ func (s *Set) Has(ctx context.Context, code string) bool {
 	}
 	s.unknown.Add(1)
 	return false
+}
+
+// syncBound is a deadline shared by the misses of one moment.
+type syncBound struct {
+	ctx    context.Context
+	cancel context.CancelFunc // the timer's: it ends ctx at the deadline by itself
+}
+
+// boundReuse is the share of syncWait a shared bound may have used up and
+// still be handed to a new miss: each miss waits for its sync between 7/8
+// of syncWait and syncWait, and the misses of one such stretch (about 31 ms
+// at the default REDIS_TIMEOUT) share one timer.
+const boundReuse = 8
+
+// syncBound returns the context a miss syncs under: it ends within syncWait,
+// and at least 7/8 of syncWait from now. It does not end with the request
+// that made it, nor with any other: a client gone costs its miss no more than
+// that bound, and the pong usually ends the wait in a millisecond or two.
+func (s *Set) syncBound(ctx context.Context) context.Context {
+	b := s.bound.Load()
+	if b != nil {
+		if dl, _ := b.ctx.Deadline(); time.Until(dl) >= s.syncWait-s.syncWait/boundReuse {
+			return b.ctx
+		}
+	}
+	// Only its deadline is read: Sync waits on Done, nothing reads a value.
+	bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.syncWait)
+	// A miss of the same moment may have made one too: each keeps its own.
+	s.bound.CompareAndSwap(b, &syncBound{ctx: bctx, cancel: cancel})
+	return bctx
 }
 
 // due reports whether this miss re-reads the set, and if so moves the next

@@ -87,3 +87,65 @@ func TestVoucherCodesReadOncePerInterval(t *testing.T) {
 	assert.True(t, vc.Has(context.Background(), "E"), "E was published during the read")
 	assert.Equal(t, 3, vc.Size()) // A, B, E
 }
+
+// missSet is a loaded set of one code whose sync answers at once (a change
+// channel with nothing pending), never due for a re-read.
+func missSet(tb testing.TB) *Set {
+	tb.Helper()
+	s := New(func(context.Context) ([]string, error) { return []string{"KNOWN"}, nil }, time.Hour, time.Second,
+		nil, slog.New(slog.DiscardHandler))
+	require.NoError(tb, s.Load(tb.Context()))
+	s.SyncWith(func(ctx context.Context) error { return ctx.Err() })
+	return s
+}
+
+// TestMissAllocatesNothing: a made-up code, answered after its sync with the
+// change channel, allocates nothing once a first miss made the shared bound:
+// a flood of made-up codes costs no timer and no context per request.
+func TestMissAllocatesNothing(t *testing.T) {
+	s := missSet(t) // not parallel: AllocsPerRun counts the whole process's
+	ctx := t.Context()
+	require.False(t, s.Has(ctx, "NOPE"))
+	if allocs := testing.AllocsPerRun(200, func() { s.Has(ctx, "NOPE") }); allocs != 0 {
+		t.Errorf("Has(NOPE) = %v allocations per miss, want 0", allocs)
+	}
+	assert.True(t, s.Has(ctx, "KNOWN"))
+	assert.Equal(t, int64(202), s.Unknown())
+}
+
+// TestMissSyncBound: a miss syncs under a deadline within syncWait, at most
+// 1/8 of it used up by the misses before it, and not the request's own.
+func TestMissSyncBound(t *testing.T) {
+	t.Parallel()
+	var left []time.Duration
+	s := missSet(t)
+	s.SyncWith(func(ctx context.Context) error {
+		dl, ok := ctx.Deadline()
+		require.True(t, ok, "the sync has a deadline")
+		require.NoError(t, ctx.Err(), "the sync's context")
+		left = append(left, time.Until(dl))
+		return nil
+	})
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel() // the client left: its miss still syncs
+	for range 3 {
+		require.False(t, s.Has(ctx, "NOPE"))
+	}
+	require.Len(t, left, 3)
+	for _, d := range left {
+		assert.True(t, d > time.Second*7/8-100*time.Millisecond && d <= time.Second, "time left %s, want about 7/8 to 1 of 1s", d)
+	}
+}
+
+// BenchmarkHasMiss: a made-up code answered after its sync (one that answers
+// at once), the proxy's whole cost of a junk reserve's lookup.
+func BenchmarkHasMiss(b *testing.B) {
+	s := missSet(b)
+	ctx := b.Context()
+	b.ReportAllocs()
+	for b.Loop() {
+		if s.Has(ctx, "NOPE") {
+			b.Fatal("Has(NOPE) = true")
+		}
+	}
+}

@@ -63,7 +63,13 @@ func (s *Server) spare(c *gin.Context) bool {
 	if err != nil {
 		return false
 	}
-	cl, ok := decode.PeekClaim(c)
+	var cl voucher.Claim
+	var ok bool
+	if st := stateOf(c); st != nil {
+		cl, ok = st.cl, st.err == nil
+	} else {
+		cl, ok = decode.PeekClaim(c)
+	}
 	return ok && (s.Admit.AdmittedHere(code, cl) || s.Admit.WritingHere(code, cl) || s.Admit.HeldElsewhere(code, cl) ||
 		s.Admit.KnownToFlag(code, cl.OrderID))
 }
@@ -127,16 +133,22 @@ func (s *Server) reserve(c *gin.Context) {
 		httpx.WriteError(c, err)
 		return
 	}
-	cl, err := decode.BindClaim(c)
+	st := stateOf(c)
+	var cl voucher.Claim
+	if st != nil {
+		cl, err = st.cl, st.err
+	} else {
+		cl, err = decode.BindClaim(c)
+	}
 	if err != nil {
 		httpx.WriteError(c, err)
 		return
 	}
 	var rep ledger.Reply
-	if v, ok := c.Get(vettedKey); ok { // the guard vetted it, then charged the limits
-		rep, err = s.Admit.ReserveVetted(c, code, cl, v.(voucher.Voucher))
+	if st != nil && st.vetted { // the guard vetted it, then charged the limits
+		rep, err = s.Admit.ReserveVetted(c, code, cl, st.v)
 	} else {
-		rep, err = s.Admit.Reserve(c, code, cl, c.GetHeader(api.HeaderCheckoutToken))
+		rep, err = s.Admit.Reserve(c, code, cl, checkoutToken(c))
 	}
 	if err != nil {
 		httpx.WriteError(c, err)

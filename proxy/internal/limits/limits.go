@@ -100,14 +100,26 @@ func burstOr(burst, rate int) int {
 	return rate
 }
 
+// Order is a reserve's order and customer, as ChargeReserve charged it.
+// Its key is made only when a refusal is remembered or looked up: most
+// reserves of a sale going well need neither, and it was an allocation each.
+type Order struct {
+	code string
+	cl   voucher.Claim
+}
+
+// key is the order's key in comebacks.
+func (o Order) key() string {
+	return "order:" + o.code + "/" + o.cl.OrderID + "/" + strconv.FormatInt(o.cl.CustomerID, 10)
+}
+
 // ChargeReserve charges a vetted reserve (see edge's guard): its client
 // key's bucket (CLIENT_RATE: the sender's own budget, a retry of an order
 // answered 201 included), its order's early retry, its customer's bucket
 // (CUSTOMER_RATE, in Redis). It reports whether the reserve may go on (false:
-// it was answered 429), and the key of its order and customer for
-// RememberRefusal.
-func (l *Limits) ChargeReserve(c *gin.Context, code string, cl voucher.Claim) (order string, ok bool) {
-	order = "order:" + code + "/" + cl.OrderID + "/" + strconv.FormatInt(cl.CustomerID, 10)
+// it was answered 429), and its order and customer for RememberRefusal.
+func (l *Limits) ChargeReserve(c *gin.Context, code string, cl voucher.Claim) (order Order, ok bool) {
+	order = Order{code: code, cl: cl}
 	if !l.ChargeClient(c) || l.refuseEarly(c, order) || !l.customer(c, code, cl, order) {
 		return order, false
 	}
@@ -117,12 +129,12 @@ func (l *Limits) ChargeReserve(c *gin.Context, code string, cl voucher.Claim) (o
 // RememberRefusal remembers, for order (ChargeReserve), the Retry-After of
 // the 503 or 429 its reserve was answered further on (the shedder, the
 // window, a fault), so that its retry before then is refused again.
-func (l *Limits) RememberRefusal(c *gin.Context, order string) {
+func (l *Limits) RememberRefusal(c *gin.Context, order Order) {
 	if st := c.Writer.Status(); l.comebacks != nil &&
 		(st == http.StatusServiceUnavailable || st == http.StatusTooManyRequests) {
 		if d, ok := httpx.RetryAfterOf(c.Writer.Header()); ok {
 			now := l.now()
-			l.comebacks.set(order, now.Add(d), now)
+			l.comebacks.set(order.key(), now.Add(d), now)
 		}
 	}
 }
@@ -158,13 +170,13 @@ func (l *Limits) ChargeClient(c *gin.Context) bool {
 // refuseEarly refuses a reserve whose order (for its customer) is back
 // before its Retry-After, and puts its time off once by a new Retry-After
 // (comebacks): a retry loop is decided less often than a client that waits.
-func (l *Limits) refuseEarly(c *gin.Context, order string) bool {
+func (l *Limits) refuseEarly(c *gin.Context, order Order) bool {
 	if !l.comebacks.holding() { // a sale going well: no lock taken
 		return false
 	}
 	now := l.now()
 	penalty := time.Duration(httpx.RetryAfterSeconds(0)) * time.Second
-	until, early := l.comebacks.early(order, now, penalty)
+	until, early := l.comebacks.early(order.key(), now, penalty)
 	if !early {
 		return false
 	}
@@ -198,7 +210,7 @@ func (l *Limits) refuse(c *gin.Context, cause string, wait time.Duration, messag
 // answered 201 takes a token too: it is a request like any other. A Redis
 // that fails to answer lets the reserve through: the gate decides it, and
 // answers the fault, as it would have. Nil limits let everything through.
-func (l *Limits) customer(c *gin.Context, code string, cl voucher.Claim, order string) bool {
+func (l *Limits) customer(c *gin.Context, code string, cl voucher.Claim, order Order) bool {
 	if l == nil || l.customers == nil {
 		return true
 	}
@@ -206,7 +218,7 @@ func (l *Limits) customer(c *gin.Context, code string, cl voucher.Claim, order s
 	if err != nil || ok {
 		return true
 	}
-	l.refuse(c, causeCustomer, wait, "too many reserves for this customer on this voucher; retry after Retry-After", order)
+	l.refuse(c, causeCustomer, wait, "too many reserves for this customer on this voucher; retry after Retry-After", order.key())
 	return false
 }
 

@@ -2,15 +2,19 @@ package limits
 
 import (
 	"context"
+	"net/http"
+	"net/http/httptest"
 	"strconv"
 	"testing"
 	"time"
 
+	"github.com/gin-gonic/gin"
 	"github.com/go-redis/redis_rate/v10"
 	"github.com/stretchr/testify/require"
 
 	"github.com/flashgate/flashgate/shared/gate"
 	"github.com/flashgate/flashgate/shared/testkit/devstacktest"
+	"github.com/flashgate/flashgate/shared/voucher"
 )
 
 // BenchmarkClientBucket is the price of CLIENT_RATE on every reserve: a token
@@ -52,4 +56,23 @@ func BenchmarkCustomerBucketRedis(b *testing.B) {
 			i++
 		}
 	})
+}
+
+// BenchmarkChargeReserve is what the limits cost a reserve at their defaults
+// (early retries refused, no client or customer rate) while no refusal is
+// remembered: a sale going well. Nothing is allocated: the order's key is
+// made only when a refusal needs it.
+func BenchmarkChargeReserve(b *testing.B) {
+	l := New(Config{EarlyRetries: true}, nil, nil)
+	c, _ := gin.CreateTestContext(httptest.NewRecorder())
+	c.Request = httptest.NewRequest(http.MethodPost, "/vouchers/BENCH/reservations", nil)
+	cl := voucher.Claim{CustomerID: 42, OrderID: "bench-order-1", OrderAmount: 5000}
+	b.ReportAllocs()
+	for b.Loop() {
+		order, ok := l.ChargeReserve(c, "BENCH", cl)
+		if !ok {
+			b.Fatal("ChargeReserve refused")
+		}
+		l.RememberRefusal(c, order)
+	}
 }

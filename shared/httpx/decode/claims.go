@@ -166,6 +166,15 @@ func PeekClaim(c *gin.Context) (cl voucher.Claim, ok bool) {
 	return b.cl, b.err == nil
 }
 
+// ReadClaim reads and validates the reserve body as BindClaim does, for a
+// caller that keeps what it found itself, beside what else it learns of the
+// request (the proxy's guard): nothing is kept in c, and a BindClaim after it
+// would find the body consumed.
+func ReadClaim(c *gin.Context) (voucher.Claim, error) {
+	b := readClaim(c)
+	return b.cl, b.err
+}
+
 // boundClaim is a request's reserve body as read once: kept in its context
 // under boundClaimKey by PeekClaim.
 type boundClaim struct {
