@@ -62,7 +62,10 @@ func (a *Admitter) admitThenWrite(ctx context.Context, code string, cl voucher.C
 		res, err := a.admit(ctx, code, cl)
 		w := written{res: res, gateErr: err, gated: time.Now()}
 		if err == nil && res.Err() == nil {
-			a.startWrite(code, cl, hold, &w)
+			a.startWrite(code, cl, &w)
+			if res == gate.Reserved {
+				a.peers.admitted(note(code, cl, hold))
+			}
 			w.rep, w.writeErr = a.writer.Write(context.WithoutCancel(ctx), code, cl)
 		}
 		return w
@@ -93,12 +96,16 @@ func (a *Admitter) admitBatch(ctx context.Context, code string, ps []*pending) (
 	}
 	gated := time.Now()
 	var fs []ledger.Forward
+	var notes []peerNote
 	for i, p := range ps {
 		if rs[i].Err() != nil {
 			continue
 		}
 		p.w = written{res: rs[i], gated: gated}
-		a.startWrite(code, p.cl, p.hold, &p.w)
+		a.startWrite(code, p.cl, &p.w)
+		if rs[i] == gate.Reserved {
+			notes = append(notes, note(code, p.cl, p.hold))
+		}
 		fs = append(fs, ledger.Forward{Ctx: context.WithoutCancel(p.ctx), Claim: p.cl, Then: func(rep ledger.Reply, err error) {
 			p.w.rep, p.w.writeErr = rep, err
 			p.answer(p.w)
@@ -107,19 +114,18 @@ func (a *Admitter) admitBatch(ctx context.Context, code string, ps []*pending) (
 	if len(fs) > 0 {
 		a.writer.WriteAll(code, fs)
 	}
+	a.peers.admitted(notes...)
 	return rs, nil
 }
 
 // startWrite records that the gate admitted cl and its write starts: in the
-// admission window, for the other proxies (a new use only), and in writing.
-func (a *Admitter) startWrite(code string, cl voucher.Claim, hold time.Duration, w *written) {
+// admission window and in writing. A new use (Reserved) is named to the other
+// proxies by the caller (peers.admitted), for all of a script call at once.
+func (a *Admitter) startWrite(code string, cl voucher.Claim, w *written) {
 	if a.window != nil {
 		a.window.enter()
 	}
 	w.sent, w.start = true, time.Now()
-	if w.res == gate.Reserved {
-		a.peers.admitted(code, cl, hold)
-	}
 	w.done = a.writing.add(code, cl)
 }
 
