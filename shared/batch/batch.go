@@ -141,14 +141,32 @@ func (b *Batcher[K, T, R]) DoAll(ctx context.Context, key K, items []T) ([]R, []
 }
 
 // Go queues item for key and returns at once; then gets the item's result,
-// exactly once: from the goroutine that ran its batch, or, when ctx ends while
-// the item is still queued, ErrDropped wrapping ctx's error (the item never
+// exactly once, from the goroutine that ran its batch (or, when ctx ended
+// before the batch took it, ErrDropped wrapping ctx's error: the item never
 // runs). It spares the caller's goroutine a park and a wake between two
-// stages: a batch may queue its items' next stage with Go or GoAll in turn,
-// and the caller waits once, for the last. then runs on the batch's goroutine
-// and must not block: the next batch of its key waits for it.
-func (b *Batcher[K, T, R]) Go(ctx context.Context, key K, item T, then func(R, error)) {
-	b.GoAll(key, []Call[T, R]{{Ctx: ctx, Item: item, Then: then}})
+// stages: a batch may queue its items' next stage with GoAll, and the caller
+// waits once, for the last. then runs on the batch's goroutine and must not
+// block: the next batch of its key waits for it. The caller watches ctx
+// itself, as it waits anyway: when ctx ends, the ticket's Abandon drops the
+// item if it is still queued (then is not called then).
+func (b *Batcher[K, T, R]) Go(ctx context.Context, key K, item T, then func(R, error)) Ticket[T, R] {
+	w := &waiter[T, R]{ctx: ctx, item: item, then: then}
+	b.enqueue(key, w)
+	return Ticket[T, R]{w: w}
+}
+
+// Ticket is an item queued with Go.
+type Ticket[T, R any] struct{ w *waiter[T, R] }
+
+// Abandon drops the item if its batch has not taken it yet, and returns
+// ErrDropped wrapping its context's error; once its batch took it (or found
+// its context ended and answered then), Abandon returns nil and then has the
+// item's result, or will.
+func (t Ticket[T, R]) Abandon() error {
+	if t.w.state.CompareAndSwap(queued, abandoned) {
+		return dropped(t.w.ctx)
+	}
+	return nil
 }
 
 // Call is one item queued with GoAll: its caller's context, and where its
@@ -159,8 +177,10 @@ type Call[T, R any] struct {
 	Then func(R, error)
 }
 
-// GoAll is Go for several items of key queued together: they go in the same
-// call when the cap allows, as DoAll's do.
+// GoAll is Go for several items of key queued together, for callers that do
+// not watch their contexts: they go in the same call when the cap allows, as
+// DoAll's do, and an item whose context ends while it is queued is dropped at
+// once, its Then getting ErrDropped wrapping the context's error.
 func (b *Batcher[K, T, R]) GoAll(key K, calls []Call[T, R]) {
 	ws := make([]*waiter[T, R], len(calls))
 	for i, c := range calls {
