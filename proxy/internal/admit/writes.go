@@ -29,7 +29,6 @@ type written struct {
 // pending is a claim queued for its voucher's script call, on its way to the
 // ledger when admitted.
 type pending struct {
-	ctx  context.Context
 	cl   voucher.Claim
 	hold time.Duration
 	w    written
@@ -70,14 +69,24 @@ func (a *Admitter) admitThenWrite(ctx context.Context, code string, cl voucher.C
 		}
 		return w
 	}
-	p := &pending{ctx: ctx, cl: cl, hold: hold, out: make(chan written, 1)}
-	a.batcher.Go(ctx, code, p, func(res gate.Result, err error) {
+	p := &pending{cl: cl, hold: hold, out: make(chan written, 1)}
+	t := a.batcher.Go(ctx, code, p, func(res gate.Result, err error) {
 		if err != nil || res.Err() != nil {
 			// Refused, failed, or never sent: its request has its answer.
 			p.answer(written{res: res, gateErr: gateErr(code, err)})
 		}
 		// Admitted: admitBatch handed it to the writer, whose answer ends it.
 	})
+	select {
+	case w := <-p.out:
+		return w
+	case <-ctx.Done():
+	}
+	// The client left: a claim still queued for the script is dropped (it
+	// took nothing); one the script call took is answered as any other.
+	if err := t.Abandon(); err != nil {
+		return written{gateErr: gateErr(code, err)}
+	}
 	return <-p.out
 }
 
@@ -106,13 +115,15 @@ func (a *Admitter) admitBatch(ctx context.Context, code string, ps []*pending) (
 		if rs[i] == gate.Reserved {
 			notes = append(notes, note(code, p.cl, p.hold))
 		}
-		fs = append(fs, ledger.Forward{Ctx: context.WithoutCancel(p.ctx), Claim: p.cl, Then: func(rep ledger.Reply, err error) {
+		fs = append(fs, ledger.Forward{Claim: p.cl, Then: func(rep ledger.Reply, err error) {
 			p.w.rep, p.w.writeErr = rep, err
 			p.answer(p.w)
 		}})
 	}
 	if len(fs) > 0 {
-		a.writer.WriteAll(code, fs)
+		// Under the service's lifetime without its end: a shutdown drains
+		// the writes under way, as it waits for their requests.
+		a.writer.WriteAll(context.WithoutCancel(ctx), code, fs)
 	}
 	a.peers.admitted(notes...)
 	return rs, nil

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"sync"
 	"sync/atomic"
 
 	"github.com/flashgate/flashgate/shared/api"
@@ -76,10 +77,9 @@ func (w *Writer) Write(ctx context.Context, code string, cl voucher.Claim) (Repl
 	return rep, writeErr(code, cl, err)
 }
 
-// Forward is one admitted claim handed to WriteAll: its request's context,
-// and where the ledger's answer goes.
+// Forward is one admitted claim handed to WriteAll, and where the ledger's
+// answer goes.
 type Forward struct {
-	Ctx   context.Context
 	Claim voucher.Claim
 	Then  func(Reply, error)
 }
@@ -91,23 +91,47 @@ type Forward struct {
 // LEDGER_TIMEOUT, when the claim was still queued: never sent). The gate's
 // batch hands what it admitted over with it, so that a claim's request wakes
 // once, for the ledger's answer, instead of once for the gate's and again for
-// the ledger's. Then must not block.
-func (w *Writer) WriteAll(code string, fs []Forward) {
+// the ledger's. Then must not block. The writes run under ctx, which no
+// client's leaving should end.
+func (w *Writer) WriteAll(ctx context.Context, code string, fs []Forward) {
+	if len(fs) == 0 {
+		return
+	}
 	if !w.coalesce {
 		for _, f := range fs {
-			go func() { f.Then(w.Write(f.Ctx, code, f.Claim)) }()
+			go func() { f.Then(w.Write(ctx, code, f.Claim)) }()
 		}
 		return
 	}
+	// They arrived together: one LEDGER_TIMEOUT from now is each one's, and
+	// ends (its timer stops) with the last answer.
+	g := &forwardGroup{left: int32(len(fs))}
+	var deadline context.Context
+	deadline, g.cancel = context.WithTimeout(ctx, w.ledger.http.Timeout)
 	calls := make([]batch.Call[voucher.Claim, Reply], len(fs))
 	for i, f := range fs {
-		ctx, cancel := context.WithTimeout(f.Ctx, w.ledger.http.Timeout)
-		calls[i] = batch.Call[voucher.Claim, Reply]{Ctx: ctx, Item: f.Claim, Then: func(rep Reply, err error) {
-			cancel()
+		calls[i] = batch.Call[voucher.Claim, Reply]{Ctx: deadline, Item: f.Claim, Then: func(rep Reply, err error) {
+			g.answered()
 			f.Then(rep, writeErr(code, f.Claim, err))
 		}}
 	}
 	w.forward.GoAll(w.key(code), calls)
+}
+
+// forwardGroup is the claims of one WriteAll, which share a deadline.
+type forwardGroup struct {
+	mu     sync.Mutex
+	left   int32 // claims not answered yet
+	cancel context.CancelFunc
+}
+
+// answered counts one claim answered; the last one ends the deadline.
+func (g *forwardGroup) answered() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.left--; g.left == 0 {
+		g.cancel()
+	}
 }
 
 // key is the forward batch of code that the next claim takes: the lanes in
