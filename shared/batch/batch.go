@@ -42,9 +42,23 @@ type queue[T, R any] struct {
 type waiter[T, R any] struct {
 	ctx   context.Context
 	item  T
-	done  chan result[R]
-	state atomic.Int32 // queued, then running (its batch took it) or abandoned (its caller left first)
+	done  chan result[R] // Do's and DoAll's: the caller waits on it
+	then  func(R, error) // Go's, instead of done: called once with the result
+	stop  func() bool    // Go's: stops the watch on ctx once the batch took the item
+	state atomic.Int32   // queued, then running (its batch took it) or abandoned (its caller left first)
 }
+
+// deliver hands w its result: to its caller waiting on done, or to then.
+func (w *waiter[T, R]) deliver(res result[R]) {
+	if w.then == nil {
+		w.done <- res
+		return
+	}
+	w.then(res.r, res.err)
+}
+
+// dropped is the error of an item abandoned while queued.
+func dropped(ctx context.Context) error { return fmt.Errorf("%w: %w", ErrDropped, ctx.Err()) }
 
 // A waiter's states: each moves once, from queued to one of the others, so
 // that an item either runs and its caller gets the result, or never runs.
@@ -68,7 +82,7 @@ func (w *waiter[T, R]) wait(ctx context.Context) (R, error) {
 	// The state moves once: if it is not running now, nothing will run w.
 	if w.state.CompareAndSwap(queued, abandoned) || w.state.Load() == abandoned {
 		var zero R
-		return zero, fmt.Errorf("%w: %w", ErrDropped, ctx.Err())
+		return zero, dropped(ctx)
 	}
 	res := <-w.done
 	return res.r, res.err
@@ -107,17 +121,7 @@ func (b *Batcher[K, T, R]) CallerDeadlines() { b.callerDeadlines = true }
 // batch returns (see waiter.wait).
 func (b *Batcher[K, T, R]) Do(ctx context.Context, key K, item T) (R, error) {
 	w := &waiter[T, R]{ctx: ctx, item: item, done: make(chan result[R], 1)}
-	b.mu.Lock()
-	q, running := b.queues[key]
-	if !running {
-		q = &queue[T, R]{}
-		b.queues[key] = q
-	}
-	q.waiting = append(q.waiting, w)
-	b.mu.Unlock()
-	if !running {
-		go b.drain(key, q)
-	}
+	b.enqueue(key, w)
 	return w.wait(ctx)
 }
 
@@ -128,6 +132,73 @@ func (b *Batcher[K, T, R]) DoAll(ctx context.Context, key K, items []T) ([]R, []
 	for i, item := range items {
 		ws[i] = &waiter[T, R]{ctx: ctx, item: item, done: make(chan result[R], 1)}
 	}
+	b.enqueue(key, ws...)
+	rs, errs := make([]R, len(items)), make([]error, len(items))
+	for i, w := range ws {
+		rs[i], errs[i] = w.wait(ctx)
+	}
+	return rs, errs
+}
+
+// Go queues item for key and returns at once; then gets the item's result,
+// exactly once, from the goroutine that ran its batch (or, when ctx ended
+// before the batch took it, ErrDropped wrapping ctx's error: the item never
+// runs). It spares the caller's goroutine a park and a wake between two
+// stages: a batch may queue its items' next stage with GoAll, and the caller
+// waits once, for the last. then runs on the batch's goroutine and must not
+// block: the next batch of its key waits for it. The caller watches ctx
+// itself, as it waits anyway: when ctx ends, the ticket's Abandon drops the
+// item if it is still queued (then is not called then).
+func (b *Batcher[K, T, R]) Go(ctx context.Context, key K, item T, then func(R, error)) Ticket[T, R] {
+	w := &waiter[T, R]{ctx: ctx, item: item, then: then}
+	b.enqueue(key, w)
+	return Ticket[T, R]{w: w}
+}
+
+// Ticket is an item queued with Go.
+type Ticket[T, R any] struct{ w *waiter[T, R] }
+
+// Abandon drops the item if its batch has not taken it yet, and returns
+// ErrDropped wrapping its context's error; once its batch took it (or found
+// its context ended and answered then), Abandon returns nil and then has the
+// item's result, or will.
+func (t Ticket[T, R]) Abandon() error {
+	if t.w.state.CompareAndSwap(queued, abandoned) {
+		return dropped(t.w.ctx)
+	}
+	return nil
+}
+
+// Call is one item queued with GoAll: its caller's context, and where its
+// result goes.
+type Call[T, R any] struct {
+	Ctx  context.Context
+	Item T
+	Then func(R, error)
+}
+
+// GoAll is Go for several items of key queued together, for callers that do
+// not watch their contexts: they go in the same call when the cap allows, as
+// DoAll's do, and an item whose context ends while it is queued is dropped at
+// once, its Then getting ErrDropped wrapping the context's error.
+func (b *Batcher[K, T, R]) GoAll(key K, calls []Call[T, R]) {
+	ws := make([]*waiter[T, R], len(calls))
+	for i, c := range calls {
+		w := &waiter[T, R]{ctx: c.Ctx, item: c.Item, then: c.Then}
+		// Set before the item is queued, so that its batch always sees it.
+		w.stop = context.AfterFunc(c.Ctx, func() {
+			if w.state.CompareAndSwap(queued, abandoned) {
+				var zero R
+				c.Then(zero, dropped(c.Ctx))
+			}
+		})
+		ws[i] = w
+	}
+	b.enqueue(key, ws...)
+}
+
+// enqueue queues ws for key, and starts the key's drain unless one runs.
+func (b *Batcher[K, T, R]) enqueue(key K, ws ...*waiter[T, R]) {
 	b.mu.Lock()
 	q, running := b.queues[key]
 	if !running {
@@ -139,11 +210,6 @@ func (b *Batcher[K, T, R]) DoAll(ctx context.Context, key K, items []T) ([]R, []
 	if !running {
 		go b.drain(key, q)
 	}
-	rs, errs := make([]R, len(items)), make([]error, len(items))
-	for i, w := range ws {
-		rs[i], errs[i] = w.wait(ctx)
-	}
-	return rs, errs
 }
 
 // drain runs batches for key until its queue is empty, then retires the queue.
@@ -168,10 +234,17 @@ func (b *Batcher[K, T, R]) run(key K, taken []*waiter[T, R]) {
 	items := make([]T, 0, len(taken))
 	for _, w := range taken {
 		if w.ctx.Err() != nil && w.state.CompareAndSwap(queued, abandoned) {
+			if w.then != nil {
+				var zero R
+				w.then(zero, dropped(w.ctx)) // nobody waits on it: answer it here
+			}
 			continue // its caller left, or is leaving (wait answers it)
 		}
 		if !w.state.CompareAndSwap(queued, running) {
 			continue // abandoned by its caller meanwhile
+		}
+		if w.stop != nil {
+			w.stop()
 		}
 		live = append(live, w)
 		items = append(items, w.item)
@@ -199,10 +272,10 @@ func (b *Batcher[K, T, R]) run(key K, taken []*waiter[T, R]) {
 	rs, err := b.call(ctx, key, items)
 	for i, w := range live {
 		if err != nil {
-			w.done <- result[R]{err: err}
+			w.deliver(result[R]{err: err})
 			continue
 		}
-		w.done <- result[R]{r: rs[i]}
+		w.deliver(result[R]{r: rs[i]})
 	}
 }
 

@@ -235,6 +235,29 @@ func TestDoAllGoesTogether(t *testing.T) {
 	assert.EqualValues(t, 1, calls.Load())
 }
 
+// GoAll's items travel together too, each answered through its own Then.
+func TestGoAllGoesTogether(t *testing.T) {
+	var calls atomic.Int64
+	b := New(context.Background(), 100, func(ctx context.Context, key string, xs []int) ([]int, error) {
+		calls.Add(1)
+		return xs, nil
+	})
+	got := make(chan [2]int, 5)
+	var cs []Call[int, int]
+	for i := 1; i <= 5; i++ {
+		cs = append(cs, Call[int, int]{Ctx: context.Background(), Item: i, Then: func(r int, err error) {
+			assert.NoError(t, err)
+			got <- [2]int{i, r}
+		}})
+	}
+	b.GoAll("k", cs)
+	for range 5 {
+		g := <-got
+		assert.Equal(t, g[0], g[1], "GoAll(%d) = %d, want %d", g[0], g[1], g[0])
+	}
+	assert.EqualValues(t, 1, calls.Load())
+}
+
 // With CallerDeadlines, a caller's deadline bounds its whole wait: a batch
 // gets the earliest deadline of its items, and an item still queued at its
 // deadline is dropped (ErrDropped). Without it, a call's context has no
@@ -289,5 +312,98 @@ func TestCallerDeadlines(t *testing.T) {
 			want, _ := soon.Deadline()
 			assert.Equal(t, want, d, "the batch's deadline is its earliest item's")
 		})
+	}
+}
+
+// Go hands each item's result to its then, once, from the goroutine that ran
+// its batch, without the caller waiting: a then that queues the item's next
+// stage chains two batchers, and the caller waits once, for the last.
+func TestGoChainsStages(t *testing.T) {
+	double := New(context.Background(), 16, func(ctx context.Context, key string, xs []int) ([]int, error) {
+		out := make([]int, len(xs))
+		for i, x := range xs {
+			out[i] = 2 * x
+		}
+		return out, nil
+	})
+	var plusCalls atomic.Int64
+	plus := New(context.Background(), 16, func(ctx context.Context, key string, xs []int) ([]int, error) {
+		plusCalls.Add(1)
+		out := make([]int, len(xs))
+		for i, x := range xs {
+			out[i] = x + 1
+		}
+		return out, nil
+	})
+	const n = 500
+	got := make(chan [2]int, n)
+	var calls sync.Map // item -> how many times its last then ran
+	for i := 0; i < n; i++ {
+		double.Go(context.Background(), "k", i, func(r int, err error) {
+			assert.NoError(t, err)
+			plus.Go(context.Background(), "k", r, func(r int, err error) {
+				assert.NoError(t, err)
+				c, _ := calls.LoadOrStore(i, new(atomic.Int64))
+				c.(*atomic.Int64).Add(1)
+				got <- [2]int{i, r}
+			})
+		})
+	}
+	for range n {
+		select {
+		case g := <-got:
+			assert.Equal(t, 2*g[0]+1, g[1], "Go(%d) = %d, want %d", g[0], g[1], 2*g[0]+1)
+		case <-time.After(30 * time.Second):
+			t.Fatal("an item's then never ran")
+		}
+	}
+	calls.Range(func(k, v any) bool {
+		assert.EqualValues(t, 1, v.(*atomic.Int64).Load(), "item %v's then ran more than once", k)
+		return true
+	})
+	assert.LessOrEqual(t, plusCalls.Load(), int64(n))
+}
+
+// An item queued with Go whose caller abandons it while it waits behind the
+// call in flight is never run, and its then is not called; one whose context
+// ended before its batch took it is never run either, and its then gets
+// ErrDropped and the context's error. Once its batch took it, Abandon leaves
+// it to then.
+func TestGoDropsQueuedItems(t *testing.T) {
+	gate, started := make(chan struct{}), make(chan struct{})
+	var seen sync.Map
+	b := New(context.Background(), 10, func(ctx context.Context, key string, xs []int) ([]int, error) {
+		for _, x := range xs {
+			seen.Store(x, true)
+		}
+		if xs[0] == 0 {
+			close(started)
+			<-gate
+		}
+		return xs, nil
+	})
+	first := make(chan error, 1)
+	t0 := b.Go(context.Background(), "k", 0, func(_ int, err error) { first <- err })
+	<-started // item 0's call is in flight: what comes next queues behind it
+	assert.NoError(t, t0.Abandon(), "an item its batch took was abandoned")
+	ctx, cancel := context.WithCancel(context.Background())
+	var calls atomic.Int64
+	t1 := b.Go(ctx, "k", 1, func(int, error) { calls.Add(1) })
+	cancel()
+	err := t1.Abandon()
+	assert.ErrorIs(t, err, context.Canceled)
+	assert.ErrorIs(t, err, ErrDropped)
+	late := make(chan error, 1)
+	b.Go(ctx, "k", 2, func(_ int, err error) { late <- err })
+	close(gate)
+	require.NoError(t, <-first)
+	assert.ErrorIs(t, <-late, ErrDropped)
+	got, err := b.Do(context.Background(), "k", 3)
+	require.NoError(t, err)
+	assert.Equal(t, 3, got)
+	assert.Zero(t, calls.Load(), "an abandoned item's then was called")
+	for _, x := range []int{1, 2} {
+		_, ran := seen.Load(x)
+		assert.False(t, ran, "Go(%d): a dropped item was still run", x)
 	}
 }

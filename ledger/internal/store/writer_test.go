@@ -337,3 +337,18 @@ func TestOrderLookupsProbeTheIndex(t *testing.T) {
 		assert.Contains(t, p, "voucher_redemption_order_id", "%s probes the order_id index:\n%s", name, p)
 	}
 }
+
+// TestRedemptionIndexes: a written reservation maintains the indexes its table
+// needs and no other (each is paid for by every admitted row): the primary
+// key, the orderId's uniqueness, the sweeper's expiry and a voucher's rows by
+// id (which the reads of a voucher's rows by status use too).
+func TestRedemptionIndexes(t *testing.T) {
+	t.Parallel()
+	_, c := ledgerConn(t)
+	rows, err := c.Query(context.Background(),
+		`SELECT indexname FROM pg_indexes WHERE schemaname = 'public' AND tablename = 'voucher_redemption' ORDER BY indexname`)
+	require.NoError(t, err)
+	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
+	assert.Equal(t, []string{"ix_redemption_expiry", "ix_redemption_voucher_id", "uq_order", "voucher_redemption_pkey"}, names)
+}

@@ -72,9 +72,9 @@ type Admitter struct {
 
 	vouchers *ristretto.Cache[string, cachedVoucher]
 	soldOut  *ristretto.Cache[string, *soldOutFlag]
-	admitted *ristretto.Cache[string, admittedOrder] // code/orderId -> the orders answered 201 here (AdmittedHere)
-	batcher  *batch.Batcher[string, gate.Item, gate.Result]
-	writer   *ledger.Writer // admitted claims to the ledger
+	admitted *ristretto.Cache[string, admittedOrder]       // code/orderId -> the orders answered 201 here (AdmittedHere)
+	batcher  *batch.Batcher[string, *pending, gate.Result] // script calls, each handing what it admitted to writer
+	writer   *ledger.Writer                                // admitted claims to the ledger
 	breaker  *gobreaker.CircuitBreaker[any]
 	window   *admitWindow // nil: none
 	metrics  *admitMetrics
@@ -140,7 +140,7 @@ func New(base context.Context, g *gate.Gate, lc *ledger.Client, cfg Config, log 
 		},
 	})
 	a.metrics = newAdmitMetrics(cfg.Registerer, a)
-	a.batcher = batch.New(base, cfg.MaxBatch, a.reserveBatch)
+	a.batcher = batch.New(base, cfg.MaxBatch, a.admitBatch)
 	a.batcher.ObserveSizes(func(n int) { a.metrics.batchSize.Observe(float64(n)) })
 	a.handOver = ledger.NewHandOver(base, lc, log)
 	a.handOver.RecordWith(func(ctx context.Context, code string, orderIDs []string) error {
@@ -231,15 +231,22 @@ func requestID(ctx context.Context) string {
 func (a *Admitter) reserveFlash(ctx context.Context, code string, cl voucher.Claim, hold time.Duration) (ledger.Reply, error) {
 	// Redis may have lost the voucher (restart, flush, eviction): then the
 	// ledger loads it from the database, once for all waiting requests.
-	gated := time.Now()
+	began := time.Now()
+	var w written
 	res, err := gate.AdmitWarm(ctx,
-		func(ctx context.Context) (gate.Result, error) { return a.admit(ctx, code, cl) },
+		func(ctx context.Context) (gate.Result, error) {
+			w = a.admitThenWrite(ctx, code, cl, hold)
+			return w.res, w.gateErr
+		},
 		func(ctx context.Context) error { return a.warmup(ctx, code) })
-	a.metrics.stages.Get(stageGate).Observe(time.Since(gated).Seconds())
+	if !w.sent {
+		w.gated = time.Now()
+	}
+	a.metrics.stages.Get(stageGate).Observe(w.gated.Sub(began).Seconds())
 	if err != nil {
 		return ledger.Reply{}, err
 	}
-	// Reserved, Duplicate and Finished go to the ledger's admitted write: it
+	// Reserved, Duplicate and Finished went to the ledger's admitted write: it
 	// writes a new order and answers a known one from its row (replay,
 	// ORDER_CONFLICT for another amount, RESERVATION_RELEASED or _REFUNDED).
 	if err := res.Err(); err != nil {
@@ -248,34 +255,13 @@ func (a *Admitter) reserveFlash(ctx context.Context, code string, cl voucher.Cla
 		}
 		return ledger.Reply{}, fmt.Errorf("reserve %s: %w", code, err)
 	}
-	// A retry (Duplicate) goes to the ledger too, never answered from this
-	// proxy's memory of its 201: Redis may still hold an order whose row was
-	// released or expired since (its Redis step is behind, or was lost), and
-	// the ledger's answer from the row both tells the client the truth and
-	// gives that use back (found by the VOPR: replayed here, such an order
-	// stayed held in Redis with its row expired). Retries are cheap through
-	// the client's and the customer's buckets, which charge them.
-	// From here the claim holds a use in Redis, or is a retry of one that
-	// does: what becomes of it is decided by the ledger's write, not by the
-	// client, so the write goes on when the client leaves (LEDGER_TIMEOUT
-	// bounds it). A claim dropped from the forward queue because its client
-	// left would keep its use with no row, for a whole HANGING_GRACE.
-	ctx = context.WithoutCancel(ctx)
-	if a.window != nil {
-		a.window.enter()
-	}
-	start := time.Now()
-	if res == gate.Reserved {
-		a.peers.admitted(code, cl, hold)
-	}
-	done := a.writing.add(code, cl)
-	rep, err := a.writer.Write(ctx, code, cl)
-	a.metrics.stages.Get(stageWrite).Observe(time.Since(start).Seconds())
-	alone := done()
+	rep, err := w.rep, w.writeErr
+	a.metrics.stages.Get(stageWrite).Observe(time.Since(w.start).Seconds())
+	alone := w.done()
 	if a.window != nil {
 		var took time.Duration
 		if err == nil {
-			took = time.Since(start)
+			took = time.Since(w.start)
 		}
 		a.window.leave(took)
 	}
@@ -292,23 +278,25 @@ func (a *Admitter) reserveFlash(ctx context.Context, code string, cl voucher.Cla
 	return rep, err
 }
 
-// admit runs the reserve script for one claim, batched with its neighbours
-// when coalescing is on.
+// admit runs the reserve script for one claim, without coalescing (with it,
+// admitThenWrite queues the claim in the voucher's batch).
 func (a *Admitter) admit(ctx context.Context, code string, cl voucher.Claim) (gate.Result, error) {
 	item := gate.Item{CustomerID: cl.CustomerID, OrderID: cl.OrderID, OrderAmount: cl.OrderAmount}
-	if a.cfg.Coalesce {
-		res, err := a.batcher.Do(ctx, code, item)
-		if err != nil && !errors.Is(err, voucher.ErrUnavailable) {
-			err = fmt.Errorf("reserve %s: %w: %w", code, err, voucher.ErrUnavailable)
-		}
-		return res, err
-	}
 	a.metrics.batchSize.Observe(1)
 	rs, err := a.reserveBatch(ctx, code, []gate.Item{item})
 	if err != nil {
 		return 0, err
 	}
 	return rs[0], nil
+}
+
+// gateErr is a coalesced script call's error as the proxy answers it: a
+// fault (unavailable), whatever kept Redis's answer from the claim.
+func gateErr(code string, err error) error {
+	if err != nil && !errors.Is(err, voucher.ErrUnavailable) {
+		err = fmt.Errorf("reserve %s: %w: %w", code, err, voucher.ErrUnavailable)
+	}
+	return err
 }
 
 // reserveBatch is one script call for a batch of one voucher's items, under a

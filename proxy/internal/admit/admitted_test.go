@@ -2,6 +2,7 @@ package admit
 
 import (
 	"encoding/json"
+	"fmt"
 	"testing"
 	"time"
 
@@ -34,5 +35,25 @@ func TestPeersTakeOnlyWellFormedNotes(t *testing.T) {
 	assert.EqualValues(t, 1, p.received.Load())
 	var none *peers
 	assert.False(t, none.heldElsewhere("SALE", voucher.Claim{OrderID: "o-1", CustomerID: 7}), "no peers: nothing shared")
-	none.admitted("SALE", voucher.Claim{OrderID: "o-1", CustomerID: 7}, time.Minute)
+	none.admitted(peerNote{code: "SALE", order: "o-1", customer: 7, hold: time.Minute})
+}
+
+// TestPeersQueueAScriptCallsOrdersAtOnce: the orders one script call admitted
+// reach the publisher as one entry of its queue (it wakes once for them), and
+// a full queue drops and counts them all.
+func TestPeersQueueAScriptCallsOrdersAtOnce(t *testing.T) {
+	p, err := newPeers(nil, nil)
+	require.NoError(t, err)
+	ns := make([]peerNote, 3)
+	for i := range ns {
+		ns[i] = note("SALE", voucher.Claim{OrderID: fmt.Sprintf("o-%d", i), CustomerID: 7}, time.Minute)
+	}
+	p.admitted(ns...)
+	require.Len(t, p.notes, 1, "queued entries for one script call's 3 orders")
+	assert.Len(t, <-p.notes, 3)
+	for range peerQueue {
+		p.admitted(ns[0])
+	}
+	p.admitted(ns...)
+	assert.EqualValues(t, 3, p.dropped.Load(), "orders dropped by a full queue")
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/json"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -47,7 +48,7 @@ type peerOrder struct {
 }
 
 const (
-	peerQueue    = 4096                   // admitted orders waiting to be published; past it they are dropped (counted)
+	peerQueue    = 1024                   // script calls' admitted orders waiting to be published; past it they are dropped (counted)
 	peerEvery    = 2 * time.Millisecond   // the orders of this long go in one message per voucher
 	peerMaxBatch = 256                    // orders in one message at most
 	peerTimeout  = 500 * time.Millisecond // a publish's deadline
@@ -58,7 +59,8 @@ const (
 type peers struct {
 	id    string
 	rdb   redis.UniversalClient
-	notes chan peerNote
+	notes chan []peerNote                 // the orders one script call admitted, each
+	self  string                          // how this proxy's own messages begin, skipped unread
 	held  *ristretto.Cache[string, int64] // code/orderId -> customer, admitted through another proxy
 
 	sent, received, dropped atomic.Uint64
@@ -69,7 +71,8 @@ func newPeers(rdb redis.UniversalClient, reg prometheus.Registerer) (*peers, err
 	if err != nil {
 		return nil, err
 	}
-	p := &peers{id: rand.Text(), rdb: rdb, notes: make(chan peerNote, peerQueue), held: held}
+	id := rand.Text()
+	p := &peers{id: id, rdb: rdb, notes: make(chan []peerNote, peerQueue), held: held, self: `{"p":"` + id + `"`}
 	if reg != nil {
 		for _, m := range []struct {
 			way string
@@ -85,16 +88,23 @@ func newPeers(rdb redis.UniversalClient, reg prometheus.Registerer) (*peers, err
 	return p, nil
 }
 
-// admitted queues an order the gate admitted here for the other proxies; it
+// note is what the other proxies are told of cl's order, admitted here on
+// code for hold.
+func note(code string, cl voucher.Claim, hold time.Duration) peerNote {
+	return peerNote{code: code, order: cl.OrderID, customer: cl.CustomerID, hold: hold}
+}
+
+// admitted queues the orders one script call admitted here for the other
+// proxies, together: the publisher wakes once for them, not once an order. It
 // never waits.
-func (p *peers) admitted(code string, cl voucher.Claim, hold time.Duration) {
-	if p == nil {
+func (p *peers) admitted(notes ...peerNote) {
+	if p == nil || len(notes) == 0 {
 		return
 	}
 	select {
-	case p.notes <- peerNote{code: code, order: cl.OrderID, customer: cl.CustomerID, hold: hold}:
+	case p.notes <- notes:
 	default:
-		p.dropped.Add(1)
+		p.dropped.Add(uint64(len(notes)))
 	}
 }
 
@@ -128,6 +138,9 @@ func (p *peers) run(ctx context.Context) {
 
 // take remembers the orders of one message from another proxy.
 func (p *peers) take(payload string) {
+	if strings.HasPrefix(payload, p.self) {
+		return // this proxy's own, which it knows (json.Marshal writes "p" first)
+	}
 	var m peerMessage
 	if err := json.Unmarshal([]byte(payload), &m); err != nil || m.Proxy == p.id {
 		return
@@ -172,22 +185,24 @@ func (p *peers) publish(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			return
-		case n := <-p.notes:
-			if due == nil {
-				due = time.After(peerEvery)
-			}
-			m := pending[n.code]
-			if m == nil || m.HoldMS != n.hold.Milliseconds() {
-				if m != nil {
-					flush()
+		case ns := <-p.notes:
+			for _, n := range ns {
+				if due == nil {
 					due = time.After(peerEvery)
 				}
-				m = &peerMessage{Proxy: p.id, Code: n.code, HoldMS: n.hold.Milliseconds()}
-				pending[n.code] = m
-			}
-			m.Orders = append(m.Orders, peerOrder{Order: n.order, Customer: n.customer})
-			if len(m.Orders) >= peerMaxBatch {
-				flush()
+				m := pending[n.code]
+				if m == nil || m.HoldMS != n.hold.Milliseconds() {
+					if m != nil {
+						flush()
+						due = time.After(peerEvery)
+					}
+					m = &peerMessage{Proxy: p.id, Code: n.code, HoldMS: n.hold.Milliseconds()}
+					pending[n.code] = m
+				}
+				m.Orders = append(m.Orders, peerOrder{Order: n.order, Customer: n.customer})
+				if len(m.Orders) >= peerMaxBatch {
+					flush()
+				}
 			}
 		case <-due:
 			flush()

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"sync"
 	"sync/atomic"
 
 	"github.com/flashgate/flashgate/shared/api"
@@ -72,9 +73,78 @@ func (w *Writer) Write(ctx context.Context, code string, cl voucher.Claim) (Repl
 	// queued at its deadline, it was never sent (batch.ErrDropped: NeverSent).
 	ctx, cancel := context.WithTimeout(ctx, w.ledger.http.Timeout)
 	defer cancel()
-	rep, err := w.forward.Do(ctx, forwardKey{code, w.lane.Add(1) % forwardLanes}, cl)
+	rep, err := w.forward.Do(ctx, w.key(code), cl)
+	return rep, writeErr(code, cl, err)
+}
+
+// Forward is one admitted claim handed to WriteAll, and where the ledger's
+// answer goes.
+type Forward struct {
+	Claim voucher.Claim
+	Then  func(Reply, error)
+}
+
+// WriteAll is Write for claims the gate admitted together, for callers that
+// do not wait: it queues them on one lane, together (one request to the
+// ledger when the batch's cap allows), and returns at once; each Then gets its
+// claim's answer, once, from the goroutine that ran its batch (or from its
+// LEDGER_TIMEOUT, when the claim was still queued: never sent). The gate's
+// batch hands what it admitted over with it, so that a claim's request wakes
+// once, for the ledger's answer, instead of once for the gate's and again for
+// the ledger's. Then must not block. The writes run under ctx, which no
+// client's leaving should end.
+func (w *Writer) WriteAll(ctx context.Context, code string, fs []Forward) {
+	if len(fs) == 0 {
+		return
+	}
+	if !w.coalesce {
+		for _, f := range fs {
+			go func() { f.Then(w.Write(ctx, code, f.Claim)) }()
+		}
+		return
+	}
+	// They arrived together: one LEDGER_TIMEOUT from now is each one's, and
+	// ends (its timer stops) with the last answer.
+	g := &forwardGroup{left: int32(len(fs))}
+	var deadline context.Context
+	deadline, g.cancel = context.WithTimeout(ctx, w.ledger.http.Timeout)
+	calls := make([]batch.Call[voucher.Claim, Reply], len(fs))
+	for i, f := range fs {
+		calls[i] = batch.Call[voucher.Claim, Reply]{Ctx: deadline, Item: f.Claim, Then: func(rep Reply, err error) {
+			g.answered()
+			f.Then(rep, writeErr(code, f.Claim, err))
+		}}
+	}
+	w.forward.GoAll(w.key(code), calls)
+}
+
+// forwardGroup is the claims of one WriteAll, which share a deadline.
+type forwardGroup struct {
+	mu     sync.Mutex
+	left   int32 // claims not answered yet
+	cancel context.CancelFunc
+}
+
+// answered counts one claim answered; the last one ends the deadline.
+func (g *forwardGroup) answered() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.left--; g.left == 0 {
+		g.cancel()
+	}
+}
+
+// key is the forward batch of code that the next claim takes: the lanes in
+// turn.
+func (w *Writer) key(code string) forwardKey {
+	return forwardKey{code, w.lane.Add(1) % forwardLanes}
+}
+
+// writeErr is a forward's error as the proxy answers it: a fault
+// (unavailable), whatever kept the ledger's answer from it.
+func writeErr(code string, cl voucher.Claim, err error) error {
 	if err != nil && !errors.Is(err, voucher.ErrUnavailable) {
 		err = fmt.Errorf("write %s/%s: %w: %w", code, cl.OrderID, err, voucher.ErrUnavailable)
 	}
-	return rep, err
+	return err
 }
