@@ -1,7 +1,6 @@
 package systemtest
 
 import (
-	"flag"
 	"fmt"
 	"math/rand/v2"
 	"net/http"
@@ -30,15 +29,9 @@ import (
 // 201 promised (customer, discount, expires_at within the hold it
 // announced), nothing was dead-lettered, and no reconcile repaired anything.
 //
-// It runs only when asked (-vopr.log or FLASHGATE_VOPR_LOG=1, voprLogSwitch;
-// make vopr asks when VOPR_RUN picks it): about one round in thirty still
-// ends in a reconcile that frees a hold whose record was still to be written
-// (its promise gone, no row yet, no settler holding it parked), a repair that
-// would fail make test on an unlucky seed.
+// make test runs its short version (voprLogFixedSeeds and one random seed);
+// make vopr runs it for VOPR_DURATION when VOPR_RUN picks it.
 func TestVOPRLog(t *testing.T) {
-	if !*voprLog && os.Getenv("FLASHGATE_VOPR_LOG") != "1" {
-		t.Skip("the log VOPR runs with -vopr.log or FLASHGATE_VOPR_LOG=1 (about one round in thirty still ends in a reconcile repair)")
-	}
 	t.Parallel()
 	seeds, duration := voprPlan(t)
 	if duration == 0 && *voprSeed == 0 && os.Getenv("VOPR_SEED") == "" {
@@ -74,11 +67,6 @@ func TestVOPRLog(t *testing.T) {
 	}
 	t.Logf("VOPR log: %d rounds (%d failed) in %v; %s", rounds, failed, time.Since(start).Round(time.Second), stats)
 }
-
-var voprLog = flag.Bool("vopr.log", false, "run TestVOPRLog, the VOPR over writePath log vouchers (also FLASHGATE_VOPR_LOG=1)")
-
-// voprLogSwitch is what turns TestVOPRLog on, for the reproduce line.
-const voprLogSwitch = "FLASHGATE_VOPR_LOG=1"
 
 // voprLogFixedSeeds are the short run's rounds, beside one random seed.
 var voprLogFixedSeeds = []uint64{1}

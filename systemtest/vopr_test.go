@@ -293,7 +293,7 @@ func (r *voprRound) String() string {
 // reproduce is the line that reruns a round.
 func (r *voprRound) reproduce() string {
 	if r.log {
-		return fmt.Sprintf("reproduce: %s go test ./systemtest/ -run 'TestVOPRLog$' -v -vopr.seed=%d (or VOPR_SEED=%d)", voprLogSwitch, r.seed, r.seed)
+		return fmt.Sprintf("reproduce: go test ./systemtest/ -run 'TestVOPRLog$' -v -vopr.seed=%d (or VOPR_SEED=%d)", r.seed, r.seed)
 	}
 	return fmt.Sprintf("reproduce: go test ./systemtest/ -run 'TestVOPR$' -v -vopr.seed=%d (or VOPR_SEED=%d)", r.seed, r.seed)
 }
