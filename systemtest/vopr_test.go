@@ -146,7 +146,10 @@ func newVOPRStack(t *testing.T) *voprStack { return newVOPRStackWith(t, nil) }
 func newVOPRStackWith(t *testing.T, ledgerEnv []string) *voprStack {
 	t.Helper()
 	rs := devstacktest.NewRedis(t, devstack.RedisOptions{})
-	dbURL := devstacktest.PostgresURL(t)
+	// A database of its own: the log VOPR runs beside it, and each stack's
+	// ledgers sweep and reconcile every voucher of their database against
+	// their own Redis.
+	dbURL := devstacktest.NewDatabase(t)
 	// The services log every fault they answer; under injected faults that is
 	// thousands of lines a round, kept in a file for the diagnosis.
 	logPath := filepath.Join(os.TempDir(), fmt.Sprintf("flashgate-vopr-services-%d.log", time.Now().UnixNano()))

@@ -2,13 +2,10 @@ package jobs_test
 
 import (
 	"context"
-	"net/url"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -101,24 +98,5 @@ func TestReconcileSkipsUnchanged(t *testing.T) {
 // the test, and returns its URL.
 func freshDatabase(t *testing.T) string {
 	t.Helper()
-	base := devstacktest.PostgresURL(t)
-	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, base)
-	require.NoError(t, err)
-	defer conn.Close(ctx)
-	name := strings.ToLower(strings.NewReplacer("/", "_", "-", "_").Replace(ledgertest.NewCode(t)))
-	_, err = conn.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize())
-	require.NoError(t, err)
-	t.Cleanup(func() {
-		c, err := pgx.Connect(ctx, base)
-		if err != nil {
-			return
-		}
-		defer c.Close(ctx)
-		_, _ = c.Exec(ctx, "DROP DATABASE "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)")
-	})
-	u, err := url.Parse(base)
-	require.NoError(t, err)
-	u.Path = "/" + name
-	return u.String()
+	return devstacktest.NewDatabase(t)
 }

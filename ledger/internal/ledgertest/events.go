@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"net/url"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -24,7 +23,6 @@ import (
 	"github.com/flashgate/flashgate/shared/api"
 	"github.com/flashgate/flashgate/shared/events"
 	"github.com/flashgate/flashgate/shared/testkit/devstacktest"
-	"github.com/flashgate/flashgate/shared/testkit/httpxtest"
 )
 
 // TestSecret signs the tests' webhooks.
@@ -35,25 +33,7 @@ const TestSecret = "test-webhook-secret-0123456789"
 // URL; it is dropped when the test ends.
 func NewEventsDB(tb testing.TB) string {
 	tb.Helper()
-	base := devstacktest.PostgresURL(tb)
-	name := "ev_" + httpxtest.NewCode(tb, 12)
-	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, base)
-	require.NoError(tb, err)
-	defer conn.Close(ctx)
-	_, err = conn.Exec(ctx, `CREATE DATABASE `+pgx.Identifier{name}.Sanitize())
-	require.NoError(tb, err)
-	tb.Cleanup(func() {
-		c, err := pgx.Connect(context.Background(), base)
-		if err == nil {
-			_, _ = c.Exec(context.Background(), `DROP DATABASE IF EXISTS `+pgx.Identifier{name}.Sanitize()+` WITH (FORCE)`)
-			c.Close(context.Background())
-		}
-	})
-	u, err := url.Parse(base)
-	require.NoError(tb, err)
-	u.Path = "/" + name
-	return u.String()
+	return devstacktest.NewDatabase(tb)
 }
 
 // Receiver is a webhook endpoint that checks each signature and keeps every
