@@ -180,6 +180,11 @@ func (l *Client) newRequest(ctx context.Context, method, path string, body any) 
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
+	// Every call to the ledger is idempotent (by orderId, or a read): so
+	// marked, Go's transport sends it again on a new connection when the
+	// ledger closed the kept-alive one it went out on (a restart draining its
+	// connections), instead of answering 503 for a race on an idle socket.
+	req.Header.Set(idempotencyKey, "ledger")
 	if l.token != "" {
 		req.Header.Set(api.HeaderAuthorization, api.Bearer(l.token))
 	}
@@ -188,6 +193,10 @@ func (l *Client) newRequest(ctx context.Context, method, path string, body any) 
 	}
 	return req, nil
 }
+
+// idempotencyKey is the header by which Go's http.Transport tells a request
+// it may send again (Request.isReplayable).
+const idempotencyKey = "Idempotency-Key"
 
 // readReply reads resp, the ledger's answer to method path, and closes it.
 func readReply(method, path string, resp *http.Response) (Reply, error) {
